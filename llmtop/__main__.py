@@ -1,0 +1,5 @@
+"""`python -m llmtop`."""
+
+from llmtop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""Command line: argparse subcommands, each run by its module in llmtop.commands.
+
+Every expected error (`LlmtopError`) becomes one line on stderr and its exit code; Ctrl-C is
+exit 130. A user never sees a traceback; with LLMTOP_DEBUG=1 one is printed for bug reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from llmtop import __version__
+from llmtop.commands import NAMES
+from llmtop.errors import LlmtopError
+
+EPILOG = """\
+Settings: flags > LLMTOP_* environment > config file (--config, default
+$XDG_CONFIG_HOME/llmtop/config.toml) > defaults. Each flag's help names its default and variable.
+
+Exit codes: 0 ok; 1 error (snapshot: degraded); 2 bad usage or config (snapshot: critical);
+3 target unreachable (snapshot: unknown); 4 a server could not start; 5 admin API refused;
+6 bad recording; 130 interrupted.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"llmtop: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"llmtop.commands.{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, subcommands included."""
+    parser = _Parser(
+        prog="llmtop",
+        description="Watch, diagnose and control self-hosted LLM inference (vLLM) from a terminal."
+        " With no subcommand, runs the TUI (`llmtop top`).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
+    common = _Parser(add_help=False)
+    common.add_argument("--config", metavar="PATH", help="TOML config file")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in NAMES:
+        mod = _module(name)
+        p = sub.add_parser(
+            name,
+            help=mod.HELP,
+            description=mod.HELP,
+            parents=[common],
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+    return parser
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """`llmtop` and `llmtop --vllm URL` mean `llmtop top ...`."""
+    if not argv:
+        return ["top"]
+    first = argv[0]
+    if first in NAMES or first in ("-h", "--help", "--version"):
+        return argv
+    if first.startswith("-"):
+        return ["top", *argv]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `llmtop` console script; returns the exit code."""
+    args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+        return int(_module(args.command).run(args) or 0)
+    except LlmtopError as e:
+        if os.environ.get("LLMTOP_DEBUG"):
+            raise
+        sys.stderr.write(f"llmtop: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `llmtop snapshot | head`
+        return 0

@@ -1,0 +1,1 @@
+"""Pure logic: parsing, rates, quantiles, health rules. No IO, no clock, no UI."""

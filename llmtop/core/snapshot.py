@@ -1,0 +1,130 @@
+"""What one poll knows: frozen dataclasses shared by the TUI, snapshot, recordings and reports.
+
+None always means unknown (not scraped, not exported, not enough data yet), never zero: a panel
+shows it as n/a and the health rules never read it as healthy. Units are in the field names.
+New fields are added with a default, so recordings and tests made before them still load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["warning", "critical"]
+Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
+Status = Literal["ok", "degraded", "critical", "unknown"]
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """One engine (one /metrics URL; data-parallel engines inside it are already summed)."""
+
+    url: str
+    up: bool
+    error: str | None = None
+    """Why the engine is down or its data unusable, in the user's words."""
+    model: str | None = None
+    version: str | None = None
+    running: float | None = None
+    waiting: float | None = None
+    waiting_capacity: float | None = None
+    """Waiting for KV capacity (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=capacity}`)."""
+    kv_cache_usage_frac: float | None = None
+    kv_capacity_tokens: int | None = None
+    kv_block_size: int | None = None
+    prompt_tok_per_s: float | None = None
+    decode_tok_per_s: float | None = None
+    decode_tok_per_s_per_seq: float | None = None
+    preemptions_per_s: float | None = None
+    finished_per_s: dict[str, float] = field(default_factory=dict)
+    """Finished requests per second by finished_reason (stop, length, abort, error, ...)."""
+    admission_rejections_per_s: float | None = None
+    prefix_cache_hit_frac: float | None = None
+    mean_prompt_tokens: float | None = None
+    mean_generation_tokens: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    queue_time_p50_s: float | None = None
+    queue_time_p95_s: float | None = None
+    prefill_time_p95_s: float | None = None
+    stats_disabled: bool = False
+    """The target answers but exports no vllm:* series (--disable-log-stats)."""
+
+
+@dataclass(frozen=True)
+class GatewayStats:
+    """The llmtop gateway's limits and live state, from /admin/stats and /admin/limits."""
+
+    url: str
+    up: bool
+    error: str | None = None
+    in_flight: int | None = None
+    queued: int | None = None
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    max_concurrency: int | None = None
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    rate_limit_rpm: float | None = None
+    max_inflight_prompt_tokens: int | None = None
+    paused: bool | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""
+    rejected_per_s: dict[str, float] = field(default_factory=dict)
+    """429s per second by reason (queue_full, queue_timeout, rate_limited, ...)."""
+    queue_wait_p50_s: float | None = None
+    queue_wait_p95_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    upstream_healthy: bool | None = None
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """One GPU, from NVML, dcgm-exporter or the simulator's telemetry."""
+
+    index: int
+    name: str | None = None
+    source: str = "nvml"
+    util_frac: float | None = None
+    mem_bw_util_frac: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    processes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A named problem: which resource binds, the measured evidence, and what to do."""
+
+    id: str
+    severity: Severity
+    bottleneck: Bottleneck
+    summary: str
+    action: str
+    since: float | None = None
+    """Time (seconds, the snapshot clock) the finding fired."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one poll knows, after derivation and the health rules."""
+
+    time: float
+    engines: tuple[EngineStats, ...] = ()
+    gateway: GatewayStats | None = None
+    gpus: tuple[GpuStats, ...] = ()
+    gpu_error: str | None = None
+    """Why no GPU is shown ("no NVIDIA GPU visible"), when none is."""
+    findings: tuple[Finding, ...] = ()
+    status: Status = "unknown"

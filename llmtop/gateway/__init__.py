@@ -1,0 +1,1 @@
+"""The admission gateway in front of an engine's OpenAI API."""

@@ -1,0 +1,272 @@
+"""Settings: frozen dataclasses, one per section of the config file.
+
+Precedence, highest first: command-line flags > ``LLMTOP_*`` environment variables > the TOML
+config file (``--config``, default ``$XDG_CONFIG_HOME/llmtop/config.toml``) > the defaults here.
+Each field's environment variable is ``LLMTOP_<FIELD>`` unless its metadata names another; the
+config file holds one table per section (``[monitor]``, ``[health]``, ``[gateway]``, ``[sim]``).
+`describe` renders the default and the variable for --help, so the help text cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from llmtop.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+T = TypeVar("T")
+
+
+def _env(name: str) -> dict[str, str]:
+    return {"env": name}
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """What the TUI and `llmtop snapshot` watch, and how often."""
+
+    vllm_urls: tuple[str, ...] = field(
+        default=("http://127.0.0.1:8000",), metadata=_env("LLMTOP_VLLM")
+    )
+    """Base URLs of the engines (their /metrics is scraped); comma-separated in the env."""
+    gateway_url: str | None = field(
+        default="http://127.0.0.1:9000", metadata=_env("LLMTOP_GATEWAY")
+    )
+    """Base URL of the llmtop gateway; used when it answers."""
+    dcgm_url: str | None = field(default=None, metadata=_env("LLMTOP_DCGM"))
+    """URL of a dcgm-exporter /metrics for GPUs on another host."""
+    interval_s: float = field(default=1.0, metadata=_env("LLMTOP_INTERVAL"))
+    """Seconds between polls."""
+    read_only: bool = False
+    """Disable every key that changes something."""
+    nvml: bool = True
+    """Read local GPUs through NVML when a driver is present."""
+    max_scrape_bytes: int = 8 * 1024 * 1024
+    """Read at most this much of a /metrics body; a larger one is an error, not a hang."""
+    admin_token: str | None = field(default=None, repr=False)
+    """Bearer token for the gateway's admin API (never logged or recorded)."""
+    admin_token_file: str | None = None
+    """File holding the admin token; read once at start."""
+    record: str | None = None
+    """Append every poll to this recording file (JSON lines, gzip when it ends in .gz)."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Thresholds of the health rules; SLOs are what the users of the endpoint were promised."""
+
+    ttft_slo_s: float = 2.0
+    """Time-to-first-token P95 above this is degraded."""
+    itl_slo_s: float = 0.1
+    """Inter-token latency P95 above this is degraded."""
+    queue_wait_slo_s: float = 5.0
+    """Gateway queue wait P95 above this is a saturated gateway."""
+    kv_high_frac: float = 0.9
+    """KV-cache usage at or above this, with preemptions or waiting, is exhaustion."""
+    error_rate_max: float = 0.01
+    """A share of failed requests below this counts as "no errors" for degraded-200."""
+    fire_after_s: float = 3.0
+    """A rule must hold this long before its finding fires."""
+    clear_after_s: float = 10.0
+    """A fired rule must stay false this long before its finding clears."""
+    window_s: float = 10.0
+    """Window of the histogram quantiles and rates."""
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """The admission gateway in front of the engine's OpenAI API."""
+
+    upstream: str = "http://127.0.0.1:8000"
+    """Base URL of the engine."""
+    listen: str = "127.0.0.1:9000"
+    """host:port to listen on."""
+    max_concurrency: int = 8
+    """Requests allowed at the engine at once."""
+    max_queue: int = 128
+    """Requests allowed to wait in the gateway; more get 429."""
+    queue_timeout_s: float = field(default=30.0, metadata=_env("LLMTOP_QUEUE_TIMEOUT"))
+    """Seconds a request may wait in the queue before a 429."""
+    rate_limit_rpm: float | None = None
+    """Requests per minute per tenant (token bucket); off when unset."""
+    max_inflight_prompt_tokens: int | None = None
+    """Cap on the summed prompt tokens of the requests in flight; off when unset."""
+    max_body_bytes: int = 10 * 1024 * 1024
+    """Largest request body accepted (413 beyond)."""
+    upstream_connect_timeout_s: float = 5.0
+    """Seconds to connect to the upstream before a 502."""
+    upstream_read_timeout_s: float = 300.0
+    """Seconds of upstream silence before a 504 (or a terminated stream)."""
+    admin_token: str | None = field(default=None, repr=False)
+    """Bearer token the admin API requires; without it only loopback listening is allowed."""
+    admin_token_file: str | None = None
+    """File holding the admin token."""
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The simulated vLLM engine."""
+
+    host: str = field(default="127.0.0.1", metadata=_env("LLMTOP_SIM_HOST"))
+    """Address to listen on."""
+    port: int = field(default=8000, metadata=_env("LLMTOP_SIM_PORT"))
+    """Port to listen on (0 picks a free one)."""
+    profile: str = field(default="seed", metadata=_env("LLMTOP_SIM_PROFILE"))
+    """Hardware/model profile (seed, h100-8b)."""
+    model_name: str = field(default="llmtop-sim", metadata=_env("LLMTOP_SIM_MODEL"))
+    """Served model name."""
+    max_num_seqs: int | None = None
+    """vLLM's --max-num-seqs; the profile's default when unset."""
+    max_model_len: int | None = None
+    """vLLM's --max-model-len; the profile's default when unset."""
+    max_num_batched_tokens: int | None = None
+    """vLLM's --max-num-batched-tokens; the profile's default when unset."""
+    kv_tokens: int | None = None
+    """KV-cache capacity in tokens; derived from the profile when unset."""
+    max_num_queued_reqs: int | None = None
+    """vLLM 0.32's native admission limit (503 beyond); off when unset."""
+
+
+def default_config_path() -> Path:
+    """The config file read when --config is not given."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "llmtop" / "config.toml"
+
+
+def read_config(path: str | Path | None) -> dict[str, Any]:
+    """Read the TOML config; a missing default file is fine, a missing named one is not."""
+    explicit = path is not None
+    p = Path(path) if path is not None else default_config_path()
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"config file not found: {p}")
+        return {}
+    try:
+        with p.open("rb") as f:
+            data: dict[str, Any] = tomllib.load(f)
+            return data
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {p}: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"config file {p}: {e.strerror}") from None
+
+
+def env_name(f: dataclasses.Field[Any]) -> str:
+    """The environment variable of a settings field."""
+    return str(f.metadata.get("env", f"LLMTOP_{f.name.upper()}"))
+
+
+def _section_name(cls: type[Any]) -> str:
+    return cls.__name__.removesuffix("Settings").lower()
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Turn a config or env value into the field's type, or say which setting is wrong."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (
+            isinstance(value, str) and value.strip().lower() in ("", "none", "off")
+        ):
+            return None
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(str(i).strip() for i in items if str(i).strip())
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in ("1", "true", "yes", "on"):
+            return True
+        if s in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{where}: expected {'an integer' if tp is int else 'a number'}, got {value!r}"
+            ) from None
+    if tp is str:
+        if not isinstance(value, str | int | float):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{where}: unsupported setting type {tp!r}")  # pragma: no cover
+
+
+def load(
+    cls: type[T],
+    *,
+    flags: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> T:
+    """Build one settings section: flags > LLMTOP_* env > config file > defaults.
+
+    `flags` holds only the flags the user gave (None values are "not given").
+    """
+    environ = os.environ if environ is None else environ
+    section = _section_name(cls)
+    table = (config or {}).get(section, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"config: [{section}] must be a table")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"config: unknown setting [{section}] {unknown[0]}")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        if flags is not None and flags.get(f.name) is not None:
+            values[f.name] = _coerce(flags[f.name], tp, f"--{f.name.replace('_', '-')}")
+        elif env_name(f) in environ:
+            values[f.name] = _coerce(environ[env_name(f)], tp, env_name(f))
+        elif f.name in table:
+            values[f.name] = _coerce(table[f.name], tp, f"config [{section}] {f.name}")
+    return cls(**values)
+
+
+def describe(cls: type[Any], name: str) -> str:
+    """'(default: X; env LLMTOP_X)' for a field, for --help."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            default = f.default
+            if isinstance(default, tuple):
+                default = ",".join(default)
+            shown = "off" if default is None else default
+            if f.name == "admin_token":
+                shown = "none"
+            return f"(default: {shown}; env {env_name(f)}; config [{_section_name(cls)}] {name})"
+    raise KeyError(name)
+
+
+def read_token(token: str | None, token_file: str | None) -> str | None:
+    """The admin token from the setting or its file; the file wins when both are given."""
+    if token_file:
+        try:
+            text = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ConfigError(f"admin token file {token_file}: {e.strerror}") from None
+        if not text:
+            raise ConfigError(f"admin token file {token_file} is empty")
+        return text
+    return token or None

@@ -1,0 +1,1 @@
+"""A vLLM-compatible simulated engine: scheduler model, metrics and OpenAI API."""

@@ -1,0 +1,1 @@
+"""The simulated engine model (being built)."""

@@ -1,0 +1,1 @@
+"""llmtop.tui.screens."""

@@ -1,0 +1,124 @@
+"""The CLI contract: help, unknown commands, one-line errors, exit codes, settings precedence."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmtop import settings
+from llmtop.cli import main
+from llmtop.commands import NAMES
+from llmtop.errors import ConfigError
+from llmtop.settings import GatewaySettings, MonitorSettings
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmtop", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_help_lists_every_subcommand() -> None:
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for name in NAMES:
+        assert f"\n    {name} " in out.stdout
+    assert "Exit codes" in out.stdout
+
+
+def test_subcommand_help_prints_defaults_and_env() -> None:
+    out = run_cli("gateway", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "default: 8; env LLMTOP_MAX_CONCURRENCY" in text
+    assert "env LLMTOP_QUEUE_TIMEOUT" in text
+
+
+def test_unknown_command_is_one_line_exit_2() -> None:
+    out = run_cli("bogus")
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1
+    assert "invalid choice: 'bogus'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_flag_value_is_one_line_exit_2() -> None:
+    out = run_cli("gateway", "--max-queue", "many")
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("llmtop: argument --max-queue")
+    assert out.stderr.count("\n") == 1
+
+
+def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    out = run_cli("snapshot", "--config", str(tmp_path / "nope.toml"), "--vllm", "http://x")
+    assert out.returncode == 2
+    assert "config file not found" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[gateway\nmax_queue = 3\n")
+    out = run_cli("gateway", "--config", str(cfg))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"llmtop: config file {cfg}")
+    assert out.stderr.count("\n") == 1
+
+
+def test_default_command_is_the_tui() -> None:
+    from llmtop.cli import _with_default_command
+
+    assert _with_default_command([]) == ["top"]
+    assert _with_default_command(["--vllm", "http://h:8000"]) == ["top", "--vllm", "http://h:8000"]
+    assert _with_default_command(["sim", "--port", "0"]) == ["sim", "--port", "0"]
+
+
+def test_main_returns_exit_code_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["gateway", "--listen", "nonsense", "--max-concurrency", "1"])
+    err = capsys.readouterr().err
+    assert code in (2, 4)
+    assert err.startswith("llmtop: ")
+    assert "Traceback" not in err
+
+
+def test_precedence_flags_env_config_defaults() -> None:
+    config = {"gateway": {"max_queue": 10, "max_concurrency": 3, "queue_timeout_s": 7}}
+    env = {"LLMTOP_MAX_QUEUE": "20", "LLMTOP_QUEUE_TIMEOUT": "9"}
+    s = settings.load(
+        GatewaySettings, flags={"max_queue": 30, "upstream": None}, config=config, environ=env
+    )
+    assert s.max_queue == 30  # flag beats env and config
+    assert s.queue_timeout_s == 9.0  # env beats config
+    assert s.max_concurrency == 3  # config beats default
+    assert s.upstream == "http://127.0.0.1:8000"  # default
+
+
+def test_env_values_are_coerced_and_checked() -> None:
+    s = settings.load(
+        MonitorSettings, environ={"LLMTOP_VLLM": "http://a:1, http://b:2", "LLMTOP_GATEWAY": "off"}
+    )
+    assert s.vllm_urls == ("http://a:1", "http://b:2")
+    assert s.gateway_url is None
+    with pytest.raises(ConfigError, match="LLMTOP_INTERVAL: expected a number"):
+        settings.load(MonitorSettings, environ={"LLMTOP_INTERVAL": "fast"})
+
+
+def test_unknown_config_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting \[gateway\] max_qeue"):
+        settings.load(GatewaySettings, config={"gateway": {"max_qeue": 1}}, environ={})
+
+
+def test_token_file(tmp_path: Path) -> None:
+    f = tmp_path / "tok"
+    f.write_text("s3cret\n")
+    assert settings.read_token(None, str(f)) == "s3cret"
+    assert settings.read_token("env-token", None) == "env-token"
+    with pytest.raises(ConfigError, match="admin token file"):
+        settings.read_token(None, str(tmp_path / "missing"))
