@@ -1,1 +1,471 @@
-"""Admission control (being built)."""
+"""Admission control: at most `max_concurrency` requests at the engine, the rest in a bounded,
+prioritised queue that can be seen, timed out, shed and changed live.
+
+Pure asyncio, no HTTP and no timers: the clock is injected and queue timeouts fire when the
+owner calls `expire()` (the app does every 50 ms; tests advance a fake clock and call it).
+
+Every request that `enter`s ends in exactly one outcome: completed, rejected (with a reason),
+timed_out, cancelled or upstream_error; so offered == sum(outcomes) + in_flight + queued.
+
+Ordering is strict: the head of the queue (highest priority, then oldest) goes first, and when
+the token budget does not fit the head, nobody behind it jumps ahead (no starvation of long
+prompts). A prompt larger than the whole budget is admitted alone, when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from llmtop.gateway.ratelimit import TenantRateLimiter
+from llmtop.gateway.window import CumulativeHistogram, RateWindow, SampleWindow
+
+PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+"""Highest first; the header x-llmtop-priority takes one of these."""
+OUTCOMES: tuple[str, ...] = ("completed", "rejected", "timed_out", "cancelled", "upstream_error")
+REJECT_REASONS: tuple[str, ...] = ("queue_full", "displaced", "shed", "rate_limited")
+_RANK = {p: i for i, p in enumerate(PRIORITIES)}
+_QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The live limits; None switches an optional one off."""
+
+    max_concurrency: int
+    max_queue: int
+    queue_timeout_s: float
+    rate_limit_rpm: float | None = None
+    max_inflight_prompt_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LimitError(ValueError):
+    """A limit change with a wrong field, type or range; names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _check_int(field: str, value: object, minimum: int, nullable: bool) -> int | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        tail = " or null" if nullable else ""
+        raise LimitError(field, f"{field} must be an integer >= {minimum}{tail}, got {value!r}")
+    return value
+
+
+def _check_float(field: str, value: object, nullable: bool) -> float | None:
+    if value is None and nullable:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]
+        tail = " or null" if nullable else ""
+        raise LimitError(field, f"{field} must be a number > 0{tail}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def validate_limits(current: Limits, changes: Mapping[str, object]) -> Limits:
+    """The limits after `changes`, or a LimitError naming the first bad or unknown field."""
+    known = set(current.to_dict())
+    for field in changes:
+        if field not in known:
+            raise LimitError(field, f"unknown limit {field!r}; known: {', '.join(sorted(known))}")
+    values: dict[str, Any] = {}
+    for field, value in changes.items():
+        if field == "max_concurrency":
+            values[field] = _check_int(field, value, 1, nullable=False)
+        elif field == "max_queue":
+            values[field] = _check_int(field, value, 0, nullable=False)
+        elif field == "max_inflight_prompt_tokens":
+            values[field] = _check_int(field, value, 1, nullable=True)
+        elif field == "queue_timeout_s":
+            values[field] = _check_float(field, value, nullable=False)
+        else:  # rate_limit_rpm
+            values[field] = _check_float(field, value, nullable=True)
+    return replace(current, **values)
+
+
+class Rejected(Exception):
+    """A request refused with a 429: the reason, a message naming the knob, and Retry-After."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retry_after_header(self) -> str:
+        """Whole seconds, at least 1, as the Retry-After header wants them."""
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
+class Ticket:
+    """One request's place: queued, then in flight, then done; `release` ends it exactly once."""
+
+    __slots__ = (
+        "_ctl",
+        "_future",
+        "_key",
+        "_result",
+        "admitted_at",
+        "enqueued_at",
+        "priority",
+        "prompt_tokens",
+        "state",
+        "tenant",
+    )
+
+    def __init__(
+        self, ctl: AdmissionController, priority: str, prompt_tokens: int, now: float
+    ) -> None:
+        self._ctl = ctl
+        self.priority = priority
+        self.prompt_tokens = prompt_tokens
+        self.enqueued_at = now
+        self.admitted_at: float | None = None
+        self.state = _QUEUED
+        self.tenant: str | None = None
+        self._key = 0
+        self._future: asyncio.Future[Rejected | None] | None = None
+        self._result: Rejected | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.state == _IN_FLIGHT or (self.state == _DONE and self.admitted_at is not None)
+
+    @property
+    def queued(self) -> bool:
+        return self.state == _QUEUED
+
+    @property
+    def queue_wait_s(self) -> float:
+        """Seconds spent queued (0 when admitted at once)."""
+        end = self.admitted_at if self.admitted_at is not None else self._ctl._clock()
+        return end - self.enqueued_at
+
+    async def wait(self) -> None:
+        """Return once admitted; raise Rejected (timed out, displaced, shed). Cancelling the
+        waiting task takes the request out of the queue (or frees its slot) as `cancelled`."""
+        if self.state == _IN_FLIGHT:
+            return
+        if self.state == _DONE:
+            if self._result is not None:
+                raise self._result
+            return
+        assert self._future is not None
+        try:
+            result = await self._future
+        except asyncio.CancelledError:
+            self._ctl._cancel(self)
+            raise
+        if result is not None:
+            raise result
+
+    def release(self, outcome: str = "completed") -> None:
+        """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
+        self._ctl._release(self, outcome)
+
+
+class AdmissionController:
+    """The gateway's admission state: limits, the priority queue, counters and recent figures."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        window_s: int = 60,
+        max_events: int = 200,
+    ) -> None:
+        self._limits = validate_limits(limits, limits.to_dict())
+        self._clock = clock
+        self._wall = wall_clock
+        self.window_s = window_s
+        self._queues: dict[str, OrderedDict[int, Ticket]] = {p: OrderedDict() for p in PRIORITIES}
+        self._seq = itertools.count()
+        self.queued = 0
+        self.in_flight = 0
+        self.in_flight_prompt_tokens = 0
+        self.offered = 0
+        self.paused = False
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.rejections = dict.fromkeys(REJECT_REASONS, 0)
+        self._rate = (
+            TenantRateLimiter(limits.rate_limit_rpm) if limits.rate_limit_rpm is not None else None
+        )
+        self._drain = RateWindow(10)
+        self.queue_wait = SampleWindow(window_s)
+        self.ttft = SampleWindow(window_s)
+        self.queue_wait_hist = CumulativeHistogram()
+        self.ttft_hist = CumulativeHistogram()
+        self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    # -- arrival -------------------------------------------------------------------------------
+
+    def enter(
+        self, priority: str = "normal", *, tenant: str | None = None, prompt_tokens: int = 0
+    ) -> Ticket:
+        """Admit at once, queue, or raise Rejected; await `ticket.wait()` when it is queued."""
+        if priority not in _RANK:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
+        now = self._clock()
+        self.offered += 1
+        ticket = Ticket(self, priority, prompt_tokens, now)
+        ticket.tenant = tenant
+        lim = self._limits
+        if self._rate is not None:
+            wait_s = self._rate.check(tenant or "", now)
+            if wait_s > 0:
+                msg = f"rate limited: over {lim.rate_limit_rpm:g} requests/min (rate_limit_rpm)"
+                raise self._reject(ticket, Rejected("rate_limited", msg, wait_s))
+        if self.queued == 0 and self._fits(prompt_tokens):
+            self._start(ticket, now)
+            return ticket
+        if self.queued >= lim.max_queue:
+            victim = self._newest_below(priority)
+            if victim is None:
+                msg = f"queue full: {self.queued}/{lim.max_queue} waiting (max_queue)"
+                raise self._reject(ticket, Rejected("queue_full", msg, self.retry_after_s(now)))
+            msg = (
+                f"displaced by a {priority}-priority request: queue full "
+                f"{self.queued}/{lim.max_queue} waiting (max_queue)"
+            )
+            self._unqueue(victim)
+            self._finish(victim, Rejected("displaced", msg, self.retry_after_s(now)))
+        ticket._key = next(self._seq)
+        ticket._future = asyncio.get_running_loop().create_future()
+        self._queues[priority][ticket._key] = ticket
+        self.queued += 1
+        self._dispatch(now)
+        return ticket
+
+    async def acquire(
+        self, priority: str = "normal", *, tenant: str | None = None, prompt_tokens: int = 0
+    ) -> Ticket:
+        """`enter` and wait for admission; the returned ticket is in flight."""
+        ticket = self.enter(priority, tenant=tenant, prompt_tokens=prompt_tokens)
+        await ticket.wait()
+        return ticket
+
+    def retry_after_s(self, now: float | None = None) -> float:
+        """Seconds until the current backlog has drained at the recent completion rate."""
+        now = self._clock() if now is None else now
+        rate = self._drain.rate(now)
+        if not rate:
+            return max(1.0, min(self._limits.queue_timeout_s, 3600.0))
+        return max(1.0, min((self.queued + 1) / rate, 3600.0))
+
+    # -- the queue -----------------------------------------------------------------------------
+
+    def _fits(self, prompt_tokens: int) -> bool:
+        if self.paused or self.in_flight >= self._limits.max_concurrency:
+            return False
+        budget = self._limits.max_inflight_prompt_tokens
+        return (
+            budget is None
+            or self.in_flight == 0
+            or self.in_flight_prompt_tokens + prompt_tokens <= budget
+        )
+
+    def _head(self) -> Ticket | None:
+        for p in PRIORITIES:
+            q = self._queues[p]
+            if q:
+                return next(iter(q.values()))
+        return None
+
+    def _newest_below(self, priority: str) -> Ticket | None:
+        """The newest waiter of the lowest priority strictly below `priority`."""
+        for p in reversed(PRIORITIES):
+            if _RANK[p] <= _RANK[priority]:
+                return None
+            q = self._queues[p]
+            if q:
+                return q[next(reversed(q))]
+        return None
+
+    def _unqueue(self, ticket: Ticket) -> None:
+        del self._queues[ticket.priority][ticket._key]
+        self.queued -= 1
+
+    def _start(self, ticket: Ticket, now: float) -> None:
+        ticket.state = _IN_FLIGHT
+        ticket.admitted_at = now
+        self.in_flight += 1
+        self.in_flight_prompt_tokens += ticket.prompt_tokens
+        wait = now - ticket.enqueued_at
+        self.queue_wait.add(now, wait)
+        self.queue_wait_hist.observe(wait)
+
+    def _dispatch(self, now: float) -> None:
+        while self.queued:
+            head = self._head()
+            assert head is not None
+            if not self._fits(head.prompt_tokens):
+                return
+            self._unqueue(head)
+            self._start(head, now)
+            if head._future is not None and not head._future.done():
+                head._future.set_result(None)
+
+    def _reject(self, ticket: Ticket, rejection: Rejected) -> Rejected:
+        """Count a refusal at arrival and hand the exception back for raising."""
+        ticket.state = _DONE
+        ticket._result = rejection
+        self.outcomes["rejected"] += 1
+        self.rejections[rejection.reason] += 1
+        return rejection
+
+    def _finish(self, ticket: Ticket, rejection: Rejected) -> None:
+        """End a queued request with a 429 (displaced, shed, queue_timeout) and wake its waiter."""
+        ticket.state = _DONE
+        ticket._result = rejection
+        if rejection.reason == "queue_timeout":
+            self.outcomes["timed_out"] += 1
+        else:
+            self.outcomes["rejected"] += 1
+            self.rejections[rejection.reason] += 1
+        if ticket._future is not None and not ticket._future.done():
+            ticket._future.set_result(rejection)
+
+    def _cancel(self, ticket: Ticket) -> None:
+        """The waiting client went away: leave the queue, or free the slot just granted."""
+        if ticket.state == _QUEUED:
+            self._unqueue(ticket)
+            ticket.state = _DONE
+            self.outcomes["cancelled"] += 1
+        elif ticket.state == _IN_FLIGHT:
+            self._release(ticket, "cancelled")
+
+    def _release(self, ticket: Ticket, outcome: str) -> None:
+        if ticket.state != _IN_FLIGHT:
+            return
+        if outcome not in ("completed", "cancelled", "upstream_error"):
+            raise ValueError(f"not an outcome of an admitted request: {outcome!r}")
+        now = self._clock()
+        ticket.state = _DONE
+        self.in_flight -= 1
+        self.in_flight_prompt_tokens -= ticket.prompt_tokens
+        self.outcomes[outcome] += 1
+        self._drain.add(now)
+        self._dispatch(now)
+
+    def expire(self, now: float | None = None) -> int:
+        """Time out the waiters queued longer than queue_timeout_s; how many went."""
+        now = self._clock() if now is None else now
+        timeout = self._limits.queue_timeout_s
+        gone = 0
+        for q in self._queues.values():
+            while q:
+                ticket = next(iter(q.values()))
+                waited = now - ticket.enqueued_at
+                if waited < timeout:
+                    break
+                self._unqueue(ticket)
+                self.queue_wait.add(now, waited)
+                self.queue_wait_hist.observe(waited)
+                msg = f"queue timeout: waited {waited:.1f}s >= {timeout:g}s (queue_timeout_s)"
+                self._finish(ticket, Rejected("queue_timeout", msg, self.retry_after_s(now)))
+                gone += 1
+        return gone
+
+    # -- live changes --------------------------------------------------------------------------
+
+    def set_limits(self, changes: Mapping[str, object], source: str = "admin") -> Limits:
+        """Apply a change at once (LimitError names a bad field; nothing changes then)."""
+        new = validate_limits(self._limits, changes)
+        old = self._limits
+        self._limits = new
+        wall = self._wall()
+        for field, value in new.to_dict().items():
+            before = getattr(old, field)
+            if value != before:
+                self.events.append(
+                    {"time": wall, "field": field, "old": before, "new": value, "source": source}
+                )
+        if new.rate_limit_rpm is None:
+            self._rate = None
+        elif self._rate is None:
+            self._rate = TenantRateLimiter(new.rate_limit_rpm)
+        else:
+            self._rate.set_rpm(new.rate_limit_rpm)
+        now = self._clock()
+        self._shed(now)
+        self._dispatch(now)
+        return new
+
+    def _shed(self, now: float) -> None:
+        """Drop the newest, lowest-priority waiters until the queue fits max_queue."""
+        limit = self._limits.max_queue
+        for p in reversed(PRIORITIES):
+            q = self._queues[p]
+            while self.queued > limit and q:
+                victim = q[next(reversed(q))]
+                self._unqueue(victim)
+                msg = f"shed: max_queue lowered to {limit} (max_queue)"
+                self._finish(victim, Rejected("shed", msg, self.retry_after_s(now)))
+
+    def set_paused(self, paused: bool, source: str = "admin") -> None:
+        """Pause: admit nobody new (the queue holds, timeouts still run). Resume: dispatch."""
+        if paused != self.paused:
+            self.events.append(
+                {
+                    "time": self._wall(),
+                    "field": "paused",
+                    "old": self.paused,
+                    "new": paused,
+                    "source": source,
+                }
+            )
+        self.paused = paused
+        if not paused:
+            self._dispatch(self._clock())
+
+    # -- observation ---------------------------------------------------------------------------
+
+    def record_ttft(self, seconds: float) -> None:
+        """A time to first token measured by the proxy (arrival to first upstream byte)."""
+        self.ttft.add(self._clock(), seconds)
+        self.ttft_hist.observe(seconds)
+
+    def queued_by_priority(self) -> dict[str, int]:
+        return {p: len(q) for p, q in self._queues.items()}
+
+    def stats(self) -> dict[str, Any]:
+        """The /admin/stats object, less the upstream (the app knows that)."""
+        now = self._clock()
+        w50, w95 = self.queue_wait.quantiles(now, (0.5, 0.95))
+        t50, t95 = self.ttft.quantiles(now, (0.5, 0.95))
+        return {
+            "time": self._wall(),
+            "in_flight": self.in_flight,
+            "queued": self.queued,
+            "queued_by_priority": self.queued_by_priority(),
+            "in_flight_prompt_tokens": self.in_flight_prompt_tokens,
+            "offered": self.offered,
+            "outcomes": dict(self.outcomes),
+            "rejections": dict(self.rejections),
+            "queue_wait_s": {"p50": w50, "p95": w95},
+            "ttft_s": {"p50": t50, "p95": t95},
+            "window_s": self.window_s,
+            "paused": self.paused,
+            "limits": self._limits.to_dict(),
+        }

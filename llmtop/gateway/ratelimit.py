@@ -1,0 +1,52 @@
+"""Per-tenant token buckets (requests per minute), pure and driven by the caller's clock.
+
+A bucket holds at most one second's worth of requests (and at least one), so `rate_limit_rpm=60`
+allows one request a second with no burst beyond that; the map of tenants is bounded (least
+recently seen dropped first), so a flood of distinct keys cannot grow memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class TenantRateLimiter:
+    """Token buckets keyed by tenant; `check` charges one token or says how long to wait."""
+
+    def __init__(self, rpm: float, *, max_tenants: int = 10_000) -> None:
+        self.max_tenants = max_tenants
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()  # tenant -> [tokens, at]
+        self.rpm = rpm
+
+    @property
+    def capacity(self) -> float:
+        return max(1.0, self.rpm / 60.0)
+
+    def set_rpm(self, rpm: float) -> None:
+        """Change the rate; buckets keep their tokens, capped at the new capacity."""
+        self.rpm = rpm
+        cap = self.capacity
+        for b in self._buckets.values():
+            b[0] = min(b[0], cap)
+
+    def check(self, tenant: str, now: float) -> float:
+        """0.0 when the request may go (one token taken), else seconds until a token is due."""
+        rate = self.rpm / 60.0
+        cap = self.capacity
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = [cap, now]
+            self._buckets[tenant] = bucket
+            if len(self._buckets) > self.max_tenants:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(tenant)
+            bucket[0] = min(cap, bucket[0] + (now - bucket[1]) * rate)
+            bucket[1] = now
+        if bucket[0] >= 1.0:
+            bucket[0] -= 1.0
+            return 0.0
+        return (1.0 - bucket[0]) / rate
+
+    def __len__(self) -> int:
+        return len(self._buckets)
