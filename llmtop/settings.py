@@ -83,6 +83,22 @@ class HealthSettings:
     """A fired rule must stay false this long before its finding clears."""
     window_s: float = 10.0
     """Window of the histogram quantiles and rates."""
+    stale_after_s: float = 15.0
+    """Running requests with no token progress for this long is a hung engine or stale data."""
+    cliff_waiting_growth: float = 4.0
+    """Waiting must grow by at least this many requests over the window for a batching cliff."""
+    cliff_flat_frac: float = 0.1
+    """Decode throughput within this share of its earlier value counts as flat."""
+    decode_collapse_frac: float = 0.5
+    """Per-sequence decode rate below this share of its best (at half the running) is decode-bound."""
+    prefill_dominant_frac: float = 0.5
+    """Prefill time above this share of TTFT (with TTFT over its SLO) is prefill-bound."""
+    gateway_queue_near_frac: float = 0.8
+    """A gateway queue at or above this share of max_queue is near full."""
+    gpu_mem_high_frac: float = 0.98
+    """GPU memory used at or above this share of total is nearly full (vLLM preallocates ~0.9)."""
+    critical_slo_factor: float = 4.0
+    """A latency this many times its SLO makes degraded-200 critical."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,12 @@ class EngineStats:
     prefill_time_p95_s: float | None = None
     stats_disabled: bool = False
     """The target answers but exports no vllm:* series (--disable-log-stats)."""
+    ttft_mean_s: float | None = None
+    """Mean time to first token over the window (Δsum/Δcount)."""
+    queue_time_mean_s: float | None = None
+    """Mean time in vLLM's waiting queue over the window."""
+    prefill_time_mean_s: float | None = None
+    """Mean prefill time (scheduled -> first token) over the window."""
 
 
 @dataclass(frozen=True)

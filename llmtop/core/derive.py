@@ -1,0 +1,159 @@
+"""One engine's scrapes over a window -> `EngineStats`: rates, quantiles, KV arithmetic.
+
+Rates are reset-aware increments over the window divided by the time they span. Quantiles come
+from the window's bucket increments (`series.histogram_quantile`). ITL caveat (METRICS.md):
+at a few ms per token every observation lands in the first bucket (le=0.01) and interpolation
+would report 0.005 s whatever the truth (the same for the request-phase histograms below 0.3 s);
+when a quantile falls in the first bucket the window mean (Δsum/Δcount) is reported instead,
+capped at that bucket's bound. Token means per request
+use Δsum/Δcount of request_prompt_tokens/request_generation_tokens, falling back to the
+cumulative means when no request finished inside the window.
+"""
+
+from __future__ import annotations
+
+from llmtop.core.engines import EngineScrape
+from llmtop.core.series import (
+    CounterWindow,
+    Key,
+    histogram_quantile,
+    quantile_lands_in_first_bucket,
+)
+from llmtop.core.snapshot import EngineStats
+
+
+def counter_values(scrape: EngineScrape) -> dict[Key, float]:
+    """Flatten an `EngineScrape`'s counters and histograms into `CounterWindow` keys."""
+    values: dict[Key, float] = {(name, None): v for name, v in scrape.counters.items()}
+    for key, h in scrape.histograms.items():
+        group = "h:" + key
+        for le, c in h.buckets:
+            values[(group, le)] = c
+        values[(group, "sum")] = h.sum
+        values[(group, "count")] = h.count
+    return values
+
+
+class _Hist:
+    """A histogram's increments over the window."""
+
+    def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
+        members = window.group("h:" + key, window_s)
+        self.sum = members.pop("sum", None)
+        self.count = members.pop("count", None)
+        self.buckets: list[tuple[float, float]] = [
+            (float(le), c) for le, c in members.items() if isinstance(le, float | int)
+        ]
+
+    def mean(self) -> float | None:
+        if self.sum is None or not self.count:
+            return None
+        return self.sum / self.count
+
+    def quantile(self, q: float) -> float | None:
+        if quantile_lands_in_first_bucket(q, self.buckets):
+            mean = self.mean()
+            if mean is not None:
+                return min(mean, min(le for le, _ in self.buckets))
+        return histogram_quantile(q, self.buckets)
+
+
+def _cumulative_mean(scrape: EngineScrape, key: str) -> float | None:
+    h = scrape.histograms.get(key)
+    return h.sum / h.count if h is not None and h.count > 0 else None
+
+
+def derive_engine(
+    url: str,
+    scrape: EngineScrape,
+    window: CounterWindow,
+    window_s: float,
+    *,
+    version: str | None = None,
+) -> EngineStats:
+    """EngineStats for one up engine from its latest scrape and its counter window."""
+    if not scrape.has_vllm:
+        return EngineStats(
+            url=url,
+            up=True,
+            version=version,
+            stats_disabled=True,
+            error="exports no vllm:* metrics (started with --disable-log-stats?)",
+        )
+
+    def rate(name: str) -> float | None:
+        return window.rate((name, None), window_s)
+
+    def delta(name: str) -> float | None:
+        return window.delta((name, None), window_s)
+
+    g = scrape.gauges
+    running = g.get("running")
+    decode = rate("generation_tokens")
+    per_seq = decode / running if decode is not None and running else None
+    span = window.span_s(window_s)
+    finished: dict[str, float] = {}
+    if span:
+        for name in scrape.counters:
+            if name.startswith("finished:"):
+                d = delta(name)
+                if d is not None:
+                    finished[name.removeprefix("finished:")] = d / span
+
+    hits, queries = delta("prefix_hits"), delta("prefix_queries")
+    if not queries:
+        hits, queries = scrape.counters.get("prefix_hits"), scrape.counters.get("prefix_queries")
+    prefix_frac = hits / queries if hits is not None and queries else None
+
+    def h(key: str) -> _Hist:
+        return _Hist(window, key, window_s)
+
+    ttft, itl, e2e, queue, prefill = (
+        h("ttft"),
+        h("itl"),
+        h("e2e"),
+        h("queue_time"),
+        h("prefill_time"),
+    )
+    prompt_len, gen_len = h("prompt_len"), h("generation_len")
+    mean_prompt = prompt_len.mean()
+    mean_gen = gen_len.mean()
+    if mean_prompt is None or mean_gen is None:
+        mean_prompt = _cumulative_mean(scrape, "prompt_len")
+        mean_gen = _cumulative_mean(scrape, "generation_len")
+
+    return EngineStats(
+        url=url,
+        up=True,
+        model=scrape.model,
+        version=version,
+        running=running,
+        waiting=g.get("waiting"),
+        waiting_capacity=scrape.waiting_capacity,
+        kv_cache_usage_frac=g.get("kv_usage"),
+        kv_capacity_tokens=scrape.kv_capacity_tokens,
+        kv_block_size=scrape.kv_block_size,
+        prompt_tok_per_s=rate("prompt_tokens"),
+        decode_tok_per_s=decode,
+        decode_tok_per_s_per_seq=per_seq,
+        preemptions_per_s=rate("preemptions"),
+        finished_per_s=finished,
+        admission_rejections_per_s=rate("admission_rejections"),
+        prefix_cache_hit_frac=prefix_frac,
+        mean_prompt_tokens=mean_prompt,
+        mean_generation_tokens=mean_gen,
+        ttft_p50_s=ttft.quantile(0.5),
+        ttft_p95_s=ttft.quantile(0.95),
+        ttft_p99_s=ttft.quantile(0.99),
+        itl_p50_s=itl.quantile(0.5),
+        itl_p95_s=itl.quantile(0.95),
+        itl_p99_s=itl.quantile(0.99),
+        e2e_p50_s=e2e.quantile(0.5),
+        e2e_p95_s=e2e.quantile(0.95),
+        queue_time_p50_s=queue.quantile(0.5),
+        queue_time_p95_s=queue.quantile(0.95),
+        prefill_time_p95_s=prefill.quantile(0.95),
+        ttft_mean_s=ttft.mean(),
+        queue_time_mean_s=queue.mean(),
+        prefill_time_mean_s=prefill.mean(),
+    )

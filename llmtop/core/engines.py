@@ -1,0 +1,191 @@
+"""vLLM metric names, old and new, and one scrape's samples -> the numbers llmtop derives from.
+
+vLLM 0.10 to 0.33 (see METRICS.md): `kv_cache_usage_perc` was `gpu_cache_usage_perc` before
+0.9 (and on the V0 engine), the ITL histogram `inter_token_latency_seconds` was
+`time_per_output_token_seconds` before 0.10.2, `prefix_cache_*` was `gpu_prefix_cache_*`. The
+newer name wins when both are exported. Data-parallel engines (the `engine` label) are summed:
+gauges and counters by value, histograms bucket by bucket. A series that is absent stays None.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from llmtop.core.raw import Sample
+
+VLLM_PREFIX = "vllm:"
+
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "admission_rejections": ("vllm:admission_rejections_total",),
+}
+FINISHED = "vllm:request_success_total"
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue_time": ("vllm:request_queue_time_seconds",),
+    "prefill_time": ("vllm:request_prefill_time_seconds",),
+    "decode_time": ("vllm:request_decode_time_seconds",),
+    "prompt_len": ("vllm:request_prompt_tokens",),
+    "generation_len": ("vllm:request_generation_tokens",),
+}
+
+
+def sample_names() -> frozenset[str]:
+    """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list)."""
+    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED}
+    for group in (GAUGES, COUNTERS):
+        for alternatives in group.values():
+            names.update(alternatives)
+    for alternatives in HISTOGRAMS.values():
+        for fam in alternatives:
+            names.update((fam + "_bucket", fam + "_sum", fam + "_count"))
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram summed over engines: (upper bound, count) sorted, +Inf last."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+@dataclass(frozen=True)
+class EngineScrape:
+    """The values of one scrape that llmtop uses, engines summed; None = not exported."""
+
+    gauges: dict[str, float | None]
+    waiting_capacity: float | None
+    counters: dict[str, float]
+    """Counter name (or ``finished:<reason>``, ``admission:<reason>``) -> cumulative value."""
+    histograms: dict[str, Histogram]
+    kv_capacity_tokens: int | None
+    kv_block_size: int | None
+    model: str | None
+    has_vllm: bool
+    """Any vllm:* series at all (False: --disable-log-stats, or not a vLLM)."""
+    names_used: dict[str, str] = field(default_factory=dict)
+    """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
+
+
+def _label(labels: tuple[tuple[str, str], ...], key: str) -> str | None:
+    for k, v in labels:
+        if k == key:
+            return v
+    return None
+
+
+def _le(value: str) -> float:
+    return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def extract(samples: tuple[Sample, ...]) -> EngineScrape:
+    """Sum one scrape's samples over engines into an `EngineScrape`."""
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_name[s.name].append(s)
+    used: dict[str, str] = {}
+
+    def first(key: str, alternatives: tuple[str, ...]) -> list[Sample] | None:
+        for name in alternatives:
+            if name in by_name:
+                used[key] = name
+                return by_name[name]
+        return None
+
+    gauges: dict[str, float | None] = {}
+    for key, alternatives in GAUGES.items():
+        found = first(key, alternatives)
+        gauges[key] = None if found is None else sum(s.value for s in found)
+    waiting_capacity = None
+    if WAITING_BY_REASON in by_name:
+        cap = [
+            s.value for s in by_name[WAITING_BY_REASON] if _label(s.labels, "reason") == "capacity"
+        ]
+        waiting_capacity = sum(cap) if cap else None
+
+    counters: dict[str, float] = {}
+    for key, alternatives in COUNTERS.items():
+        found = first(key, alternatives)
+        if found is not None:
+            counters[key] = sum(s.value for s in found)
+            if key == "admission_rejections":
+                for s in found:
+                    reason = _label(s.labels, "reason") or "unknown"
+                    counters[f"admission:{reason}"] = (
+                        counters.get(f"admission:{reason}", 0.0) + s.value
+                    )
+    for s in by_name.get(FINISHED, ()):
+        reason = _label(s.labels, "finished_reason") or "unknown"
+        counters[f"finished:{reason}"] = counters.get(f"finished:{reason}", 0.0) + s.value
+
+    histograms: dict[str, Histogram] = {}
+    for key, alternatives in HISTOGRAMS.items():
+        for fam in alternatives:
+            if fam + "_count" in by_name or fam + "_bucket" in by_name:
+                used[key] = fam
+                histograms[key] = _histogram(by_name, fam)
+                break
+
+    capacity, block_size = _kv_capacity(by_name.get(CACHE_CONFIG, []))
+    model = None
+    for s in samples:
+        model = _label(s.labels, "model_name")
+        if model is not None:
+            break
+    return EngineScrape(
+        gauges=gauges,
+        waiting_capacity=waiting_capacity,
+        counters=counters,
+        histograms=histograms,
+        kv_capacity_tokens=capacity,
+        kv_block_size=block_size,
+        model=model,
+        has_vllm=any(s.name.startswith(VLLM_PREFIX) for s in samples),
+        names_used=used,
+    )
+
+
+def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:
+    buckets: dict[float, float] = defaultdict(float)
+    for s in by_name.get(fam + "_bucket", ()):
+        le = _label(s.labels, "le")
+        if le is not None:
+            buckets[_le(le)] += s.value
+    return Histogram(
+        buckets=tuple(sorted(buckets.items())),
+        sum=sum(s.value for s in by_name.get(fam + "_sum", ())),
+        count=sum(s.value for s in by_name.get(fam + "_count", ())),
+    )
+
+
+def _kv_capacity(info: list[Sample]) -> tuple[int | None, int | None]:
+    """KV capacity in tokens summed over engines: num_gpu_blocks x block_size per engine."""
+    total = 0
+    block_size: int | None = None
+    for s in info:
+        try:
+            blocks = int(_label(s.labels, "num_gpu_blocks") or "")
+            size = int(_label(s.labels, "block_size") or "")
+        except ValueError:
+            return None, None
+        total += blocks * size
+        block_size = size
+    return (total or None), block_size

@@ -1,0 +1,267 @@
+"""RawPoll -> Snapshot: the one place that turns raw inputs into stats, history and findings.
+
+Pure and deterministic: time comes only from `RawPoll.time`, so feeding the same RawPolls to a
+fresh Pipeline yields the same Snapshots (recording and replay rely on it). It keeps, per
+engine URL, a reset-aware counter window (`series.CounterWindow`), the rules' hysteresis state
+(`health.HealthState`), and ~10 minutes of history:
+
+- `pipeline.snapshots`: the recent Snapshots, oldest first (what the rules look back on);
+- `pipeline.history`: a tuple of `HistoryPoint` (time, decode_tok_per_s, prompt_tok_per_s,
+  ttft_p95_s, kv_cache_usage_frac, running, waiting, gateway_in_flight, gateway_queued), oldest
+  first, engines summed (KV and TTFT: the worst engine), for the TUI's charts. None = unknown.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llmtop.core import engines as vllm_names
+from llmtop.core.derive import counter_values, derive_engine
+from llmtop.core.health import Context, HealthState
+from llmtop.core.raw import RawEngine, RawPoll
+from llmtop.core.series import CounterWindow, Key
+from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
+from llmtop.settings import HealthSettings
+
+HISTORY_S = 600.0
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One poll's headline numbers for the charts; None = unknown at that poll."""
+
+    time: float
+    decode_tok_per_s: float | None
+    prompt_tok_per_s: float | None
+    ttft_p95_s: float | None
+    kv_cache_usage_frac: float | None
+    running: float | None
+    waiting: float | None
+    gateway_in_flight: int | None
+    gateway_queued: int | None
+
+
+class _EngineTrack:
+    """What the pipeline remembers about one engine URL."""
+
+    def __init__(self) -> None:
+        self.window = CounterWindow(keep_s=HISTORY_S)
+        self.last_progress: float | None = None
+        self.progress_total: float | None = None
+
+
+class Pipeline:
+    """Derives Snapshots from RawPolls; holds the series, history and hysteresis state."""
+
+    def __init__(
+        self,
+        health: HealthSettings,
+        *,
+        window_s: float | None = None,
+        max_num_seqs: int | None = None,
+    ) -> None:
+        self.settings = health if window_s is None else replace(health, window_s=window_s)
+        self.window_s = self.settings.window_s
+        self.max_num_seqs = max_num_seqs
+        self.health = HealthState(self.settings)
+        self._engines: dict[str, _EngineTrack] = {}
+        self._gateway = CounterWindow(keep_s=HISTORY_S)
+        self._snapshots: deque[Snapshot] = deque()
+        self._history: deque[HistoryPoint] = deque()
+
+    @property
+    def snapshots(self) -> tuple[Snapshot, ...]:
+        """Recent snapshots, oldest first."""
+        return tuple(self._snapshots)
+
+    @property
+    def history(self) -> tuple[HistoryPoint, ...]:
+        """Recent headline numbers for charts, oldest first (~10 minutes)."""
+        return tuple(self._history)
+
+    def update(self, raw: RawPoll) -> Snapshot:
+        """Fold one poll in and return its Snapshot."""
+        t = raw.time
+        engine_stats = tuple(self._engine(t, e) for e in raw.engines)
+        gateway = self._gateway_stats(raw)
+        progress = {
+            url: track.last_progress
+            for url, track in self._engines.items()
+            if track.last_progress is not None
+        }
+        ctx = Context(
+            time=t,
+            engines=engine_stats,
+            gateway=gateway,
+            gpus=raw.gpus,
+            settings=self.settings,
+            history=tuple(self._snapshots),
+            last_progress=progress,
+            max_num_seqs=self.max_num_seqs,
+        )
+        findings = self.health.evaluate(ctx)
+        snap = Snapshot(
+            time=t,
+            engines=engine_stats,
+            gateway=gateway,
+            gpus=raw.gpus,
+            gpu_error=raw.gpu_error,
+            findings=findings,
+            status=_status(engine_stats, findings),
+        )
+        self._remember(snap)
+        return snap
+
+    def _engine(self, t: float, raw: RawEngine) -> EngineStats:
+        if raw.samples is None:
+            return EngineStats(
+                url=raw.url, up=False, error=raw.error or "no answer", model=raw.model
+            )
+        track = self._engines.setdefault(raw.url, _EngineTrack())
+        scrape = vllm_names.extract(raw.samples)
+        track.window.add(t, counter_values(scrape))
+        total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
+            "prompt_tokens", 0.0
+        )
+        if track.progress_total is None or total != track.progress_total:
+            track.last_progress = t
+        track.progress_total = total
+        stats = derive_engine(raw.url, scrape, track.window, self.window_s, version=raw.version)
+        if stats.model is None and raw.model is not None:
+            stats = replace(stats, model=raw.model)
+        return stats
+
+    def _gateway_stats(self, raw: RawPoll) -> GatewayStats | None:
+        if raw.gateway_url is None:
+            return None
+        if raw.gateway is None:
+            return GatewayStats(
+                url=raw.gateway_url, up=False, error=raw.gateway_error or "no answer"
+            )
+        return gateway_stats(raw.gateway_url, raw.gateway, raw.time, self._gateway, self.window_s)
+
+    def _remember(self, snap: Snapshot) -> None:
+        self._snapshots.append(snap)
+        self._history.append(history_point(snap))
+        while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
+            self._snapshots.popleft()
+        while self._history and self._history[0].time < snap.time - HISTORY_S:
+            self._history.popleft()
+
+
+def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:
+    """unknown when no engine is up with its core inputs known; else from the findings."""
+    known = [
+        e
+        for e in engines
+        if e.up
+        and not e.stats_disabled
+        and e.running is not None
+        and e.kv_cache_usage_frac is not None
+        and e.decode_tok_per_s is not None
+    ]
+    if not known:
+        return "unknown"
+    if any(f.severity == "critical" for f in findings):
+        return "critical"
+    if findings:
+        return "degraded"
+    return "ok"
+
+
+def _num(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _int(d: dict[str, Any], key: str) -> int | None:
+    v = _num(d, key)
+    return None if v is None else int(v)
+
+
+def _dict(d: dict[str, Any], key: str) -> dict[str, Any]:
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def gateway_stats(
+    url: str, data: dict[str, Any], t: float, window: CounterWindow, window_s: float
+) -> GatewayStats:
+    """The gateway's /admin/stats JSON -> GatewayStats; 429 rates from its counters' deltas."""
+    outcomes = {k: int(v) for k, v in _dict(data, "outcomes").items() if isinstance(v, int | float)}
+    rejections = {
+        k: float(v) for k, v in _dict(data, "rejections").items() if isinstance(v, int | float)
+    }
+    counters: dict[Key, float] = {(f"rej:{k}", None): v for k, v in rejections.items()}
+    if "timed_out" in outcomes:
+        counters[("rej:queue_timeout", None)] = float(outcomes["timed_out"])
+    window.add(t, counters)
+    rejected_per_s: dict[str, float] = {}
+    for (name, _), _v in counters.items():
+        r = window.rate((name, None), window_s)
+        if r is not None:
+            rejected_per_s[name.removeprefix("rej:")] = r
+    limits = _dict(data, "limits")
+    wait, ttft, upstream = (
+        _dict(data, "queue_wait_s"),
+        _dict(data, "ttft_s"),
+        _dict(data, "upstream"),
+    )
+    all_outcomes = dict(outcomes)
+    for k, v in rejections.items():
+        all_outcomes[f"rejected:{k}"] = int(v)
+    paused = data.get("paused")
+    healthy = upstream.get("healthy")
+    return GatewayStats(
+        url=url,
+        up=True,
+        in_flight=_int(data, "in_flight"),
+        queued=_int(data, "queued"),
+        queued_by_priority={
+            k: int(v)
+            for k, v in _dict(data, "queued_by_priority").items()
+            if isinstance(v, int | float)
+        },
+        max_concurrency=_int(limits, "max_concurrency"),
+        max_queue=_int(limits, "max_queue"),
+        queue_timeout_s=_num(limits, "queue_timeout_s"),
+        rate_limit_rpm=_num(limits, "rate_limit_rpm"),
+        max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
+        paused=paused if isinstance(paused, bool) else None,
+        outcomes=all_outcomes,
+        rejected_per_s=rejected_per_s,
+        queue_wait_p50_s=_num(wait, "p50"),
+        queue_wait_p95_s=_num(wait, "p95"),
+        ttft_p50_s=_num(ttft, "p50"),
+        ttft_p95_s=_num(ttft, "p95"),
+        upstream_healthy=healthy if isinstance(healthy, bool) else None,
+    )
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def history_point(snap: Snapshot) -> HistoryPoint:
+    """A snapshot's headline numbers: rates and counts summed, KV and TTFT the worst engine."""
+    up = [e for e in snap.engines if e.up]
+    g = snap.gateway if snap.gateway is not None and snap.gateway.up else None
+    return HistoryPoint(
+        time=snap.time,
+        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
+        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
+        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
+        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
+        running=_sum([e.running for e in up]),
+        waiting=_sum([e.waiting for e in up]),
+        gateway_in_flight=None if g is None else g.in_flight,
+        gateway_queued=None if g is None else g.queued,
+    )

@@ -1,0 +1,130 @@
+"""Time series arithmetic: reset-aware counter increments over a sliding window, and
+histogram quantiles as PromQL's histogram_quantile computes them.
+
+A counter that goes down was reset (the engine restarted): its increment for that poll is its
+new value, as Prometheus's rate() assumes. Counters are grouped (one histogram's buckets, sum
+and count form one group) so a reset seen on any member resets the whole group. The window
+holds per-poll increments, so rates over it survive resets and gaps. Pure: time comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Hashable, Mapping, Sequence
+
+Key = tuple[str, Hashable]
+"""(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
+
+
+class CounterWindow:
+    """Reset-aware increments of named counters, kept for `keep_s` seconds."""
+
+    def __init__(self, keep_s: float = 600.0) -> None:
+        self.keep_s = keep_s
+        self._prev: dict[Key, float] | None = None
+        self._prev_time: float | None = None
+        self._steps: deque[tuple[float, float, dict[Key, float]]] = deque()
+        """(start time, end time, increments) per poll."""
+
+    def add(self, t: float, values: Mapping[Key, float]) -> None:
+        """Record one scrape's cumulative values at time `t` (seconds)."""
+        if self._prev is not None and self._prev_time is not None and t > self._prev_time:
+            prev = self._prev
+            reset_groups = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
+            inc: dict[Key, float] = {}
+            for k, v in values.items():
+                if k[0] in reset_groups or k not in prev:
+                    inc[k] = v
+                else:
+                    inc[k] = v - prev[k]
+            self._steps.append((self._prev_time, t, inc))
+            while self._steps and self._steps[0][1] < t - self.keep_s:
+                self._steps.popleft()
+        elif self._prev_time is not None and t <= self._prev_time:
+            self._steps.clear()  # time went backwards: start over rather than divide by <= 0
+        self._prev = dict(values)
+        self._prev_time = t
+
+    def _window(self, window_s: float) -> list[tuple[float, float, dict[Key, float]]]:
+        if not self._steps:
+            return []
+        end = self._steps[-1][1]
+        out = [s for s in self._steps if s[0] >= end - window_s - 1e-9]
+        return out or [self._steps[-1]]
+
+    def span_s(self, window_s: float) -> float | None:
+        """Seconds the window's increments cover (None before two scrapes)."""
+        steps = self._window(window_s)
+        return None if not steps else steps[-1][1] - steps[0][0]
+
+    def delta(self, key: Key, window_s: float) -> float | None:
+        """Increase of `key` over the window; None when it was not in two scrapes."""
+        steps = self._window(window_s)
+        found = [s[2][key] for s in steps if key in s[2]]
+        return sum(found) if found else None
+
+    def rate(self, key: Key, window_s: float) -> float | None:
+        """Per-second increase over the window; None when unknown."""
+        d = self.delta(key, window_s)
+        span = self.span_s(window_s)
+        return None if d is None or not span else d / span
+
+    def group(self, group: str, window_s: float) -> dict[Hashable, float]:
+        """Summed increments of every member of `group` over the window."""
+        out: dict[Hashable, float] = {}
+        for _, _, inc in self._window(window_s):
+            for (g, member), v in inc.items():
+                if g == group:
+                    out[member] = out.get(member, 0.0) + v
+        return out
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The q-quantile of cumulative (upper bound, count) buckets, like PromQL.
+
+    Linear interpolation inside the bucket holding the rank; the lowest bucket interpolates
+    from 0; a rank in the +Inf bucket returns the largest finite bound. None when empty.
+    """
+    if not buckets or math.isnan(q):
+        return None
+    ordered = sorted(buckets)
+    if not math.isinf(ordered[-1][0]):
+        return None  # no +Inf bucket: not a valid histogram
+    # Bucket deltas of a window can be slightly non-monotonic across a reset; force monotonic.
+    counts: list[float] = []
+    running = 0.0
+    for _, c in ordered:
+        running = max(running, c)
+        counts.append(running)
+    total = counts[-1]
+    if total <= 0:
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    rank = q * total
+    i = next(i for i, c in enumerate(counts) if c >= rank)
+    if i == len(ordered) - 1:
+        return ordered[-2][0] if len(ordered) >= 2 else None
+    upper = ordered[i][0]
+    if i == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = ordered[i - 1][0], counts[i - 1]
+    in_bucket = counts[i] - below
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+def quantile_lands_in_first_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> bool:
+    """Whether the q-quantile falls in the lowest bucket, where interpolation says nothing."""
+    if not buckets:
+        return False
+    ordered = sorted(buckets)
+    total = max(c for _, c in ordered)
+    return total > 0 and ordered[0][1] >= q * total

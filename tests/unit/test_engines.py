@@ -1,0 +1,104 @@
+"""engines: vLLM names old and new, data-parallel sums, missing series stay unknown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtop.core import engines, promtext
+from llmtop.core.engines import extract
+
+KEEP = promtext.keep_names(engines.sample_names())
+
+
+def scrape(text: str) -> engines.EngineScrape:
+    return extract(promtext.parse(text, KEEP))
+
+
+def test_real_load_capture(fixtures_dir: Path) -> None:
+    s = scrape((fixtures_dir / "metrics-load.txt").read_text())
+    assert s.gauges == {"running": 4.0, "waiting": 42.0, "kv_usage": 1.0}
+    assert s.waiting_capacity == 42.0
+    assert s.kv_capacity_tokens == 32 * 128
+    assert s.kv_block_size == 128
+    assert s.model == "tinyllm"
+    assert s.has_vllm
+    assert s.counters["prompt_tokens"] == 4810.0
+    assert s.counters["finished:length"] == 3.0
+    assert s.counters["admission:max_num_queued_reqs"] == 0.0
+    ttft = s.histograms["ttft"]
+    assert ttft.buckets[-1] == (float("inf"), ttft.count)
+    assert s.names_used["kv_usage"] == "vllm:kv_cache_usage_perc"
+    assert s.names_used["itl"] == "vllm:inter_token_latency_seconds"
+
+
+def test_old_names_are_read() -> None:
+    s = scrape(
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        'vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 3\n'
+        'vllm:gpu_prefix_cache_queries_total{engine="0",model_name="m"} 12\n'
+        'vllm:time_per_output_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 4\n'
+        'vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 5\n'
+        'vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 5\n'
+        'vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.4\n'
+    )
+    assert s.gauges["kv_usage"] == 0.5
+    assert s.counters["prefix_hits"] == 3.0
+    assert s.histograms["itl"].count == 5.0
+    assert s.names_used["itl"] == "vllm:time_per_output_token_seconds"
+
+
+def test_new_name_wins_over_old() -> None:
+    s = scrape(
+        'vllm:gpu_cache_usage_perc{engine="0"} 0.1\nvllm:kv_cache_usage_perc{engine="0"} 0.7\n'
+    )
+    assert s.gauges["kv_usage"] == 0.7
+
+
+def test_two_engines_summed_and_buckets_merged() -> None:
+    text = ""
+    for eng, (run, le1, inf) in {"0": (3, 2, 5), "1": (4, 1, 3)}.items():
+        lab = f'engine="{eng}",model_name="m"'
+        text += (
+            f"vllm:num_requests_running{{{lab}}} {run}\n"
+            f'vllm:cache_config_info{{block_size="16",engine="{eng}",num_gpu_blocks="100"}} 1\n'
+            f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.5"}} {le1}\n'
+            f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {inf}\n'
+            f"vllm:time_to_first_token_seconds_count{{{lab}}} {inf}\n"
+            f"vllm:time_to_first_token_seconds_sum{{{lab}}} 1.0\n"
+        )
+    s = scrape(text)
+    assert s.gauges["running"] == 7.0
+    assert s.kv_capacity_tokens == 2 * 100 * 16
+    h = s.histograms["ttft"]
+    assert h.buckets == ((0.5, 3.0), (float("inf"), 8.0))
+    assert (h.count, h.sum) == (8.0, 2.0)
+
+
+def test_missing_gauges_are_unknown_not_zero() -> None:
+    # A multi-API-server vLLM before its first request: counters, no gauges.
+    s = scrape('vllm:prompt_tokens_total{engine="0",model_name="m"} 0\n')
+    assert s.gauges == {"running": None, "waiting": None, "kv_usage": None}
+    assert s.waiting_capacity is None
+    assert s.kv_capacity_tokens is None
+    assert s.has_vllm
+
+
+def test_disable_log_stats_has_no_vllm_series(fixtures_dir: Path) -> None:
+    text = "\n".join(
+        line
+        for line in (fixtures_dir / "metrics-idle.txt").read_text().splitlines()
+        if "vllm:" not in line
+    )
+    s = scrape(text)
+    assert not s.has_vllm
+    assert s.counters == {}
+
+
+@pytest.mark.parametrize("blocks", ["None", ""])
+def test_unset_cache_config_is_unknown(blocks: str) -> None:
+    s = scrape(
+        f'vllm:cache_config_info{{block_size="16",engine="0",num_gpu_blocks="{blocks}"}} 1\n'
+    )
+    assert s.kv_capacity_tokens is None

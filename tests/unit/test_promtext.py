@@ -1,0 +1,87 @@
+"""promtext: real vLLM 0.32 captures, filtering, and errors that name the bad line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtop.core import engines, promtext
+from llmtop.errors import ScrapeError
+
+KEEP = promtext.keep_names(engines.sample_names())
+
+
+def test_load_capture_keeps_only_what_llmtop_reads(fixtures_dir: Path) -> None:
+    text = (fixtures_dir / "metrics-load.txt").read_text()
+    samples = promtext.parse(text, KEEP)
+    names = {s.name for s in samples}
+    assert "vllm:num_requests_running" in names
+    assert "vllm:prompt_tokens_total" in names  # _total kept on the sample name
+    assert "vllm:time_to_first_token_seconds_bucket" in names
+    assert not any(n.startswith(("python_", "process_", "http_")) for n in names)
+    assert not any(n.endswith("_created") for n in names)
+    running = [s for s in samples if s.name == "vllm:num_requests_running"]
+    assert running[0].value == 4.0
+    assert dict(running[0].labels) == {"engine": "0", "model_name": "tinyllm"}
+
+
+def test_filtered_parse_agrees_with_plain_parse(fixtures_dir: Path) -> None:
+    text = (fixtures_dir / "metrics-load.txt").read_text()
+    plain = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    filtered = promtext.parse(text, KEEP)
+    assert filtered
+    for s in filtered:
+        assert plain[(s.name, s.labels)] == s.value
+    wanted = {k for k in plain if k[0] in engines.sample_names()}
+    assert wanted == {(s.name, s.labels) for s in filtered}
+
+
+def test_parse_without_filter_returns_everything(fixtures_dir: Path) -> None:
+    text = (fixtures_dir / "metrics-idle.txt").read_text()
+    everything = promtext.parse(text)
+    assert any(s.name.startswith("python_gc") for s in everything)
+    assert len(everything) > len(promtext.parse(text, KEEP))
+
+
+def test_malformed_wanted_line_is_named() -> None:
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} 1.0\n'
+        'vllm:num_requests_running{engine="1" oops\n'
+    )
+    with pytest.raises(ScrapeError, match=r"line 3: .*engine=\"1\" oops"):
+        promtext.parse(text, KEEP)
+
+
+def test_malformed_unwanted_line_is_still_an_error() -> None:
+    text = 'python_info{version="3"} 1.0\nthis is not exposition text\n'
+    with pytest.raises(ScrapeError, match="line 2"):
+        promtext.parse(text, KEEP)
+
+
+def test_html_body_is_an_error_naming_the_first_line() -> None:
+    with pytest.raises(ScrapeError, match=r"line 1: '<!DOCTYPE html>'"):
+        promtext.parse("<!DOCTYPE html>\n<html><body>hi</body></html>\n", KEEP)
+
+
+def test_long_bad_line_is_truncated() -> None:
+    with pytest.raises(ScrapeError) as info:
+        promtext.parse("vllm:num_requests_running " + "x" * 500 + "\n", KEEP)
+    assert len(str(info.value)) < 200
+    assert "..." in str(info.value)
+
+
+def test_dcgm_prefix_filter() -> None:
+    text = (
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",modelName="H100"} 61\n'
+        "go_goroutines 12\n"
+    )
+    samples = promtext.parse(text, promtext.keep_prefix("DCGM_FI_"))
+    assert [(s.name, s.value) for s in samples] == [("DCGM_FI_DEV_GPU_TEMP", 61.0)]

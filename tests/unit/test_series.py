@@ -1,0 +1,112 @@
+"""series: reset-aware counter windows and PromQL histogram_quantile semantics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmtop.core.series import CounterWindow, histogram_quantile, quantile_lands_in_first_bucket
+
+INF = math.inf
+K = ("tokens", None)
+
+
+def test_rate_over_steady_counter() -> None:
+    w = CounterWindow()
+    for i in range(6):
+        w.add(float(i), {K: 100.0 * i})
+    assert w.rate(K, 10.0) == pytest.approx(100.0)
+    assert w.span_s(10.0) == pytest.approx(5.0)
+
+
+def test_rate_unknown_before_two_scrapes() -> None:
+    w = CounterWindow()
+    w.add(0.0, {K: 5.0})
+    assert w.rate(K, 10.0) is None
+    assert w.span_s(10.0) is None
+
+
+def test_counter_reset_counts_the_new_value() -> None:
+    w = CounterWindow()
+    w.add(0.0, {K: 1000.0})
+    w.add(1.0, {K: 1100.0})
+    w.add(2.0, {K: 30.0})  # restarted: 30 since the restart
+    w.add(3.0, {K: 130.0})
+    assert w.delta(K, 10.0) == pytest.approx(100 + 30 + 100)
+    assert w.rate(K, 10.0) == pytest.approx(230 / 3)
+
+
+def test_window_drops_old_increments() -> None:
+    w = CounterWindow()
+    w.add(0.0, {K: 0.0})
+    w.add(1.0, {K: 1000.0})  # a burst long ago
+    for t in range(2, 22):
+        w.add(float(t), {K: 1000.0 + 10 * (t - 1)})
+    assert w.rate(K, 10.0) == pytest.approx(10.0)
+
+
+def test_group_reset_resets_every_member() -> None:
+    w = CounterWindow()
+    w.add(0.0, {("h", 0.1): 10.0, ("h", INF): 20.0})
+    w.add(1.0, {("h", 0.1): 15.0, ("h", INF): 5.0})  # +Inf fell: the histogram restarted
+    assert w.group("h", 10.0) == {0.1: 15.0, INF: 5.0}
+
+
+def test_new_series_counts_from_zero_and_time_backwards_starts_over() -> None:
+    w = CounterWindow()
+    w.add(0.0, {K: 1.0})
+    w.add(1.0, {K: 2.0, ("late", None): 7.0})
+    assert w.delta(("late", None), 10.0) == 7.0
+    w.add(0.5, {K: 3.0})
+    assert w.rate(K, 10.0) is None
+
+
+def test_quantile_interpolates_like_promql() -> None:
+    buckets = [(0.1, 10.0), (0.5, 30.0), (1.0, 40.0), (INF, 40.0)]
+    # rank 20 -> bucket (0.1, 0.5], 10 of 20 in it: 0.1 + 0.4 * 10/20
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.3)
+    # lowest bucket interpolates from 0: rank 4 of 10 in (0, 0.1]
+    assert histogram_quantile(0.1, buckets) == pytest.approx(0.04)
+
+
+def test_quantile_in_inf_bucket_returns_last_finite_bound() -> None:
+    assert histogram_quantile(0.99, [(0.1, 1.0), (1.0, 2.0), (INF, 10.0)]) == 1.0
+
+
+def test_quantile_empty_or_invalid_is_unknown() -> None:
+    assert histogram_quantile(0.5, []) is None
+    assert histogram_quantile(0.5, [(0.1, 0.0), (INF, 0.0)]) is None
+    assert histogram_quantile(0.5, [(0.1, 3.0), (1.0, 4.0)]) is None  # no +Inf
+
+
+def test_quantile_bounds() -> None:
+    b = [(1.0, 1.0), (INF, 1.0)]
+    assert histogram_quantile(-0.1, b) == -INF
+    assert histogram_quantile(1.5, b) == INF
+    assert histogram_quantile(0.5, [(-1.0, 5.0), (INF, 5.0)]) == -1.0
+
+
+def test_first_bucket_detector() -> None:
+    assert quantile_lands_in_first_bucket(0.95, [(0.01, 100.0), (0.1, 100.0), (INF, 100.0)])
+    assert not quantile_lands_in_first_bucket(0.95, [(0.01, 50.0), (0.1, 100.0), (INF, 100.0)])
+
+
+@given(
+    st.lists(st.floats(0, 1000, allow_nan=False), min_size=1, max_size=12),
+    st.floats(0, 1, allow_nan=False),
+)
+def test_quantile_stays_within_bucket_bounds(increments: list[float], q: float) -> None:
+    bounds = [0.01 * 2**i for i in range(len(increments))] + [INF]
+    counts, total = [], 0.0
+    for inc in [*increments, 0.0]:
+        total += inc
+        counts.append(total)
+    v = histogram_quantile(q, list(zip(bounds, counts, strict=True)))
+    if total == 0:
+        assert v is None
+    else:
+        assert v is not None
+        assert 0.0 <= v <= bounds[-2]
