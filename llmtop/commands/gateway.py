@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from llmtop.commands._common import flag, load
-from llmtop.errors import NotBuiltError
 from llmtop.settings import GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
@@ -63,5 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    load(GatewaySettings, args)
-    raise NotBuiltError("llmtop gateway is not built yet")
+    from llmtop.gateway.serve import run_gateway
+
+    run_gateway(load(GatewaySettings, args))
+    return 0

@@ -1,0 +1,108 @@
+"""The gateway's Starlette app: /admin, /metrics, /healthz, and the proxy for every other path.
+
+The upstream httpx.AsyncClient and a 50 ms housekeeping task (queue timeouts, a light upstream
+health probe) are owned by the lifespan, so they open and close with the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
+from llmtop.errors import ConfigError
+from llmtop.gateway.admin import admin_routes
+from llmtop.gateway.admission import AdmissionController, LimitError
+from llmtop.gateway.metrics import metrics_endpoint
+from llmtop.gateway.proxy import Proxy
+from llmtop.gateway.state import GatewayState, limits_of
+from llmtop.settings import GatewaySettings, read_token
+
+TICK_S = 0.05
+"""How often queue timeouts are checked: a waiter leaves at most this late."""
+HEALTH_INTERVAL_S = 5.0
+"""How often the upstream's /health is probed (proxied answers update health in between)."""
+
+
+def make_client(settings: GatewaySettings) -> httpx.AsyncClient:
+    """The upstream client: no connection cap (admission is the cap), no env proxies, and no
+    default headers, so the client's own Accept-Encoding and the like pass through unchanged."""
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(
+            connect=settings.upstream_connect_timeout_s,
+            read=settings.upstream_read_timeout_s,
+            write=settings.upstream_read_timeout_s,
+            pool=None,
+        ),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+        trust_env=False,
+        follow_redirects=False,
+    )
+    client.headers.clear()
+    return client
+
+
+async def _housekeeping(state: GatewayState) -> None:
+    """Expire queued requests every tick; probe the upstream's /health now and then."""
+    ctl = state.controller
+    next_probe = 0.0
+    while True:
+        ctl.expire()
+        now = time.monotonic()
+        if now >= next_probe and state.client is not None:
+            next_probe = now + HEALTH_INTERVAL_S
+            try:
+                r = await state.client.get(state.base_url + "/health", timeout=2.0)
+                if r.status_code < 500:
+                    state.upstream.ok()
+                else:
+                    state.upstream.failed(f"/health returned {r.status_code}")
+            except httpx.HTTPError as e:
+                state.upstream.failed(f"upstream unreachable: {type(e).__name__}")
+        await asyncio.sleep(TICK_S)
+
+
+def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None = None) -> Starlette:
+    """The gateway for `settings`; `clock` (monotonic seconds) drives admission, for tests."""
+    try:
+        controller = AdmissionController(limits_of(settings), clock=clock or time.monotonic)
+    except LimitError as e:
+        raise ConfigError(f"gateway: {e.message}") from None
+    if settings.max_body_bytes < 1:
+        raise ConfigError(f"gateway: max_body_bytes must be >= 1, got {settings.max_body_bytes}")
+    token = read_token(settings.admin_token, settings.admin_token_file)
+    state = GatewayState(settings=settings, controller=controller, admin_token=token)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.client = make_client(settings)
+        task = asyncio.ensure_future(_housekeeping(state))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await state.client.aclose()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "upstream": state.upstream.to_dict()})
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint(state), methods=["GET"]),
+            Mount("/admin", routes=admin_routes(state)),
+            Route("/{path:path}", Proxy(state)),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    return app

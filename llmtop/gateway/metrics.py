@@ -1,0 +1,116 @@
+"""GET /metrics: the gateway's state as Prometheus text, llmtop_gateway_* names.
+
+A collector reads the admission controller at scrape time, so the request hot path never
+touches prometheus_client; each app has its own registry (tests run many gateways at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+
+from llmtop.gateway.state import GatewayState
+from llmtop.gateway.window import CumulativeHistogram
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _hist(name: str, doc: str, h: CumulativeHistogram) -> HistogramMetricFamily:
+    return HistogramMetricFamily(
+        name, doc, buckets=[(le, float(c)) for le, c in h.cumulative()], sum_value=h.sum
+    )
+
+
+class GatewayCollector(Collector):
+    """Exports one gateway's counters, gauges, limits and histograms."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        ctl = self.state.controller
+        lim = ctl.limits
+        p = "llmtop_gateway_"
+        yield GaugeMetricFamily(p + "in_flight", "Requests at the upstream now.", ctl.in_flight)
+        queued = GaugeMetricFamily(
+            p + "queued", "Requests waiting in the gateway now.", labels=["priority"]
+        )
+        for prio, n in ctl.queued_by_priority().items():
+            queued.add_metric([prio], n)
+        yield queued
+        yield GaugeMetricFamily(
+            p + "in_flight_prompt_tokens",
+            "Summed prompt tokens of the requests in flight (estimated for text).",
+            ctl.in_flight_prompt_tokens,
+        )
+        yield CounterMetricFamily(
+            p + "requests_offered", "Generation requests that reached admission.", ctl.offered
+        )
+        outcomes = CounterMetricFamily(
+            p + "requests", "Generation requests by final outcome.", labels=["outcome"]
+        )
+        for outcome, n in ctl.outcomes.items():
+            outcomes.add_metric([outcome], n)
+        yield outcomes
+        rejections = CounterMetricFamily(
+            p + "rejections",
+            "429 rejections by reason (queue_timeout: see timed_out).",
+            labels=["reason"],
+        )
+        for reason, n in ctl.rejections.items():
+            rejections.add_metric([reason], n)
+        yield rejections
+        yield _hist(
+            p + "queue_wait_seconds", "Time requests waited in the queue.", ctl.queue_wait_hist
+        )
+        yield _hist(
+            p + "ttft_seconds",
+            "Time from arrival at the gateway to the first upstream byte.",
+            ctl.ttft_hist,
+        )
+        yield GaugeMetricFamily(p + "paused", "1 while admission is paused.", int(ctl.paused))
+        healthy = self.state.upstream.healthy
+        if healthy is not None:
+            yield GaugeMetricFamily(
+                p + "upstream_healthy", "1 when the upstream last answered.", int(healthy)
+            )
+        yield GaugeMetricFamily(
+            p + "limit_max_concurrency", "Limit: requests at the upstream.", lim.max_concurrency
+        )
+        yield GaugeMetricFamily(p + "limit_max_queue", "Limit: requests waiting.", lim.max_queue)
+        yield GaugeMetricFamily(
+            p + "limit_queue_timeout_seconds", "Limit: longest wait.", lim.queue_timeout_s
+        )
+        if lim.rate_limit_rpm is not None:
+            yield GaugeMetricFamily(
+                p + "limit_rate_limit_rpm",
+                "Limit: requests per minute per tenant.",
+                lim.rate_limit_rpm,
+            )
+        if lim.max_inflight_prompt_tokens is not None:
+            yield GaugeMetricFamily(
+                p + "limit_max_inflight_prompt_tokens",
+                "Limit: summed prompt tokens in flight.",
+                lim.max_inflight_prompt_tokens,
+            )
+
+
+def metrics_endpoint(state: GatewayState) -> Callable[[Request], Awaitable[Response]]:
+    """The /metrics handler over a fresh registry holding this gateway's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GatewayCollector(state))
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+
+    return metrics

@@ -1,0 +1,321 @@
+"""The proxy: a raw ASGI app that forwards every path to the upstream, generation endpoints
+through admission, and streams the answer back chunk by chunk.
+
+Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
+only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
+as they arrive (`aiter_raw`). A watcher task waits for the client's http.disconnect while the
+request is queued or streaming, so a client that leaves frees its slot and closes the upstream
+request (vLLM then aborts it) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from typing import Any
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.prompt import prompt_tokens
+from llmtop.gateway.state import GatewayState
+
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
+"""POST to these goes through admission; everything else is forwarded at once."""
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length"}
+# uvicorn adds its own date and server; the body goes out chunked, so no content-length
+_DROP_RESPONSE = _HOP_BY_HOP | {b"content-length", b"date", b"server"}
+_JSON = (b"content-type", b"application/json")
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body was read."""
+
+
+class _TooLarge(Exception):
+    """The request body is over max_body_bytes."""
+
+
+def error_body(status: int, message: str, type_: str, **extra: Any) -> bytes:
+    """An OpenAI-shaped error: {"error": {"message", "type", "code", ...}}."""
+    return json.dumps(
+        {"error": {"message": message, "type": type_, "code": status, **extra}}
+    ).encode()
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    type_: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    **extra: Any,
+) -> None:
+    body = error_body(status, message, type_, **extra)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _tenant(tenant: bytes | None, authorization: bytes | None) -> str:
+    """The x-llmtop-tenant header, else a hash of the bearer key (never the key), else ''."""
+    if tenant:
+        return tenant.decode("latin-1")
+    if authorization:
+        return "key:" + hashlib.sha256(authorization).hexdigest()[:16]
+    return ""
+
+
+class Proxy:
+    """The catch-all ASGI endpoint of the gateway."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self.state
+        t0 = state.clock()
+        settings = state.settings
+        forward: list[tuple[bytes, bytes]] = []
+        priority = b"normal"
+        tenant = authorization = None
+        drop = _DROP_REQUEST
+        for name, value in scope["headers"]:
+            if name == b"x-llmtop-priority":
+                priority = value.lower()
+            elif name == b"x-llmtop-tenant":
+                tenant = value
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"connection":
+                drop = drop | {t.strip().lower() for t in value.split(b",")}
+            elif (
+                name == b"content-length"
+                and value.isdigit()
+                and int(value) > settings.max_body_bytes
+            ):
+                await self._too_large(send)
+                return
+            forward.append((name, value))
+        forward = [(n, v) for n, v in forward if n not in drop]
+        try:
+            body = await _read_body(receive, settings.max_body_bytes)
+        except _TooLarge:
+            await self._too_large(send)
+            return
+        except _ClientGone:
+            return
+        ticket: Ticket | None = None
+        if scope["method"] == "POST" and scope["path"] in GENERATION_PATHS:
+            prio = priority.decode("latin-1")
+            if prio not in PRIORITIES:
+                await send_error(
+                    send,
+                    400,
+                    f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
+                    "invalid_request_error",
+                )
+                return
+            ctl = state.controller
+            limits = ctl.limits
+            try:
+                ticket = ctl.enter(
+                    prio,
+                    tenant=_tenant(tenant, authorization) if limits.rate_limit_rpm else None,
+                    prompt_tokens=(prompt_tokens(body) if limits.max_inflight_prompt_tokens else 0),
+                )
+            except Rejected as r:
+                await self._reject(send, r)
+                return
+        path = scope.get("raw_path") or scope["path"].encode()
+        url = state.base_url + path.decode("latin-1")
+        if scope["query_string"]:
+            url += "?" + scope["query_string"].decode("latin-1")
+        work = asyncio.ensure_future(
+            self._admit_and_forward(scope["method"], url, forward, body, ticket, t0, send)
+        )
+        watcher = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+        if not work.cancelled():
+            work.result()  # a bug in the handler surfaces instead of vanishing
+
+    async def _too_large(self, send: Send) -> None:
+        limit = self.state.settings.max_body_bytes
+        await send_error(
+            send,
+            413,
+            f"request body over {limit} bytes (max_body_bytes)",
+            "invalid_request_error",
+        )
+
+    async def _reject(self, send: Send, r: Rejected) -> None:
+        await send_error(
+            send,
+            429,
+            r.message,
+            "rate_limit_error",
+            headers=[(b"retry-after", r.retry_after_header.encode())],
+            reason=r.reason,
+        )
+
+    async def _admit_and_forward(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        ticket: Ticket | None,
+        t0: float,
+        send: Send,
+    ) -> None:
+        """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
+        queue_s = 0.0
+        if ticket is not None and not ticket.admitted:
+            try:
+                await ticket.wait()
+            except Rejected as r:
+                await self._reject(send, r)
+                return
+            queue_s = ticket.queue_wait_s
+        outcome = "upstream_error"
+        try:
+            outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
+        except (asyncio.CancelledError, OSError):
+            outcome = "cancelled"
+            raise
+        finally:
+            if ticket is not None:
+                ticket.release(outcome)
+
+    async def _forward(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        ticket: Ticket | None,
+        t0: float,
+        queue_s: float,
+        send: Send,
+    ) -> str:
+        """Send upstream and stream the answer; the outcome of an admitted request."""
+        state = self.state
+        client = state.client
+        assert client is not None, "the upstream client is opened by the app's lifespan"
+        clock = state.clock
+        request = client.build_request(method, url, headers=headers, content=body)
+        t_send = clock()
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException:
+            state.upstream.failed("upstream timed out")
+            await send_error(send, 504, "upstream timed out", "upstream_timeout")
+            return "upstream_error"
+        except httpx.HTTPError as e:
+            reason = f"upstream unreachable: {type(e).__name__}"
+            state.upstream.failed(reason)
+            await send_error(send, 502, reason, "upstream_error")
+            return "upstream_error"
+        try:
+            status = response.status_code
+            if status >= 500:
+                state.upstream.failed(f"upstream returned {status}")
+                if ticket is not None:
+                    return await self._wrap_5xx(response, send)
+            else:
+                state.upstream.ok()
+            t_resp = clock()
+            overhead_ms = ((t_resp - t0) - queue_s - (t_resp - t_send)) * 1000.0
+            out = [(n, v) for n, v in response.headers.raw if n.lower() not in _DROP_RESPONSE]
+            out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
+            out.append((b"x-llmtop-overhead-ms", f"{overhead_ms:.3f}".encode()))
+            await send({"type": "http.response.start", "status": status, "headers": out})
+            sse = response.headers.get("content-type", "").startswith("text/event-stream")
+            first = ticket is not None and status == 200
+            try:
+                async for chunk in response.aiter_raw():
+                    if first:
+                        state.controller.record_ttft(clock() - t0)
+                        first = False
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as e:
+                reason = f"upstream failed mid-response: {type(e).__name__}"
+                state.upstream.failed(reason)
+                tail = b""
+                if sse:
+                    err = error_body(502, reason, "upstream_error").decode()
+                    tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
+                await send({"type": "http.response.body", "body": tail})
+                return "upstream_error"
+            await send({"type": "http.response.body", "body": b""})
+            return "upstream_error" if status >= 500 else "completed"
+        finally:
+            await response.aclose()
+
+    async def _wrap_5xx(self, response: httpx.Response, send: Send) -> str:
+        """A generation request the upstream failed: an OpenAI-shaped 502 naming its status."""
+        snippet = b""
+        with contextlib.suppress(httpx.HTTPError):
+            async for chunk in response.aiter_raw():
+                snippet += chunk
+                if len(snippet) > 2048:
+                    break
+        text = snippet[:500].decode("utf-8", "replace").strip()
+        await send_error(
+            send,
+            502,
+            f"upstream returned {response.status_code}: {text}",
+            "upstream_error",
+            upstream_status=response.status_code,
+        )
+        return "upstream_error"

@@ -1,0 +1,50 @@
+"""Run the gateway in the foreground for `llmtop gateway`."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import replace
+
+from llmtop.errors import UsageError
+from llmtop.settings import GatewaySettings, read_token
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost; a wildcard or any other address is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Refuse an admin API reachable from the network without a token."""
+    if token is None and not is_loopback(host):
+        raise UsageError(
+            f"refusing to listen on {host} without an admin token: set LLMTOP_ADMIN_TOKEN "
+            "or --admin-token-file, or listen on 127.0.0.1"
+        )
+
+
+def run_gateway(settings: GatewaySettings) -> None:
+    """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
+    from llmtop.gateway.app import create_app
+    from llmtop.serving import parse_listen, serve_forever
+
+    host, port = parse_listen(settings.listen)
+    token = read_token(settings.admin_token, settings.admin_token_file)
+    check_exposure(host, token)
+    app = create_app(replace(settings, admin_token=token, admin_token_file=None))
+    auth = "token required" if token else "no token (loopback only)"
+    serve_forever(
+        app,
+        host,
+        port,
+        banner=(
+            f"llmtop gateway on {{url}} -> {settings.upstream}  "
+            f"(max_concurrency {settings.max_concurrency}, max_queue {settings.max_queue}; "
+            f"admin API: {auth})"
+        ),
+    )

@@ -1,0 +1,66 @@
+"""What the gateway's handlers share: settings, the admission controller, the upstream client
+(owned by the app's lifespan) and the upstream's last known health."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.settings import GatewaySettings
+
+
+@dataclass
+class UpstreamHealth:
+    """The upstream as the proxy and the health probe last saw it; None = not yet known."""
+
+    url: str
+    healthy: bool | None = None
+    last_error: str | None = None
+
+    def ok(self) -> None:
+        self.healthy = True
+
+    def failed(self, error: str) -> None:
+        self.healthy = False
+        self.last_error = error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "healthy": self.healthy, "last_error": self.last_error}
+
+
+def limits_of(settings: GatewaySettings) -> Limits:
+    return Limits(
+        max_concurrency=settings.max_concurrency,
+        max_queue=settings.max_queue,
+        queue_timeout_s=settings.queue_timeout_s,
+        rate_limit_rpm=settings.rate_limit_rpm,
+        max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
+    )
+
+
+@dataclass
+class GatewayState:
+    """One gateway: its settings, admission, the upstream client and health."""
+
+    settings: GatewaySettings
+    controller: AdmissionController
+    admin_token: str | None
+    clock: Callable[[], float] = time.perf_counter
+    upstream: UpstreamHealth = field(init=False)
+    client: httpx.AsyncClient | None = None
+    base_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_url = self.settings.upstream.rstrip("/")
+        self.upstream = UpstreamHealth(self.base_url)
+
+    def stats(self) -> dict[str, Any]:
+        """The /admin/stats object."""
+        out = self.controller.stats()
+        out["upstream"] = self.upstream.to_dict()
+        return out
