@@ -1,0 +1,257 @@
+"""health: rules on scripted series (healthy, cliff, KV exhaustion, recovery), hysteresis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import pytest
+
+from llmtop.core.health import Context, HealthState
+from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
+from llmtop.settings import HealthSettings
+
+URL = "http://e"
+S = HealthSettings()  # fire after 3 s, clear after 10 s, window 10 s
+
+
+def healthy(**kw: object) -> EngineStats:
+    base = EngineStats(
+        url=URL,
+        up=True,
+        running=8,
+        waiting=0,
+        waiting_capacity=0,
+        kv_cache_usage_frac=0.45,
+        kv_capacity_tokens=38_800,
+        prompt_tok_per_s=4000,
+        decode_tok_per_s=270,
+        decode_tok_per_s_per_seq=34,
+        preemptions_per_s=0,
+        finished_per_s={"stop": 2.0, "error": 0.0},
+        mean_prompt_tokens=1000,
+        mean_generation_tokens=300,
+        ttft_p50_s=0.2,
+        ttft_p95_s=0.6,
+        ttft_p99_s=0.9,
+        itl_p95_s=0.035,
+        ttft_mean_s=0.25,
+        queue_time_mean_s=0.01,
+        prefill_time_mean_s=0.2,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def run(
+    series: Iterable[EngineStats | tuple[EngineStats, GatewayStats | None, tuple[GpuStats, ...]]],
+    settings: HealthSettings = S,
+    dt: float = 1.0,
+) -> list[tuple[Finding, ...]]:
+    """Feed one EngineStats (or engine, gateway, gpus) per poll; return each poll's findings."""
+    state = HealthState(settings)
+    history: list[Snapshot] = []
+    out = []
+    for i, item in enumerate(series):
+        e, gw, gpus = item if isinstance(item, tuple) else (item, None, ())
+        t = i * dt
+        ctx = Context(
+            time=t, engines=(e,), gateway=gw, gpus=gpus, settings=settings, history=history
+        )
+        findings = state.evaluate(ctx)
+        history.append(Snapshot(time=t, engines=(e,), gateway=gw, gpus=gpus, findings=findings))
+        out.append(findings)
+    return out
+
+
+def ids(findings: tuple[Finding, ...]) -> list[str]:
+    return [f.id for f in findings]
+
+
+def test_healthy_steady_load_fires_nothing() -> None:
+    polls = run(healthy(running=8 + (i % 3), waiting=i % 2) for i in range(120))
+    assert all(p == () for p in polls)
+
+
+def test_kv_exhaustion_fires_after_hysteresis_with_the_arithmetic() -> None:
+    full = healthy(
+        kv_cache_usage_frac=0.97,
+        preemptions_per_s=1.5,
+        waiting=20,
+        waiting_capacity=20,
+        mean_prompt_tokens=4000,
+        mean_generation_tokens=850,
+    )
+    polls = run([healthy()] * 5 + [full] * 6)
+    assert polls[5] == ()  # just started: not yet
+    assert polls[7] == ()
+    f = next(f for f in polls[8] if f.id == "kv-exhausted")  # held 3 s
+    assert f.severity == "critical"
+    assert f.bottleneck == "kv"
+    assert f.since == 8.0
+    # 38,800 / (4,000 + 850) = 8 sequences fit
+    assert "38,800 KV tokens / 4,850 tokens per request" in f.summary
+    assert "= 8 sequences fit" in f.summary
+    assert "97%" in f.summary
+    assert "1.5 preemptions/s" in f.summary
+    assert f.action.startswith("more sequences than the KV cache holds: cap concurrency at ~8")
+    assert ":cap 8" in f.action
+    assert "--max-num-seqs 8" in f.action
+
+
+def test_kv_high_alone_is_not_exhaustion() -> None:
+    polls = run([healthy(kv_cache_usage_frac=0.95)] * 20)
+    assert all("kv-exhausted" not in ids(p) for p in polls)
+
+
+def test_recovery_clears_only_after_clear_delay() -> None:
+    full = healthy(kv_cache_usage_frac=0.99, preemptions_per_s=2.0, waiting=9, waiting_capacity=9)
+    polls = run([full] * 10 + [healthy()] * 15)
+    assert "kv-exhausted" in ids(polls[9])
+    assert "kv-exhausted" in ids(polls[15])  # false for 5 s: still shown
+    assert "kv-exhausted" not in ids(polls[20])  # false for 10 s: cleared
+    assert polls[-1] == ()
+
+
+def test_flapping_condition_does_not_fire() -> None:
+    full = healthy(kv_cache_usage_frac=0.99, preemptions_per_s=2.0, waiting=9)
+    polls = run([full, full, healthy()] * 10)
+    assert all("kv-exhausted" not in ids(p) for p in polls)
+
+
+def test_degraded_200_when_slow_without_errors() -> None:
+    slow = healthy(ttft_p95_s=39.6, waiting=42, ttft_mean_s=20.0, queue_time_mean_s=19.0)
+    polls = run([slow] * 5)
+    f = next(f for f in polls[-1] if f.id == "degraded-200")
+    assert f.severity == "critical"  # ~20x the SLO
+    assert f.bottleneck == "queue"
+    assert "TTFT p95 39.6 s (SLO 2.0 s)" in f.summary
+    assert "cap concurrency at ~8" in f.action
+
+
+def test_degraded_200_not_when_erroring() -> None:
+    failing = healthy(ttft_p95_s=10.0, finished_per_s={"stop": 1.0, "error": 1.0})
+    polls = run([failing] * 5)
+    assert "degraded-200" not in ids(polls[-1])
+
+
+def test_itl_over_slo_points_at_decode() -> None:
+    polls = run([healthy(itl_p95_s=0.25, decode_tok_per_s=1040)] * 5)
+    f = next(f for f in polls[-1] if f.id == "degraded-200")
+    assert f.bottleneck == "decode"
+    assert f.severity == "warning"
+    assert "cap concurrency at ~104" in f.action  # 1,040 tok/s x 0.1 s
+
+
+def test_batching_cliff() -> None:
+    series = [healthy(running=8, waiting=i * 2, decode_tok_per_s=1000 + (i % 3)) for i in range(20)]
+    polls = run(series)
+    assert "batching-cliff" not in ids(polls[2])
+    f = next(f for f in polls[-1] if f.id == "batching-cliff")
+    assert f.bottleneck == "queue"
+    assert "while decode stays at 1,00" in f.summary
+    assert "cap concurrency at ~8" in f.action
+
+
+def test_waiting_growing_with_throughput_growing_is_no_cliff() -> None:
+    series = [
+        healthy(running=8 + i, waiting=i * 2, decode_tok_per_s=300 + 50 * i) for i in range(20)
+    ]
+    assert all("batching-cliff" not in ids(p) for p in run(series))
+
+
+def test_decode_bound() -> None:
+    series = [healthy(running=1, decode_tok_per_s=34, decode_tok_per_s_per_seq=34)] * 5
+    series += [healthy(running=64, decode_tok_per_s=1041, decode_tok_per_s_per_seq=16.3)] * 5
+    f = next(f for f in run(series)[-1] if f.id == "decode-bound")
+    assert "16.3 tok/s with 64 running, down from 34.0 tok/s at 1" in f.summary
+    assert "cap concurrency at ~104" in f.action
+
+
+def test_prefill_bound() -> None:
+    e = healthy(ttft_p95_s=5.0, ttft_mean_s=3.0, prefill_time_mean_s=2.4, queue_time_mean_s=0.1)
+    f = next(f for f in run([e] * 5)[-1] if f.id == "prefill-bound")
+    assert "prefill is 80% of TTFT" in f.summary
+    assert "max_inflight_prompt_tokens" in f.action
+
+
+def test_target_down_is_immediate() -> None:
+    polls = run([EngineStats(url=URL, up=False, error="connection refused")])
+    assert ids(polls[0]) == ["target-down"]
+    assert "connection refused" in polls[0][0].summary
+
+
+def test_unknown_inputs_fire_nothing_and_read_as_nothing() -> None:
+    polls = run([EngineStats(url=URL, up=True)] * 10)
+    assert all(p == () for p in polls)
+
+
+def gateway(**kw: object) -> GatewayStats:
+    base = GatewayStats(
+        url="http://gw",
+        up=True,
+        in_flight=8,
+        queued=10,
+        max_concurrency=8,
+        max_queue=128,
+        queue_wait_p95_s=1.0,
+        rejected_per_s={"queue_full": 0.0},
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("gw", "severity"),
+    [
+        ({"queued": 120}, "warning"),
+        ({"rejected_per_s": {"queue_full": 3.0}}, "critical"),
+        ({"queue_wait_p95_s": 12.0}, "warning"),
+    ],
+)
+def test_gateway_saturated(gw: dict[str, object], severity: str) -> None:
+    polls = run([(healthy(), gateway(**gw), ())] * 5)
+    f = next(f for f in polls[-1] if f.id == "gateway-saturated")
+    assert f.severity == severity
+    assert "raise max_concurrency a step" in f.action  # the engine has headroom
+
+
+def test_gateway_saturated_with_full_engine_says_add_capacity() -> None:
+    e = healthy(waiting=30, kv_cache_usage_frac=0.99, preemptions_per_s=1.0)
+    polls = run([(e, gateway(queued=127), ())] * 5)
+    f = next(f for f in polls[-1] if f.id == "gateway-saturated")
+    assert "add capacity" in f.action
+
+
+def test_gpu_thermal_throttle_and_memory() -> None:
+    hot = GpuStats(
+        index=0,
+        temp_c=91,
+        power_w=300,
+        power_limit_w=300,
+        sm_clock_mhz=1100,
+        throttle_reasons=("sw_thermal",),
+        mem_used_bytes=79 * 2**30,
+        mem_total_bytes=80 * 2**30,
+    )
+    polls = run([(healthy(), None, (hot,))] * 5)
+    found = {f.id: f for f in polls[-1]}
+    assert "91 °C" in found["gpu-throttled"].summary
+    assert "cooling" in found["gpu-throttled"].action
+    assert found["gpu-memory-full"].bottleneck == "gpu"
+
+
+def test_stale_data() -> None:
+    state = HealthState(S)
+    ctx = Context(time=100.0, engines=(healthy(),), gateway=None, gpus=(), settings=S)
+    assert state.evaluate(replace(ctx, last_progress={URL: 99.0})) == ()
+    for t in (120.0, 123.0):
+        found = state.evaluate(replace(ctx, time=t, last_progress={URL: 99.0}))
+    assert ids(found) == ["stale-data"]
+
+
+def test_findings_sorted_most_severe_first() -> None:
+    hot = GpuStats(index=0, throttle_reasons=("hw_power_brake",))
+    full = healthy(kv_cache_usage_frac=0.99, preemptions_per_s=2.0, waiting=9)
+    polls = run([(full, None, (hot,))] * 5)
+    sev = [f.severity for f in polls[-1]]
+    assert sev == sorted(sev, key=lambda s: s != "critical")
+    assert {"gpu-throttled", "kv-exhausted"} <= set(ids(polls[-1]))
