@@ -1,0 +1,426 @@
+"""The llmtop TUI: one long-lived poll worker feeds immutable views to panels that only render.
+
+The app does not know where snapshots come from (`SnapshotSource`: the live Collector, a
+recording, a script). The poll worker awaits `source.poll()`, posts a coalescing message and
+sleeps to the next deadline, so a slow target never blocks keys and a failing one is shown, not
+fatal. Limit changes go to the gateway's admin API on their own worker, one at a time, and every
+failure is shown in a notification and in the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar, Protocol
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Horizontal
+from textual.widgets import Footer, Input
+
+from llmtop.core.snapshot import GatewayStats, Snapshot
+from llmtop.errors import LlmtopError
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.admin import AdminClient
+from llmtop.tui import commands
+from llmtop.tui.messages import PollFailed, SnapshotArrived
+from llmtop.tui.present import (
+    LogEvent,
+    View,
+    combine,
+    diff_events,
+    is_stale,
+    throughput_chart,
+    ttft_chart,
+)
+from llmtop.tui.screens.confirm import ConfirmScreen
+from llmtop.tui.screens.help import HelpScreen
+from llmtop.tui.source import SnapshotSource
+from llmtop.tui.widgets.chart import TimeChart
+from llmtop.tui.widgets.commandline import CommandLine
+from llmtop.tui.widgets.eventlog import EventLog
+from llmtop.tui.widgets.findings import FindingsPanel
+from llmtop.tui.widgets.gateway import GatewayPanel
+from llmtop.tui.widgets.gpu import GpuPanel
+from llmtop.tui.widgets.header import StatusHeader
+from llmtop.tui.widgets.kv import KvPanel
+from llmtop.tui.widgets.latency import LatencyPanel
+from llmtop.tui.widgets.panel import Panel
+from llmtop.tui.widgets.sequences import SequencesPanel
+from llmtop.tui.widgets.throughput import ThroughputPanel
+
+HISTORY_S = 600.0
+"""Seconds of snapshots kept for the charts."""
+MAX_EVENTS = 500
+
+
+class Recorder(Protocol):
+    """What `r` toggles; `llmtop --record` passes one."""
+
+    def toggle(self) -> bool:
+        """Start or stop recording; returns whether it is recording now."""
+        ...
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one short line for the screen (an LlmtopError's message as is)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, LlmtopError):
+        return text or type(e).__name__
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class LlmtopApp(App[int]):
+    """Health at a glance, the bottleneck named, admission limits one key away."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "llmtop"
+    ENABLE_COMMAND_PALETTE = False
+    AUTO_FOCUS = None
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (textual's type)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]  # noqa: RUF012
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("plus,equals_sign", "cap(1)", "cap+", key_display="+"),
+        Binding("minus,underscore", "cap(-1)", "cap-", key_display="-"),
+        Binding("right_square_bracket", "queue(1)", "queue+", key_display="]"),
+        Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
+        Binding("colon", "command", "cmd", key_display=":"),
+        Binding("p", "pause", "pause"),
+        Binding("r", "record", "rec", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        monitor: MonitorSettings,
+        health: HealthSettings,
+        admin: AdminClient | None,
+        title: str | None = None,
+        recorder: Recorder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        history: Sequence[Snapshot] = (),
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.monitor = monitor
+        self.health = health
+        self.admin = admin
+        self.recorder = recorder
+        if title:
+            self.title = title
+        self._clock = clock
+        self.history: deque[Snapshot] = deque(
+            maxlen=max(2, int(HISTORY_S / max(monitor.interval_s, 0.1)) + 1)
+        )
+        self.events: deque[LogEvent] = deque(maxlen=MAX_EVENTS)
+        self.snapshot: Snapshot | None = None
+        self.poll_error: str | None = None
+        self._arrived_at: float | None = None
+        self._stale = False
+        self._preload = tuple(history)
+        self._admin_lock = asyncio.Lock()
+        self.first_snapshot = asyncio.Event()
+        """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(id="header")
+        yield FindingsPanel(id="findings")
+        with Grid(id="panels"):
+            yield KvPanel(id="kv")
+            yield SequencesPanel(id="sequences")
+            yield LatencyPanel(id="latency")
+            yield GatewayPanel(id="gateway")
+            yield ThroughputPanel(id="throughput")
+            yield GpuPanel(id="gpu")
+        with Horizontal(id="charts"):
+            yield TimeChart(id="ttft-chart")
+            yield TimeChart(id="tput-chart")
+        yield EventLog(id="events")
+        yield CommandLine(placeholder="cap 8 · queue 64 · timeout 20 · rpm 600|off", id="cmdline")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        for snap in self._preload:  # a replay's past, or a screenshot's story
+            self.feed(snap)
+        self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
+        self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
+
+    async def on_unmount(self) -> None:
+        for close in (self.source.aclose, self.admin.aclose if self.admin else None):
+            if close is None:
+                continue
+            with contextlib.suppress(Exception):  # closing never turns an exit into a traceback
+                await close()
+
+    # -- polling --------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        """The one poll worker: poll, post, sleep to the next deadline; never cancelled per tick."""
+        interval = max(self.monitor.interval_s, 0.05)
+        deadline = time.monotonic()
+        while True:
+            try:
+                snap = await self.source.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a failing source is shown, never fatal
+                self.post_message(PollFailed(one_line(e)))
+            else:
+                self.post_message(SnapshotArrived(snap))
+            deadline += interval
+            now = time.monotonic()
+            if deadline < now:  # a slow poll: start again now, do not try to catch up
+                deadline = now
+            await asyncio.sleep(deadline - now)
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        self.feed(message.snapshot)
+
+    def feed(self, snap: Snapshot) -> None:
+        """Show one snapshot: history, timeline diff, panels (replay and screenshots call it)."""
+        prev = self.snapshot
+        self.snapshot = snap
+        self.poll_error = None
+        self._arrived_at = self._clock()
+        if not self.history or snap.time > self.history[-1].time:
+            self.history.append(snap)
+        self.log_events(*diff_events(prev, snap))
+        self._render_all(charts=True)
+        self.first_snapshot.set()
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        if self.poll_error != message.error:
+            self.log_events(LogEvent(time.time(), "error", f"poll failed: {message.error}"))
+        self.poll_error = message.error
+        self._render_all(charts=False)
+
+    def _tick(self) -> None:
+        """Keep the age and the stale mark true while no poll arrives."""
+        view = self.view()
+        if view is None:
+            return
+        if view.stale != self._stale:
+            self._render_all(charts=False)
+        else:
+            self.query_one(StatusHeader).view = view
+
+    def view(self) -> View | None:
+        """The current moment as the panels see it."""
+        if self.snapshot is None:
+            return None
+        age = None if self._arrived_at is None else self._clock() - self._arrived_at
+        return View(
+            snapshot=self.snapshot,
+            engine=combine(self.snapshot.engines),
+            age_s=age,
+            stale=is_stale(age, self.monitor.interval_s) or self.poll_error is not None,
+            interval_s=self.monitor.interval_s,
+            ttft_slo_s=self.health.ttft_slo_s,
+            itl_slo_s=self.health.itl_slo_s,
+            queue_wait_slo_s=self.health.queue_wait_slo_s,
+            read_only=self.monitor.read_only,
+            poll_error=self.poll_error,
+        )
+
+    def _render_all(self, *, charts: bool) -> None:
+        view = self.view()
+        if view is None:
+            return
+        self._stale = view.stale
+        self.query_one(StatusHeader).view = view
+        for panel in self.query(Panel):
+            panel.view = view
+        if charts:
+            self._render_charts()
+
+    def _render_charts(self) -> None:
+        if not self.query_one("#charts").display or not self.history:
+            return
+        self.query_one("#ttft-chart", TimeChart).data = ttft_chart(
+            self.history, self.health.ttft_slo_s
+        )
+        self.query_one("#tput-chart", TimeChart).data = throughput_chart(self.history)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._render_charts)
+
+    def log_events(self, *events: LogEvent) -> None:
+        if not events:
+            return
+        self.events.extend(events)
+        self.query_one(EventLog).events = tuple(self.events)
+
+    # -- changing limits ------------------------------------------------------------------
+
+    def _can_change(self, what: str) -> bool:
+        if self.monitor.read_only:
+            self.notify(f"read-only: {what} is disabled", severity="warning", timeout=3)
+            return False
+        if self.admin is None:
+            self.notify(f"{what}: no gateway configured (--gateway URL)", severity="error")
+            return False
+        return True
+
+    def _failed(self, what: str, error: str) -> None:
+        self.notify(error, title=f"{what} failed", severity="error", timeout=8)
+        self.log_events(LogEvent(time.time(), "error", f"{what} failed: {error}"))
+
+    def _run_change(self, what: str, change: Callable[[AdminClient], Awaitable[str]]) -> None:
+        """Run one admin call on its own worker, one at a time; show success and failure."""
+        admin = self.admin
+        if admin is None:
+            return
+
+        async def job() -> None:
+            async with self._admin_lock:
+                try:
+                    done = await change(admin)
+                except LlmtopError as e:
+                    self._failed(what, one_line(e))
+                    return
+                except Exception as e:  # an unexpected bug still reaches the screen
+                    self._failed(what, one_line(e))
+                    return
+            self.notify(done, title="gateway", timeout=3)
+            self.log_events(LogEvent(time.time(), "change", done))
+
+        self.run_worker(job(), group="admin", exit_on_error=False)
+
+    def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        async def change(admin: AdminClient) -> str:
+            current = await admin.get_limits()
+            changes = step(current)
+            new = await admin.set_limits(**changes)
+            self._show_limits(new)
+            before = {k: current.get(k) for k in changes}
+            return (
+                f"{commands.describe_change(before)} -> "
+                f"{commands.describe_change({k: new.get(k, v) for k, v in changes.items()})}"
+            )
+
+        self._run_change(what, change)
+
+    def _show_limits(self, limits: dict[str, Any]) -> None:
+        """Show new limits now, not at the next poll (which then sees no change to log)."""
+        snap = self.snapshot
+        if snap is None or snap.gateway is None:
+            return
+        fields = {k: v for k, v in limits.items() if k in GatewayStats.__dataclass_fields__}
+        self.snapshot = replace(snap, gateway=replace(snap.gateway, **fields))
+        self._render_all(charts=False)
+
+    def action_cap(self, delta: int) -> None:
+        what = f"cap {delta:+d}"
+        if self._can_change(what):
+            self._set_limits(
+                what,
+                lambda cur: {
+                    "max_concurrency": commands.step_concurrency(cur.get("max_concurrency"), delta)
+                },
+            )
+
+    def action_queue(self, direction: int) -> None:
+        what = f"queue {direction * commands.QUEUE_STEP:+d}"
+        if self._can_change(what):
+            self._set_limits(
+                what,
+                lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
+            )
+
+    def action_command(self) -> None:
+        if self._can_change("the command line"):
+            self.query_one(CommandLine).open()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one(CommandLine).close()
+        text = event.value.strip()
+        if not text:
+            return
+        try:
+            parsed = commands.parse_command(text)
+        except LlmtopError as e:
+            self._failed(f":{text}", one_line(e))
+            return
+        if parsed == "pause":
+            self._pause_or_resume(pause=True)
+        elif parsed == "resume":
+            self._pause_or_resume(pause=False)
+        elif isinstance(parsed, dict):
+            changes = parsed
+            self._set_limits(f":{text}", lambda _cur: changes)
+
+    def action_pause(self) -> None:
+        if not self._can_change("pause/resume"):
+            return
+        gw = self.snapshot.gateway if self.snapshot is not None else None
+        paused = bool(gw is not None and gw.paused)
+        if paused:
+            question, detail = "Resume admission?", "Queued requests start flowing to the engine."
+        else:
+            question = "Pause admission?"
+            detail = (
+                "New requests wait in the gateway queue (429 after the queue timeout);"
+                " requests in flight finish."
+            )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._pause_or_resume(pause=not paused)
+
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
+    def _pause_or_resume(self, *, pause: bool) -> None:
+        async def change(admin: AdminClient) -> str:
+            state = await (admin.pause() if pause else admin.resume())
+            snap = self.snapshot
+            if snap is not None and snap.gateway is not None:
+                self.snapshot = replace(snap, gateway=replace(snap.gateway, paused=state))
+                self._render_all(charts=False)
+            return "admission PAUSED" if state else "admission resumed"
+
+        self._run_change("pause" if pause else "resume", change)
+
+    def action_record(self) -> None:
+        if self.recorder is None:
+            self.notify("recording not available (start with --record FILE)", severity="warning")
+            return
+        try:
+            on = self.recorder.toggle()
+        except LlmtopError as e:
+            self._failed("recording", one_line(e))
+            return
+        self.query_one(StatusHeader).recording = on
+        self.notify("recording" if on else "recording stopped", timeout=3)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def on_command_line_closed(self) -> None:
+        self.set_focus(None)
+
+
+def run_tui(
+    source: SnapshotSource,
+    *,
+    monitor: MonitorSettings,
+    health: HealthSettings,
+    admin: AdminClient | None,
+    recorder: Recorder | None = None,
+    title: str | None = None,
+) -> int:
+    """Run the TUI in the terminal until `q`; returns the exit code."""
+    app = LlmtopApp(
+        source, monitor=monitor, health=health, admin=admin, recorder=recorder, title=title
+    )
+    result = app.run()
+    return int(result or 0) if app.return_code is None else app.return_code

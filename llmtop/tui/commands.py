@@ -1,0 +1,78 @@
+"""The TUI's limit changes as pure functions: the `:` command language and the key steps.
+
+`parse_command("cap 8")` -> {"max_concurrency": 8}; a bad command raises UsageError with a
+one-line message for the status line. Keys: `+`/`-` change max_concurrency by 1 (at least 1),
+`]`/`[` change max_queue by QUEUE_STEP (at least 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmtop.errors import UsageError
+
+QUEUE_STEP = 8
+"""How much `]` and `[` change max_queue."""
+
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    # word: (limit field, kind, may be off)
+    "cap": ("max_concurrency", "int", False),
+    "queue": ("max_queue", "int", False),
+    "timeout": ("queue_timeout_s", "float", False),
+    "rpm": ("rate_limit_rpm", "float", True),
+    "tokens": ("max_inflight_prompt_tokens", "int", True),
+}
+ALIASES = {"concurrency": "cap", "max_concurrency": "cap", "max_queue": "queue", "q": "queue"}
+ACTIONS = ("pause", "resume")
+
+USAGE = "commands: cap N · queue N · timeout S · rpm N|off · tokens N|off · pause · resume"
+
+
+def parse_command(text: str) -> dict[str, Any] | str:
+    """A limits change (dict for PATCH /admin/limits), or "pause"/"resume"."""
+    words = text.strip().lstrip(":").split()
+    if not words:
+        raise UsageError(USAGE)
+    word = ALIASES.get(words[0].lower(), words[0].lower())
+    if word in ACTIONS and len(words) == 1:
+        return word
+    if word not in COMMANDS:
+        raise UsageError(f"unknown command {words[0]!r}; {USAGE}")
+    field, kind, may_be_off = COMMANDS[word]
+    if len(words) != 2:
+        raise UsageError(f"usage: {word} {'N|off' if may_be_off else 'N'}")
+    raw = words[1].lower()
+    if may_be_off and raw in ("off", "none", "0"):
+        return {field: None}
+    try:
+        number: float = int(raw) if kind == "int" else float(raw)
+    except ValueError:
+        want = "a whole number" if kind == "int" else "a number"
+        raise UsageError(f"{word}: expected {want}, got {words[1]!r}") from None
+    if number < 0 or (word in ("cap", "timeout") and number <= 0):
+        raise UsageError(f"{word}: must be {'at least 0' if word == 'queue' else 'above 0'}")
+    return {field: number}
+
+
+def step_concurrency(current: int | None, delta: int) -> int:
+    """The next max_concurrency for `+`/`-`: at least 1."""
+    if current is None:
+        raise UsageError("the gateway's current max concurrency is unknown")
+    return max(1, current + delta)
+
+
+def step_queue(current: int | None, direction: int) -> int:
+    """The next max_queue for `]`/`[`: plus or minus QUEUE_STEP, at least 0."""
+    if current is None:
+        raise UsageError("the gateway's current max queue is unknown")
+    return max(0, current + direction * QUEUE_STEP)
+
+
+def describe_change(changes: dict[str, Any]) -> str:
+    """'cap 8, queue 64' for the timeline and the status line."""
+    names = {v[0]: k for k, v in COMMANDS.items()}
+    parts = []
+    for k, v in changes.items():
+        shown = "off" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+        parts.append(f"{names.get(k, k)} {shown}")
+    return ", ".join(parts)

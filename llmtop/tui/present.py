@@ -1,0 +1,277 @@
+"""Pure view logic of the TUI: what the badge says, where the queue is, what changed.
+
+No textual import here, so it is tested without a screen. The app turns each Snapshot into a
+`View` (one immutable value the panels render) and diffs consecutive snapshots into `LogEvent`s
+for the incident timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.tui import fmt
+
+Badge = Literal["OK", "DEGRADED", "CRITICAL", "DOWN", "UNKNOWN"]
+EventKind = Literal["fired", "cleared", "limit", "change", "error", "info"]
+
+_SEVERITY_RANK = {"critical": 0, "warning": 1}
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One line of the incident timeline."""
+
+    time: float
+    kind: EventKind
+    text: str
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the panels render for one moment; built by the app, read by widgets."""
+
+    snapshot: Snapshot
+    engine: EngineStats | None
+    """The engines combined (one engine as is); None when no engine is configured."""
+    age_s: float | None
+    stale: bool
+    interval_s: float
+    ttft_slo_s: float
+    itl_slo_s: float
+    queue_wait_slo_s: float
+    read_only: bool = False
+    poll_error: str | None = None
+    history: tuple[Snapshot, ...] = field(default=(), compare=False)
+
+
+def badge(snapshot: Snapshot, *, stale: bool = False) -> Badge:
+    """OK / DEGRADED / CRITICAL / DOWN: DOWN when no engine answers, else the health status."""
+    if snapshot.engines and not any(e.up for e in snapshot.engines):
+        return "DOWN"
+    if any(f.id == "target-down" for f in snapshot.findings):
+        return "DOWN"
+    if snapshot.status == "ok":
+        return "DEGRADED" if stale else "OK"
+    if snapshot.status == "degraded":
+        return "DEGRADED"
+    if snapshot.status == "critical":
+        return "CRITICAL"
+    return "UNKNOWN"
+
+
+def is_stale(age_s: float | None, interval_s: float) -> bool:
+    """Data older than two intervals is stale (a poll is hanging or failing)."""
+    return age_s is not None and age_s > 2.0 * interval_s
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most severe first, then the oldest first (it has held longest)."""
+    return sorted(
+        findings,
+        key=lambda f: (_SEVERITY_RANK.get(f.severity, 2), f.since if f.since is not None else 0.0),
+    )
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def combine(engines: Sequence[EngineStats]) -> EngineStats | None:
+    """One engine as is; several as one: counts and rates summed, usage and latencies the worst."""
+    if not engines:
+        return None
+    if len(engines) == 1:
+        return engines[0]
+    up = [e for e in engines if e.up] or list(engines)
+    first = up[0]
+    cap = [e.kv_capacity_tokens for e in up]
+    return replace(
+        first,
+        url=f"{len(engines)} engines",
+        up=any(e.up for e in engines),
+        error="; ".join(e.error for e in engines if e.error) or None,
+        running=_sum([e.running for e in up]),
+        waiting=_sum([e.waiting for e in up]),
+        waiting_capacity=_sum([e.waiting_capacity for e in up]),
+        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
+        kv_capacity_tokens=None if any(c is None for c in cap) else sum(c or 0 for c in cap),
+        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
+        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
+        decode_tok_per_s_per_seq=_max([e.decode_tok_per_s_per_seq for e in up]),
+        preemptions_per_s=_sum([e.preemptions_per_s for e in up]),
+        ttft_p50_s=_max([e.ttft_p50_s for e in up]),
+        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
+        ttft_p99_s=_max([e.ttft_p99_s for e in up]),
+        itl_p50_s=_max([e.itl_p50_s for e in up]),
+        itl_p95_s=_max([e.itl_p95_s for e in up]),
+        itl_p99_s=_max([e.itl_p99_s for e in up]),
+        e2e_p95_s=_max([e.e2e_p95_s for e in up]),
+        queue_time_p50_s=_max([e.queue_time_p50_s for e in up]),
+        queue_time_p95_s=_max([e.queue_time_p95_s for e in up]),
+    )
+
+
+def requests_that_fit(engine: EngineStats) -> float | None:
+    """How many average requests (prompt + generation tokens) the KV cache holds."""
+    cap = engine.kv_capacity_tokens
+    p, g = engine.mean_prompt_tokens, engine.mean_generation_tokens
+    if cap is None or p is None or g is None or p + g <= 0:
+        return None
+    return cap / (p + g)
+
+
+def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:
+    """One phrase saying where requests wait: the answer the Sequences panel leads with."""
+    waiting = engine.waiting if engine is not None and engine.up else None
+    queued = gateway.queued if gateway is not None and gateway.up else None
+    if waiting is None and queued is None:
+        return "queue: n/a"
+    w, q = waiting or 0.0, float(queued or 0)
+    if w <= 0 and q <= 0:
+        return "no queue"
+    if w > 0 and q > 0:
+        return "queue in BOTH engine and gateway"
+    if w > 0:
+        return "queue in the ENGINE"
+    return "queue in the GATEWAY"
+
+
+_LIMITS: tuple[tuple[str, str], ...] = (
+    ("max_concurrency", "cap"),
+    ("max_queue", "queue"),
+    ("queue_timeout_s", "timeout"),
+    ("rate_limit_rpm", "rpm"),
+    ("max_inflight_prompt_tokens", "tokens"),
+)
+
+
+def limit_text(name: str, value: object) -> str:
+    """A limit's value as shown in the log and the gateway panel (off for None)."""
+    if value is None:
+        return "off"
+    if name == "queue_timeout_s" and isinstance(value, int | float):
+        return f"{value:g}s" if float(value) >= 1 else fmt.dur(float(value))
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:.0f}"
+    return str(value)
+
+
+def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
+    """What changed between two polls: findings fired/cleared, limits, pause, targets down/up."""
+    out: list[LogEvent] = []
+    t = cur.time
+    before = {f.id: f for f in prev.findings} if prev is not None else {}
+    after = {f.id: f for f in cur.findings}
+    for f in sorted_findings(f for f in cur.findings if f.id not in before):
+        out.append(LogEvent(t, "fired", f"{f.severity} {f.id}: {f.summary}"))
+    for fid in sorted(set(before) - set(after)):
+        out.append(LogEvent(t, "cleared", f"cleared {fid}"))
+    if prev is None:
+        return out
+    pe, ce = {e.url: e for e in prev.engines}, cur.engines
+    for e in ce:
+        old = pe.get(e.url)
+        if old is not None and old.up and not e.up:
+            out.append(LogEvent(t, "error", f"engine {e.url} down: {e.error or 'no answer'}"))
+        elif old is not None and not old.up and e.up:
+            out.append(LogEvent(t, "info", f"engine {e.url} back up"))
+    pg, cg = prev.gateway, cur.gateway
+    if pg is not None and cg is not None and pg.up and cg.up:
+        changes = [
+            f"{label} {limit_text(name, getattr(pg, name))}"
+            f" -> {limit_text(name, getattr(cg, name))}"
+            for name, label in _LIMITS
+            if getattr(pg, name) != getattr(cg, name)
+        ]
+        if changes:
+            out.append(LogEvent(t, "limit", "limits: " + ", ".join(changes)))
+        if pg.paused is not None and cg.paused is not None and pg.paused != cg.paused:
+            out.append(
+                LogEvent(t, "limit", "admission PAUSED" if cg.paused else "admission resumed")
+            )
+    elif pg is not None and cg is not None and pg.up != cg.up:
+        if cg.up:
+            out.append(LogEvent(t, "info", "gateway back up"))
+        else:
+            out.append(LogEvent(t, "error", f"gateway down: {cg.error or 'no answer'}"))
+    return out
+
+
+def header_target(snapshot: Snapshot) -> str:
+    """The target as the header shows it: host:port of the engine(s)."""
+    urls = [e.url for e in snapshot.engines]
+    if not urls:
+        return "no engine"
+    first = urls[0].split("://", 1)[-1].rstrip("/")
+    return first if len(urls) == 1 else f"{first} +{len(urls) - 1}"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One chart line: x in seconds before the newest poll (<= 0), y values (None = gap)."""
+
+    label: str
+    xs: tuple[float, ...]
+    ys: tuple[float | None, ...]
+    color: str = "cyan"
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """What a chart draws; a horizontal line (an SLO) is optional."""
+
+    title: str
+    series: tuple[Series, ...]
+    hline: float | None = None
+    hline_label: str = ""
+
+
+def _xs(history: Sequence[Snapshot]) -> tuple[float, ...]:
+    last = history[-1].time
+    return tuple(s.time - last for s in history)
+
+
+def throughput_chart(history: Sequence[Snapshot]) -> ChartData | None:
+    """Prefill and decode tok/s over the history."""
+    if not history:
+        return None
+    engines = [combine(s.engines) for s in history]
+    xs = _xs(history)
+    return ChartData(
+        "tok/s: prefill vs decode",
+        (
+            Series(
+                "prefill", xs, tuple(e.prompt_tok_per_s if e else None for e in engines), "magenta"
+            ),
+            Series("decode", xs, tuple(e.decode_tok_per_s if e else None for e in engines), "cyan"),
+        ),
+    )
+
+
+def ttft_chart(history: Sequence[Snapshot], slo_s: float) -> ChartData | None:
+    """TTFT p95 over the history against its SLO line."""
+    if not history:
+        return None
+    engines = [combine(s.engines) for s in history]
+    return ChartData(
+        "TTFT p95 (s) vs SLO",
+        (
+            Series(
+                "TTFT p95",
+                _xs(history),
+                tuple(e.ttft_p95_s if e else None for e in engines),
+                "yellow",
+            ),
+        ),
+        hline=slo_s,
+        hline_label=f"SLO {fmt.dur(slo_s)}",
+    )

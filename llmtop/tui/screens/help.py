@@ -1,0 +1,96 @@
+"""The `?` screen: the keys, what each panel shows, and what each finding means and asks for."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+from llmtop.tui.commands import QUEUE_STEP
+
+HELP_TEXT = f"""\
+# llmtop help
+
+## Keys
+| key | does |
+|---|---|
+| `+` / `-` | gateway max concurrency +1 / -1 (at least 1) |
+| `]` / `[` | gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} |
+| `:` | exact values: `cap 8` `queue 64` `timeout 20` `rpm 600` `tokens 32000` (or `off`) |
+| `p` | pause / resume admission (asks first) |
+| `r` | start / stop recording (when a recorder is configured) |
+| `?` | this help (Esc closes) |
+| `q` | quit |
+
+With `--read-only` every key that changes something only says "read-only".
+A change the gateway refuses (down, 401, 400) is shown in red and in the event log.
+
+## Panels
+- **Header**: the status badge (OK, DEGRADED, CRITICAL, DOWN), model, target, vLLM version and
+  the age of the data. `STALE` means no fresh poll for two intervals: do not trust the numbers.
+- **Findings**: the active problems, most severe first: which resource binds, the evidence,
+  and (after the arrow) what to do.
+- **KV cache**: usage of the engine's KV cache, its capacity in tokens, preemptions per second
+  (requests evicted and recomputed) and how many average requests fit.
+- **Sequences**: where the queue is. `engine run/wait` is vLLM's running and waiting
+  requests; `gateway fly/queue` is in flight/cap and queued/max in the llmtop gateway. A queue
+  in the ENGINE inflates TTFT for everyone; a queue in the GATEWAY protects the engine.
+- **Latency**: time to first token (TTFT), inter-token latency (ITL) and engine queue time, at
+  p50/p95/p99 over the last window; p95 is red above its SLO.
+- **Throughput**: prefill (prompt) and decode (generated) tokens per second, decode speed per
+  sequence (what one user sees stream) and finished requests per second.
+- **Gateway**: the admission limits (cap, queue, timeout, rpm), in flight/cap, queued/max,
+  429s per second by reason, queue wait p95, paused.
+- **GPU**: per device utilisation, memory used/total, memory-bandwidth utilisation, power,
+  temperature and throttle reasons; or why no GPU is visible.
+- **Events**: the incident timeline: findings firing and clearing, limit changes (by anyone),
+  failed changes, targets going down and coming back.
+- **Charts** (on larger terminals): throughput and TTFT p95 against its SLO over the last minutes.
+
+## Findings
+- **kv-exhausted**: the KV cache is full and requests are preempted or waiting for memory.
+  Lower the gateway cap (`-` or `:cap N`) so fewer sequences share the cache.
+- **degraded-200**: requests succeed (200 OK) but TTFT/ITL are over the SLO. The users suffer
+  while error-rate alerts stay green. Look at the other findings for the cause.
+- **batching-cliff**: more sequences run than the engine batches efficiently: TTFT and ITL
+  explode while aggregate throughput stops growing. Cap concurrency at the knee (`:cap N`).
+- **decode-bound**: decode tokens dominate; per-sequence speed falls as concurrency rises.
+  Cap concurrency or cap max tokens per request.
+- **prefill-bound**: long prompts dominate; prefill stalls decodes. Cap in-flight prompt tokens
+  (`:tokens N`) or enable chunked prefill.
+- **gateway-saturated**: the gateway queue is long or its wait exceeds the SLO, or it is
+  answering 429s. Raise the cap only if the engine has headroom, else add capacity.
+- **gpu-\\***: a GPU problem (throttling, thermal, power, memory). Check cooling and power caps.
+- **target-down**: the engine does not answer its /metrics. Check the process and the URL.
+- **stale**: no fresh data for two intervals: the numbers on screen are old.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys, panels and findings explained; Esc, q or ? close it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 100%;
+        max-width: 110;
+        height: 100%;
+        border: round $primary;
+        background: $surface;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "close", "close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP_TEXT)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,41 @@
+"""The active findings, most severe first: what binds, the evidence, and the action to take."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.tui.present import View, badge, sorted_findings
+from llmtop.tui.widgets.panel import Panel
+
+SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold black on yellow"}
+SEVERITY_TAG = {"critical": "CRIT", "warning": "WARN"}
+
+
+class FindingsPanel(Panel):
+    """The most important panel: read at a glance, each finding says what to do."""
+
+    TITLE = "Findings"
+    DEFAULT_CSS = """
+    FindingsPanel { max-height: 9; }
+    """
+
+    def body(self, view: View) -> Text:
+        findings = sorted_findings(view.snapshot.findings)
+        if not findings:
+            b = badge(view.snapshot, stale=view.stale)
+            if b == "OK":
+                return Text("none: serving within SLO", style="green")
+            if view.stale:
+                return Text("none computed: the data is stale (see the header)", style="yellow")
+            return Text("none (not enough data yet)", style="dim")
+        out = Text()
+        for i, f in enumerate(findings):
+            if i:
+                out.append("\n")
+            out.append(f" {SEVERITY_TAG.get(f.severity, f.severity)} ", SEVERITY_STYLE[f.severity])
+            out.append(f" {f.id}", style="bold")
+            out.append(f" [{f.bottleneck}] ", style="dim")
+            out.append(f.summary)
+            out.append("\n   → ", style="bold cyan")
+            out.append(f.action, style="cyan")
+        return out

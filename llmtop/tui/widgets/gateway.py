@@ -1,0 +1,62 @@
+"""The gateway: its limits (what the keys change) and its live state."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.present import View, limit_text
+from llmtop.tui.widgets.panel import Panel, label, line, value
+
+
+class GatewayPanel(Panel):
+    """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused."""
+
+    TITLE = "Gateway"
+
+    def body(self, view: View) -> Text:
+        g = view.snapshot.gateway
+        if g is None:
+            return Text("no gateway: admission keys off", style="dim")
+        if not g.up:
+            return Text(f"DOWN: {g.error or 'no answer'}", style="bold red")
+        rejected = {k: v for k, v in g.rejected_per_s.items() if v}
+        r429 = (
+            "  ".join(f"{k} {fmt.per_s(v)}" for k, v in sorted(rejected.items()))
+            if rejected
+            else "0"
+        )
+        wait_style = (
+            "bold red"
+            if g.queue_wait_p95_s is not None and g.queue_wait_p95_s > view.queue_wait_slo_s
+            else "bold"
+        )
+        state = (
+            Text("PAUSED", style="bold reverse red")
+            if g.paused
+            else value("n/a" if g.paused is None else "admitting", "green")
+        )
+        return Text("\n").join(
+            [
+                line(
+                    label("in flight "),
+                    value(f"{fmt.integer(g.in_flight)}/{fmt.integer(g.max_concurrency)}"),
+                    label("  queued "),
+                    value(f"{fmt.integer(g.queued)}/{fmt.integer(g.max_queue)}"),
+                ),
+                line(
+                    label("timeout "),
+                    value(limit_text("queue_timeout_s", g.queue_timeout_s)),
+                    label("  rpm "),
+                    value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
+                    "  ",
+                    state,
+                ),
+                line(
+                    label("429/s "),
+                    value(r429, "bold red" if rejected else "bold"),
+                    label("  wait p95 "),
+                    value(fmt.dur(g.queue_wait_p95_s), wait_style),
+                ),
+            ]
+        )

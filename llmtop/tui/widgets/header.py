@@ -1,0 +1,60 @@
+"""The top line: status badge, model, target, engine version and the age of the data."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from llmtop.tui import fmt
+from llmtop.tui.present import View, badge, header_target
+
+BADGE_STYLE = {
+    "OK": "bold black on green",
+    "DEGRADED": "bold black on yellow",
+    "CRITICAL": "bold white on red",
+    "DOWN": "bold white on red",
+    "UNKNOWN": "bold black on white",
+}
+
+
+class StatusHeader(Widget):
+    """One line an on-call engineer reads first: is it healthy, what am I looking at, how fresh."""
+
+    DEFAULT_CSS = """
+    StatusHeader {
+        height: 1;
+        background: $panel;
+    }
+    """
+
+    view: reactive[View | None] = reactive(None)
+    recording: reactive[bool] = reactive(False)
+
+    def render(self) -> Text:
+        view = self.view
+        if view is None:
+            return Text.assemble((" WAIT ", "bold reverse"), " llmtop: waiting for the first poll…")
+        snap = view.snapshot
+        b = badge(snap, stale=view.stale)
+        out = Text.assemble((f" {b} ", BADGE_STYLE[b]), " ")
+        eng = view.engine
+        model = eng.model if eng is not None and eng.model else "model n/a"
+        out.append(model, style="bold")
+        out.append(f"  {header_target(snap)}")
+        if eng is not None and eng.version:
+            out.append(f"  vLLM {eng.version}", style="dim")
+        if view.stale:
+            out.append(f"  STALE {fmt.age(view.age_s)}", style="bold reverse yellow")
+        else:
+            out.append(f"  age {fmt.age(view.age_s)}", style="dim")
+        if view.poll_error:
+            out.append(f"  poll: {view.poll_error}", style="red")
+        if snap.gateway is not None and snap.gateway.paused:
+            out.append("  PAUSED", style="bold reverse red")
+        if view.read_only:
+            out.append("  read-only", style="bold")
+        if self.recording:
+            out.append("  ● REC", style="bold red")
+        out.truncate(max(self.size.width, 1), overflow="ellipsis")
+        return out

@@ -1,0 +1,45 @@
+"""KV cache: how full, how big, whether it is preempting, how many average requests fit."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.present import View, requests_that_fit
+from llmtop.tui.widgets.panel import Panel, bar, label, line, value
+
+
+class KvPanel(Panel):
+    """The memory that bounds concurrency: usage gauge and capacity in tokens."""
+
+    TITLE = "KV cache"
+
+    def body(self, view: View) -> Text:
+        e = view.engine
+        if e is None or not e.up:
+            return Text("n/a (engine down)", style="dim")
+        usage = e.kv_cache_usage_frac
+        width = max(self.size.width - 8, 8)
+        pre = e.preemptions_per_s
+        fits = requests_that_fit(e)
+        return Text("\n").join(
+            [
+                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4))),
+                line(
+                    label("capacity "),
+                    value(fmt.num(e.kv_capacity_tokens)),
+                    label(" tok  preempt "),
+                    value(fmt.per_s(pre), "bold red" if pre else "bold"),
+                    label("/s"),
+                ),
+                line(
+                    label("fits ~"),
+                    value(fmt.num(fits, 0) if fits is not None else "n/a"),
+                    label(" avg req ("),
+                    value(fmt.num(e.mean_prompt_tokens, 0), ""),
+                    label("+"),
+                    value(fmt.num(e.mean_generation_tokens, 0), ""),
+                    label(" tok)"),
+                ),
+            ]
+        )

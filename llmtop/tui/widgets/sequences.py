@@ -1,0 +1,52 @@
+"""Where the queue is: engine running vs waiting beside gateway in-flight vs queued."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.present import View, queue_location
+from llmtop.tui.widgets.panel import Panel, label, line, value
+
+
+class SequencesPanel(Panel):
+    """Engine and gateway side by side; the first line names where requests wait."""
+
+    TITLE = "Sequences"
+
+    def body(self, view: View) -> Text:
+        e = view.engine
+        g = view.snapshot.gateway
+        where = queue_location(e, g)
+        where_style = (
+            "bold yellow"
+            if "ENGINE" in where or "BOTH" in where
+            else "bold green"
+            if "GATEWAY" in where
+            else "bold"
+        )
+        rows = [Text(where, style=where_style)]
+        if e is not None and e.up:
+            waiting = e.waiting
+            rows.append(
+                line(
+                    label("engine  run "),
+                    value(fmt.integer(e.running).rjust(4)),
+                    label("  wait "),
+                    value(fmt.integer(waiting), "bold yellow" if waiting else "bold"),
+                )
+            )
+        else:
+            rows.append(line(label("engine  "), value("n/a")))
+        if g is not None and g.up:
+            rows.append(
+                line(
+                    label("gateway fly "),
+                    value(f"{fmt.integer(g.in_flight)}/{fmt.integer(g.max_concurrency)}".rjust(4)),
+                    label("  queue "),
+                    value(f"{fmt.integer(g.queued)}/{fmt.integer(g.max_queue)}"),
+                )
+            )
+        else:
+            rows.append(line(label("gateway "), value("n/a" if g is None else "down", "red")))
+        return Text("\n").join(rows)

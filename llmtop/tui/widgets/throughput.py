@@ -1,0 +1,39 @@
+"""Throughput: prefill vs decode tokens per second, and decode speed per sequence."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmtop.tui import fmt
+from llmtop.tui.present import View
+from llmtop.tui.widgets.panel import Panel, label, line, value
+
+
+class ThroughputPanel(Panel):
+    """Which phase the engine spends its time in; per-sequence decode is what a user streams."""
+
+    TITLE = "Throughput"
+
+    def body(self, view: View) -> Text:
+        e = view.engine
+        if e is None or not e.up:
+            return Text("n/a (engine down)", style="dim")
+        finished = sum(e.finished_per_s.values()) if e.finished_per_s else None
+        return Text("\n").join(
+            [
+                line(
+                    label("prefill "),
+                    value(fmt.num(e.prompt_tok_per_s).rjust(6)),
+                    label("  decode "),
+                    value(fmt.num(e.decode_tok_per_s).rjust(6)),
+                    label(" tok/s"),
+                ),
+                line(
+                    label("per seq "),
+                    value(fmt.num(e.decode_tok_per_s_per_seq).rjust(6)),
+                    label(" tok/s  done "),
+                    value(fmt.per_s(finished)),
+                    label(" req/s"),
+                ),
+            ]
+        )
