@@ -1,0 +1,236 @@
+"""The postmortem report: pure summary of snapshots, and `llmtop report` on a scripted recording.
+
+`scripted_polls` is also the deterministic input of the replay tests: three minutes of one
+engine behind the gateway, healthy, then KV exhaustion with TTFT toward 40 s, then the gateway
+capped from 64 to 8 at +120 s and the engine recovering while the excess queues in the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmtop.cli import main
+from llmtop.core import report
+from llmtop.core.raw import RawEngine, RawPoll, Sample
+from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.sources.recording import Recorder
+
+T0 = 1_764_439_200.0
+URL = "http://127.0.0.1:8000"
+GW = "http://127.0.0.1:9000"
+LABELS = (("engine", "0"), ("model_name", "tinyllm"))
+LES = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, float("inf"))
+CAP_AT = 120
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _phase(i: int) -> tuple[float, float, float, float, int, int]:
+    """(waiting, kv, ttft_s, gateway ttft_s, gateway queued, max_concurrency) at second i."""
+    if i < 60:
+        return 0.0, 0.3, 0.4, 0.45, 0, 64
+    if i < CAP_AT:
+        return 30.0, 0.99, 35.0, 36.0, 0, 64
+    return 0.0, 0.5, 0.8, 6.0, 20, 8
+
+
+def scripted_polls(n: int = 180) -> list[RawPoll]:
+    """n one-second polls of the scripted incident (see the module docstring)."""
+    buckets = [0.0] * len(LES)
+    count = total = gen = prompt = 0.0
+    polls = []
+    for i in range(n):
+        waiting, kv, ttft, gw_ttft, queued, cap = _phase(i)
+        for _ in range(2):  # two requests get their first token each second
+            for j, le in enumerate(LES):
+                if ttft <= le:
+                    buckets[j] += 1
+            count, total = count + 1, total + ttft
+        gen, prompt = gen + 300, prompt + 2_000
+        fam = "vllm:time_to_first_token_seconds"
+        samples = [
+            Sample("vllm:num_requests_running", LABELS, 8.0),
+            Sample("vllm:num_requests_waiting", LABELS, waiting),
+            Sample("vllm:kv_cache_usage_perc", LABELS, kv),
+            Sample("vllm:generation_tokens_total", LABELS, gen),
+            Sample("vllm:prompt_tokens_total", LABELS, prompt),
+            *(
+                Sample(f"{fam}_bucket", tuple(sorted((*LABELS, ("le", _le(le))))), b)
+                for le, b in zip(LES, buckets, strict=True)
+            ),
+            Sample(f"{fam}_count", LABELS, count),
+            Sample(f"{fam}_sum", LABELS, total),
+        ]
+        gateway = {
+            "in_flight": 8,
+            "queued": queued,
+            "limits": {"max_concurrency": cap, "max_queue": 128, "queue_timeout_s": 30.0},
+            "ttft_s": {"p50": gw_ttft / 2, "p95": gw_ttft},
+            "queue_wait_s": {"p50": 0.0, "p95": 0.0},
+            "paused": False,
+            "outcomes": {"completed": 2 * i},
+            "rejections": {},
+        }
+        events = (
+            {"time": T0 + CAP_AT, "field": "max_concurrency", "old": 64, "new": 8, "source": "tui"},
+        )
+        polls.append(
+            RawPoll(
+                time=T0 + i,
+                engines=(RawEngine(URL, tuple(samples), version="0.32.0", model="tinyllm"),),
+                gateway_url=GW,
+                gateway=gateway,
+                events=events if i == CAP_AT else (),
+            )
+        )
+    return polls
+
+
+def _le(le: float) -> str:
+    return "+Inf" if le == float("inf") else str(le)
+
+
+def write_scripted(path: Path, n: int = 180) -> Path:
+    """A recording of `scripted_polls(n)` at `path`."""
+    rec = Recorder(path, interval_s=1.0, targets={"vllm": [URL], "gateway": GW})
+    rec.open()
+    for raw in scripted_polls(n):
+        rec.write(raw)
+    rec.close()
+    return path
+
+
+# ---- the pure summary ---------------------------------------------------------------------------
+
+
+def _snap(t: float, *, waiting: float, ttft: float | None, cap: int, finding: str = "") -> Snapshot:
+    engine = EngineStats(
+        URL, True, waiting=waiting, kv_cache_usage_frac=waiting / 10, ttft_p95_s=ttft
+    )
+    gw = GatewayStats(GW, True, queued=int(waiting), max_concurrency=cap, ttft_p95_s=ttft)
+    findings = (
+        (Finding(finding, "critical", "kv", "KV full", "cap it", since=t - 2),) if finding else ()
+    )
+    return Snapshot(time=t, engines=(engine,), gateway=gw, findings=findings)
+
+
+def test_summary_of_scripted_snapshots() -> None:
+    snaps = [
+        _snap(0, waiting=1, ttft=1.0, cap=64),
+        _snap(10, waiting=5, ttft=3.0, cap=64, finding="kv-exhausted"),
+        _snap(20, waiting=9, ttft=None, cap=64, finding="kv-exhausted"),
+        _snap(30, waiting=2, ttft=2.0, cap=8),  # changed without an event: "observed"
+        _snap(40, waiting=0, ttft=0.5, cap=8, finding="kv-exhausted"),  # refires
+        _snap(50, waiting=0, ttft=0.5, cap=4),
+    ]
+    events = [{"time": 45.0, "field": "max_concurrency", "old": 8, "new": 4, "source": "admin"}]
+    r = report.build(snaps, events, source="x", around_s=25)
+    assert (r.start, r.end, r.polls, r.duration_s) == (0, 50, 6, 50)
+    assert r.peaks["waiting"] == report.Peak(9, 20)
+    assert r.peaks["gateway_queued"] == report.Peak(9, 20)
+    assert r.peaks["kv_cache_usage_frac"] == report.Peak(0.9, 20)
+    assert r.peaks["ttft_p95_s"] == report.Peak(3.0, 10)
+    spans = [(f.id, f.fired, f.cleared) for f in r.findings]
+    assert spans == [("kv-exhausted", 8, 30), ("kv-exhausted", 38, 50)]
+    changes = [(c.time, c.field, c.old, c.new, c.source) for c in r.limit_changes]
+    assert changes == [
+        (30, "max_concurrency", 64, 8, "observed"),
+        (45, "max_concurrency", 8, 4, "admin"),
+    ]
+    first, second = r.limit_changes
+    assert first.ttft_p95_before_s == pytest.approx(3.0)  # t in [5, 30): 20 is unknown
+    assert first.ttft_p95_after_s == pytest.approx((2.0 + 0.5 + 0.5) / 3)  # 30 is after
+    assert second.ttft_p95_before_s == pytest.approx((2.0 + 0.5) / 2)
+    assert second.gateway_ttft_p95_after_s == pytest.approx(0.5)
+    d = r.to_dict()
+    assert d["duration_s"] == 50
+    assert "series" not in d
+    json.dumps(d)
+
+
+def test_empty_run_reports_unknowns() -> None:
+    r = report.build([])
+    assert r.start is None
+    assert r.peaks["waiting"] == report.Peak(None, None)
+    text = report.to_markdown(r)
+    assert "n/a" in text
+    assert "No finding fired." in text
+    assert "No limit changed." in text
+
+
+# ---- `llmtop report` on a recording ----------------------------------------------------------
+
+
+def test_report_json_on_a_scripted_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_scripted(tmp_path / "incident.jsonl.gz")
+    assert main(["report", str(path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["start"] == T0
+    assert d["end"] == T0 + 179
+    assert d["polls"] == 180
+    assert d["peaks"]["waiting"]["value"] == 30
+    assert T0 + 60 <= d["peaks"]["waiting"]["time"] < T0 + CAP_AT
+    assert d["peaks"]["kv_cache_usage_frac"]["value"] == pytest.approx(0.99)
+    assert d["peaks"]["ttft_p95_s"]["value"] > 20
+    assert d["peaks"]["gateway_queued"]["value"] == 20
+    kv = [f for f in d["findings"] if f["id"] == "kv-exhausted"]
+    assert len(kv) == 1
+    assert T0 + 60 < kv[0]["fired"] < T0 + 70  # fire_after_s past the start of the overload
+    assert T0 + CAP_AT < kv[0]["cleared"] < T0 + CAP_AT + 20  # clear_after_s past the fix
+    (change,) = d["limit_changes"]
+    assert (change["field"], change["old"], change["new"], change["source"]) == (
+        "max_concurrency",
+        64,
+        8,
+        "tui",
+    )
+    assert change["time"] == T0 + CAP_AT
+    assert change["ttft_p95_before_s"] > 20
+    assert change["ttft_p95_after_s"] < change["ttft_p95_before_s"]
+    assert change["gateway_ttft_p95_before_s"] == pytest.approx(36.0)
+    assert change["gateway_ttft_p95_after_s"] == pytest.approx(6.0)
+
+
+def test_report_md_and_charts_into_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_scripted(tmp_path / "incident.jsonl")
+    out = tmp_path / "out"
+    assert main(["report", str(path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.split()
+    names = {"report.md", "ttft_p95.png", "kv_usage.png", "queues.png"}
+    assert {Path(p).name for p in printed} == names
+    for name in names - {"report.md"}:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG)
+        assert len(data) > 5_000
+    md = (out / "report.md").read_text()
+    assert md.startswith("# llmtop report: incident.jsonl")
+    assert "| max_concurrency 64 → 8 | tui |" in md
+    assert "| kv-exhausted | critical |" in md
+    assert "![TTFT p95](ttft_p95.png)" in md
+    assert "2025-11-29 18:00:00 UTC" in md
+
+
+def test_report_md_to_stdout_without_charts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_scripted(tmp_path / "incident.jsonl.gz", n=30)
+    assert main(["report", str(path)]) == 0
+    md = capsys.readouterr().out
+    assert "## Peaks" in md
+    assert "No limit changed." in md
+    assert "![" not in md
+
+
+def test_report_on_a_bad_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tmp_path / "nope.jsonl.gz")]) == 6
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "recording not found" in err
