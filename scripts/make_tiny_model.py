@@ -7,6 +7,10 @@ So: a byte-level BPE tokenizer trained on local text (the Python standard librar
 chat template, and a 2-layer Llama with head dim 64 (vLLM's CPU attention backend accepts only some
 head dims), saved in bf16 with save_pretrained.
 
+The vocabulary has 32,000 tokens because `llmtop load` sends prompts as token ids drawn from
+[1000, 30000) (clear of common vocabularies' special tokens); vLLM rejects ids beyond the
+tokenizer ("Token id 29999 is out of vocabulary").
+
 The tokenizer has no EOS token on purpose: a random model would otherwise stop at a random point,
 and the burst experiments need every request to run to max_tokens (finished_reason "length").
 
@@ -33,7 +37,7 @@ def corpus(max_bytes: int) -> Iterator[str]:
     """Local text to train the tokenizer on, in a stable order: the stdlib's .py files."""
     root = Path(sysconfig.get_paths()["stdlib"])
     seen = 0
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -59,7 +63,9 @@ def build(out: Path, vocab_size: int, seed: int) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(4_000_000), trainer=trainer)
+    tok.train_from_iterator(corpus(24_000_000), trainer=trainer)
+    if tok.get_vocab_size() < vocab_size:
+        raise SystemExit(f"the local corpus gave only {tok.get_vocab_size()} tokens")
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",
@@ -95,7 +101,7 @@ def build(out: Path, vocab_size: int, seed: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="directory to write the model into")
-    p.add_argument("--vocab-size", type=int, default=2048)
+    p.add_argument("--vocab-size", type=int, default=32000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
