@@ -29,6 +29,9 @@ Writing, from the TUI, `llmtop --record` or `llmtop demo --headless --record`::
     recorder.toggle()               # the `r` key: stop, or start (default name when no path)
     recorder.close()
 
+or wrap the Collector, as `llmtop top` does: ``RecordingSource(collector, recorder)`` is a
+SnapshotSource that records `collector.last_raw` and the findings after every poll.
+
 Reading: ``recording = read_recording(path)``; ``recording.raw(i)``, ``iter(recording)``,
 ``recording.times``, ``recording.warnings`` (a truncated tail is tolerated and counted there).
 """
@@ -47,14 +50,14 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llmtop import __version__
 from llmtop.core.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
 
 if TYPE_CHECKING:
-    from llmtop.core.snapshot import Finding
+    from llmtop.core.snapshot import Finding, Snapshot
     from llmtop.settings import MonitorSettings
 
 FORMAT_VERSION = 1
@@ -189,6 +192,8 @@ class Recorder:
         self._encoder = Encoder(keyframe_every)
         self.polls_written = 0
         """Polls written since the last open."""
+        self.error: str | None = None
+        """Why the last write failed (recording stopped), if it did."""
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> Recorder:
@@ -270,6 +275,42 @@ class Recorder:
         except OSError as e:
             self.close()
             raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+
+class _Collector(Protocol):
+    last_raw: RawPoll | None
+
+    async def poll(self) -> Snapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class RecordingSource:
+    """A Collector whose every poll also goes to a Recorder: the TUI's source under --record.
+
+    A write that fails (disk full) stops the recording and is kept in `recorder.error`; the
+    poll itself still succeeds, so monitoring goes on.
+    """
+
+    def __init__(self, collector: _Collector, recorder: Recorder) -> None:
+        self.collector = collector
+        self.recorder = recorder
+
+    async def poll(self) -> Snapshot:
+        """Poll the collector, then record its RawPoll and the findings shown."""
+        snap = await self.collector.poll()
+        try:
+            self.recorder.write(self.collector.last_raw, snap.findings)
+        except RecordingError as e:
+            self.recorder.error = str(e)
+        return snap
+
+    async def aclose(self) -> None:
+        """Close the collector and finish the recording file."""
+        try:
+            await self.collector.aclose()
+        finally:
+            self.recorder.close()
 
 
 def _ends_with_newline(path: Path) -> bool:
