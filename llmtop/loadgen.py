@@ -26,35 +26,14 @@ from llmtop.errors import TargetError
 
 VOCAB = (1000, 30000)
 """Token ids drawn for prompts: clear of the special tokens of common vocabularies."""
+# Chat prompts are text: three-letter words, each one token for common tokenizers and exactly
+# one for the sim's ceil(characters / 4) count (word plus its space).
 
 _WORDS = (
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-    "yankee",
-    "zulu",
-)
+    "cat", "dog", "sun", "car", "red", "big", "hot", "new", "old", "day", "way", "man",
+    "boy", "top", "sea", "sky", "air", "box", "cup", "map", "pen", "net", "job", "key",
+    "arm", "leg", "eye", "ear", "toe", "fan", "ice",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
