@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag
-from llmtop.errors import NotBuiltError
+from llmtop.commands._common import flag, load
 from llmtop.settings import SimSettings
 
 HELP = "a simulated vLLM engine (OpenAI API, /metrics, dcgm telemetry) with no GPU"
@@ -14,7 +13,9 @@ HELP = "a simulated vLLM engine (OpenAI API, /metrics, dcgm telemetry) with no G
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flag(p, SimSettings, "host", "--host", help="address to listen on")
     flag(p, SimSettings, "port", "--port", type=int, help="port to listen on (0: any free)")
-    flag(p, SimSettings, "profile", "--profile", help="hardware/model profile")
+    flag(
+        p, SimSettings, "profile", "--profile", help="hardware/model profile (seed, h100-8b, fast)"
+    )
     flag(p, SimSettings, "model_name", "--model-name", metavar="NAME", help="served model name")
     flag(
         p,
@@ -64,4 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotBuiltError("llmtop sim is not built yet")
+    """Serve the sim until Ctrl-C; a busy port is a ServeError (exit 4)."""
+    from llmtop.serving import serve_forever
+    from llmtop.sim.server import banner, create_app
+
+    settings = load(SimSettings, args)
+    app = create_app(settings)
+    serve_forever(app, settings.host, settings.port, banner=banner(app.state.engine))
+    return 0

@@ -1,0 +1,274 @@
+"""The sim's HTTP server: vLLM's OpenAI API, /metrics and dcgm telemetry over the engine model.
+
+One asyncio task (owned by the Starlette lifespan) steps the engine against the real clock: it
+computes a step, sleeps until the step's end, then wakes the streams that got a token. Each
+request waits on its own asyncio.Event, so a step costs one wake per running stream, and
+hundreds of streams stay cheap. The engine's clock is time.monotonic(); a step starts no
+earlier than "now", so virtual time never lags the wall clock.
+
+A client that disconnects aborts its request (finished_reason="abort"), which frees its blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from llmtop.errors import UsageError
+from llmtop.settings import SimSettings
+from llmtop.sim.dcgm import DcgmTelemetry
+from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence
+from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
+from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
+from llmtop.sim.profiles import get_profile
+
+log = logging.getLogger(__name__)
+
+
+class _Stream:
+    """What a request handler waits on: tokens made visible by the engine loop."""
+
+    __slots__ = ("done", "event", "visible")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.visible = 0
+        self.done = False
+
+
+def build_engine(settings: SimSettings, now: float) -> Engine:
+    """The engine the settings describe, or a UsageError saying which setting is wrong."""
+    profile = get_profile(settings.profile)
+    try:
+        config = EngineConfig.from_profile(
+            profile,
+            kv_tokens=settings.kv_tokens,
+            max_num_seqs=settings.max_num_seqs,
+            max_model_len=settings.max_model_len,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            max_num_queued_reqs=settings.max_num_queued_reqs,
+        )
+    except ValueError as e:
+        raise UsageError(f"llmtop sim: {e}") from None
+    return Engine(config, now=now)
+
+
+def banner(engine: Engine) -> str:
+    """The line `llmtop sim` prints once listening ({url} is filled in by serve_forever)."""
+    cfg = engine.config
+    return (
+        f"llmtop sim: profile {cfg.profile.name} ({cfg.kv_tokens:,} KV tokens,"
+        f" max_num_seqs {cfg.max_num_seqs}) listening on {{url}}"
+    )
+
+
+class SimServer:
+    """The engine, its loop against the real clock, and the request handlers."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.model_name = settings.model_name
+        self.engine = build_engine(settings, time.monotonic())
+        self.metrics = MetricsRenderer(self.engine, self.model_name, time.time())
+        self.dcgm = DcgmTelemetry(self.engine, time.monotonic())
+        self.created = int(time.time())
+        self._work = asyncio.Event()
+        self._closed = False
+
+    # -- the engine loop --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Step the engine forever: sleep to each step's end, then deliver its tokens."""
+        engine = self.engine
+        while True:
+            if not engine.has_work():
+                self._work.clear()
+                await self._work.wait()
+            engine.advance_to(time.monotonic())
+            result = engine.step()
+            delay = result.end_s - time.monotonic()
+            await asyncio.sleep(delay if delay > 0 else 0)
+            for seq in result.emitted:
+                stream = seq.waker
+                if isinstance(stream, _Stream):
+                    stream.visible = seq.num_output
+                    stream.event.set()
+            for seq in result.finished:
+                stream = seq.waker
+                if isinstance(stream, _Stream):
+                    stream.done = True
+
+    def close(self) -> None:
+        """Abort what is left and release every waiting handler (server shutdown)."""
+        self._closed = True
+        for seq in [*self.engine.running, *self.engine.waiting]:
+            self.engine.abort(seq)
+            stream = seq.waker
+            if isinstance(stream, _Stream):
+                stream.done = True
+                stream.event.set()
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _error(self, message: str, kind: str, status: int) -> JSONResponse:
+        return JSONResponse(error_body(message, kind, status), status_code=status)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: Request, *, chat: bool) -> Response:
+        if self._closed:
+            return self._error("The server is shutting down.", "ServiceUnavailableError", 503)
+        try:
+            parsed = parse_request(await request.body(), chat=chat, served_model=self.model_name)
+            seq = self.engine.add_request(
+                parsed.prompt_tokens, parsed.max_tokens, arrival_s=time.monotonic()
+            )
+        except (BadRequest, RequestRejected) as e:
+            return self._error(e.message, e.kind, e.status)
+        stream = _Stream()
+        seq.waker = stream
+        self._work.set()
+        writer = ChunkWriter(parsed, int(time.time()))
+        if parsed.stream:
+            return StreamingResponse(self._sse(seq, stream, writer), media_type="text/event-stream")
+        return await self._whole(request, seq, stream, writer)
+
+    async def _sse(self, seq: Sequence, stream: _Stream, writer: ChunkWriter) -> AsyncIterator[str]:
+        sent = 0
+        try:
+            while True:
+                await stream.event.wait()
+                stream.event.clear()
+                visible = stream.visible
+                if visible > sent:
+                    last = visible - 1 if stream.done else -1
+                    yield "".join(
+                        writer.token(i, seq.finish_reason if i == last else None)
+                        for i in range(sent, visible)
+                    )
+                    sent = visible
+                if stream.done:
+                    if writer.req.include_usage:
+                        yield writer.usage(sent)
+                    yield "data: [DONE]\n\n"
+                    return
+        finally:
+            if not stream.done:
+                self.engine.abort(seq)
+
+    async def _whole(
+        self, request: Request, seq: Sequence, stream: _Stream, writer: ChunkWriter
+    ) -> Response:
+        async def finished() -> None:
+            while not stream.done:
+                await stream.event.wait()
+                stream.event.clear()
+
+        async def disconnected() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        done_task = asyncio.ensure_future(finished())
+        gone_task = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait({done_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone_task.cancel()
+            done_task.cancel()
+        if not stream.done:
+            self.engine.abort(seq)
+            return Response(status_code=499)
+        return JSONResponse(writer.full(stream.visible, seq.finish_reason or "length"))
+
+    async def models(self, request: Request) -> Response:
+        created = self.created
+        card: dict[str, Any] = {
+            "id": self.model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": f"llmtop-sim/{self.engine.config.profile.name}",
+            "parent": None,
+            "max_model_len": self.engine.config.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-llmtop-sim-{created}",
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": VLLM_VERSION})
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def dcgm_metrics(self, request: Request) -> Response:
+        return Response(self.dcgm.render(time.monotonic()), media_type=CONTENT_TYPE)
+
+
+def create_app(settings: SimSettings) -> Starlette:
+    """The sim as an ASGI app; its lifespan owns the engine loop. app.state.engine is the engine."""
+    sim = SimServer(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(sim.run(), name="llmtop-sim-engine")
+        task.add_done_callback(_report_crash)
+        try:
+            yield
+        finally:
+            sim.close()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", sim.completions, methods=["POST"]),
+            Route("/v1/chat/completions", sim.chat_completions, methods=["POST"]),
+            Route("/v1/models", sim.models, methods=["GET"]),
+            Route("/health", sim.health, methods=["GET"]),
+            Route("/ping", sim.health, methods=["GET", "POST"]),
+            Route("/version", sim.version, methods=["GET"]),
+            Route("/metrics", sim.prometheus, methods=["GET"]),
+            Route("/dcgm/metrics", sim.dcgm_metrics, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.sim = sim
+    app.state.engine = sim.engine
+    return app
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("llmtop sim: the engine loop stopped", exc_info=task.exception())
