@@ -1,13 +1,21 @@
-"""`llmtop snapshot`: one-shot health check for scripts and cron."""
+"""`llmtop snapshot`: one-shot health check for scripts and cron.
+
+Scrapes every target at the start and at the end of the window, derives rates and quantiles
+over it, and prints a summary (or one JSON object with --json). Exit status: 0 ok, 1 degraded,
+2 critical, 3 unknown or unreachable.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from llmtop.commands._common import load
+from llmtop.commands._common import flag, load
 from llmtop.commands.top import add_monitor_arguments
-from llmtop.errors import NotBuiltError
-from llmtop.settings import MonitorSettings
+from llmtop.settings import HealthSettings, MonitorSettings
+
+if TYPE_CHECKING:
+    from llmtop.core.snapshot import Snapshot
 
 HELP = "one-shot health check: scrape twice over a window, print findings (exit 0/1/2/3)"
 
@@ -22,8 +30,71 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between the two scrapes (default: 5)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    flag(
+        p,
+        HealthSettings,
+        "ttft_slo_s",
+        "--ttft-slo",
+        metavar="S",
+        type=float,
+        help="TTFT p95 SLO in seconds",
+    )
+    flag(
+        p,
+        HealthSettings,
+        "itl_slo_s",
+        "--itl-slo",
+        metavar="S",
+        type=float,
+        help="ITL p95 SLO in seconds",
+    )
+    flag(
+        p,
+        MonitorSettings,
+        "admin_token_file",
+        "--admin-token-file",
+        metavar="F",
+        help="file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    load(MonitorSettings, args)
-    raise NotBuiltError("llmtop snapshot is not built yet")
+    import asyncio
+    import json
+    from dataclasses import replace
+
+    from llmtop.core.summary import EXIT_CODES, to_json, to_text
+    from llmtop.errors import UsageError
+
+    monitor = load(MonitorSettings, args)
+    health = load(HealthSettings, args)
+    window = float(args.window)
+    if not 0.5 <= window <= 3600:
+        raise UsageError("--window must be between 0.5 and 3600 seconds")
+    # One look, no time to hold a condition: fire at once; the window itself smooths.
+    health = replace(health, fire_after_s=0.0, window_s=window)
+    snap = asyncio.run(_take(monitor, health, window))
+    if args.json:
+        print(json.dumps(to_json(snap), indent=2))
+    else:
+        print(to_text(snap, window))
+    return EXIT_CODES[snap.status]
+
+
+async def _take(monitor: MonitorSettings, health: HealthSettings, window: float) -> Snapshot:
+    import asyncio
+    import time
+
+    from llmtop.sources.collector import Collector
+
+    timeout = min(5.0, max(1.0, window * 0.8))
+    collector = Collector(monitor, health, window_s=window, timeout_s=timeout)
+    try:
+        start = time.monotonic()
+        first = await collector.poll()
+        if not any(e.up for e in first.engines):
+            return first  # nothing answers: say so now rather than after the window
+        await asyncio.sleep(max(0.0, window - (time.monotonic() - start)))
+        return await collector.poll()
+    finally:
+        await collector.aclose()

@@ -100,8 +100,20 @@ def _cap_action(n: int | None, why: str) -> str:
     )
 
 
-def _kv_pressed(e: EngineStats, s: HealthSettings) -> bool:
-    if e.kv_cache_usage_frac is None or e.kv_cache_usage_frac < s.kv_high_frac:
+def _kv_peak(ctx: Context, e: EngineStats) -> float | None:
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
+    values = [e.kv_cache_usage_frac]
+    for snap in ctx.history:
+        if snap.time >= ctx.time - ctx.settings.window_s:
+            values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _kv_pressed(ctx: Context, e: EngineStats) -> bool:
+    """KV at its high mark within the window, with preemptions or requests waiting."""
+    peak = _kv_peak(ctx, e)
+    if peak is None or peak < ctx.settings.kv_high_frac:
         return False
     if e.preemptions_per_s:
         return True
@@ -113,11 +125,10 @@ def target_down(ctx: Context) -> Verdict | None:
     down = [e for e in ctx.engines if not e.up]
     if not down:
         return None
-    what = "; ".join(f"{e.url}: {e.error or 'no answer'}" for e in down)
+    what = "; ".join(e.error or f"{e.url}: no answer" for e in down)
     return Verdict(
-        f"vLLM not answering ({what})",
-        "check the vLLM process and its log (still loading the model? crashed? wrong port?); "
-        "llmtop keeps polling",
+        f"vLLM not answering: {what}",
+        "check the vLLM process and its log (still loading the model? crashed? wrong port?)",
     )
 
 
@@ -157,7 +168,7 @@ def degraded_200(ctx: Context) -> Verdict | None:
             if e.queue_time_mean_s is not None and e.ttft_mean_s
             else None
         )
-        if _kv_pressed(e, s):
+        if _kv_pressed(ctx, e):
             bottleneck = "kv"
             action = _cap_action(_kv_fit(e), "KV cache is full")
         elif ttft_over and (
@@ -181,14 +192,16 @@ def degraded_200(ctx: Context) -> Verdict | None:
 
 
 def kv_exhausted(ctx: Context) -> Verdict | None:
-    s = ctx.settings
     for e in _up(ctx):
-        if not _kv_pressed(e, s):
+        if not _kv_pressed(ctx, e):
             continue
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         n = _kv_fit(e)
         arithmetic = ""
-        if n is not None and e.mean_prompt_tokens is not None:
+        if n is None and e.running:
+            n = max(1, int(e.running))  # no request finished yet: what fits is what runs
+            arithmetic = f"; the cache holds the {n} running now"
+        elif n is not None and e.mean_prompt_tokens is not None:
             per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
             arithmetic = (
                 f"; {fmt.count(e.kv_capacity_tokens)} KV tokens / {fmt.count(per_req)} tokens "
@@ -196,7 +209,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
                 f"{fmt.count(e.mean_generation_tokens)} output) = {n} sequences fit"
             )
         summary = (
-            f"{_where(ctx, e)}KV cache {fmt.frac(e.kv_cache_usage_frac)} full, "
+            f"{_where(ctx, e)}KV cache {fmt.frac(_kv_peak(ctx, e))} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )

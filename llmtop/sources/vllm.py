@@ -62,7 +62,7 @@ def describe_error(url: str, e: BaseException, timeout_s: float) -> str:
         return f"no answer from {url} within {timeout_s:.1f} s"
     if isinstance(e, httpx.ConnectError):
         reason = str(e) or "connection refused"
-        if "refused" in reason.lower():
+        if "refused" in reason.lower() or "all connection attempts failed" in reason.lower():
             reason = "connection refused"
         return f"cannot connect to {url} ({reason})"
     if isinstance(e, ScrapeError | BodyTooLarge):

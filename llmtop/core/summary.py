@@ -1,0 +1,181 @@
+"""A Snapshot as the `llmtop snapshot` JSON object and as a compact human summary.
+
+The JSON schema (documented in docs/snapshot.md) is a contract for scripts: keys are always
+present, null where unknown; non-finite numbers become null. Exit codes follow the status.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from llmtop.core import format as fmt
+from llmtop.core.snapshot import EngineStats, GatewayStats, GpuStats, Snapshot, Status
+
+EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
+
+ENGINE_KEYS = (
+    "url",
+    "up",
+    "model",
+    "running",
+    "waiting",
+    "kv_cache_usage_frac",
+    "kv_capacity_tokens",
+    "prompt_tok_per_s",
+    "decode_tok_per_s",
+    "preemptions_per_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "itl_p95_s",
+    "e2e_p95_s",
+    "queue_time_p95_s",
+    "error",
+)
+GATEWAY_KEYS = (
+    "url",
+    "up",
+    "error",
+    "in_flight",
+    "queued",
+    "max_concurrency",
+    "max_queue",
+    "queue_timeout_s",
+    "paused",
+    "rejected_per_s",
+    "queue_wait_p50_s",
+    "queue_wait_p95_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "upstream_healthy",
+)
+GPU_KEYS = (
+    "index",
+    "name",
+    "source",
+    "util_frac",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "throttle_reasons",
+)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: _clean(getattr(obj, k)) for k in keys}
+
+
+def iso_time(t: float) -> str:
+    """Seconds since the epoch as ISO 8601 UTC, second resolution."""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_json(snap: Snapshot) -> dict[str, Any]:
+    """The `llmtop snapshot --json` object."""
+    return {
+        "time": iso_time(snap.time),
+        "status": snap.status,
+        "engines": [_pick(e, ENGINE_KEYS) for e in snap.engines],
+        "gateway": None if snap.gateway is None else _pick(snap.gateway, GATEWAY_KEYS),
+        "gpus": [_pick(g, GPU_KEYS) for g in snap.gpus],
+        "gpu_error": snap.gpu_error,
+        "findings": [
+            {
+                "id": f.id,
+                "severity": f.severity,
+                "bottleneck": f.bottleneck,
+                "summary": f.summary,
+                "action": f.action,
+            }
+            for f in snap.findings
+        ],
+    }
+
+
+def _engine_lines(e: EngineStats) -> list[str]:
+    name = " ".join(x for x in (e.model, f"(vLLM {e.version})" if e.version else None) if x)
+    if not e.up:
+        return [f"engine {e.url}  DOWN: {e.error}"]
+    if e.stats_disabled:
+        return [f"engine {e.url}  {name}  up, but {e.error}"]
+    waiting = fmt.count(e.waiting)
+    if e.waiting_capacity:
+        waiting += f" ({fmt.count(e.waiting_capacity)} for KV)"
+    per_seq = (
+        f" ({fmt.tok_per_s(e.decode_tok_per_s_per_seq)} per seq)"
+        if e.decode_tok_per_s_per_seq is not None
+        else ""
+    )
+    return [
+        f"engine {e.url}  {name}".rstrip(),
+        f"  running {fmt.count(e.running)}  waiting {waiting}  KV {fmt.frac(e.kv_cache_usage_frac)}"
+        f" of {fmt.count(e.kv_capacity_tokens)} tokens  preemptions "
+        f"{fmt.per_s(e.preemptions_per_s)}",
+        f"  prefill {fmt.tok_per_s(e.prompt_tok_per_s)}  decode "
+        f"{fmt.tok_per_s(e.decode_tok_per_s)}{per_seq}",
+        f"  TTFT p50/p95/p99 {fmt.seconds(e.ttft_p50_s)} / {fmt.seconds(e.ttft_p95_s)} / "
+        f"{fmt.seconds(e.ttft_p99_s)}  ITL p95 {fmt.seconds(e.itl_p95_s)}  E2E p95 "
+        f"{fmt.seconds(e.e2e_p95_s)}  queue p95 {fmt.seconds(e.queue_time_p95_s)}",
+    ]
+
+
+def _gateway_line(g: GatewayStats) -> str:
+    if not g.up:
+        return f"gateway {g.url}  DOWN: {g.error}"
+    rejected = sum(g.rejected_per_s.values()) if g.rejected_per_s else None
+    paused = "  PAUSED" if g.paused else ""
+    return (
+        f"gateway {g.url}  in flight {fmt.count(g.in_flight)}/{fmt.count(g.max_concurrency)}  "
+        f"queued {fmt.count(g.queued)}/{fmt.count(g.max_queue)}  429s {fmt.per_s(rejected)}  "
+        f"queue wait p95 {fmt.seconds(g.queue_wait_p95_s)}{paused}"
+    )
+
+
+def _gpu_line(g: GpuStats) -> str:
+    mem = f"{fmt.gib(g.mem_used_bytes)}/{fmt.gib(g.mem_total_bytes)}"
+    throttle = f"  throttled: {', '.join(g.throttle_reasons)}" if g.throttle_reasons else ""
+    return (
+        f"gpu {g.index} {g.name or ''}  util {fmt.frac(g.util_frac)}  mem {mem}  "
+        f"{fmt.watts(g.power_w)}/{fmt.watts(g.power_limit_w)}  {fmt.celsius(g.temp_c)}  "
+        f"SM {fmt.mhz(g.sm_clock_mhz)}{throttle}"
+    )
+
+
+def to_text(snap: Snapshot, window_s: float) -> str:
+    """The compact human summary."""
+    lines = [
+        f"llmtop snapshot  {iso_time(snap.time)}  window {window_s:g} s  status "
+        f"{snap.status.upper()}"
+    ]
+    for e in snap.engines:
+        lines.extend(_engine_lines(e))
+    if snap.gateway is not None:
+        lines.append(_gateway_line(snap.gateway))
+    lines.extend(_gpu_line(g) for g in snap.gpus)
+    if not snap.gpus and snap.gpu_error:
+        lines.append(f"gpu: {snap.gpu_error}")
+    if snap.findings:
+        lines.append("findings:")
+        for f in snap.findings:
+            lines.append(f"  {f.severity.upper()} {f.id} [{f.bottleneck}] {f.summary}")
+            lines.append(f"    -> {f.action}")
+    elif snap.status == "ok":
+        lines.append("no findings")
+    elif snap.status == "unknown":
+        lines.append("status unknown: no engine answered with its core metrics yet")
+    return "\n".join(lines)
