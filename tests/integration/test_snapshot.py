@@ -1,0 +1,196 @@
+"""`llmtop snapshot` end to end against real servers on 127.0.0.1: exit codes and --json schema."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from llmtop.cli import main
+from llmtop.serving import ServerThread
+
+ENGINE_KEYS = {
+    "url", "up", "model", "running", "waiting", "kv_cache_usage_frac", "kv_capacity_tokens",
+    "prompt_tok_per_s", "decode_tok_per_s", "preemptions_per_s", "ttft_p50_s", "ttft_p95_s",
+    "ttft_p99_s", "itl_p95_s", "e2e_p95_s", "queue_time_p95_s", "error",
+}  # fmt: skip
+FINDING_KEYS = {"id", "severity", "bottleneck", "summary", "action"}
+
+
+def steady_text(t: float) -> str:
+    """A healthy engine whose counters grow with wall time: 4 running, fast TTFT."""
+    n = int(t * 10)
+    lab = 'engine="0",model_name="steady"'
+    lines = [
+        f"vllm:num_requests_running{{{lab}}} 4",
+        f"vllm:num_requests_waiting{{{lab}}} 0",
+        f"vllm:kv_cache_usage_perc{{{lab}}} 0.3",
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2000"} 1',
+        f"vllm:prompt_tokens_total{{{lab}}} {n * 100}",
+        f"vllm:generation_tokens_total{{{lab}}} {n * 20}",
+        f"vllm:num_preemptions_total{{{lab}}} 0",
+        f'vllm:request_success_total{{{lab},finished_reason="stop"}} {n}',
+        f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.1"}} {n // 2}',
+        f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.5"}} {n}',
+        f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {n}',
+        f"vllm:time_to_first_token_seconds_count{{{lab}}} {n}",
+        f"vllm:time_to_first_token_seconds_sum{{{lab}}} {n * 0.15}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def engine_app(texts: Callable[[int], str]) -> Starlette:
+    calls = {"n": 0}
+
+    async def metrics(request: Request) -> Response:
+        calls["n"] += 1
+        return PlainTextResponse(texts(calls["n"]))
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": "0.32.0"})
+
+    return Starlette(routes=[Route("/metrics", metrics), Route("/version", version)])
+
+
+def gateway_app() -> Starlette:
+    async def stats(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "in_flight": 3,
+                "queued": 0,
+                "outcomes": {"completed": 5, "timed_out": 0},
+                "rejections": {"queue_full": 0},
+                "queue_wait_s": {"p50": 0.0, "p95": 0.1},
+                "ttft_s": {"p50": 0.1, "p95": 0.2},
+                "paused": False,
+                "upstream": {"healthy": True},
+                "limits": {"max_concurrency": 8, "max_queue": 128},
+            }
+        )
+
+    async def events(request: Request) -> Response:
+        return JSONResponse({"events": []})
+
+    return Starlette(routes=[Route("/admin/stats", stats), Route("/admin/events", events)])
+
+
+def snapshot(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["snapshot", "--window", "0.6", *args])
+    return code, capsys.readouterr().out
+
+
+def test_degraded_real_capture_exits_critical_with_the_schema(
+    serve_app: Callable[[Any], ServerThread],
+    fixtures_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    idle = (fixtures_dir / "metrics-idle.txt").read_text()
+    load = (fixtures_dir / "metrics-load.txt").read_text()
+    vllm = serve_app(engine_app(lambda n: idle if n == 1 else load))
+    gw = serve_app(gateway_app())
+    code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", gw.url, "--json")
+    data = json.loads(out)
+    assert code == 2
+    assert data["status"] == "critical"
+    assert set(data) == {"time", "status", "engines", "gateway", "gpus", "gpu_error", "findings"}
+    assert time.strptime(data["time"], "%Y-%m-%dT%H:%M:%SZ")
+    (engine,) = data["engines"]
+    assert set(engine) == ENGINE_KEYS
+    assert engine["model"] == "tinyllm"
+    assert engine["kv_capacity_tokens"] == 4096
+    assert engine["waiting"] == 42
+    assert engine["decode_tok_per_s"] > 0
+    assert data["gateway"]["max_concurrency"] == 8
+    assert data["gateway"]["in_flight"] == 3
+    kv = next(f for f in data["findings"] if f["id"] == "kv-exhausted")
+    assert set(kv) == FINDING_KEYS
+    assert "cap concurrency at ~3" in kv["action"]
+
+
+def test_healthy_engine_exits_zero_and_prints_a_summary(
+    serve_app: Callable[[Any], ServerThread], capsys: pytest.CaptureFixture[str]
+) -> None:
+    vllm = serve_app(engine_app(lambda n: steady_text(time.time())))
+    code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", "off")
+    assert code == 0
+    assert "status OK" in out
+    assert "steady (vLLM 0.32.0)" in out
+    assert "no findings" in out
+
+
+def test_unreachable_exits_three(unused_tcp_port: int, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    code, out = snapshot(capsys, "--vllm", url, "--gateway", "off", "--json")
+    data = json.loads(out)
+    assert code == 3
+    assert data["status"] == "unknown"
+    assert data["engines"][0]["up"] is False
+    assert "connection refused" in data["engines"][0]["error"]
+    assert data["findings"][0]["id"] == "target-down"
+
+
+def test_disable_log_stats_exits_three_and_says_why(
+    serve_app: Callable[[Any], ServerThread], capsys: pytest.CaptureFixture[str]
+) -> None:
+    vllm = serve_app(engine_app(lambda n: 'python_info{version="3.11"} 1.0\n'))
+    code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", "off")
+    assert code == 3
+    assert "--disable-log-stats" in out
+
+
+def test_dcgm_gpus_in_the_json(
+    serve_app: Callable[[Any], ServerThread], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dcgm_text = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",modelName="H100"} 90\n'
+        'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",modelName="H100"} 32\n'
+    )
+
+    async def dcgm(request: Request) -> Response:
+        return PlainTextResponse(dcgm_text)
+
+    vllm = serve_app(engine_app(lambda n: steady_text(time.time())))
+    exporter = serve_app(Starlette(routes=[Route("/metrics", dcgm)]))
+    code, out = snapshot(
+        capsys,
+        "--vllm",
+        vllm.url,
+        "--gateway",
+        "off",
+        "--dcgm",
+        f"{exporter.url}/metrics",
+        "--json",
+    )
+    data = json.loads(out)
+    assert data["gpus"][0]["temp_c"] == 90
+    assert data["gpus"][0]["throttle_reasons"] == ["sw_thermal"]
+    assert data["gpu_error"] is None
+    assert [f["id"] for f in data["findings"]] == ["gpu-throttled"]
+    assert code == 1
+
+
+def test_bad_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["snapshot", "--window", "0", "--gateway", "off"]) == 2
+    assert "--window" in capsys.readouterr().err
+
+
+def test_against_the_live_sim(
+    start_sim: Callable[..., ServerThread], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("llmtop.sim.server")
+    sim = start_sim(profile="fast")
+    code, out = snapshot(capsys, "--vllm", sim.url, "--gateway", "off", "--json")
+    data = json.loads(out)
+    assert set(data["engines"][0]) == ENGINE_KEYS
+    assert data["engines"][0]["up"] is True
+    assert data["engines"][0]["kv_capacity_tokens"] > 0
+    assert code in (0, 1, 2)  # an idle sim answers with its core metrics: never "unknown"
+    assert data["status"] != "unknown"
