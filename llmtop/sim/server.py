@@ -18,6 +18,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -81,6 +88,11 @@ class SimServer:
         self.metrics = MetricsRenderer(self.engine, self.model_name, time.time())
         self.dcgm = DcgmTelemetry(self.engine, time.monotonic())
         self.created = int(time.time())
+        # python_* and process_* series, as vLLM's /metrics has them (never the global
+        # registry: other servers of the demo share this process).
+        self._process_registry = CollectorRegistry(auto_describe=True)
+        for collector in (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR):
+            self._process_registry.register(collector)
         self._work = asyncio.Event()
         self._closed = False
 
@@ -229,7 +241,8 @@ class SimServer:
         return JSONResponse({"version": VLLM_VERSION})
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        text = generate_latest(self._process_registry).decode() + self.metrics.render()
+        return Response(text, media_type=CONTENT_TYPE)
 
     async def dcgm_metrics(self, request: Request) -> Response:
         return Response(self.dcgm.render(time.monotonic()), media_type=CONTENT_TYPE)

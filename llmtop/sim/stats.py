@@ -81,7 +81,6 @@ class EngineStats:
     max_model_len: int
     prompt_tokens: int = 0
     generation_tokens: int = 0
-    prompt_tokens_computed: int = 0
     num_preemptions: int = 0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
