@@ -40,10 +40,13 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "e2e": ("vllm:e2e_request_latency_seconds",),
     "queue_time": ("vllm:request_queue_time_seconds",),
     "prefill_time": ("vllm:request_prefill_time_seconds",),
-    "decode_time": ("vllm:request_decode_time_seconds",),
     "prompt_len": ("vllm:request_prompt_tokens",),
     "generation_len": ("vllm:request_generation_tokens",),
 }
+
+
+MEAN_ONLY = frozenset({"prompt_len", "generation_len"})
+"""Histograms read for their mean only (Δsum/Δcount): their buckets are not parsed."""
 
 
 def sample_names() -> frozenset[str]:
@@ -52,9 +55,11 @@ def sample_names() -> frozenset[str]:
     for group in (GAUGES, COUNTERS):
         for alternatives in group.values():
             names.update(alternatives)
-    for alternatives in HISTOGRAMS.values():
+    for key, alternatives in HISTOGRAMS.items():
         for fam in alternatives:
-            names.update((fam + "_bucket", fam + "_sum", fam + "_count"))
+            names.update((fam + "_sum", fam + "_count"))
+            if key not in MEAN_ONLY:
+                names.add(fam + "_bucket")
     return frozenset(names)
 
 
