@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     window = float(args.window)
     if not 0.5 <= window <= 3600:
         raise UsageError("--window must be between 0.5 and 3600 seconds")
-    # One look, no time to hold a condition: fire at once; the window itself smooths.
-    health = replace(health, fire_after_s=0.0, window_s=window)
+    # One look over one window: a finding fires and clears on what the window shows.
+    health = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window)
     snap = asyncio.run(_take(monitor, health, window))
     if args.json:
         print(json.dumps(to_json(snap), indent=2))

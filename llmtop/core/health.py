@@ -103,9 +103,11 @@ def _cap_action(n: int | None, why: str) -> str:
 def _kv_peak(ctx: Context, e: EngineStats) -> float | None:
     """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
     values = [e.kv_cache_usage_frac]
-    for snap in ctx.history:
-        if snap.time >= ctx.time - ctx.settings.window_s:
-            values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
+    for i, snap in enumerate(reversed(ctx.history)):
+        # The window, and at least the previous poll (its start when polls are a window apart).
+        if i > 0 and snap.time < ctx.time - ctx.settings.window_s:
+            break
+        values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
     known = [v for v in values if v is not None]
     return max(known) if known else None
 

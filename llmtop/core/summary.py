@@ -149,9 +149,12 @@ def _gateway_line(g: GatewayStats) -> str:
 def _gpu_line(g: GpuStats) -> str:
     mem = f"{fmt.gib(g.mem_used_bytes)}/{fmt.gib(g.mem_total_bytes)}"
     throttle = f"  throttled: {', '.join(g.throttle_reasons)}" if g.throttle_reasons else ""
+    power = fmt.watts(g.power_w)
+    if g.power_limit_w is not None:
+        power += f"/{fmt.watts(g.power_limit_w)}"
     return (
         f"gpu {g.index} {g.name or ''}  util {fmt.frac(g.util_frac)}  mem {mem}  "
-        f"{fmt.watts(g.power_w)}/{fmt.watts(g.power_limit_w)}  {fmt.celsius(g.temp_c)}  "
+        f"{power}  {fmt.celsius(g.temp_c)}  "
         f"SM {fmt.mhz(g.sm_clock_mhz)}{throttle}"
     )
 
