@@ -161,10 +161,12 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(start_sim: StartSim) -> N
         httpx.Client(base_url=server.url, timeout=10) as client,
         client.stream("POST", "/v1/completions", json=body) as r,
     ):
+        held = []
         for got, _ in enumerate(r.iter_text(), start=1):
+            held.append(engine.config.num_gpu_blocks - engine.free_blocks)
             if got >= 3:
                 break
-        assert engine.free_blocks < engine.config.num_gpu_blocks
+        assert min(held) >= 500 // 16  # the prompt's blocks, while streaming
     assert wait_until(lambda: engine.stats.finished["abort"] == 1)
     assert wait_until(lambda: engine.free_blocks == engine.config.num_gpu_blocks)
     assert not engine.has_work()
@@ -185,7 +187,7 @@ def test_concurrent_streams_exhaust_the_kv_cache(start_sim: StartSim) -> None:
             time.sleep(0.005)
 
     def one(i: int, results: list[int]) -> None:
-        body = {"prompt": [i] * 600, "max_tokens": 200, "stream": True}
+        body = {"prompt": [i] * 600, "max_tokens": 150, "stream": True}
         with httpx.Client(base_url=server.url, timeout=20) as client:
             r = client.post("/v1/completions", json=body)
             results.append(len(sse_events(r.text)))
@@ -193,18 +195,18 @@ def test_concurrent_streams_exhaust_the_kv_cache(start_sim: StartSim) -> None:
     watcher = threading.Thread(target=watch)
     watcher.start()
     results: list[int] = []
-    threads = [threading.Thread(target=one, args=(i, results)) for i in range(12)]
+    threads = [threading.Thread(target=one, args=(i, results)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
     stop.set()
     watcher.join()
-    assert results == [201] * 12  # 200 tokens and [DONE], every one: no errors
+    assert results == [151] * 8  # 150 tokens and [DONE], every one: no errors
     m = samples(httpx.get(f"{server.url}/metrics").text)
     assert m["vllm:num_preemptions_total{engine=0}"] > 0
-    assert m["vllm:request_success_total{engine=0,finished_reason=length}"] == 12
-    assert m["vllm:prompt_tokens_total{engine=0}"] == 12 * 600
+    assert m["vllm:request_success_total{engine=0,finished_reason=length}"] == 8
+    assert m["vllm:prompt_tokens_total{engine=0}"] == 8 * 600
     assert m["vllm:kv_cache_usage_perc{engine=0}"] == 0.0
     assert m["vllm:num_requests_running{engine=0}"] == 0
     assert peak["kv"] > 0.9
@@ -245,7 +247,7 @@ def test_dcgm_telemetry_follows_the_load(start_sim: StartSim) -> None:
     assert idle["DCGM_FI_DEV_FB_USED"] > 0
     assert idle["DCGM_FI_DEV_FB_FREE"] > 0
     with httpx.Client(base_url=server.url, timeout=20) as client:
-        body = {"prompt": [1] * 64, "max_tokens": 400, "stream": True}
+        body = {"prompt": [1] * 64, "max_tokens": 300, "stream": True}
         with client.stream("POST", "/v1/completions", json=body) as r:
             started = time.monotonic()
             busy: dict[str, float] = {}
