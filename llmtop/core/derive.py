@@ -21,6 +21,11 @@ from llmtop.core.series import (
 )
 from llmtop.core.snapshot import EngineStats
 
+NO_GAUGES = (
+    "no running/waiting/KV gauges yet (a vLLM with several API servers exports them only "
+    "after its first request)"
+)
+
 
 def counter_values(scrape: EngineScrape) -> dict[Key, float]:
     """Flatten an `EngineScrape`'s counters and histograms into `CounterWindow` keys."""
@@ -153,6 +158,9 @@ def derive_engine(
         queue_time_p50_s=queue.quantile(0.5),
         queue_time_p95_s=queue.quantile(0.95),
         prefill_time_p95_s=prefill.quantile(0.95),
+        e2e_p99_s=e2e.quantile(0.99),
+        queue_time_p99_s=queue.quantile(0.99),
+        error=None if running is not None else NO_GAUGES,
         ttft_mean_s=ttft.mean(),
         queue_time_mean_s=queue.mean(),
         prefill_time_mean_s=prefill.mean(),

@@ -55,6 +55,8 @@ class EngineStats:
     prefill_time_p95_s: float | None = None
     stats_disabled: bool = False
     """The target answers but exports no vllm:* series (--disable-log-stats)."""
+    e2e_p99_s: float | None = None
+    queue_time_p99_s: float | None = None
     ttft_mean_s: float | None = None
     """Mean time to first token over the window (Δsum/Δcount)."""
     queue_time_mean_s: float | None = None

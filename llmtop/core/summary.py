@@ -121,8 +121,10 @@ def _engine_lines(e: EngineStats) -> list[str]:
         if e.decode_tok_per_s_per_seq is not None
         else ""
     )
+    note = [f"  note: {e.error}"] if e.error else []
     return [
         f"engine {e.url}  {name}".rstrip(),
+        *note,
         f"  running {fmt.count(e.running)}  waiting {waiting}  KV {fmt.frac(e.kv_cache_usage_frac)}"
         f" of {fmt.count(e.kv_capacity_tokens)} tokens  preemptions "
         f"{fmt.per_s(e.preemptions_per_s)}",

@@ -55,7 +55,8 @@ class Collector:
         self._client = httpx.AsyncClient(
             transport=transport, timeout=httpx.Timeout(self.timeout_s), follow_redirects=False
         )
-        self._versions: dict[str, str] = {}
+        self._versions: dict[str, str | None] = {}
+        """Engine URL -> its /version (None: asked once, not answered; not asked again)."""
         self._gateway: GatewayReader | None = None
         if monitor.gateway_url:
             token = read_token(monitor.admin_token, monitor.admin_token_file)
@@ -113,10 +114,11 @@ class Collector:
                 timeout_s=self.timeout_s,
                 max_bytes=self.monitor.max_scrape_bytes,
                 version=self._versions.get(url),
+                ask_version=url not in self._versions,
             )
         except Exception as e:  # scrape_engine does not raise; belt and braces for the loop
             return RawEngine(url=url, samples=None, error=f"{url}: {type(e).__name__}: {e}")
-        if raw.version is not None:
+        if raw.samples is not None and url not in self._versions:
             self._versions[url] = raw.version
         return raw
 

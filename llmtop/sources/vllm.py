@@ -79,6 +79,7 @@ async def scrape_engine(
     timeout_s: float,
     max_bytes: int,
     version: str | None = None,
+    ask_version: bool = True,
 ) -> RawEngine:
     """One scrape of one engine, filtered to the families llmtop reads; never raises."""
     murl = metrics_url(url)
@@ -90,7 +91,7 @@ async def scrape_engine(
             return RawEngine(url=url, samples=None, error=f"{murl}: {e}", version=version)
     except Exception as e:  # every target problem becomes the error field
         return RawEngine(url=url, samples=None, error=describe_error(murl, e, timeout_s))
-    if version is None:
+    if version is None and ask_version:
         version = await _version(client, url, timeout_s)
     return RawEngine(url=url, samples=samples, version=version)
 

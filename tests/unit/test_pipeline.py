@@ -146,6 +146,8 @@ def test_missing_gauges_keep_status_unknown() -> None:
     p.update(poll(0.0, text))
     snap = p.update(poll(1.0, text))
     assert snap.engines[0].running is None
+    assert snap.engines[0].error is not None
+    assert "after its first request" in snap.engines[0].error
     assert snap.status == "unknown"
 
 
