@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from llmtop.commands._common import flag
-from llmtop.errors import NotBuiltError
 from llmtop.settings import MonitorSettings
+
+if TYPE_CHECKING:
+    from llmtop.core.snapshot import Snapshot
+    from llmtop.sources.collector import Collector
+    from llmtop.sources.recording import Recorder
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
 
@@ -78,5 +83,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+class RecordingSource:
+    """The Collector, with every poll appended to the recording while `r` has it on."""
+
+    def __init__(self, collector: Collector, recorder: Recorder) -> None:
+        self.collector = collector
+        self.recorder = recorder
+
+    async def poll(self) -> Snapshot:
+        snap = await self.collector.poll()
+        self.recorder.write(self.collector.last_raw, snap.findings)
+        return snap
+
+    async def aclose(self) -> None:
+        try:
+            self.recorder.close()
+        finally:
+            await self.collector.aclose()
+
+
 def run(args: argparse.Namespace) -> int:
-    raise NotBuiltError("the TUI is not built yet")
+    """Start the TUI; a dead target does not stop it (the screen says DOWN and why)."""
+    from llmtop.commands._common import load
+    from llmtop.settings import HealthSettings
+    from llmtop.sources.admin import AdminClient
+    from llmtop.sources.collector import Collector
+    from llmtop.sources.recording import Recorder
+    from llmtop.tui.app import run_tui
+
+    monitor = load(MonitorSettings, args)
+    health = load(HealthSettings, args)
+    admin = AdminClient.from_settings(monitor)
+    collector = Collector(monitor, health)
+    recorder = Recorder.from_settings(monitor)
+    if monitor.record:
+        recorder.open()
+    return run_tui(
+        RecordingSource(collector, recorder),
+        monitor=monitor,
+        health=health,
+        admin=admin,
+        recorder=recorder,
+    )

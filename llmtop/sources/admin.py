@@ -58,6 +58,10 @@ class AdminClient:
             raise AdminError("no limit to change")
         return await self._call("PATCH", "/admin/limits", json=changes)
 
+    async def get_stats(self) -> dict[str, Any]:
+        """The gateway's live state (in flight, queued, paused, ...): the truth for `p`."""
+        return await self._call("GET", "/admin/stats")
+
     async def pause(self) -> bool:
         """Stop admitting new requests (they queue); returns the paused state."""
         return bool((await self._call("POST", "/admin/pause")).get("paused"))

@@ -146,7 +146,10 @@ class LlmtopApp(App[int]):
             yield TimeChart(id="ttft-chart")
             yield TimeChart(id="tput-chart")
         yield EventLog(id="events")
-        yield CommandLine(placeholder="cap 8 · queue 64 · timeout 20 · rpm 600|off", id="cmdline")
+        yield CommandLine(
+            placeholder=": cap 8 · queue 64 · timeout 20 · rpm 600|off · Enter runs, Esc closes",
+            id="cmdline",
+        )
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -339,10 +342,12 @@ class LlmtopApp(App[int]):
 
     def action_command(self) -> None:
         if self._can_change("the command line"):
+            self.query_one(Footer).display = False  # its keys are text while typing
             self.query_one(CommandLine).open()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one(CommandLine).close()
+        self.query_one(Footer).display = True
         text = event.value.strip()
         if not text:
             return
@@ -360,10 +365,21 @@ class LlmtopApp(App[int]):
             self._set_limits(f":{text}", lambda _cur: changes)
 
     def action_pause(self) -> None:
-        if not self._can_change("pause/resume"):
+        if not self._can_change("pause/resume") or self.admin is None:
             return
-        gw = self.snapshot.gateway if self.snapshot is not None else None
-        paused = bool(gw is not None and gw.paused)
+        admin = self.admin
+
+        async def ask() -> None:
+            try:  # the gateway's own state, not a poll that may be a second old
+                paused = bool((await admin.get_stats()).get("paused"))
+            except LlmtopError as e:
+                self._failed("pause/resume", one_line(e))
+                return
+            self._confirm_pause(paused)
+
+        self.run_worker(ask(), group="admin", exit_on_error=False)
+
+    def _confirm_pause(self, paused: bool) -> None:
         if paused:
             question, detail = "Resume admission?", "Queued requests start flowing to the engine."
         else:
@@ -406,6 +422,7 @@ class LlmtopApp(App[int]):
         self.push_screen(HelpScreen())
 
     def on_command_line_closed(self) -> None:
+        self.query_one(Footer).display = True
         self.set_focus(None)
 
 

@@ -2,7 +2,8 @@
 
 `parse_command("cap 8")` -> {"max_concurrency": 8}; a bad command raises UsageError with a
 one-line message for the status line. Keys: `+`/`-` change max_concurrency by 1 (at least 1),
-`]`/`[` change max_queue by QUEUE_STEP (at least 0).
+`]`/`[` change max_queue by QUEUE_STEP (at least 0). Only syntax is checked here; the gateway
+judges ranges, so its own 400 message ("max_concurrency must be an integer >= 1") is what shows.
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ def parse_command(text: str) -> dict[str, Any] | str:
     except ValueError:
         want = "a whole number" if kind == "int" else "a number"
         raise UsageError(f"{word}: expected {want}, got {words[1]!r}") from None
-    if number < 0 or (word in ("cap", "timeout") and number <= 0):
-        raise UsageError(f"{word}: must be {'at least 0' if word == 'queue' else 'above 0'}")
+    # Ranges are the gateway's to judge: its 400 message is shown as it is.
     return {field: number}
 
 

@@ -13,21 +13,17 @@ from textual.widgets import Markdown
 from llmtop.tui.commands import QUEUE_STEP
 
 HELP_TEXT = f"""\
-# llmtop help
-
 ## Keys
-| key | does |
-|---|---|
-| `+` / `-` | gateway max concurrency +1 / -1 (at least 1) |
-| `]` / `[` | gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} |
-| `:` | exact values: `cap 8` `queue 64` `timeout 20` `rpm 600` `tokens 32000` (or `off`) |
-| `p` | pause / resume admission (asks first) |
-| `r` | start / stop recording (when a recorder is configured) |
-| `?` | this help (Esc closes) |
-| `q` | quit |
+- `+` / `-`: gateway max concurrency +1 / -1 (at least 1)
+- `]` / `[`: gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} (at least 0)
+- `:`: a command line for exact values: `cap 8`, `queue 64`, `timeout 20`, `rpm 600`,
+  `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes)
+- `p`: pause / resume admission (asks first)
+- `r`: start / stop recording (when started with a recorder)
+- `?`: this help (Esc closes); `q`: quit
 
-With `--read-only` every key that changes something only says "read-only".
-A change the gateway refuses (down, 401, 400) is shown in red and in the event log.
+With `--read-only` every key that changes something only says "read-only". A change the
+gateway refuses (down, 401, 400) is shown in red and written to the event log.
 
 ## Panels
 - **Header**: the status badge (OK, DEGRADED, CRITICAL, DOWN), model, target, vLLM version and
@@ -76,6 +72,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
+        border-title-align: center;
         width: 100%;
         max-width: 110;
         height: 100%;
@@ -89,7 +86,8 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll() as scroll:
+            scroll.border_title = "llmtop help · Esc closes · ↑↓ scroll"
             yield Markdown(HELP_TEXT)
 
     def action_close(self) -> None:

@@ -14,7 +14,6 @@ class CommandLine(Input):
 
     DEFAULT_CSS = """
     CommandLine {
-        dock: bottom;
         display: none;
         height: 1;
         border: none;

@@ -21,6 +21,9 @@ class FindingsPanel(Panel):
 
     def body(self, view: View) -> Text:
         findings = sorted_findings(view.snapshot.findings)
+        problems = self._problems(view, {f.id for f in findings})
+        if problems and not findings:
+            return problems
         if not findings:
             b = badge(view.snapshot, stale=view.stale)
             if b == "OK":
@@ -28,9 +31,9 @@ class FindingsPanel(Panel):
             if view.stale:
                 return Text("none computed: the data is stale (see the header)", style="yellow")
             return Text("none (not enough data yet)", style="dim")
-        out = Text()
+        out = problems or Text()
         for i, f in enumerate(findings):
-            if i:
+            if i or problems:
                 out.append("\n")
             out.append(f" {SEVERITY_TAG.get(f.severity, f.severity)} ", SEVERITY_STYLE[f.severity])
             out.append(f" {f.id}", style="bold")
@@ -39,3 +42,24 @@ class FindingsPanel(Panel):
             out.append("\n   → ", style="bold cyan")
             out.append(f.action, style="cyan")
         return out
+
+    def _problems(self, view: View, ids: set[str]) -> Text | None:
+        """Why the data is missing: the poll failing, engines down (unless a finding says so)."""
+        lines: list[Text] = []
+        if view.poll_error:
+            lines.append(
+                Text.assemble(
+                    (" POLL ", "bold white on red"), (" failed: ", "bold"), view.poll_error
+                )
+            )
+        if "target-down" not in ids:
+            for e in view.snapshot.engines:
+                if not e.up:
+                    lines.append(
+                        Text.assemble(
+                            (" DOWN ", "bold white on red"),
+                            (f" {e.url}: ", "bold"),
+                            e.error or "no answer",
+                        )
+                    )
+        return Text("\n").join(lines) if lines else None

@@ -48,8 +48,6 @@ class StatusHeader(Widget):
             out.append(f"  STALE {fmt.age(view.age_s)}", style="bold reverse yellow")
         else:
             out.append(f"  age {fmt.age(view.age_s)}", style="dim")
-        if view.poll_error:
-            out.append(f"  poll: {view.poll_error}", style="red")
         if snap.gateway is not None and snap.gateway.paused:
             out.append("  PAUSED", style="bold reverse red")
         if view.read_only:

@@ -1,0 +1,220 @@
+"""Behaviour at 80x24: a slow or failing source never freezes or crashes the screen, stale data
+is marked, a dead target says DOWN and why, NO_COLOR holds, and the real Collector drives it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from llmtop.core.snapshot import EngineStats, Snapshot
+from llmtop.errors import ScrapeError
+from llmtop.serving import ServerThread
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.admin import AdminClient
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.scripted import upto
+from llmtop.tui.source import ScriptedSource
+from llmtop.tui.widgets.chart import TimeChart
+from llmtop.tui.widgets.panel import Panel
+from tests.tui.conftest import log_texts, make_app, settle
+
+SIZE = (80, 24)
+
+
+def header_text(app: LlmtopApp) -> str:
+    return app.query_one("#header").render().plain  # type: ignore[union-attr]
+
+
+async def wait_for(pilot: Any, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.05)
+
+
+async def test_a_source_that_never_answers_does_not_freeze_the_keys() -> None:
+    source = ScriptedSource(upto("healthy")[-1:], delay_s=3600)
+    app = make_app(source, history=[])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "waiting for the first poll" in header_text(app)
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape", "q")
+    assert source.polls == 0
+    assert source.closed
+
+
+class FailingSource:
+    """Answers once, then raises like a target gone bad."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    async def poll(self) -> Snapshot:
+        self.polls += 1
+        if self.polls == 1:
+            return upto("healthy")[-1]
+        raise ScrapeError("http://10.0.0.7:8000/metrics: not Prometheus text (line 1: '<html>')")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_failing_source_is_shown_and_the_data_marked_stale() -> None:
+    source = FailingSource()
+    app = make_app(source, history=[], interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: source.polls >= 3)
+        await wait_for(pilot, lambda: "STALE" in header_text(app))
+        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        assert "POLL  failed: http://10.0.0.7:8000/metrics: not Prometheus text" in findings
+        assert any(
+            t.startswith("poll failed: http://10.0.0.7:8000/metrics") for t in log_texts(app)
+        )
+        # one line per distinct error, not one per poll
+        assert len([t for t in log_texts(app) if t.startswith("poll failed")]) == 1
+
+
+async def test_old_data_is_marked_stale_after_two_intervals() -> None:
+    now = [0.0]
+    source = ScriptedSource(upto("healthy")[-1:], delay_s=3600)
+    app = make_app(source, phase="healthy", clock=lambda: now[0], interval_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.pause()
+        assert " OK " in header_text(app)
+        assert "STALE" not in header_text(app)
+        now[0] = 0.5
+        await wait_for(pilot, lambda: "STALE" in header_text(app))
+        assert "DEGRADED" in header_text(app)
+
+
+async def test_a_dead_target_says_down_and_why() -> None:
+    down = Snapshot(
+        time=upto("healthy")[-1].time,
+        engines=(EngineStats(url="http://127.0.0.1:8000", up=False, error="connection refused"),),
+        status="unknown",
+    )
+    app = make_app(ScriptedSource([down]), history=[down])
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.pause()
+        assert header_text(app).startswith(" DOWN ")
+        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        assert "DOWN  http://127.0.0.1:8000: connection refused" in findings
+        kv = app.query_one("#kv", Panel).render().plain  # type: ignore[union-attr]
+        assert "n/a" in kv
+        assert "0%" not in kv
+
+
+async def test_80x24_shows_every_panel_and_the_action() -> None:
+    app = make_app(phase="kv-exhausted")
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.pause()
+        screen = app.screen.region
+        for panel in app.query(Panel):
+            r = panel.region
+            assert r.height >= 2, (panel.id, r)
+            assert screen.contains_region(r), (panel.id, r)
+            if panel.id != "findings":  # findings wrap; the numbers panels must not
+                lines = panel.render().plain.splitlines()  # type: ignore[union-attr]
+                assert all(len(line) <= r.width - 2 for line in lines), (panel.id, lines)
+        assert not app.query_one("#charts").display
+        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        assert "kv-exhausted" in findings
+        assert "→ cap concurrency" in findings
+
+
+async def test_charts_use_the_space_at_200x50() -> None:
+    app = make_app(phase="after-cap")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.pause()
+        assert app.query_one("#charts").display
+        ttft = app.query_one("#ttft-chart", TimeChart)
+        assert ttft.region.height >= 10
+        assert ttft.data is not None
+        assert ttft.data.hline == HealthSettings().ttft_slo_s
+        assert len(ttft.data.series[0].ys) == len(upto("after-cap"))
+
+
+def test_no_color_renders_in_grey(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(phase="kv-exhausted")
+    assert app.no_color
+
+    async def run() -> str:
+        async with app.run_test(size=SIZE) as pilot:
+            await app.first_snapshot.wait()
+            await pilot.pause()
+            return app.export_screenshot()
+
+    svg = asyncio.run(run())
+    # c5c8c6 is the SVG template's default foreground, not something the app drew
+    colours = set(re.findall(r"(?:fill|color):\s*#([0-9a-f]{6})", svg)) - {"c5c8c6"}
+    assert colours
+    greys = {c for c in colours if c[0:2] == c[2:4] == c[4:6]}
+    assert greys == colours, colours - greys
+
+
+def _metrics_app(text: str) -> Starlette:
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    return Starlette(routes=[Route("/metrics", metrics)])
+
+
+async def test_the_real_collector_and_gateway_drive_the_screen(
+    serve_app: Callable[[Any], ServerThread],
+    start_gateway: Callable[..., ServerThread],
+    fixtures_dir: Path,
+) -> None:
+    from llmtop.sources.collector import Collector
+
+    engine = serve_app(_metrics_app((fixtures_dir / "metrics-load.txt").read_text()))
+    gw = start_gateway(engine.url, max_concurrency=8)
+    monitor = MonitorSettings(
+        vllm_urls=(engine.url,), gateway_url=gw.url, interval_s=0.2, nvml=False
+    )
+    health = HealthSettings()
+    app = LlmtopApp(
+        Collector(monitor, health), monitor=monitor, health=health, admin=AdminClient(gw.url)
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        snap = app.snapshot
+        assert snap is not None
+        assert snap.engines[0].up, snap
+        assert "tinyllm" in header_text(app)
+        await pilot.press("plus")
+        await settle(app, pilot)
+
+        def shows_cap_9() -> bool:
+            s = app.snapshot
+            return s is not None and s.gateway is not None and s.gateway.max_concurrency == 9
+
+        await wait_for(pilot, shows_cap_9)
+        # the next polls keep the new limit (no flapping back)
+        polls = len(app.history)
+        await wait_for(pilot, lambda: len(app.history) >= polls + 2)
+        assert shows_cap_9()
+        gateway_panel = app.query_one("#gateway", Panel).render().plain  # type: ignore[union-attr]
+        assert "/9" in gateway_panel
+
+
+def test_scripted_state_is_marked_up() -> None:
+    snap = replace(upto("healthy")[-1])
+    assert snap.engines[0].up

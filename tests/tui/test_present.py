@@ -1,0 +1,169 @@
+"""Pure view logic: badge, queue location, timeline diffs, the command language, formatting."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.errors import UsageError
+from llmtop.tui import fmt
+from llmtop.tui.commands import (
+    QUEUE_STEP,
+    describe_change,
+    parse_command,
+    step_concurrency,
+    step_queue,
+)
+from llmtop.tui.present import (
+    badge,
+    combine,
+    diff_events,
+    is_stale,
+    queue_location,
+    requests_that_fit,
+    sorted_findings,
+)
+from llmtop.tui.scripted import story
+
+E = EngineStats(url="http://e:8000", up=True, running=8, waiting=0)
+G = GatewayStats(url="http://g:9000", up=True, in_flight=8, queued=0, max_concurrency=8)
+
+
+def test_badge_follows_status_and_down() -> None:
+    assert badge(Snapshot(time=0, engines=(E,), status="ok")) == "OK"
+    assert badge(Snapshot(time=0, engines=(E,), status="degraded")) == "DEGRADED"
+    assert badge(Snapshot(time=0, engines=(E,), status="critical")) == "CRITICAL"
+    down = replace(E, up=False, error="connection refused")
+    assert badge(Snapshot(time=0, engines=(down,), status="critical")) == "DOWN"
+    assert badge(Snapshot(time=0, engines=(E,), status="unknown")) == "UNKNOWN"
+    assert badge(Snapshot(time=0, engines=(E,), status="ok"), stale=True) == "DEGRADED"
+
+
+def test_stale_after_two_intervals() -> None:
+    assert not is_stale(1.9, 1.0)
+    assert is_stale(2.1, 1.0)
+    assert not is_stale(None, 1.0)
+
+
+def test_queue_location_names_where_requests_wait() -> None:
+    assert queue_location(E, G) == "no queue"
+    assert queue_location(replace(E, waiting=12), G) == "queue in the ENGINE"
+    assert queue_location(E, replace(G, queued=30)) == "queue in the GATEWAY"
+    assert "BOTH" in queue_location(replace(E, waiting=2), replace(G, queued=3))
+    assert queue_location(replace(E, waiting=None), None) == "queue: n/a"
+
+
+def test_unknown_stays_unknown() -> None:
+    assert fmt.dur(None) == fmt.num(None) == fmt.pct(None) == fmt.per_s(None) == "n/a"
+    assert requests_that_fit(E) is None
+    fits = requests_that_fit(
+        replace(E, kv_capacity_tokens=38_800, mean_prompt_tokens=4000, mean_generation_tokens=256)
+    )
+    assert fits is not None
+    assert 9 <= fits < 10
+
+
+def test_formatting_units() -> None:
+    assert fmt.dur(0.0421) == "42ms"
+    assert fmt.dur(1.234) == "1.23s"
+    assert fmt.dur(55.0) == "55.0s"
+    assert fmt.dur(125) == "2m05s"
+    assert fmt.num(38_800) == "38.8k"
+    assert fmt.num(262) == "262"
+    assert fmt.pct(0.934) == "93%"
+
+
+def test_combine_sums_counts_and_keeps_worst_latency() -> None:
+    a = replace(E, running=4, waiting=1, ttft_p95_s=0.5, kv_cache_usage_frac=0.5)
+    b = replace(
+        E, url="http://f:8000", running=6, waiting=2, ttft_p95_s=3.0, kv_cache_usage_frac=0.9
+    )
+    c = combine([a, b])
+    assert c is not None
+    assert (c.running, c.waiting, c.ttft_p95_s, c.kv_cache_usage_frac) == (10, 3, 3.0, 0.9)
+    assert combine([a]) is a
+    assert combine([]) is None
+
+
+def test_findings_most_severe_first() -> None:
+    w = Finding("degraded-200", "warning", "queue", "s", "a", since=1)
+    c = Finding("kv-exhausted", "critical", "kv", "s", "a", since=5)
+    assert [f.id for f in sorted_findings([w, c])] == ["kv-exhausted", "degraded-200"]
+
+
+def test_diff_events_fired_cleared_and_limits() -> None:
+    f = Finding("kv-exhausted", "critical", "kv", "KV 99%", "cap", since=1)
+    s0 = Snapshot(time=1, engines=(E,), gateway=G)
+    s1 = replace(s0, time=2, findings=(f,))
+    s2 = replace(s1, time=3, findings=(), gateway=replace(G, max_concurrency=4, paused=True))
+    fired = diff_events(s0, s1)
+    assert [(e.kind, e.text.split(":")[0]) for e in fired] == [("fired", "critical kv-exhausted")]
+    later = diff_events(s1, s2)
+    texts = [e.text for e in later]
+    assert "cleared kv-exhausted" in texts
+    assert "limits: cap 8 -> 4" in texts
+    assert diff_events(s2, s2) == []
+
+
+def test_diff_events_target_down_and_back() -> None:
+    s0 = Snapshot(time=1, engines=(E,))
+    s1 = Snapshot(time=2, engines=(replace(E, up=False, error="connection refused"),))
+    assert diff_events(s0, s1)[0].text == "engine http://e:8000 down: connection refused"
+    assert diff_events(s1, s0)[0].text == "engine http://e:8000 back up"
+
+
+def test_story_timeline_tells_the_incident() -> None:
+    snaps = story(seconds_per_phase=20)
+    events = [e for a, b in itertools.pairwise(snaps) for e in diff_events(a, b)]
+    texts = " | ".join(e.text for e in events)
+    assert "batching-cliff" in texts
+    assert "kv-exhausted" in texts
+    assert "cap 64 -> 8" in texts
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("cap 8", {"max_concurrency": 8}),
+        (":queue 64", {"max_queue": 64}),
+        ("timeout 20", {"queue_timeout_s": 20.0}),
+        ("timeout 2.5", {"queue_timeout_s": 2.5}),
+        ("rpm 600", {"rate_limit_rpm": 600.0}),
+        ("rpm off", {"rate_limit_rpm": None}),
+        ("tokens 32000", {"max_inflight_prompt_tokens": 32000}),
+        ("tokens off", {"max_inflight_prompt_tokens": None}),
+        ("pause", "pause"),
+        ("resume", "resume"),
+    ],
+)
+def test_parse_command(text: str, expected: object) -> None:
+    assert parse_command(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "commands:"),
+        ("cap", "usage: cap N"),
+        ("cap eight", "expected a whole number"),
+        ("frobnicate 3", "unknown command"),
+        ("cap off", "expected a whole number"),
+    ],
+)
+def test_parse_command_errors_are_one_line(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message) as info:
+        parse_command(text)
+    assert "\n" not in str(info.value)
+
+
+def test_key_steps() -> None:
+    assert step_concurrency(8, 1) == 9
+    assert step_concurrency(1, -1) == 1
+    assert step_queue(128, 1) == 128 + QUEUE_STEP
+    assert step_queue(4, -1) == 0
+    with pytest.raises(UsageError):
+        step_concurrency(None, 1)
+    assert describe_change({"max_concurrency": 8, "rate_limit_rpm": None}) == "cap 8, rpm off"
