@@ -1,0 +1,226 @@
+"""The gateway when the upstream fails: killed mid-stream (a real `llmtop sim` process, SIGKILL),
+hanging before and after its headers, garbage, protocol errors and 5xx. Every client gets a
+defined answer (a clean error or a terminated stream, never a 500 from the gateway), and after
+each fault the gateway is back at rest: nothing in flight or queued, every request counted
+once, no task or socket left behind (tests/reliability/_support.py `assert_recovered`).
+
+tests/integration/test_gateway_proxy.py checks one request per fault; these run several at
+once, some queued behind the failing ones, and add the leak check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reliability._support import (
+    FIGURES,
+    SSE_HEAD,
+    Fault,
+    FaultUpstream,
+    assert_recovered,
+    baseline,
+    reset,
+    sse_chunk,
+    wait_for,
+)
+from tests.reliability.conftest import Gateway
+
+BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 16, "stream": True}
+TERMINATED = '"type": "upstream_error"'
+
+
+def classify(status: int, body: bytes) -> str:
+    """What the client got: ok, terminated (a 200 stream ended by an error event), or the
+    status of an OpenAI-shaped error. Anything else fails the test."""
+    text = body.decode("utf-8", "replace")
+    if status == 200:
+        assert text.endswith("data: [DONE]\n\n"), text[-200:]
+        return "terminated" if TERMINATED in text else "ok"
+    assert status in (429, 502, 504), (status, text)
+    err = json.loads(text)["error"]
+    assert err["message"], err
+    assert err["type"], err
+    return str(status)
+
+
+async def send_all(
+    gw: Gateway, n: int, timeout_s: float = 20.0, body: dict[str, Any] | None = None
+) -> list[str]:
+    """n concurrent streaming requests through the gateway; each must get a defined answer."""
+
+    async def one(c: httpx.AsyncClient) -> str:
+        async with c.stream("POST", "/v1/completions", json=body or BODY) as r:
+            data = b"".join([chunk async for chunk in r.aiter_raw()])
+            return classify(r.status_code, data)
+
+    async with httpx.AsyncClient(base_url=gw.url, timeout=timeout_s) as c:
+        results = await asyncio.gather(*(one(c) for _ in range(n)), return_exceptions=True)
+    FIGURES["requests"] += n
+    lost = [r for r in results if isinstance(r, BaseException)]
+    FIGURES["lost"] += len(lost)
+    assert not lost, lost
+    return [str(r) for r in results]
+
+
+# ---- faults, one script each -----------------------------------------------------------------
+
+
+async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(3600)
+
+
+async def stall_mid_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(SSE_HEAD + sse_chunk(0))
+    await writer.drain()
+    await asyncio.sleep(3600)
+
+
+async def reset_mid_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(SSE_HEAD + sse_chunk(0) + sse_chunk(1))
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    reset(writer)
+
+
+async def drip_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(SSE_HEAD)
+    for i in range(3):
+        writer.write(sse_chunk(i))
+        await writer.drain()
+        await asyncio.sleep(0.02)
+    # FIN without the last chunk: a clean close that still cuts the stream
+
+
+def fixed(reply: bytes) -> Fault:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(reply)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+    return answer
+
+
+async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    return
+
+
+FAULTS: dict[str, tuple[Fault, set[str]]] = {
+    # name: (the upstream's behaviour, the answers a client may get)
+    "hang_before_headers": (hang, {"504"}),
+    "stall_mid_stream": (stall_mid_stream, {"terminated"}),
+    "reset_mid_stream": (reset_mid_stream, {"terminated"}),
+    "drip_then_close": (drip_then_close, {"terminated"}),
+    "close_without_reply": (close_at_once, {"502"}),
+    "garbage": (fixed(bytes(range(256)) * 4), {"502"}),
+    "bad_status_line": (fixed(b"HTTP/1.1 abc\r\n\r\n"), {"502"}),
+    "bad_chunk_size": (fixed(SSE_HEAD + b"zz\r\ndata: x\r\n"), {"terminated"}),
+    "huge_header": (fixed(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n"), {"502"}),
+    "html_500": (
+        fixed(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/html\r\n"
+            b"content-length: 27\r\n\r\n<html><h1>oops</h1></html>\n"
+        ),
+        {"502"},
+    ),
+    "empty_503": (fixed(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"), {"502"}),
+    "5xx_cut_short": (
+        fixed(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 1000\r\n\r\npartial"),
+        {"502"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+async def test_upstream_fault_gives_defined_answers_and_leaves_nothing_behind(
+    name: str,
+    gateway: Callable[..., Gateway],
+    fault_upstream: Callable[[Fault], FaultUpstream],
+) -> None:
+    fault, allowed = FAULTS[name]
+    up = fault_upstream(fault)
+    gw = gateway(up.url, max_concurrency=2, max_queue=16, upstream_read_timeout_s=0.5)
+    await wait_for(lambda: gw.probe.loop is not None, what="gateway loop known")
+    base = baseline(gw.probe, (up.port,))
+    # 6 at once with 2 slots: 4 wait in the queue behind the failing ones
+    answers = await send_all(gw, 6)
+    assert set(answers) <= allowed, answers
+    s = await assert_recovered(gw.probe, base, gw.port, (up.port,))
+    assert s["offered"] == 6
+    assert s["outcomes"]["upstream_error"] == 6
+    assert s["upstream"]["healthy"] is False
+    assert s["upstream"]["last_error"]
+    # a connection the fault closes late may take a second request first (also a 502)
+    assert 1 <= up.requests <= 6
+
+
+# ---- a real engine process killed mid-stream ---------------------------------------------------
+
+
+def start_sim_process() -> tuple[subprocess.Popen[str], str]:
+    """`llmtop sim` in its own process on a free port; returns it and its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop", "sim", "--port", "0", "--profile", "fast"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "http://" not in line:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"llmtop sim did not start: {line!r}")
+    return proc, line[line.index("http://") :].split()[0]
+
+
+async def test_engine_killed_mid_stream_terminates_streams_and_frees_slots(
+    gateway: Callable[..., Gateway],
+) -> None:
+    proc, url = await asyncio.to_thread(start_sim_process)
+    try:
+        gw = gateway(url, max_concurrency=3, max_queue=16, upstream_connect_timeout_s=2.0)
+        await wait_for(lambda: gw.probe.loop is not None, what="gateway loop known")
+        base = baseline(gw.probe)
+        long = {**BODY, "max_tokens": 1000}
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as c:
+            streams = []
+            for _ in range(3):
+                cm = c.stream("POST", "/v1/completions", json=long)
+                r = await cm.__aenter__()
+                assert r.status_code == 200
+                chunks = r.aiter_raw()
+                first = await asyncio.wait_for(chunks.__anext__(), 10)
+                streams.append((cm, r, chunks, first))
+            queued = [asyncio.ensure_future(c.post("/v1/completions", json=long)) for _ in range(3)]
+            await wait_for(lambda: gw.probe.stats()["queued"] == 3, what="3 queued")
+            proc.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(proc.wait, 10)
+            answers = []
+            for cm, r, chunks, first in streams:
+                rest = b"".join([chunk async for chunk in chunks])
+                answers.append(classify(r.status_code, first + rest))
+                await cm.__aexit__(None, None, None)
+            for q in await asyncio.gather(*queued):
+                answers.append(classify(q.status_code, q.content))
+        FIGURES["requests"] += 6
+        assert answers[:3] == ["terminated"] * 3
+        assert answers[3:] == ["502"] * 3  # admitted after the kill: connection refused
+        s = await assert_recovered(gw.probe, base, gw.port)
+        assert s["outcomes"]["upstream_error"] == 6
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
