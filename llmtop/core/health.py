@@ -222,10 +222,12 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
 def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | None:
     """The engine's stats from the snapshot closest to `ago_s` before now (at least half)."""
     best: tuple[float, EngineStats] | None = None
-    for snap in ctx.history:
+    for snap in reversed(ctx.history):
         dt = ctx.time - snap.time
         if dt < ago_s / 2:
             continue
+        if best is not None and dt - ago_s > abs(best[0] - ago_s):
+            break  # only further from `ago_s` from here on
         for e in snap.engines:
             if e.url == url and e.up and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s)):
                 best = (dt, e)

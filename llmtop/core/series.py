@@ -15,6 +15,8 @@ from collections.abc import Hashable, Mapping, Sequence
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
+Step = tuple[float, float, dict[str, dict[Hashable, float]]]
+"""(start time, end time, group -> member -> increment) of one poll."""
 
 
 class CounterWindow:
@@ -24,20 +26,18 @@ class CounterWindow:
         self.keep_s = keep_s
         self._prev: dict[Key, float] | None = None
         self._prev_time: float | None = None
-        self._steps: deque[tuple[float, float, dict[Key, float]]] = deque()
-        """(start time, end time, increments) per poll."""
+        self._steps: deque[Step] = deque()
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
         """Record one scrape's cumulative values at time `t` (seconds)."""
         if self._prev is not None and self._prev_time is not None and t > self._prev_time:
             prev = self._prev
             reset_groups = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
-            inc: dict[Key, float] = {}
+            inc: dict[str, dict[Hashable, float]] = {}
             for k, v in values.items():
-                if k[0] in reset_groups or k not in prev:
-                    inc[k] = v
-                else:
-                    inc[k] = v - prev[k]
+                group, member = k
+                fresh = group in reset_groups or k not in prev
+                inc.setdefault(group, {})[member] = v if fresh else v - prev[k]
             self._steps.append((self._prev_time, t, inc))
             while self._steps and self._steps[0][1] < t - self.keep_s:
                 self._steps.popleft()
@@ -46,12 +46,20 @@ class CounterWindow:
         self._prev = dict(values)
         self._prev_time = t
 
-    def _window(self, window_s: float) -> list[tuple[float, float, dict[Key, float]]]:
+    def _window(
+        self, window_s: float
+    ) -> list[tuple[float, float, dict[str, dict[Hashable, float]]]]:
+        """The steps that start inside the window (at least the latest one), oldest first."""
         if not self._steps:
             return []
-        end = self._steps[-1][1]
-        out = [s for s in self._steps if s[0] >= end - window_s - 1e-9]
-        return out or [self._steps[-1]]
+        cutoff = self._steps[-1][1] - window_s - 1e-9
+        out: list[Step] = []
+        for step in reversed(self._steps):
+            if step[0] < cutoff and out:
+                break
+            out.append(step)
+        out.reverse()
+        return out
 
     def span_s(self, window_s: float) -> float | None:
         """Seconds the window's increments cover (None before two scrapes)."""
@@ -60,8 +68,10 @@ class CounterWindow:
 
     def delta(self, key: Key, window_s: float) -> float | None:
         """Increase of `key` over the window; None when it was not in two scrapes."""
-        steps = self._window(window_s)
-        found = [s[2][key] for s in steps if key in s[2]]
+        group, member = key
+        found = [
+            s[2][group][member] for s in self._window(window_s) if member in s[2].get(group, {})
+        ]
         return sum(found) if found else None
 
     def rate(self, key: Key, window_s: float) -> float | None:
@@ -74,9 +84,8 @@ class CounterWindow:
         """Summed increments of every member of `group` over the window."""
         out: dict[Hashable, float] = {}
         for _, _, inc in self._window(window_s):
-            for (g, member), v in inc.items():
-                if g == group:
-                    out[member] = out.get(member, 0.0) + v
+            for member, v in inc.get(group, {}).items():
+                out[member] = out.get(member, 0.0) + v
         return out
 
 
