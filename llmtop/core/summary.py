@@ -76,8 +76,16 @@ def _clean(v: Any) -> Any:
     return v
 
 
+COUNT_KEYS = frozenset({"running", "waiting"})
+"""Gauges that count requests: written as integers."""
+
+
 def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: _clean(getattr(obj, k)) for k in keys}
+    out = {k: _clean(getattr(obj, k)) for k in keys}
+    for k in COUNT_KEYS & out.keys():
+        if isinstance(out[k], float) and out[k].is_integer():
+            out[k] = int(out[k])
+    return out
 
 
 def iso_time(t: float) -> str:

@@ -6,6 +6,8 @@ gives scripted loads (light, KV exhaustion) whose true numbers the engine itself
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmtop.core import promtext
@@ -89,3 +91,33 @@ def test_kv_exhaustion_is_found_with_the_fit() -> None:
     assert "= 3 sequences fit" in f.summary
     assert "cap concurrency at ~3" in f.action
     assert hit[-1].status == "critical"
+
+
+def test_sim_captures_idle_then_load(fixtures_dir: Path) -> None:
+    """The sim's committed captures (tests/fixtures/sim-metrics-*.txt) read like vLLM's."""
+    load_file = fixtures_dir / "sim-metrics-load.txt"
+    if not load_file.exists():
+        pytest.skip("no sim capture")
+    idle = promtext.parse((fixtures_dir / "sim-metrics-idle.txt").read_text(), VLLM_KEEP)
+    load = promtext.parse(load_file.read_text(), VLLM_KEEP)
+    p = Pipeline(HealthSettings(fire_after_s=0.0), window_s=30.0)
+    assert p.update(RawPoll(time=0.0, engines=(RawEngine(URL, idle),))).status == "unknown"
+    snap = p.update(RawPoll(time=30.0, engines=(RawEngine(URL, load),)))
+    e = snap.engines[0]
+    assert e.up
+    assert e.model == "llmtop-sim"
+    assert (e.running, e.waiting, e.waiting_capacity) == (52.0, 11.0, 11.0)
+    assert e.kv_cache_usage_frac == pytest.approx(0.9699, abs=1e-4)
+    assert e.prompt_tok_per_s == pytest.approx(67800 / 30)
+    assert e.decode_tok_per_s == pytest.approx(13775 / 30)
+    assert e.mean_prompt_tokens == pytest.approx(600.0)
+    assert e.finished_per_s["length"] == pytest.approx(2.0)
+    assert e.ttft_p50_s is not None
+    assert e.ttft_p95_s is not None
+    assert e.ttft_p50_s <= e.ttft_p95_s
+    assert e.kv_capacity_tokens is not None
+    ids = {f.id for f in snap.findings}
+    assert "kv-exhausted" in ids  # KV 97% with 12 preemptions and 11 waiting for capacity
+    kv = next(f for f in snap.findings if f.id == "kv-exhausted")
+    per_req = 600 + 7688 / 60
+    assert f"= {int(e.kv_capacity_tokens // per_req)} sequences fit" in kv.summary
