@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+import math
 from typing import Literal
 
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
@@ -233,6 +234,36 @@ class ChartData:
     series: tuple[Series, ...]
     hline: float | None = None
     hline_label: str = ""
+    y_unit: Literal["s", "count"] = "count"
+
+
+def nice_step(span: float, most: int = 4) -> float:
+    """A 1/2/5 x 10^k step that cuts `span` into at most `most` intervals."""
+    if span <= 0:
+        return 1.0
+    raw = span / most
+    k = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * k >= raw:
+            return float(m * k)
+    return float(10 * k)  # pragma: no cover - the loop always returns
+
+
+def y_ticks(hi: float, unit: Literal["s", "count"]) -> tuple[list[float], list[str]]:
+    """Round y ticks from 0 to at least `hi`, labelled in the chart's unit."""
+    step = nice_step(hi if hi > 0 else 1.0)
+    ticks = [step * i for i in range(int(math.ceil((hi if hi > 0 else 1.0) / step)) + 1)]
+    labels = ["0" if t == 0 else fmt.dur(t) if unit == "s" else fmt.num(t, 1) for t in ticks]
+    return ticks, labels
+
+
+def x_ticks(lo: float) -> tuple[list[float], list[str]]:
+    """Ticks every 10 s .. 5 min back from 0 (now), labelled -30s, -2m."""
+    span = max(-lo, 10.0)
+    step = next((s for s in (10, 15, 30, 60, 120, 300, 600) if span / s <= 5), 600)
+    ticks = [-step * i for i in range(int(span // step) + 1)][::-1]
+    labels = ["now" if t == 0 else (f"{t / 60:.0f}m" if step >= 60 else f"{t:.0f}s") for t in ticks]
+    return [float(t) for t in ticks], labels
 
 
 def _xs(history: Sequence[Snapshot]) -> tuple[float, ...]:
@@ -274,4 +305,5 @@ def ttft_chart(history: Sequence[Snapshot], slo_s: float) -> ChartData | None:
         ),
         hline=slo_s,
         hline_label=f"SLO {fmt.dur(slo_s)}",
+        y_unit="s",
     )

@@ -167,3 +167,19 @@ def test_key_steps() -> None:
     with pytest.raises(UsageError):
         step_concurrency(None, 1)
     assert describe_change({"max_concurrency": 8, "rate_limit_rpm": None}) == "cap 8, rpm off"
+
+
+def test_chart_ticks_are_round() -> None:
+    from llmtop.tui.present import nice_step, x_ticks, y_ticks
+
+    assert nice_step(55) == 20
+    assert nice_step(3.3) == 1
+    ticks, labels = y_ticks(55.0, "s")
+    assert ticks[0] == 0
+    assert ticks[-1] >= 55
+    assert labels[-1] == "60.0s"
+    assert labels[0] == "0"
+    xt, xl = x_ticks(-239.0)
+    assert xt[-1] == 0
+    assert xl[-1] == "now"
+    assert xl[0] == "-3m"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
-from llmtop.tui.present import ChartData
+from llmtop.tui.present import ChartData, x_ticks, y_ticks
 
 
 class TimeChart(PlotextPlot):
@@ -36,25 +36,31 @@ class TimeChart(PlotextPlot):
             plt.title("waiting for data")
             self.refresh()
             return
-        plt.title(data.title)
         drawn = False
-        lo, hi = 0.0, 0.0
+        lo, hi = -60.0, 0.0
         for s in data.series:
             pts = [(x, y) for x, y in zip(s.xs, s.ys, strict=False) if y is not None]
-            if len(pts) < 1:
+            if not pts:
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             lo = min(lo, min(xs))
             hi = max(hi, max(ys))
             plt.plot(xs, ys, label=s.label, color=s.color, marker="braille")
             drawn = True
-        if data.hline is not None:
-            plt.horizontal_line(data.hline, color="red")
+        if data.hline is not None:  # a two-point line: plotext's hline does not span the axis
+            plt.plot(
+                [lo, 0.0],
+                [data.hline, data.hline],
+                label=data.hline_label,
+                color="red",
+                marker="braille",
+            )
             hi = max(hi, data.hline)
-            if data.hline_label:
-                plt.text(data.hline_label, x=lo if lo < 0 else -1, y=data.hline, color="red")
-        if not drawn:
-            plt.title(f"{data.title}: no data yet")
-        plt.xlabel("seconds ago")
-        plt.ylim(0, hi * 1.15 if hi > 0 else 1)
+        plt.title(data.title if drawn else f"{data.title}: no data yet")
+        plt.xlim(lo, 0)
+        xt, xl = x_ticks(lo)
+        plt.xticks(xt, xl)
+        yt, yl = y_ticks(hi * 1.1, data.y_unit)
+        plt.yticks(yt, yl)
+        plt.ylim(0, yt[-1])
         self.refresh()

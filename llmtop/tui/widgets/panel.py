@@ -23,7 +23,8 @@ class Panel(Widget):
     """
 
     TITLE = ""
-    view: reactive[View | None] = reactive(None)
+    view: reactive[View | None] = reactive(None, layout=True)
+    """Set by the app; layout=True because a panel's height follows its lines."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -22,7 +22,7 @@ def _span(s: float) -> str:
 
 
 class Timeline(Widget):
-    """One line: ▶/❚❚, x speed, the poll's UTC time, offset / length, a position bar, poll n/N."""
+    """One line: PLAY/PAUSED, x speed, the poll's UTC time, offset / length, a position bar, poll n/N."""
 
     DEFAULT_CSS = """
     Timeline {
@@ -39,7 +39,9 @@ class Timeline(Widget):
         p = self.playhead
         if p is None:
             return Text("replay: loading…", style="dim")
-        state = ("❚❚ paused", "bold yellow") if p.paused else ("▶ playing", "bold green")
+        state = (
+            (" PAUSED ", "bold black on yellow") if p.paused else (" PLAY ", "bold black on green")
+        )
         left = Text.assemble(
             state,
             (f" x{p.speed:g}", "bold"),
