@@ -61,7 +61,6 @@ class Stack:
                 f" {self.engine_max_num_seqs} = the engine's own --max-num-seqs: no cap yet)",
                 f"  load                  {', '.join(s.stream_names())} -> the gateway",
                 f"  try: llmtop load --url {self.gateway.url} --concurrency 4 --requests 8",
-                f"  fix: press - down to {s.suggested_cap} (or :cap {s.suggested_cap}); q quits",
             ]
         )
 

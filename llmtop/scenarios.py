@@ -128,10 +128,10 @@ SCENARIOS: dict[str, Scenario] = {
             description="the story compressed for CI (~35 s): a tiny fast model with a"
             " 20,480-token KV cache, 1,800-token prompts, 5 s health windows",
             phases=(
-                Phase("baseline", 4, (_chat(4, 100, 300, 64),), "4 chats: TTFT ~20 ms"),
+                Phase("baseline", 3, (_chat(4, 100, 300, 64),), "4 chats: TTFT ~20 ms"),
                 Phase(
                     "long prompts",
-                    56,
+                    57,
                     (_chat(4, 100, 300, 64), _long(40, 1800, 128)),
                     "40 x 1,800-token prompts: KV exhausted, TTFT ~4 s; cap at 8",
                 ),
@@ -140,7 +140,7 @@ SCENARIOS: dict[str, Scenario] = {
             sim={"profile": "fast", "kv_tokens": 20480},
             health={"window_s": 5.0, "fire_after_s": 2.0, "clear_after_s": 5.0},
             suggested_cap=8,
-            cap_at_s=12,
+            cap_at_s=14,
         ),
         Scenario(
             name="cliff",

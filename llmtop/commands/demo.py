@@ -123,8 +123,9 @@ def _headless(args: argparse.Namespace, stack: Stack, cap: tuple[int, float] | N
         )
 
     if not args.json:
-        sys.stdout.write(stack.banner().replace("press - down to", "the fix: cap at") + "\n")
-        sys.stdout.write(f"running headless for {duration:g} s\n")
+        sys.stdout.write(stack.banner() + "\n")
+        what = f"cap {cap[0]} at {cap[1]:g} s" if cap else "no cap (try --apply-cap)"
+        sys.stdout.write(f"running headless for {duration:g} s, {what}\n")
         sys.stdout.flush()
     try:
         events, driver = asyncio.run(main())
@@ -180,7 +181,8 @@ def _interactive(args: argparse.Namespace, stack: Stack) -> int:
     from llmtop.sources.recording import Recorder
     from llmtop.tui.app import LlmtopApp
 
-    sys.stdout.write(stack.banner() + "\n")
+    cap = stack.scenario.suggested_cap
+    sys.stdout.write(f"{stack.banner()}\n  fix: press - down to {cap} (or :cap {cap}); q quits\n")
     sys.stdout.flush()
     load = LoadThread(stack.scenario, stack.gateway.url, seed=args.seed).start()
     timer: threading.Timer | None = None

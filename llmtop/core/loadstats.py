@@ -259,7 +259,9 @@ def interarrivals(n: int, rate_per_s: float, burstiness: float, rng: random.Rand
 def _ms(v: float | None) -> str:
     if v is None:
         return "n/a"
-    return f"{v * 1000:.0f} ms" if v < 10 else f"{v:.1f} s"
+    if v < 1:
+        return f"{v * 1000:.0f} ms"
+    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
 
 
 def _num(v: float | None, fmt: str = ".1f") -> str:

@@ -33,7 +33,7 @@ def test_headless_quick_story_fires_then_clears_after_the_cap() -> None:
     out = subprocess.run(
         [
             sys.executable, "-m", "llmtop", "demo", "--headless", "--scenario", "quick",
-            "--duration", "36", "--apply-cap", f"8@{cap_at:g}", "--json",
+            "--duration", "38", "--apply-cap", f"8@{cap_at:g}", "--json",
         ],
         capture_output=True,
         text=True,
