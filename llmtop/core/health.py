@@ -288,6 +288,9 @@ def decode_bound(ctx: Context) -> Verdict | None:
             continue
         if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:
             continue
+        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
+        if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
+            continue  # slower per sequence, as batching always is, but within the ITL SLO
         n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
         summary = (
             f"{_where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "

@@ -161,7 +161,9 @@ def test_waiting_growing_with_throughput_growing_is_no_cliff() -> None:
 
 def test_decode_bound() -> None:
     series = [healthy(running=1, decode_tok_per_s=34, decode_tok_per_s_per_seq=34)] * 5
-    series += [healthy(running=64, decode_tok_per_s=1041, decode_tok_per_s_per_seq=16.3)] * 5
+    series += [
+        healthy(running=64, decode_tok_per_s=1041, decode_tok_per_s_per_seq=16.3, itl_p95_s=0.15)
+    ] * 5
     f = next(f for f in run(series)[-1] if f.id == "decode-bound")
     assert "16.3 tok/s with 64 running, down from 34.0 tok/s at 1" in f.summary
     assert "cap concurrency at ~104" in f.action
@@ -255,3 +257,9 @@ def test_findings_sorted_most_severe_first() -> None:
     sev = [f.severity for f in polls[-1]]
     assert sev == sorted(sev, key=lambda s: s != "critical")
     assert {"gpu-throttled", "kv-exhausted"} <= set(ids(polls[-1]))
+
+
+def test_bigger_batches_within_the_itl_slo_are_not_decode_bound() -> None:
+    series = [healthy(running=1, decode_tok_per_s=34, decode_tok_per_s_per_seq=34)] * 5
+    series += [healthy(running=64, decode_tok_per_s=1041, decode_tok_per_s_per_seq=16.3)] * 20
+    assert all("decode-bound" not in ids(p) for p in run(series))
