@@ -40,6 +40,10 @@ from llmtop.sim.profiles import get_profile
 
 log = logging.getLogger(__name__)
 
+MAX_LAG_S = 0.05
+"""The engine clock may trail the wall clock by this much and catch up (sleep overshoot);
+beyond it, steps start at the wall clock, so a starved process runs slower, not in the past."""
+
 
 class _Stream:
     """What a request handler waits on: tokens made visible by the engine loop."""
@@ -102,10 +106,13 @@ class SimServer:
         """Step the engine forever: sleep to each step's end, then deliver its tokens."""
         engine = self.engine
         while True:
-            if not engine.has_work():
+            if engine.has_work():
+                # Late by a little (a slow wake-up)? Catch up; late by more: start now.
+                engine.advance_to(time.monotonic() - MAX_LAG_S)
+            else:
                 self._work.clear()
                 await self._work.wait()
-            engine.advance_to(time.monotonic())
+                engine.advance_to(time.monotonic())
             result = engine.step()
             delay = result.end_s - time.monotonic()
             await asyncio.sleep(delay if delay > 0 else 0)
