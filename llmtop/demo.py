@@ -111,17 +111,22 @@ class ScenarioDriver:
         on_result: Callable[[RequestResult], None] | None = None,
     ) -> None:
         self.scenario = scenario
-        peak = max(sum(s.concurrency for s in p.streams) for p in scenario.phases)
+        # Connections for every stream at its peak at once: a shrinking stream's last requests
+        # overlap the next phase's, and a request waiting for a pooled connection would count
+        # that wait as TTFT.
+        peak = sum(
+            max(s.concurrency for p in scenario.phases for s in p.streams if s.name == name)
+            for name in scenario.stream_names()
+        )
         self.runner = Runner(
             url,
             max_requests=LOAD_REQUEST_CAP,
             max_connections=peak + 8,
             retry_429=True,
             seed=seed,
+            keep_results=keep_results,
             on_result=self._record,
         )
-        self.results: list[RequestResult] = []
-        self.keep_results = keep_results
         self.counts = {"ok": 0, "rejected": 0, "error": 0, "http_error": 0, "cut": 0}
         self._on_phase = on_phase
         self._on_result = on_result
@@ -130,10 +135,13 @@ class ScenarioDriver:
         """The current loop of each stream (a new one when a phase changes its shape)."""
         self._all: list[ClosedLoop] = []
 
+    @property
+    def results(self) -> list[RequestResult]:
+        """The results kept so far (none when keep_results is off: an endless demo)."""
+        return self.runner.results
+
     def _record(self, r: RequestResult) -> None:
         self.counts[r.outcome] += 1
-        if self.keep_results:
-            self.results.append(r)
         if self._on_result is not None:
             self._on_result(r)
 

@@ -113,6 +113,7 @@ class Runner:
         max_retries: int = 5,
         seed: int = 0,
         request_timeout_s: float = 600.0,
+        keep_results: bool = True,
         on_result: Callable[[RequestResult], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -122,6 +123,8 @@ class Runner:
         self.retry_429 = retry_429
         self.max_retries = max_retries
         self.results: list[RequestResult] = []
+        """Every request's result, in completion order (empty unless keep_results)."""
+        self.keep_results = keep_results
         self.issued = 0
         self.in_flight = 0
         self.stopped = asyncio.Event()
@@ -188,25 +191,29 @@ class Runner:
         self.in_flight += 1
         work = asyncio.ensure_future(self._attempts(shape, body, prog))
         stop = asyncio.ensure_future(self.stopped.wait())
+        cancelled = False
         try:
             await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # our caller is going away: cut, record, then obey
+            cancelled = True
+        stop.cancel()
+        if not work.done():
+            work.cancel()
+        outcome: Outcome
+        error: str | None
+        try:
+            outcome, error = await work
+        except asyncio.CancelledError:
+            outcome, error = "cut", None
         finally:
-            stop.cancel()
-            if not work.done():
-                work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop
-            outcome: Outcome
-            error: str | None
-            try:
-                outcome, error = await work
-            except asyncio.CancelledError:
-                outcome, error = "cut", None
             self.in_flight -= 1
         result = self._result(prog, outcome, error, n_prompt)
-        self.results.append(result)
+        if self.keep_results:
+            self.results.append(result)
         if self._on_result is not None:
             self._on_result(result)
+        if cancelled:
+            raise asyncio.CancelledError
         return result
 
     def _body(self, shape: Shape, n_prompt: int) -> dict[str, Any]:

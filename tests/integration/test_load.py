@@ -226,3 +226,18 @@ def test_cli_json_summary(serve_app: Callable[[Any], ServerThread]) -> None:
     assert out.returncode == 0, out.stderr
     assert "goodput" in out.stdout
     assert "TTFT" in out.stdout
+
+
+async def test_cancelled_loop_records_cuts_and_stops(
+    serve_app: Callable[[Any], ServerThread],
+) -> None:
+    app, _ = scripted_app(ttft_s=10.0)
+    server = serve_app(app)
+    async with Runner(server.url, max_requests=100) as runner:
+        await runner.resolve_model()
+        loop = ClosedLoop(runner, Shape(output_tokens=2), 2)
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(loop.aclose(), 5)
+        assert runner.in_flight == 0
+        assert runner.issued == 2  # the cancelled workers sent nothing more
+    assert [r.outcome for r in runner.results] == ["cut", "cut"]
