@@ -22,11 +22,11 @@ def _span(s: float) -> str:
 
 
 class Timeline(Widget):
-    """One line: PLAY/PAUSED, x speed, the poll's UTC time, offset / length, a position bar, poll n/N."""
+    """One line: PLAY/PAUSED, speed, the poll's UTC time, offset / length, a bar, poll n/N."""
 
     DEFAULT_CSS = """
     Timeline {
-        dock: bottom;
+        dock: top;
         height: 1;
         background: $boost;
         padding: 0 1;
