@@ -1,0 +1,103 @@
+"""The vocabulary of the health rules: what a rule sees (`Context`), what it says (`Verdict`),
+and what it is (`Rule`), plus helpers the rule modules share. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from llmtop.core.snapshot import Bottleneck, EngineStats, GatewayStats, GpuStats, Severity, Snapshot
+from llmtop.settings import HealthSettings
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules see at one poll."""
+
+    time: float
+    engines: tuple[EngineStats, ...]
+    gateway: GatewayStats | None
+    gpus: tuple[GpuStats, ...]
+    settings: HealthSettings
+    history: Sequence[Snapshot] = ()
+    """Earlier snapshots, oldest first (the pipeline keeps ~10 minutes)."""
+    last_progress: dict[str, float] = field(default_factory=dict)
+    """Engine URL -> last time its token counters moved."""
+    max_num_seqs: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
+
+    summary: str
+    action: str
+    severity: Severity | None = None
+    bottleneck: Bottleneck | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One health rule: an id, its default class, and a pure check."""
+
+    id: str
+    severity: Severity
+    bottleneck: Bottleneck
+    check: Callable[[Context], Verdict | None]
+    immediate: bool = False
+    """Fire and clear without hysteresis (the fact itself is not noisy: a target is down)."""
+
+
+def up_engines(ctx: Context) -> list[EngineStats]:
+    return [e for e in ctx.engines if e.up and not e.stats_disabled]
+
+
+def where(ctx: Context, e: EngineStats) -> str:
+    return f"{e.url}: " if len(ctx.engines) > 1 else ""
+
+
+def kv_fit(e: EngineStats) -> int | None:
+    """Sequences that fit in the KV cache at the mean request size (capacity / tokens per req)."""
+    if e.kv_capacity_tokens is None or e.mean_prompt_tokens is None:
+        return None
+    per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
+    if per_req <= 0:
+        return None
+    return max(1, math.floor(e.kv_capacity_tokens / per_req))
+
+
+def cap_action(n: int | None, why: str) -> str:
+    if n is None:
+        return (
+            f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "
+            "so the excess waits there with a timeout, or restart vLLM with a lower --max-num-seqs"
+        )
+    return (
+        f"{why}: cap concurrency at ~{n}: press - or :cap {n} (gateway max_concurrency), "
+        f"or restart vLLM with --max-num-seqs {n}"
+    )
+
+
+def kv_peak(ctx: Context, e: EngineStats) -> float | None:
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
+    values = [e.kv_cache_usage_frac]
+    for i, snap in enumerate(reversed(ctx.history)):
+        # The window, and at least the previous poll (its start when polls are a window apart).
+        if i > 0 and snap.time < ctx.time - ctx.settings.window_s:
+            break
+        values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def kv_pressed(ctx: Context, e: EngineStats) -> bool:
+    """KV at its high mark within the window, with preemptions or requests waiting."""
+    peak = kv_peak(ctx, e)
+    if peak is None or peak < ctx.settings.kv_high_frac:
+        return False
+    if e.preemptions_per_s:
+        return True
+    waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+    return bool(waiting)

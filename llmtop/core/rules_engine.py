@@ -1,0 +1,258 @@
+"""Health rules about the engines: down, blind, hung, KV exhaustion, degraded-200, batching
+cliff, decode- and prefill-bound, vLLM's own admission. Each is a pure check over a `Context`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmtop.core import format as fmt
+from llmtop.core.rulebase import (
+    Context,
+    Verdict,
+    cap_action,
+    kv_fit,
+    kv_peak,
+    kv_pressed,
+    up_engines,
+    where,
+)
+from llmtop.core.snapshot import Bottleneck, EngineStats, Severity
+
+
+def target_down(ctx: Context) -> Verdict | None:
+    down = [e for e in ctx.engines if not e.up]
+    if not down:
+        return None
+    what = "; ".join(e.error or f"{e.url}: no answer" for e in down)
+    return Verdict(
+        f"vLLM not answering: {what}",
+        "check the vLLM process and its log (still loading the model? crashed? wrong port?)",
+    )
+
+
+def stats_disabled(ctx: Context) -> Verdict | None:
+    off = [e.url for e in ctx.engines if e.up and e.stats_disabled]
+    if not off:
+        return None
+    return Verdict(
+        f"{', '.join(off)} answers but exports no vllm:* metrics: llmtop cannot see its load",
+        "restart vLLM without --disable-log-stats (its /metrics then carries the vllm:* series)",
+    )
+
+
+def degraded_200(ctx: Context) -> Verdict | None:
+    s = ctx.settings
+    for e in up_engines(ctx):
+        ttft_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
+        if not (ttft_over or itl_over):
+            continue
+        done = sum(e.finished_per_s.values())
+        errors = e.finished_per_s.get("error", 0.0)
+        if done > 0 and errors / done > s.error_rate_max:
+            continue  # failing, not "200 OK but degraded"
+        parts = []
+        if ttft_over:
+            parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.ttft_slo_s)})")
+        if itl_over:
+            parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.itl_slo_s)})")
+        worst = max((e.ttft_p95_s or 0.0) / s.ttft_slo_s, (e.itl_p95_s or 0.0) / s.itl_slo_s)
+        severity: Severity = "critical" if worst >= s.critical_slo_factor else "warning"
+        load = f"{fmt.count(e.running)} running, {fmt.count(e.waiting)} waiting"
+        summary = f"{where(ctx, e)}{', '.join(parts)} with ~0 errors; {load}"
+        bottleneck: Bottleneck
+        queue_share = (
+            e.queue_time_mean_s / e.ttft_mean_s
+            if e.queue_time_mean_s is not None and e.ttft_mean_s
+            else None
+        )
+        if kv_pressed(ctx, e):
+            bottleneck = "kv"
+            action = cap_action(kv_fit(e), "KV cache is full")
+        elif ttft_over and (
+            (queue_share is not None and queue_share >= 0.5) or (e.waiting or 0) > 0
+        ):
+            bottleneck = "queue"
+            n = max(1, int(e.running)) if e.running else None
+            action = cap_action(n, "requests queue inside vLLM")
+        elif itl_over and not ttft_over:
+            bottleneck = "decode"
+            n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
+            action = cap_action(n, "too many sequences share each decode step")
+        else:
+            bottleneck = "prefill"
+            action = (
+                "prompts are expensive: cap in-flight prompt tokens at the gateway "
+                "(max_inflight_prompt_tokens), enable prefix caching, or add capacity"
+            )
+        return Verdict(summary, action, severity=severity, bottleneck=bottleneck)
+    return None
+
+
+def kv_exhausted(ctx: Context) -> Verdict | None:
+    for e in up_engines(ctx):
+        if not kv_pressed(ctx, e):
+            continue
+        waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+        n = kv_fit(e)
+        arithmetic = ""
+        if n is None and e.running:
+            n = max(1, int(e.running))  # no request finished yet: what fits is what runs
+            arithmetic = f"; the cache holds the {n} running now"
+        elif n is not None and e.mean_prompt_tokens is not None:
+            per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
+            arithmetic = (
+                f"; {fmt.count(e.kv_capacity_tokens)} KV tokens / {fmt.count(per_req)} tokens "
+                f"per request ({fmt.count(e.mean_prompt_tokens)} prompt + "
+                f"{fmt.count(e.mean_generation_tokens)} output) = {n} sequences fit"
+            )
+        summary = (
+            f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "
+            f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
+            f"capacity, {fmt.count(e.running)} running{arithmetic}"
+        )
+        return Verdict(summary, cap_action(n, "more sequences than the KV cache holds"))
+    return None
+
+
+def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | None:
+    """The engine's stats from the snapshot closest to `ago_s` before now (at least half)."""
+    best: tuple[float, EngineStats] | None = None
+    for snap in reversed(ctx.history):
+        dt = ctx.time - snap.time
+        if dt < ago_s / 2:
+            continue
+        if best is not None and dt - ago_s > abs(best[0] - ago_s):
+            break  # only further from `ago_s` from here on
+        for e in snap.engines:
+            if e.url == url and e.up and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s)):
+                best = (dt, e)
+    return best
+
+
+def batching_cliff(ctx: Context) -> Verdict | None:
+    s = ctx.settings
+    for e in up_engines(ctx):
+        past = _past(ctx, e.url, s.window_s)
+        if past is None or e.waiting is None or e.decode_tok_per_s is None:
+            continue
+        dt, then = past
+        if then.waiting is None or not then.decode_tok_per_s:
+            continue
+        grew = e.waiting - then.waiting
+        flat = (
+            abs(e.decode_tok_per_s - then.decode_tok_per_s)
+            <= s.cliff_flat_frac * then.decode_tok_per_s
+        )
+        if grew < s.cliff_waiting_growth or not flat:
+            continue
+        limit = ""
+        if ctx.max_num_seqs is not None and e.running is not None and e.running >= ctx.max_num_seqs:
+            limit = f" (vLLM --max-num-seqs {ctx.max_num_seqs} reached)"
+        summary = (
+            f"{where(ctx, e)}waiting {fmt.count(then.waiting)} -> {fmt.count(e.waiting)} in "
+            f"{dt:.0f} s while decode stays at {fmt.tok_per_s(e.decode_tok_per_s)} with "
+            f"{fmt.count(e.running)} running{limit}: more load only adds queueing"
+        )
+        n = max(1, int(e.running)) if e.running else None
+        return Verdict(
+            summary, cap_action(n, "the engine is at its batch limit; queue in the gateway")
+        )
+    return None
+
+
+def decode_bound(ctx: Context) -> Verdict | None:
+    s = ctx.settings
+    for e in up_engines(ctx):
+        if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
+            continue
+        best: EngineStats | None = None
+        for snap in ctx.history:
+            for p in snap.engines:
+                if (
+                    p.url == e.url
+                    and p.running
+                    and p.decode_tok_per_s_per_seq is not None
+                    and p.running * 2 <= e.running
+                    and (
+                        best is None
+                        or p.decode_tok_per_s_per_seq > (best.decode_tok_per_s_per_seq or 0)
+                    )
+                ):
+                    best = p
+        if best is None or best.decode_tok_per_s_per_seq is None:
+            continue
+        if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:
+            continue
+        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
+        if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
+            continue  # slower per sequence, as batching always is, but within the ITL SLO
+        n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
+        summary = (
+            f"{where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "
+            f"with {fmt.count(e.running)} running, down from "
+            f"{fmt.tok_per_s(best.decode_tok_per_s_per_seq)} at {fmt.count(best.running)} "
+            f"({fmt.tok_per_s(e.decode_tok_per_s)} aggregate): decode steps are memory-bound"
+        )
+        why = (
+            f"to keep ITL under {fmt.seconds(s.itl_slo_s)} at "
+            f"{fmt.tok_per_s(e.decode_tok_per_s)} aggregate"
+        )
+        return Verdict(summary, cap_action(n, why))
+    return None
+
+
+def prefill_bound(ctx: Context) -> Verdict | None:
+    s = ctx.settings
+    for e in up_engines(ctx):
+        if e.ttft_p95_s is None or e.ttft_p95_s <= s.ttft_slo_s:
+            continue
+        if e.prefill_time_mean_s is None or not e.ttft_mean_s:
+            continue
+        share = e.prefill_time_mean_s / e.ttft_mean_s
+        if share < s.prefill_dominant_frac:
+            continue
+        summary = (
+            f"{where(ctx, e)}prefill is {fmt.frac(min(share, 1.0))} of TTFT (mean "
+            f"{fmt.seconds(e.prefill_time_mean_s)} of {fmt.seconds(e.ttft_mean_s)}; TTFT p95 "
+            f"{fmt.seconds(e.ttft_p95_s)}) at {fmt.tok_per_s(e.prompt_tok_per_s)} prompt, mean "
+            f"prompt {fmt.count(e.mean_prompt_tokens)} tokens"
+        )
+        action = (
+            "long prompts bind: cap in-flight prompt tokens at the gateway "
+            "(max_inflight_prompt_tokens), enable prefix caching for shared prefixes, or lower "
+            "--max-num-batched-tokens so chunked prefill interleaves with decode"
+        )
+        return Verdict(summary, action)
+    return None
+
+
+def stale_data(ctx: Context) -> Verdict | None:
+    s = ctx.settings
+    for e in up_engines(ctx):
+        last = ctx.last_progress.get(e.url)
+        if not e.running or last is None or ctx.time - last < s.stale_after_s:
+            continue
+        summary = (
+            f"{where(ctx, e)}{fmt.count(e.running)} running but no token generated for "
+            f"{ctx.time - last:.0f} s: the engine is hung or its metrics are stale"
+        )
+        return Verdict(
+            summary,
+            "check the vLLM log for a stuck step or a dead engine core; restart it if hung",
+        )
+    return None
+
+
+def vllm_admission(ctx: Context) -> Verdict | None:
+    for e in up_engines(ctx):
+        if not e.admission_rejections_per_s:
+            continue
+        return Verdict(
+            f"{where(ctx, e)}vLLM rejects {fmt.per_s(e.admission_rejections_per_s)} requests "
+            "itself (--max-num-queued-reqs/-tokens)",
+            "queue in the llmtop gateway instead (priorities, timeouts, live limits), "
+            "or raise vLLM's --max-num-queued-reqs",
+        )
+    return None
