@@ -198,8 +198,13 @@ class Engine:
             )
         if max_tokens is None:
             max_tokens = limit - prompt_tokens
-        if max_tokens < 1 and prompt_tokens < limit:
-            raise RequestRejected("max_tokens must be at least 1, got {max_tokens}.")
+            if max_tokens < 1:
+                raise RequestRejected(
+                    f"This model's maximum context length is {limit} tokens and your request"
+                    f" has {prompt_tokens} input tokens: no room is left for output."
+                )
+        elif max_tokens < 1:
+            raise RequestRejected(f"max_tokens must be at least 1, got {max_tokens}.")
         if prompt_tokens + max_tokens > limit:
             raise RequestRejected(
                 f"'max_tokens' is too large: {max_tokens}. This model's maximum context length"
@@ -218,7 +223,7 @@ class Engine:
         seq = Sequence(
             request_id=request_id or f"sim-{next(_ids)}",
             prompt_tokens=prompt_tokens,
-            max_tokens=max(max_tokens, 1),
+            max_tokens=max_tokens,
             arrival_s=self.now if arrival_s is None else arrival_s,
         )
         self.waiting.append(seq)

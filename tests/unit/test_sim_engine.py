@@ -13,7 +13,7 @@ from llmtop.sim.virtual import run_concurrent
 
 
 def engine(**overrides: int) -> Engine:
-    return Engine(EngineConfig.from_profile(get_profile("fast"), **overrides))  # type: ignore[arg-type]
+    return Engine(EngineConfig.from_profile(get_profile("fast"), **overrides))
 
 
 def held_blocks(e: Engine) -> int:
