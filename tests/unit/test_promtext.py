@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.core import engines, promtext
@@ -85,3 +87,43 @@ def test_dcgm_prefix_filter() -> None:
     )
     samples = promtext.parse(text, promtext.keep_prefix("DCGM_FI_"))
     assert [(s.name, s.value) for s in samples] == [("DCGM_FI_DEV_GPU_TEMP", 61.0)]
+
+
+@given(st.text(max_size=200))
+def test_any_text_parses_or_raises_scrape_error(text: str) -> None:
+    message = None
+    try:
+        samples = promtext.parse(text, KEEP)
+    except ScrapeError as e:
+        message = str(e)
+        samples = ()
+    assert message is None or "line " in message
+    assert all(s.name in engines.sample_names() for s in samples)
+
+
+FRAGMENTS = [
+    "vllm:num_requests_running",
+    "vllm:time_to_first_token_seconds_bucket",
+    "python_info",
+    '{engine="0"}',
+    '{le="+Inf"',
+    '"',
+    "}",
+    " 1.0",
+    " NaN",
+    " x",
+    "\n",
+    "# TYPE vllm:num_requests_running gauge\n",
+    "# TYPE vllm:num_requests_running counter\n",
+    "# HELP x y\n",
+]
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=30))
+def test_near_miss_exposition_parses_or_names_a_line(parts: list[str]) -> None:
+    message = None
+    try:
+        promtext.parse("".join(parts), KEEP)
+    except ScrapeError as e:
+        message = str(e)
+    assert message is None or "line " in message

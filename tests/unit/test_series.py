@@ -110,3 +110,12 @@ def test_quantile_stays_within_bucket_bounds(increments: list[float], q: float) 
     else:
         assert v is not None
         assert 0.0 <= v <= bounds[-2]
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=2, max_size=40))
+def test_rates_never_negative_whatever_the_resets(values: list[int]) -> None:
+    w = CounterWindow()
+    for t, v in enumerate(values):
+        w.add(float(t), {K: float(v)})
+        rate = w.rate(K, 5.0)
+        assert rate is None or rate >= 0.0
