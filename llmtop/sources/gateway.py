@@ -1,8 +1,9 @@
 """Read side of the llmtop gateway's admin API: /admin/stats (limits included) and /admin/events.
 
-The write side (changing limits) is `sources.admin`. A gateway at the default URL that refuses
-the connection and has never answered is "no gateway", not an alarm; once it has answered, or
-when the user named it, a refusal is an error the TUI shows.
+The write side (changing limits) is `sources.admin`. A gateway at the default URL that has never
+answered (refused, timed out, or something else on that port) is "no gateway", not an alarm,
+unless its admin API answered 401 (a gateway is there: the token is wrong). Once it has
+answered, or when the user named a URL, every failure is an error the TUI shows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from llmtop.sources.vllm import describe_error
 
 class GatewayReadError(Exception):
     """The gateway answered, but not as its admin API should."""
+
+    def __init__(self, message: str, *, is_gateway: bool = False) -> None:
+        super().__init__(message)
+        self.is_gateway = is_gateway
+        """True when the answer proves an llmtop gateway is there (a 401 from its admin API)."""
 
 
 class GatewayReader:
@@ -43,12 +49,12 @@ class GatewayReader:
                 if isinstance(limits, dict):
                     stats = {**stats, "limits": limits}
         except GatewayReadError as e:
+            if self.optional and not self.answered and not e.is_gateway:
+                return None, None, (), False  # something else on the default port
             return None, str(e), (), True
-        except httpx.ConnectError as e:
-            if self.optional and not self.answered:
-                return None, None, (), False
-            return None, describe_error(self.url, e, timeout_s), (), True
         except Exception as e:
+            if self.optional and not self.answered:
+                return None, None, (), False  # no gateway at the default URL: not an alarm
             return None, describe_error(self.url, e, timeout_s), (), True
         self.answered = True
         events = await self._events(client, timeout_s)
@@ -59,7 +65,8 @@ class GatewayReader:
         if resp.status_code == 401:
             raise GatewayReadError(
                 f"{self.url}: admin token rejected (401): set LLMTOP_ADMIN_TOKEN or "
-                "--admin-token-file"
+                "--admin-token-file",
+                is_gateway=True,
             )
         if resp.status_code != 200:
             raise GatewayReadError(f"HTTP {resp.status_code} from {self.url}{path}")

@@ -178,3 +178,22 @@ async def test_gateway_401_and_not_json() -> None:
     ) as c:
         _, error, _, _ = await GatewayReader("http://gw", None, optional=False).read(c, 1.0)
     assert error == "http://gw/admin/stats did not answer JSON: is this the llmtop gateway?"
+
+
+async def test_default_gateway_url_with_something_else_there_is_no_gateway() -> None:
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(404, text="nginx"))
+    ) as c:
+        assert await GatewayReader("http://gw", None, optional=True).read(c, 1.0) == (
+            None,
+            None,
+            (),
+            False,
+        )
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(401, json={}))
+    ) as c:
+        _, error, _, present = await GatewayReader("http://gw", None, optional=True).read(c, 1.0)
+    assert present
+    assert error is not None
+    assert "401" in error
