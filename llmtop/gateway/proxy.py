@@ -198,15 +198,12 @@ class Proxy:
             "invalid_request_error",
         )
 
-    async def _reject(self, send: Send, r: Rejected) -> None:
-        await send_error(
-            send,
-            429,
-            r.message,
-            "rate_limit_error",
-            headers=[(b"retry-after", r.retry_after_header.encode())],
-            reason=r.reason,
-        )
+    async def _reject(self, send: Send, r: Rejected, queue_s: float = 0.0) -> None:
+        headers = [
+            (b"retry-after", r.retry_after_header.encode()),
+            (b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()),
+        ]
+        await send_error(send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason)
 
     async def _admit_and_forward(
         self,
@@ -224,7 +221,7 @@ class Proxy:
             try:
                 await ticket.wait()
             except Rejected as r:
-                await self._reject(send, r)
+                await self._reject(send, r, ticket.queue_wait_s)
                 return
             queue_s = ticket.queue_wait_s
         outcome = "upstream_error"

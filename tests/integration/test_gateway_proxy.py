@@ -310,6 +310,7 @@ async def test_queue_timeout_is_a_429(
         s = await wait_stats(c, lambda s: s["in_flight"] == 0)
     assert late.status_code == 429
     assert late.json()["error"]["reason"] == "queue_timeout"
+    assert float(late.headers["x-llmtop-queue-ms"]) >= 300.0
     assert int(late.headers["retry-after"]) >= 1
     assert s["outcomes"]["timed_out"] == 1
     assert s["queue_wait_s"]["p95"] >= 0.3
