@@ -4,7 +4,8 @@ vLLM 0.10 to 0.33 (see METRICS.md): `kv_cache_usage_perc` was `gpu_cache_usage_p
 0.9 (and on the V0 engine), the ITL histogram `inter_token_latency_seconds` was
 `time_per_output_token_seconds` before 0.10.2, `prefix_cache_*` was `gpu_prefix_cache_*`. The
 newer name wins when both are exported. Data-parallel engines (the `engine` label) are summed:
-gauges and counters by value, histograms bucket by bucket. A series that is absent stays None.
+gauges and counters by value, histograms bucket by bucket; KV usage (a fraction) is averaged,
+weighted by each engine's KV blocks. A series that is absent stays None.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "waiting": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 }
+FRACTIONS = frozenset({"kv_usage"})
+"""Per-engine fractions: averaged over data-parallel engines (weighted by KV blocks), not summed."""
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 CACHE_CONFIG = "vllm:cache_config_info"
 
@@ -115,10 +118,16 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
                 return by_name[name]
         return None
 
+    blocks = _blocks_by_engine(by_name.get(CACHE_CONFIG, []))
     gauges: dict[str, float | None] = {}
     for key, alternatives in GAUGES.items():
         found = first(key, alternatives)
-        gauges[key] = None if found is None else sum(s.value for s in found)
+        if found is None:
+            gauges[key] = None
+        elif key in FRACTIONS:
+            gauges[key] = _weighted_mean(found, blocks)
+        else:
+            gauges[key] = sum(s.value for s in found)
     waiting_capacity = None
     if WAITING_BY_REASON in by_name:
         cap = [
@@ -179,6 +188,26 @@ def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:
         sum=sum(s.value for s in by_name.get(fam + "_sum", ())),
         count=sum(s.value for s in by_name.get(fam + "_count", ())),
     )
+
+
+def _blocks_by_engine(info: list[Sample]) -> dict[str, float]:
+    """Engine label -> its num_gpu_blocks (engines whose value is unset are left out)."""
+    out: dict[str, float] = {}
+    for s in info:
+        try:
+            out[_label(s.labels, "engine") or ""] = float(_label(s.labels, "num_gpu_blocks") or "")
+        except ValueError:
+            continue
+    return out
+
+
+def _weighted_mean(samples: list[Sample], weights: dict[str, float]) -> float:
+    """Mean of a per-engine fraction, weighted by each engine's KV blocks when all are known."""
+    ws = [weights.get(_label(s.labels, "engine") or "") for s in samples]
+    if all(w for w in ws):
+        total = sum(w for w in ws if w)
+        return sum(s.value * (w or 0.0) for s, w in zip(samples, ws, strict=True)) / total
+    return sum(s.value for s in samples) / len(samples)
 
 
 def _kv_capacity(info: list[Sample]) -> tuple[int | None, int | None]:

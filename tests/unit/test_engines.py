@@ -58,11 +58,14 @@ def test_new_name_wins_over_old() -> None:
 
 def test_two_engines_summed_and_buckets_merged() -> None:
     text = ""
-    for eng, (run, le1, inf) in {"0": (3, 2, 5), "1": (4, 1, 3)}.items():
+    for eng, (run, le1, inf, kv) in {"0": (3, 2, 5, 0.2), "1": (4, 1, 3, 0.8)}.items():
         lab = f'engine="{eng}",model_name="m"'
+        blocks = 100 if eng == "0" else 300
         text += (
             f"vllm:num_requests_running{{{lab}}} {run}\n"
-            f'vllm:cache_config_info{{block_size="16",engine="{eng}",num_gpu_blocks="100"}} 1\n'
+            f"vllm:kv_cache_usage_perc{{{lab}}} {kv}\n"
+            f'vllm:cache_config_info{{block_size="16",engine="{eng}",'
+            f'num_gpu_blocks="{blocks}"}} 1\n'
             f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.5"}} {le1}\n'
             f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {inf}\n'
             f"vllm:time_to_first_token_seconds_count{{{lab}}} {inf}\n"
@@ -70,7 +73,8 @@ def test_two_engines_summed_and_buckets_merged() -> None:
         )
     s = scrape(text)
     assert s.gauges["running"] == 7.0
-    assert s.kv_capacity_tokens == 2 * 100 * 16
+    assert s.gauges["kv_usage"] == pytest.approx((0.2 * 100 + 0.8 * 300) / 400)  # not summed
+    assert s.kv_capacity_tokens == (100 + 300) * 16
     h = s.histograms["ttft"]
     assert h.buckets == ((0.5, 3.0), (float("inf"), 8.0))
     assert (h.count, h.sum) == (8.0, 2.0)
