@@ -126,11 +126,15 @@ def main() -> None:
     seconds = 3.0 if args.quick else 8.0
     print("\nServer (`llmtop sim --profile fast`, own process), closed-loop streams over")
     print("127.0.0.1 (128-token prompts, 64 out); CPU is the server process only:\n")
-    print("| streams | server CPU (share of one core) | tokens delivered/s |")
-    print("|---|---|---|")
+    print("| streams | server CPU (of one core) | tokens delivered/s | CPU per 1k tokens |")
+    print("|---|---|---|---|")
     for streams in (64, 256):
         share, tok_s = server_phase(streams, seconds)
-        print(f"| {streams} | {share:.0%} | {tok_s:,.0f} |")
+        per_k = 1000 * share / tok_s if tok_s else float("nan")
+        print(f"| {streams} | {share:.0%} | {tok_s:,.0f} | {1000 * per_k:.0f} ms |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nLoad average during the run: {load:.1f} on {os.cpu_count()} CPUs (the client")
+    print("shares them: tokens/s is bounded by the client and the box, not the server).")
 
 
 if __name__ == "__main__":
