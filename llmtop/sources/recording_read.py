@@ -1,0 +1,220 @@
+"""Reading recordings: the whole file into memory, checked line by line, decoded lazily.
+
+The format is described in `llmtop.sources.recording` (the writer). A gzip file is read member
+by member with zlib, so a stream cut by a killed writer (no trailer) or appended after such a
+cut still yields every whole line before the cut; that cut is reported in `warnings`, not
+raised. Everything else wrong (missing, not a recording, a bad line in the middle, a delta with
+no base) is a `RecordingError` naming the file and the line. Each line's samples are checked
+on the way in, so `Recording.raw(i)` cannot fail later.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmtop.core.raw import RawPoll, Sample
+from llmtop.errors import RecordingError
+
+FORMAT_VERSION = 1
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class Recording:
+    """A recording read into memory: its header, encoded poll lines and decoding cache."""
+
+    path: str
+    header: dict[str, Any]
+    lines: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    keyframes: list[int] = field(default_factory=list)
+    """Indexes of lines that start a decode (keyframes and segment starts)."""
+    _cache: tuple[int, dict[str, tuple[list[tuple[str, Any]], list[float]]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __iter__(self) -> Iterator[RawPoll]:
+        for i in range(len(self.lines)):
+            yield self.raw(i)
+
+    @property
+    def start(self) -> float | None:
+        """Time of the first poll (None when there is none)."""
+        return self.times[0] if self.times else None
+
+    @property
+    def end(self) -> float | None:
+        """Time of the last poll."""
+        return self.times[-1] if self.times else None
+
+    def index_at(self, t: float) -> int:
+        """Index of the last poll at or before `t` (0 before the start)."""
+        return max(0, bisect.bisect_right(self.times, t) - 1)
+
+    def findings(self, i: int) -> list[dict[str, Any]]:
+        """The findings the live run showed at poll `i` (for reference; replay recomputes)."""
+        found: list[dict[str, Any]] = self.lines[i].get("findings", [])
+        return found
+
+    def raw(self, i: int) -> RawPoll:
+        """The RawPoll of line `i`, decoded from the nearest keyframe (cached when sequential)."""
+        if not 0 <= i < len(self.lines):
+            raise IndexError(i)
+        if (
+            self._cache is not None
+            and self._cache[0] <= i
+            and (i < self._next_keyframe(self._cache[0]))
+        ):
+            start, state = self._cache[0] + 1, self._cache[1]
+        else:
+            start = self.keyframes[bisect.bisect_right(self.keyframes, i) - 1]
+            state = {}
+        for j in range(start, i + 1):
+            _apply(self.lines[j], state, j + 2)
+        self._cache = (i, state)
+        return _to_raw(self.lines[i], state)
+
+    def _next_keyframe(self, i: int) -> int:
+        k = bisect.bisect_right(self.keyframes, i)
+        return self.keyframes[k] if k < len(self.keyframes) else len(self.lines)
+
+
+_State = dict[str, tuple[list[tuple[str, Any]], list[float]]]
+
+
+def _apply(line: dict[str, Any], state: _State, lineno: int) -> None:
+    """Advance the per-engine sample state by one line; RecordingError on a bad line."""
+    if line.get("kf"):
+        state.clear()
+    try:
+        for e in line.get("engines", []):
+            url = str(e["url"])
+            if "delta" in e:
+                keys, values = state[url]
+                values = list(values)
+                for idx, value in e["delta"]:
+                    values[int(idx)] = float(value)
+                state[url] = (keys, values)
+            elif e.get("samples") is not None:
+                samples = e["samples"]
+                keys = [
+                    (str(n), tuple(sorted((str(k), str(v)) for k, v in lab.items())))
+                    for n, lab, _ in samples
+                ]
+                state[url] = (keys, [float(v) for _, _, v in samples])
+            else:
+                state.pop(url, None)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise RecordingError(f"recording line {lineno}: bad engine samples") from None
+
+
+def _to_raw(line: dict[str, Any], state: _State) -> RawPoll:
+    entries = line.get("engines", [])
+    bare = [{**e, "delta": None, "samples": None} for e in entries]
+    raw = RawPoll.from_dict({**line, "engines": bare})
+    engines = []
+    for entry, e in zip(entries, raw.engines, strict=True):
+        if "delta" in entry or entry.get("samples") is not None:
+            keys, values = state[e.url]
+            samples = tuple(Sample(n, lab, v) for (n, lab), v in zip(keys, values, strict=True))
+            e = dataclasses.replace(e, samples=samples)
+        engines.append(e)
+    return dataclasses.replace(raw, engines=tuple(engines))
+
+
+def _read_bytes(path: Path) -> tuple[bytes, str | None]:
+    """The file's text bytes (gunzipped, every member) and why it stopped early, if it did."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordingError(f"recording not found: {path}") from None
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+    if not data.startswith(_GZIP_MAGIC):
+        return data, None
+    out: list[bytes] = []
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out.append(d.decompress(rest))
+        except zlib.error:
+            return b"".join(out), "compressed data is corrupt"
+        if not d.eof:
+            out.append(d.flush())
+            return b"".join(out), "compressed stream ends early"
+        rest = d.unused_data
+    return b"".join(out), None
+
+
+def read_recording(path: str | Path) -> Recording:
+    """Read and check a recording; RecordingError when it is missing, not one, or corrupt.
+
+    A truncated tail (a killed writer) is kept up to the last whole line, with a warning.
+    """
+    p = Path(path)
+    data, cut = _read_bytes(p)
+    raw_lines = data.split(b"\n")
+    tail = raw_lines.pop()  # after the last newline: b"" unless the file was cut mid-line
+    warnings: list[str] = []
+    if tail.strip():
+        cut = cut or "the last line is incomplete"
+    head: dict[str, Any] | None = None
+    lines: list[dict[str, Any]] = []
+    keyframes: list[int] = []
+    state: _State = {}
+    new_segment = True
+    for n, text in enumerate(raw_lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            if head is None:
+                raise RecordingError(f"{p} is not an llmtop recording") from None
+            raise RecordingError(f"{p}: line {n} is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise RecordingError(f"{p}: line {n} is not a JSON object")
+        if "llmtop_recording" in obj:
+            if obj["llmtop_recording"] != FORMAT_VERSION:
+                raise RecordingError(
+                    f"{p}: recording format {obj['llmtop_recording']} is not supported"
+                )
+            head = head or obj
+            new_segment = True
+            continue
+        if head is None:
+            raise RecordingError(f"{p} is not an llmtop recording (no header line)")
+        if not isinstance(obj.get("time"), int | float):
+            raise RecordingError(f"{p}: line {n} has no time")
+        if new_segment or obj.get("kf"):
+            obj["kf"] = 1
+            keyframes.append(len(lines))
+            new_segment = False
+        try:
+            _apply(obj, state, n)
+        except RecordingError as e:
+            raise RecordingError(f"{p}: {e}") from None
+        lines.append(obj)
+    if head is None:
+        why = "empty" if not data else "no header"
+        raise RecordingError(f"{p} is not an llmtop recording ({why})")
+    if cut:
+        warnings.append(f"{p}: {cut}; read {len(lines)} polls up to the cut")
+    return Recording(
+        path=str(p),
+        header=head,
+        lines=lines,
+        warnings=warnings,
+        times=[float(line["time"]) for line in lines],
+        keyframes=keyframes,
+    )
