@@ -29,6 +29,7 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W)."),
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "counter",
@@ -114,6 +115,7 @@ class DcgmTelemetry:
             mem_clock,
             round(self._temp_c),
             round(power, 3),
+            p.max_watts,
             round(self._energy_mj),
             round(busy * 100),
             round(memory * 100),

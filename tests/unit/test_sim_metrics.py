@@ -178,5 +178,6 @@ def test_dcgm_reads_memory_bound_decode_and_compute_bound_prefill() -> None:
     assert decode["DCGM_FI_DEV_MEM_COPY_UTIL"] > 50
     assert decode["DCGM_FI_DEV_MEM_COPY_UTIL"] > prefill["DCGM_FI_DEV_MEM_COPY_UTIL"]
     assert decode["DCGM_FI_DEV_POWER_USAGE"] > idle["DCGM_FI_DEV_POWER_USAGE"]
+    assert decode["DCGM_FI_DEV_POWER_USAGE"] <= decode["DCGM_FI_DEV_POWER_MGMT_LIMIT"]
     assert decode["DCGM_FI_DEV_GPU_TEMP"] > idle["DCGM_FI_DEV_GPU_TEMP"]
     assert decode["DCGM_FI_DEV_SM_CLOCK"] > idle["DCGM_FI_DEV_SM_CLOCK"]
