@@ -1,0 +1,105 @@
+"""The sim exports every vllm:* family llmtop reads from a real vLLM, with the same type and
+label names, so what works on `llmtop demo` works on the real thing.
+
+The reference is a capture from real vLLM 0.32.0 under load (tests/fixtures/metrics-load.txt);
+tests/real/test_sim_families_real.py makes the same comparison against a live vLLM. The families
+"llmtop reads" are those holding a sample name in llmtop.core.engines.sample_names() (the
+parser's keep-list), so a family added to llmtop's reading is checked here without an edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmtop.core.engines import sample_names
+from llmtop.serving import ServerThread
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "metrics-load.txt"
+
+Shape = tuple[str, frozenset[str]]
+"""(Prometheus type, label names without `le`)."""
+
+
+def families(text: str) -> dict[str, tuple[Shape, frozenset[str]]]:
+    """Family name -> ((type, label names), sample names), for every vllm:* family in `text`."""
+    out: dict[str, tuple[Shape, frozenset[str]]] = {}
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith("vllm:"):
+            continue
+        labels = frozenset(k for s in fam.samples for k in s.labels if k != "le")
+        names = frozenset(s.name for s in fam.samples)
+        out[fam.name] = ((fam.type, labels), names)
+    return out
+
+
+def read_by_llmtop(text: str) -> dict[str, tuple[Shape, frozenset[str]]]:
+    """The vllm:* families of `text` that hold a sample name llmtop reads."""
+    keep = sample_names()
+    return {name: v for name, v in families(text).items() if v[1] & keep}
+
+
+def missing_or_different(real_text: str, sim_text: str) -> list[str]:
+    """What the sim lacks or exports differently, for every family llmtop reads from `real_text`."""
+    keep = sample_names()
+    sim = families(sim_text)
+    problems = []
+    for name, (shape, samples) in sorted(read_by_llmtop(real_text).items()):
+        if name not in sim:
+            problems.append(f"{name}: not exported by the sim")
+            continue
+        sim_shape, sim_samples = sim[name]
+        if sim_shape != shape:
+            problems.append(
+                f"{name}: real {shape[0]} {sorted(shape[1])}, sim {sim_shape[0]} "
+                f"{sorted(sim_shape[1])}"
+            )
+        lost = (samples & keep) - sim_samples
+        if lost:
+            problems.append(f"{name}: sim lacks samples {sorted(lost)}")
+    return problems
+
+
+def sim_metrics_after_traffic(start_sim: Callable[..., ServerThread]) -> str:
+    """The sim's /metrics after a few finished requests (histograms have observations)."""
+    server = start_sim(profile="fast", model_name="tinyllm")
+    with httpx.Client(base_url=server.url, timeout=10.0) as client:
+        for i in range(3):
+            r = client.post(
+                "/v1/completions",
+                json={"model": "tinyllm", "prompt": list(range(100 + i)), "max_tokens": 4},
+            )
+            assert r.status_code == 200, r.text
+        return client.get("/metrics").text
+
+
+def test_reference_holds_the_families_llmtop_needs() -> None:
+    """Guard against a vacuous pass: the capture has the core families under their 0.32 names."""
+    read = read_by_llmtop(FIXTURE.read_text())
+    for core in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+        "vllm:num_preemptions",
+        "vllm:request_success",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:cache_config_info",
+    ):
+        assert core in read, core
+    assert read["vllm:request_success"][0] == (
+        "counter",
+        frozenset({"engine", "finished_reason", "model_name"}),
+    )
+
+
+def test_sim_exports_every_family_llmtop_reads_from_real_vllm(
+    start_sim: Callable[..., ServerThread],
+) -> None:
+    problems = missing_or_different(FIXTURE.read_text(), sim_metrics_after_traffic(start_sim))
+    assert not problems, "\n".join(problems)
