@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -260,3 +261,22 @@ def test_dcgm_telemetry_follows_the_load(start_sim: StartSim) -> None:
     assert busy["DCGM_FI_DEV_MEM_COPY_UTIL"] > 0.5 * busy["DCGM_FI_DEV_GPU_UTIL"]
     assert busy["DCGM_FI_DEV_POWER_USAGE"] > idle["DCGM_FI_DEV_POWER_USAGE"]
     assert busy["DCGM_FI_DEV_SM_CLOCK"] > idle["DCGM_FI_DEV_SM_CLOCK"]
+
+
+async def test_128_concurrent_streams_all_complete(start_sim: StartSim) -> None:
+    server = start_sim(profile="fast", kv_tokens=16384, max_model_len=2048)
+    limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
+    async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:
+
+        async def one(i: int) -> int:
+            body = {"prompt": [i] * 32, "max_tokens": 16, "stream": True}
+            async with client.stream("POST", "/v1/completions", json=body) as r:
+                return sum([1 async for line in r.aiter_lines() if line.startswith("data: {")])
+
+        counts = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(128))), 60)
+        m = samples((await client.get("/metrics")).text)
+    assert counts == [16] * 128
+    assert m["vllm:request_success_total{engine=0,finished_reason=length}"] == 128
+    assert m["vllm:generation_tokens_total{engine=0}"] == 128 * 16
+    # Continuous batching: far fewer steps than one request at a time would take.
+    assert m["vllm:iteration_tokens_total_count{engine=0}"] < 128 * 16 / 4
