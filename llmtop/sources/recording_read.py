@@ -131,8 +131,43 @@ def _to_raw(line: dict[str, Any], state: _State) -> RawPoll:
     return dataclasses.replace(raw, engines=tuple(engines))
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str | None]:
-    """The file's text bytes (gunzipped, every member) and why it stopped early, if it did."""
+def _inflate(buf: bytes) -> tuple[bytes, int | None]:
+    """Gunzip the member at the start of `buf`: what is readable of its text, and the bytes it
+    spans (None when it is cut short or corrupt)."""
+    d = zlib.decompressobj(wbits=31)
+    out: list[bytes] = []
+    step = 1 << 16
+    for i in range(0, len(buf), step):
+        chunk = buf[i : i + step]
+        try:
+            out.append(d.decompress(chunk))
+        except zlib.error:
+            return b"".join(out), None
+        if d.eof:
+            return b"".join(out), i + len(chunk) - len(d.unused_data)
+    out.append(d.flush())
+    return b"".join(out), None
+
+
+def _next_member(data: bytes, after: int) -> int | None:
+    """Offset of the next gzip member that starts cleanly after `after` (an appended segment)."""
+    at = data.find(_GZIP_MAGIC + b"\x08", after + 1)
+    while at != -1:
+        try:
+            zlib.decompressobj(wbits=31).decompress(data[at : at + 4096])
+        except zlib.error:
+            at = data.find(_GZIP_MAGIC + b"\x08", at + 1)
+            continue
+        return at
+    return None
+
+
+def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
+    """The file's text bytes (gunzipped, every member) and what was cut or lost on the way.
+
+    A member cut short (a writer killed before its gzip trailer) may be followed by members
+    appended later: its whole lines are kept and reading goes on with the next member.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -140,20 +175,26 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
     except OSError as e:
         raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
     if not data.startswith(_GZIP_MAGIC):
-        return data, None
+        return data, []
     out: list[bytes] = []
-    rest = data
-    while rest:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out.append(d.decompress(rest))
-        except zlib.error:
-            return b"".join(out), "compressed data is corrupt"
-        if not d.eof:
-            out.append(d.flush())
-            return b"".join(out), "compressed stream ends early"
-        rest = d.unused_data
-    return b"".join(out), None
+    notes: list[str] = []
+    pos = 0
+    while pos < len(data):
+        text, used = _inflate(data[pos:])
+        if used is not None:
+            out.append(text)
+            pos += used
+            continue
+        nxt = _next_member(data, pos)
+        if nxt is None:
+            out.append(text)
+            notes.append("compressed stream ends early")
+            break
+        text, _ = _inflate(data[pos:nxt])
+        out.append(text[: text.rfind(b"\n") + 1])
+        notes.append("a segment was cut short (llmtop killed?); the next segment is read")
+        pos = nxt
+    return b"".join(out), notes
 
 
 def read_recording(path: str | Path) -> Recording:
@@ -162,12 +203,11 @@ def read_recording(path: str | Path) -> Recording:
     A truncated tail (a killed writer) is kept up to the last whole line, with a warning.
     """
     p = Path(path)
-    data, cut = _read_bytes(p)
+    data, notes = _read_bytes(p)
     raw_lines = data.split(b"\n")
     tail = raw_lines.pop()  # after the last newline: b"" unless the file was cut mid-line
-    warnings: list[str] = []
-    if tail.strip():
-        cut = cut or "the last line is incomplete"
+    if tail.strip() and not notes:
+        notes.append("the last line is incomplete")
     head: dict[str, Any] | None = None
     lines: list[dict[str, Any]] = []
     keyframes: list[int] = []
@@ -181,6 +221,10 @@ def read_recording(path: str | Path) -> Recording:
         except ValueError:
             if head is None:
                 raise RecordingError(f"{p} is not an llmtop recording") from None
+            following = next((x for x in raw_lines[n:] if x.strip()), b"")
+            if following.startswith(b'{"llmtop_recording"'):  # a segment cut mid-line
+                notes.append(f"line {n} was cut short (llmtop killed?); the next segment is read")
+                continue
             raise RecordingError(f"{p}: line {n} is not valid JSON") from None
         if not isinstance(obj, dict):
             raise RecordingError(f"{p}: line {n} is not a JSON object")
@@ -208,8 +252,7 @@ def read_recording(path: str | Path) -> Recording:
     if head is None:
         why = "empty" if not data else "no header"
         raise RecordingError(f"{p} is not an llmtop recording ({why})")
-    if cut:
-        warnings.append(f"{p}: {cut}; read {len(lines)} polls up to the cut")
+    warnings = [f"{p}: {'; '.join(notes)}; read {len(lines)} polls"] if notes else []
     return Recording(
         path=str(p),
         header=head,

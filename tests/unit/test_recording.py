@@ -183,6 +183,25 @@ def test_appending_starts_a_new_segment(tmp_path: Path, fixtures_dir: Path) -> N
     assert 12 in read.keyframes
 
 
+@pytest.mark.parametrize("name", ["r.jsonl", "r.jsonl.gz"])
+def test_a_killed_session_then_an_appended_one_both_replay(
+    tmp_path: Path, fixtures_dir: Path, name: str
+) -> None:
+    """SSH drops, llmtop dies without closing the file, the engineer runs --record again."""
+    polls = _polls(_base_samples(fixtures_dir), 30)
+    path = tmp_path / name
+    _record(path, polls[:12])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - (60 if name.endswith(".gz") else 700)])
+    _record(path, polls[12:])
+    read = read_recording(path)
+    assert "cut short" in read.warnings[0]
+    assert 5 <= read.keyframes[1] < 12
+    first = read.keyframes[1]
+    assert list(read)[:first] == polls[:first]
+    assert list(read)[first:] == polls[12:]
+
+
 def test_secrets_are_never_written(tmp_path: Path, fixtures_dir: Path) -> None:
     base = _base_samples(fixtures_dir)
     poll = dataclasses.replace(
