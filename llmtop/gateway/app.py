@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import importlib.util
 import sys
 import time
@@ -25,7 +26,7 @@ from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
 from llmtop.gateway.metrics import metrics_endpoint
 from llmtop.gateway.proxy import Proxy
-from llmtop.gateway.state import GatewayState, limits_of
+from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
 from llmtop.settings import GatewaySettings, read_token
 
 TICK_S = 0.05
@@ -51,28 +52,26 @@ def _asyncio_only_sniffio() -> None:
     sys.modules["sniffio"] = stub
 
 
-def make_client(settings: GatewaySettings) -> httpx.AsyncClient:
-    """The upstream client: no connection cap (admission is the cap), no env proxies, and no
-    default headers, so the client's own Accept-Encoding and the like pass through unchanged.
+def make_client(settings: GatewaySettings) -> tuple[httpx.AsyncClient, httpx.AsyncHTTPTransport]:
+    """The upstream client and its transport: no connection cap (admission is the cap), no env
+    proxies, no default headers (a client's own Accept-Encoding passes through unchanged) and a
+    cookie jar that keeps nothing (one user's Set-Cookie must never reach another's request).
 
     Idle connections are dropped after 2 s, before the upstream's own keep-alive timeout (5 s in
     uvicorn, so in vLLM) can close one under a request; a failed connect is retried once.
     """
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=2.0)
     _asyncio_only_sniffio()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=2.0)
+    transport = httpx.AsyncHTTPTransport(limits=limits, retries=1)
     client = httpx.AsyncClient(
-        timeout=httpx.Timeout(
-            connect=settings.upstream_connect_timeout_s,
-            read=settings.upstream_read_timeout_s,
-            write=settings.upstream_read_timeout_s,
-            pool=None,
-        ),
-        transport=httpx.AsyncHTTPTransport(limits=limits, retries=1),
+        timeout=upstream_timeout(settings),
+        transport=transport,
         trust_env=False,
         follow_redirects=False,
     )
     client.headers.clear()
-    return client
+    client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return client, transport
 
 
 async def _housekeeping(state: GatewayState) -> None:
@@ -108,7 +107,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state.client = make_client(settings)
+        state.client, state.transport = make_client(settings)
         task = asyncio.ensure_future(_housekeeping(state))
         try:
             yield

@@ -33,6 +33,16 @@ class UpstreamHealth:
         return {"url": self.url, "healthy": self.healthy, "last_error": self.last_error}
 
 
+def upstream_timeout(settings: GatewaySettings) -> httpx.Timeout:
+    """Connect within upstream_connect_timeout_s; then any silence over the read timeout fails."""
+    return httpx.Timeout(
+        connect=settings.upstream_connect_timeout_s,
+        read=settings.upstream_read_timeout_s,
+        write=settings.upstream_read_timeout_s,
+        pool=None,
+    )
+
+
 def limits_of(settings: GatewaySettings) -> Limits:
     return Limits(
         max_concurrency=settings.max_concurrency,
@@ -53,10 +63,15 @@ class GatewayState:
     clock: Callable[[], float] = time.perf_counter
     upstream: UpstreamHealth = field(init=False)
     client: httpx.AsyncClient | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+    """The client's transport; the proxy sends through it directly (see proxy._forward)."""
     base_url: str = field(init=False)
+    timeouts: dict[str, float | None] = field(init=False)
+    """httpx's per-request timeout extension."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
+        self.timeouts = upstream_timeout(self.settings).as_dict()
         self.upstream = UpstreamHealth(self.base_url)
 
     def stats(self) -> dict[str, Any]:
