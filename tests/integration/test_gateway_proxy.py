@@ -50,7 +50,8 @@ class FakeUpstream:
                 break
         if scope["path"] == "/echo":
             headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-            await _json(send, 200, headers, [(b"keep-alive", b"timeout=5"), (b"x-up", b"1")])
+            extra = [(b"keep-alive", b"timeout=5"), (b"x-up", b"1"), (b"set-cookie", b"s=user1")]
+            await _json(send, 200, headers, extra)
             return
         if scope["path"] == "/health":
             await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -235,6 +236,10 @@ async def test_every_path_is_forwarded_and_hop_by_hop_headers_dropped(
             },
         )
         s = await stats(c)
+    async with httpx.AsyncClient(base_url=gw.url) as other:
+        # another user's request: the gateway must not replay the first one's Set-Cookie
+        second = (await other.post("/echo", content=b"{}")).json()
+    assert "cookie" not in second
     assert models.json()["data"][0]["id"] == "fake"
     seen = echo.json()
     assert seen["authorization"] == "Bearer key"
