@@ -131,3 +131,16 @@ def test_an_empty_recording_is_refused(tmp_path: Path) -> None:
     rec.close()
     with pytest.raises(RecordingError, match="holds no polls"):
         ReplaySource(read_recording(tmp_path / "empty.jsonl"), HealthSettings())
+
+
+def test_replay_command_refuses_bad_input_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmtop.cli import main
+
+    assert main(["replay", str(tmp_path / "missing.jsonl.gz")]) == 6
+    assert main(["replay", str(tmp_path / "missing.jsonl.gz"), "--speed", "100"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert "recording not found" in err[0]
+    assert "between 1 and 60" in err[1]
