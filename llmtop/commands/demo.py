@@ -60,6 +60,7 @@ def parse_cap(text: str, scenario: Scenario) -> tuple[int, float]:
 
 def run(args: argparse.Namespace) -> int:
     import importlib.util
+    import logging
     import sys
 
     from llmtop.commands._common import load
@@ -78,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("llmtop demo needs a terminal; use --headless for a timeline")
     health = load(HealthSettings, args)
+    # Cutting the load at the end makes the servers write to closed sockets; asyncio logs each
+    # ("socket.send() raised exception.") on stderr, which is noise here.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     stack = start_stack(scenario, health, record=args.record)
     try:
         if args.headless:

@@ -106,3 +106,30 @@ def test_bad_usage_is_one_line() -> None:
     )
     for name in ("story", "quick", "cliff", "long-prompts", "steady"):
         assert f"  {name} " in help_out.stdout
+
+
+def test_stack_and_load_thread_stop_cleanly() -> None:
+    """What `q` does: the load thread, the gateway and the sim stop; both ports are free."""
+    import threading
+    import time
+
+    from llmtop.demo import LoadThread, start_stack
+    from llmtop.settings import HealthSettings
+
+    before = {t.name for t in threading.enumerate()}
+    stack = start_stack(get_scenario("quick"), HealthSettings())
+    try:
+        assert stack.engine_max_num_seqs == 256  # the gateway starts with no real cap
+        load = LoadThread(stack.scenario, stack.gateway.url).start()
+        deadline = time.monotonic() + 20
+        while load.sent == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert load.sent > 0
+        load.stop()
+        assert load.error is None
+    finally:
+        stack.stop()
+    assert port_free(stack.sim.url)
+    assert port_free(stack.gateway.url)
+    left = {t.name for t in threading.enumerate() if t.is_alive()} - before
+    assert not left, left
