@@ -98,17 +98,17 @@ def run(args: argparse.Namespace) -> int:
         chat=args.chat,
         priority=args.priority,
     )
-    summary = asyncio.run(_main(args, shape, slo))
+    summary, interrupted = asyncio.run(_main(args, shape, slo))
     if args.json:
         out = to_json(summary)
         out["url"] = args.url
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         sys.stdout.write(format_table(summary) + "\n")
-    return 0
+    return 130 if interrupted else 0
 
 
-async def _main(args: argparse.Namespace, shape: Shape, slo: Slo) -> LoadSummary:
+async def _main(args: argparse.Namespace, shape: Shape, slo: Slo) -> tuple[LoadSummary, bool]:
     """Run the load with a progress line on a TTY; Ctrl-C stops early and still summarises."""
     import asyncio
     import contextlib
@@ -163,7 +163,7 @@ async def _main(args: argparse.Namespace, shape: Shape, slo: Slo) -> LoadSummary
     summary = summarize(runner.results, wall, slo)
     if interrupted:
         sys.stderr.write("llmtop: interrupted; summary of the requests so far\n")
-    return summary
+    return summary, interrupted
 
 
 class _ProgressLine:

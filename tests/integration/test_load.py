@@ -241,3 +241,30 @@ async def test_cancelled_loop_records_cuts_and_stops(
         assert runner.in_flight == 0
         assert runner.issued == 2  # the cancelled workers sent nothing more
     assert [r.outcome for r in runner.results] == ["cut", "cut"]
+
+
+def test_cli_ctrl_c_still_prints_the_summary(serve_app: Callable[[Any], ServerThread]) -> None:
+    import signal
+    import time
+
+    app, seen = scripted_app(ttft_s=30.0)
+    server = serve_app(app)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop", "load", "--url", server.url, "--concurrency", "2",
+         "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while seen["count"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    doc = json.loads(out)
+    assert (doc["offered"], doc["cut"]) == (2, 2)
