@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
+from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from llmtop.core.snapshot import GatewayStats, Snapshot
@@ -56,6 +57,8 @@ from llmtop.tui.widgets.throughput import ThroughputPanel
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
 MAX_EVENTS = 500
+CHART_EVERY_S = 5.0
+"""Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""
 
 
 class Recorder(Protocol):
@@ -126,6 +129,7 @@ class LlmtopApp(App[int]):
         self._arrived_at: float | None = None
         self._stale = False
         self._preload = tuple(history)
+        self._chart_time: float | None = None
         self._admin_lock = asyncio.Lock()
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
@@ -152,9 +156,16 @@ class LlmtopApp(App[int]):
         )
         yield Footer(compact=True)
 
+    @property
+    def _main(self) -> Screen[Any]:
+        """The dashboard screen, also while help or a question is on top of it."""
+        return self.screen_stack[0] if self.screen_stack else self.screen
+
     def on_mount(self) -> None:
         for snap in self._preload:  # a replay's past, or a screenshot's story
-            self.feed(snap)
+            self._feed(snap, charts=False)
+        if self._preload:
+            self.call_after_refresh(self._render_charts)
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
 
@@ -191,6 +202,14 @@ class LlmtopApp(App[int]):
 
     def feed(self, snap: Snapshot) -> None:
         """Show one snapshot: history, timeline diff, panels (replay and screenshots call it)."""
+        self._feed(snap, charts=None)
+
+    def _feed(self, snap: Snapshot, *, charts: bool | None) -> None:
+        """`feed`; charts redraw every CHART_EVERY_S of snapshot time, or when time went back.
+
+        A 10-minute chart gains nothing from a 1 s redraw, which costs more than all the panels
+        together; `charts` forces (True) or skips (False) the redraw.
+        """
         prev = self.snapshot
         self.snapshot = snap
         self.poll_error = None
@@ -198,7 +217,10 @@ class LlmtopApp(App[int]):
         if not self.history or snap.time > self.history[-1].time:
             self.history.append(snap)
         self.log_events(*diff_events(prev, snap))
-        self._render_all(charts=True)
+        if charts is None:
+            last = self._chart_time
+            charts = last is None or snap.time < last or snap.time - last >= CHART_EVERY_S
+        self._render_all(charts=charts)
         self.first_snapshot.set()
 
     def on_poll_failed(self, message: PollFailed) -> None:
@@ -214,8 +236,10 @@ class LlmtopApp(App[int]):
             return
         if view.stale != self._stale:
             self._render_all(charts=False)
-        else:
-            self.query_one(StatusHeader).view = view
+        elif view.age_s is not None and view.age_s > 1.5 * self.monitor.interval_s:
+            # a late poll: show the age growing (on time, the header keeps the arrival age)
+            for header in self._main.query(StatusHeader):  # none while shutting down
+                header.view = view
 
     def view(self) -> View | None:
         """The current moment as the panels see it."""
@@ -240,19 +264,23 @@ class LlmtopApp(App[int]):
         if view is None:
             return
         self._stale = view.stale
-        self.query_one(StatusHeader).view = view
-        for panel in self.query(Panel):
+        for header in self._main.query(StatusHeader):  # none while starting or shutting down
+            header.view = view
+        for panel in self._main.query(Panel):
             panel.view = view
         if charts:
             self._render_charts()
 
     def _render_charts(self) -> None:
-        if not self.query_one("#charts").display or not self.history:
+        charts = self._main.query("#charts")
+        if not charts or not charts.first().display or not self.history:
             return
-        self.query_one("#ttft-chart", TimeChart).data = ttft_chart(
-            self.history, self.health.ttft_slo_s
-        )
-        self.query_one("#tput-chart", TimeChart).data = throughput_chart(self.history)
+        self._chart_time = self.history[-1].time
+        ttft = self._main.query_one("#ttft-chart", TimeChart)
+        tput = self._main.query_one("#tput-chart", TimeChart)
+        # two braille dots per cell: more points than that cost CPU and show nothing
+        ttft.data = ttft_chart(self.history, self.health.ttft_slo_s, 2 * ttft.size.width)
+        tput.data = throughput_chart(self.history, 2 * tput.size.width)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._render_charts)
@@ -261,7 +289,8 @@ class LlmtopApp(App[int]):
         if not events:
             return
         self.events.extend(events)
-        self.query_one(EventLog).events = tuple(self.events)
+        for log in self._main.query(EventLog):
+            log.events = tuple(self.events)
 
     # -- changing limits ------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ for the incident timeline.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-import math
 from typing import Literal
 
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
@@ -252,7 +252,7 @@ def nice_step(span: float, most: int = 4) -> float:
 def y_ticks(hi: float, unit: Literal["s", "count"]) -> tuple[list[float], list[str]]:
     """Round y ticks from 0 to at least `hi`, labelled in the chart's unit."""
     step = nice_step(hi if hi > 0 else 1.0)
-    ticks = [step * i for i in range(int(math.ceil((hi if hi > 0 else 1.0) / step)) + 1)]
+    ticks = [step * i for i in range(math.ceil((hi if hi > 0 else 1.0) / step) + 1)]
     labels = ["0" if t == 0 else fmt.dur(t) if unit == "s" else fmt.num(t, 1) for t in ticks]
     return ticks, labels
 
@@ -266,15 +266,26 @@ def x_ticks(lo: float) -> tuple[list[float], list[str]]:
     return [float(t) for t in ticks], labels
 
 
+def thin(history: Sequence[Snapshot], max_points: int) -> list[Snapshot]:
+    """At most `max_points` evenly spread snapshots, the newest always kept (chart cost)."""
+    n = len(history)
+    if max_points <= 0 or n <= max_points:
+        return list(history)
+    step = n / max_points
+    picked = [history[min(n - 1, round(n - 1 - i * step))] for i in range(max_points)]
+    return picked[::-1]
+
+
 def _xs(history: Sequence[Snapshot]) -> tuple[float, ...]:
     last = history[-1].time
     return tuple(s.time - last for s in history)
 
 
-def throughput_chart(history: Sequence[Snapshot]) -> ChartData | None:
+def throughput_chart(history: Sequence[Snapshot], max_points: int = 0) -> ChartData | None:
     """Prefill and decode tok/s over the history."""
     if not history:
         return None
+    history = thin(history, max_points)
     engines = [combine(s.engines) for s in history]
     xs = _xs(history)
     return ChartData(
@@ -288,10 +299,11 @@ def throughput_chart(history: Sequence[Snapshot]) -> ChartData | None:
     )
 
 
-def ttft_chart(history: Sequence[Snapshot], slo_s: float) -> ChartData | None:
+def ttft_chart(history: Sequence[Snapshot], slo_s: float, max_points: int = 0) -> ChartData | None:
     """TTFT p95 over the history against its SLO line."""
     if not history:
         return None
+    history = thin(history, max_points)
     engines = [combine(s.engines) for s in history]
     return ChartData(
         "TTFT p95 (s) vs SLO",

@@ -183,3 +183,15 @@ def test_chart_ticks_are_round() -> None:
     assert xt[-1] == 0
     assert xl[-1] == "now"
     assert xl[0] == "-3m"
+
+
+def test_thin_keeps_the_newest_and_the_span() -> None:
+    from llmtop.tui.present import thin
+
+    snaps = story(seconds_per_phase=50)
+    few = thin(snaps, 40)
+    assert len(few) == 40
+    assert few[-1] is snaps[-1]
+    assert few[0].time - snaps[0].time < 10
+    assert [s.time for s in few] == sorted(s.time for s in few)
+    assert thin(snaps, 0) == snaps

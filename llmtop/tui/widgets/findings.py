@@ -15,6 +15,7 @@ class FindingsPanel(Panel):
     """The most important panel: read at a glance, each finding says what to do."""
 
     TITLE = "Findings"
+    WRAPS = True
     DEFAULT_CSS = """
     FindingsPanel { max-height: 9; }
     """
