@@ -174,6 +174,11 @@ class Ticket:
         if result is not None:
             raise result
 
+    def cancel(self) -> None:
+        """The client is gone: leave the queue or free the slot, as `cancelled`. Idempotent;
+        a no-op once the request has ended."""
+        self._ctl._cancel(self)
+
     def release(self, outcome: str = "completed") -> None:
         """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
         self._ctl._release(self, outcome)

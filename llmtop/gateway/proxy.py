@@ -139,7 +139,7 @@ class Proxy:
         drop = _DROP_REQUEST
         for name, value in scope["headers"]:
             if name == b"x-llmtop-priority":
-                priority = value.lower()
+                priority = value.strip().lower()
             elif name == b"x-llmtop-tenant":
                 tenant = value
             elif name == b"authorization":
@@ -161,6 +161,11 @@ class Proxy:
             await self._too_large(send)
             return
         except _ClientGone:
+            return
+        try:
+            url = self._url(scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
+        except httpx.InvalidURL as e:
+            await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
         ticket: Ticket | None = None
         if scope["method"] == "POST" and scope["path"] in GENERATION_PATHS:
@@ -184,7 +189,6 @@ class Proxy:
             except Rejected as r:
                 await self._reject(send, r)
                 return
-        url = self._url(scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
         work = asyncio.ensure_future(
             self._admit_and_forward(scope["method"], url, forward, body, ticket, t0, send)
         )
@@ -197,6 +201,8 @@ class Proxy:
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
+            if ticket is not None:
+                ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
         if not work.cancelled():
             work.result()  # a bug in the handler surfaces instead of vanishing
 

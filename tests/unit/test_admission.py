@@ -421,3 +421,23 @@ async def test_random_traffic_accounting_returns_to_zero() -> None:
     assert (ctl.in_flight, ctl.queued, ctl.in_flight_prompt_tokens) == (0, 0, 0)
     accounted(ctl)
     assert ctl.offered > 200
+
+
+async def test_ticket_cancel_is_idempotent_in_every_state() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=1)
+    running = ctl.enter()
+    queued = ctl.enter()
+    queued.cancel()
+    queued.cancel()
+    assert ctl.queued == 0
+    running.cancel()
+    running.release()  # already ended: no second outcome
+    assert ctl.in_flight == 0
+    assert ctl.outcomes["cancelled"] == 2
+    done = ctl.enter()
+    done.release()
+    done.cancel()
+    assert ctl.outcomes["completed"] == 1
+    assert ctl.outcomes["cancelled"] == 2
+    accounted(ctl)
