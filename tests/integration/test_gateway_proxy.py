@@ -514,3 +514,41 @@ async def test_burst_accounting_returns_to_zero(
     assert s["outcomes"]["rejected"] == codes.count(429)
     assert s["in_flight_prompt_tokens"] == 0
     accounted(s)
+
+
+async def test_pause_holds_the_queue_and_shrinking_it_sheds(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    fake, url = upstream
+    fake.gate.set()
+    gw = start_gateway(url, max_concurrency=4, max_queue=10)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        assert (await c.post("/admin/pause")).json() == {"paused": True}
+        high = asyncio.ensure_future(
+            c.post("/v1/completions", json=gen("h"), headers={"x-llmtop-priority": "high"})
+        )
+        lows = [
+            asyncio.ensure_future(
+                c.post("/v1/completions", json=gen(f"l{i}"), headers={"x-llmtop-priority": "low"})
+            )
+            for i in range(3)
+        ]
+        s = await wait_stats(c, lambda s: s["queued"] == 4)
+        assert s["in_flight"] == 0
+        assert s["paused"] is True
+        await c.patch("/admin/limits", json={"max_queue": 2})
+        s = await wait_stats(c, lambda s: s["queued"] == 2)
+        assert s["queued_by_priority"] == {"high": 1, "normal": 0, "low": 1}
+        await c.post("/admin/resume")
+        results = await asyncio.gather(high, *lows)
+        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
+        events = (await c.get("/admin/events")).json()["events"]
+    codes = sorted(r.status_code for r in results)
+    assert codes == [200, 200, 429, 429]
+    shed = [r.json()["error"] for r in results if r.status_code == 429]
+    assert {e["reason"] for e in shed} == {"shed"}
+    assert results[0].status_code == 200  # the high-priority waiter was never shed
+    assert fake.arrivals[0] == "h"
+    assert [e["field"] for e in events] == ["paused", "max_queue", "paused"]
+    assert s["rejections"]["shed"] == 2
+    accounted(s)
