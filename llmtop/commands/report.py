@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         replay.events,
         source=Path(args.file).name,
         meta={"version": header.get("version"), "targets": header.get("targets", {})},
+        ttft_slo_s=health.ttft_slo_s,
     )
     charts = args.out is not None
     if args.format == "json":

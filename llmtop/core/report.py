@@ -67,6 +67,8 @@ class LimitChange:
     ttft_p95_after_s: float | None
     gateway_ttft_p95_before_s: float | None
     gateway_ttft_p95_after_s: float | None
+    ttft_under_slo_after_s: float | None = None
+    """Seconds from the change until the engine's TTFT p95 is first back under the SLO."""
 
 
 @dataclass(frozen=True)
@@ -191,11 +193,22 @@ def _observed_changes(snapshots: Sequence[Snapshot]) -> list[tuple[float, float,
     return out
 
 
+def _under_slo_after(series: Series, t: float, slo_s: float | None) -> float | None:
+    """Seconds from `t` to the first known engine TTFT p95 at or under the SLO (from t on)."""
+    if slo_s is None:
+        return None
+    for when, v in zip(series.time, series.ttft_p95_s, strict=True):
+        if when >= t and v is not None and v <= slo_s:
+            return when - t
+    return None
+
+
 def limit_changes(
     snapshots: Sequence[Snapshot],
     events: Sequence[Mapping[str, Any]],
     series: Series,
     around_s: float = AROUND_S,
+    ttft_slo_s: float | None = None,
 ) -> tuple[LimitChange, ...]:
     """Every limit change (events first, then changes only seen in the polls), with TTFT around."""
     found: list[tuple[float, str, Any, Any, str]] = []
@@ -229,6 +242,7 @@ def limit_changes(
                 gateway_ttft_p95_after_s=_mean(
                     series.time, series.gateway_ttft_p95_s, t, t + around_s
                 ),
+                ttft_under_slo_after_s=_under_slo_after(series, t, ttft_slo_s),
             )
         )
     return tuple(out)
@@ -241,8 +255,13 @@ def build(
     source: str = "",
     meta: Mapping[str, Any] | None = None,
     around_s: float = AROUND_S,
+    ttft_slo_s: float | None = None,
 ) -> Report:
-    """The report of a run: `snapshots` in time order, `events` the gateway's limit changes."""
+    """The report of a run: `snapshots` in time order, `events` the gateway's limit changes.
+
+    With `ttft_slo_s`, each limit change also says how long the engine's TTFT p95 took to get
+    back under it (the effect of a cap often shows only after the admitted work drains).
+    """
     series = series_of(snapshots)
     peaks = {name: _peak(series.time, getattr(series, name)) for name in PEAKS}
     return Report(
@@ -252,7 +271,7 @@ def build(
         polls=len(snapshots),
         peaks=peaks,
         findings=finding_spans(snapshots),
-        limit_changes=limit_changes(snapshots, events, series, around_s),
+        limit_changes=limit_changes(snapshots, events, series, around_s, ttft_slo_s),
         series=series,
         meta=dict(meta or {}),
     )
@@ -293,6 +312,12 @@ CHARTS = (
     ("kv_usage.png", "KV-cache usage"),
     ("queues.png", "Engine waiting vs gateway queued"),
 )
+
+
+def _recovered(c: LimitChange) -> str:
+    if c.ttft_under_slo_after_s is None:
+        return "not within the recording"
+    return f"{fmt.seconds(c.ttft_under_slo_after_s)} after"
 
 
 def to_markdown(r: Report, *, charts: bool = False) -> str:
@@ -339,15 +364,15 @@ def to_markdown(r: Report, *, charts: bool = False) -> str:
     else:
         lines += [
             "| at | change | by | engine TTFT p95 before → after"
-            " | gateway TTFT p95 before → after |",
-            "|---|---|---|---|---|",
+            " | gateway TTFT p95 before → after | engine TTFT p95 under SLO |",
+            "|---|---|---|---|---|---|",
         ]
         for c in r.limit_changes:
             lines.append(
                 f"| {offset(c.time, t0)} | {c.field} {_limit(c.old)} → {_limit(c.new)} |"
                 f" {c.source} | {fmt.seconds(c.ttft_p95_before_s)} →"
                 f" {fmt.seconds(c.ttft_p95_after_s)} | {fmt.seconds(c.gateway_ttft_p95_before_s)}"
-                f" → {fmt.seconds(c.gateway_ttft_p95_after_s)} |"
+                f" → {fmt.seconds(c.gateway_ttft_p95_after_s)} | {_recovered(c)} |"
             )
     if charts:
         lines += ["", "## Charts", ""]

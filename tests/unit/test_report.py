@@ -126,7 +126,7 @@ def test_summary_of_scripted_snapshots() -> None:
         _snap(50, waiting=0, ttft=0.5, cap=4),
     ]
     events = [{"time": 45.0, "field": "max_concurrency", "old": 8, "new": 4, "source": "admin"}]
-    r = report.build(snaps, events, source="x", around_s=25)
+    r = report.build(snaps, events, source="x", around_s=25, ttft_slo_s=1.0)
     assert (r.start, r.end, r.polls, r.duration_s) == (0, 50, 6, 50)
     assert r.peaks["waiting"] == report.Peak(9, 20)
     assert r.peaks["gateway_queued"] == report.Peak(9, 20)
@@ -144,6 +144,8 @@ def test_summary_of_scripted_snapshots() -> None:
     assert first.ttft_p95_after_s == pytest.approx((2.0 + 0.5 + 0.5) / 3)  # 30 is after
     assert second.ttft_p95_before_s == pytest.approx((2.0 + 0.5) / 2)
     assert second.gateway_ttft_p95_after_s == pytest.approx(0.5)
+    assert first.ttft_under_slo_after_s == 10  # 2.0 s at 30, 0.5 s at 40
+    assert second.ttft_under_slo_after_s == 5
     d = r.to_dict()
     assert d["duration_s"] == 50
     assert "series" not in d
@@ -193,6 +195,7 @@ def test_report_json_on_a_scripted_recording(
     assert change["ttft_p95_after_s"] < change["ttft_p95_before_s"]
     assert change["gateway_ttft_p95_before_s"] == pytest.approx(36.0)
     assert change["gateway_ttft_p95_after_s"] == pytest.approx(6.0)
+    assert 0 < change["ttft_under_slo_after_s"] <= 15  # the 10 s quantile window drains
 
 
 def test_report_md_and_charts_into_a_directory(
@@ -234,3 +237,30 @@ def test_report_on_a_bad_file_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "recording not found" in err
+
+
+def test_report_on_the_recorded_demo_story(
+    fixtures_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/fixtures/recording-story.jsonl.gz: `llmtop demo --headless --apply-cap 8 --record`."""
+    path = fixtures_dir / "recording-story.jsonl.gz"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["polls"] == 300
+    (change,) = d["limit_changes"]
+    cap_at = change["time"]
+    assert (change["field"], change["old"], change["new"], change["source"]) == (
+        "max_concurrency",
+        256,
+        8,
+        "demo",
+    )
+    assert 140 < cap_at - d["start"] < 160
+    assert d["peaks"]["kv_cache_usage_frac"]["value"] >= 0.99
+    assert d["peaks"]["kv_cache_usage_frac"]["time"] < cap_at
+    assert d["peaks"]["waiting"]["time"] < cap_at  # the queue was in the engine...
+    assert d["peaks"]["gateway_queued"]["time"] > cap_at  # ...and moved to the gateway
+    kv = [f for f in d["findings"] if f["id"] == "kv-exhausted"]
+    assert kv
+    assert kv[0]["fired"] < cap_at < kv[0]["cleared"]
+    assert change["ttft_under_slo_after_s"] is not None
