@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -70,6 +71,7 @@ def _check_float(field: str, value: object, nullable: bool) -> float | None:
     if value is None and nullable:
         return None
     ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and abs(value) <= sys.float_info.max  # type: ignore[arg-type]  # 10**400: no float
     if not ok or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]
         tail = " or null" if nullable else ""
         raise LimitError(field, f"{field} must be a number > 0{tail}, got {value!r}")
