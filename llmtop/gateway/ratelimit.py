@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+MAX_WAIT_S = 86_400.0
+"""Longest wait reported (a day): a tiny rpm gives a huge or infinite one, and Retry-After
+must stay a finite integer."""
+
 
 class TenantRateLimiter:
     """Token buckets keyed by tenant; `check` charges one token or says how long to wait."""
@@ -46,7 +50,9 @@ class TenantRateLimiter:
         if bucket[0] >= 1.0:
             bucket[0] -= 1.0
             return 0.0
-        return (1.0 - bucket[0]) / rate
+        if rate <= 0.0:  # an rpm so small it underflows to 0: a token never comes
+            return MAX_WAIT_S
+        return min((1.0 - bucket[0]) / rate, MAX_WAIT_S)
 
     def __len__(self) -> int:
         return len(self._buckets)
