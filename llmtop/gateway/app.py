@@ -14,12 +14,14 @@ import sys
 import time
 import types
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from llmtop.errors import ConfigError
 from llmtop.gateway.admin import admin_routes
@@ -94,6 +96,26 @@ async def _housekeeping(state: GatewayState) -> None:
         await asyncio.sleep(TICK_S)
 
 
+class GatewayApp(Starlette):
+    """Starlette for the gateway's own routes; every other HTTP request goes straight to the
+    proxy, skipping the middleware stack and the router on the hot path."""
+
+    def __init__(self, proxy: Proxy, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            if not (path in _OWN_PATHS or path.startswith("/admin/")):
+                await self.proxy(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+_OWN_PATHS = frozenset({"/metrics", "/healthz", "/admin"})
+
+
 def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None = None) -> Starlette:
     """The gateway for `settings`; `clock` (monotonic seconds) drives admission, for tests."""
     try:
@@ -120,12 +142,12 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "upstream": state.upstream.to_dict()})
 
-    app = Starlette(
+    app = GatewayApp(
+        Proxy(state),
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint(state), methods=["GET"]),
             Mount("/admin", routes=admin_routes(state)),
-            Route("/{path:path}", Proxy(state)),
         ],
         lifespan=lifespan,
     )
