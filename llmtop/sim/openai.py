@@ -30,11 +30,18 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16
 class BadRequest(Exception):
     """A request vLLM answers with a 4xx; `kind` is its error type."""
 
-    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        kind: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.kind = kind
+        self.param = param
 
 
 def error_body(message: str, kind: str, status: int, param: str | None = None) -> dict[str, Any]:

@@ -138,8 +138,10 @@ class SimServer:
 
     # -- handlers ---------------------------------------------------------------------------
 
-    def _error(self, message: str, kind: str, status: int) -> JSONResponse:
-        return JSONResponse(error_body(message, kind, status), status_code=status)
+    def _error(
+        self, message: str, kind: str, status: int, param: str | None = None
+    ) -> JSONResponse:
+        return JSONResponse(error_body(message, kind, status, param), status_code=status)
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, chat=False)
@@ -155,7 +157,9 @@ class SimServer:
             seq = self.engine.add_request(
                 parsed.prompt_tokens, parsed.max_tokens, arrival_s=time.monotonic()
             )
-        except (BadRequest, RequestRejected) as e:
+        except BadRequest as e:
+            return self._error(e.message, e.kind, e.status, e.param)
+        except RequestRejected as e:
             return self._error(e.message, e.kind, e.status)
         stream = _Stream()
         seq.waker = stream

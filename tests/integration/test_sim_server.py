@@ -145,6 +145,7 @@ def test_errors_have_vllm_shape(start_sim: StartSim) -> None:
         unknown = client.post("/v1/completions", json={"model": "gpt-9", "prompt": "hi"})
         assert unknown.status_code == 404
         assert "gpt-9" in unknown.json()["error"]["message"]
+        assert unknown.json()["error"]["param"] == "model"
 
         long = client.post("/v1/completions", json={"prompt": [1] * 1025, "max_tokens": 1})
         assert long.status_code == 400
