@@ -42,7 +42,7 @@ def make_replay(
         source,
         monitor=MonitorSettings(vllm_urls=(URL,), interval_s=interval_s),
         health=HealthSettings(),
-        title="llmtop replay: incident.jsonl.gz",
+        title=f"llmtop replay: {path.name}",
         clock=lambda: 0.0,
     )
 
@@ -150,3 +150,16 @@ def test_replay_snapshot_at_the_kv_exhaustion(recording: Path, snap_compare: Any
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=to_the_incident)
+
+
+def test_replay_snapshot_of_the_recorded_story(fixtures_dir: Path, snap_compare: Any) -> None:
+    """The demo story, recorded headless, at the KV exhaustion before the cap, at 120x36."""
+    app = make_replay(fixtures_dir / "recording-story.jsonl.gz")
+
+    async def to_the_cliff(pilot: Any) -> None:
+        await app.first_snapshot.wait()
+        for _ in range(12):
+            await pilot.press("right")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=to_the_cliff)
