@@ -102,7 +102,9 @@ def parse_request(raw: bytes, *, chat: bool, served_model: str) -> ParsedRequest
         raise BadRequest("the request body must be a JSON object")
     model = body.get("model") or served_model
     if model != served_model:
-        raise BadRequest(f"The model `{model}` does not exist.", status=404, kind="NotFoundError")
+        raise BadRequest(
+            f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model"
+        )
     if chat:
         prompt_tokens = _chat_prompt_tokens(body.get("messages"))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
