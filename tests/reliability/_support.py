@@ -124,6 +124,15 @@ class LoopProbe:
 
         return self.call(count)
 
+    def pool_states(self) -> list[str]:
+        """repr of each pooled connection (state, idle or active), for failure messages."""
+
+        def states() -> list[str]:
+            pool = getattr(getattr(self.state.client, "_transport", None), "_pool", None)
+            return [repr(c) for c in getattr(pool, "connections", ())]
+
+        return self.call(states)
+
 
 @dataclass
 class Baseline:
@@ -219,12 +228,14 @@ class FaultUpstream:
         self.fault = fault
         self.requests = 0
         self.open = 0
+        self.seen: list[tuple[bytes, bytes]] = []
+        """(head, body) of every request the fault answered."""
         self._handlers: set[asyncio.Task[None]] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._handle, "127.0.0.1", 0), self.loop
+            asyncio.start_server(self._handle, "127.0.0.1", 0, limit=2**24), self.loop
         ).result(5)
         self.port: int = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -242,12 +253,13 @@ class FaultUpstream:
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
-                await reader.readexactly(length)
+                body = await reader.readexactly(length)
                 if head.startswith(b"GET /health "):
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     await writer.drain()
                     continue
                 self.requests += 1
+                self.seen.append((head, body))
                 await self._fault_until_peer_leaves(reader, writer)
                 break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
