@@ -17,15 +17,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from llmtop.gateway.limits import LimitError, Limits, validate_limits
 from llmtop.gateway.ratelimit import TenantRateLimiter
 from llmtop.gateway.window import CumulativeHistogram, RateWindow, SampleWindow
+
+__all__ = [
+    "OUTCOMES",
+    "PRIORITIES",
+    "REJECT_REASONS",
+    "AdmissionController",
+    "LimitError",
+    "Limits",
+    "Rejected",
+    "Ticket",
+    "validate_limits",
+]
 
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 """Highest first; the header x-llmtop-priority takes one of these."""
@@ -33,70 +44,6 @@ OUTCOMES: tuple[str, ...] = ("completed", "rejected", "timed_out", "cancelled", 
 REJECT_REASONS: tuple[str, ...] = ("queue_full", "displaced", "shed", "rate_limited")
 _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 _QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The live limits; None switches an optional one off."""
-
-    max_concurrency: int
-    max_queue: int
-    queue_timeout_s: float
-    rate_limit_rpm: float | None = None
-    max_inflight_prompt_tokens: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class LimitError(ValueError):
-    """A limit change with a wrong field, type or range; names the field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-def _check_int(field: str, value: object, minimum: int, nullable: bool) -> int | None:
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        tail = " or null" if nullable else ""
-        raise LimitError(field, f"{field} must be an integer >= {minimum}{tail}, got {value!r}")
-    return value
-
-
-def _check_float(field: str, value: object, nullable: bool) -> float | None:
-    if value is None and nullable:
-        return None
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    ok = ok and abs(value) <= sys.float_info.max  # type: ignore[arg-type]  # 10**400: no float
-    if not ok or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]
-        tail = " or null" if nullable else ""
-        raise LimitError(field, f"{field} must be a number > 0{tail}, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
-
-
-def validate_limits(current: Limits, changes: Mapping[str, object]) -> Limits:
-    """The limits after `changes`, or a LimitError naming the first bad or unknown field."""
-    known = set(current.to_dict())
-    for field in changes:
-        if field not in known:
-            raise LimitError(field, f"unknown limit {field!r}; known: {', '.join(sorted(known))}")
-    values: dict[str, Any] = {}
-    for field, value in changes.items():
-        if field == "max_concurrency":
-            values[field] = _check_int(field, value, 1, nullable=False)
-        elif field == "max_queue":
-            values[field] = _check_int(field, value, 0, nullable=False)
-        elif field == "max_inflight_prompt_tokens":
-            values[field] = _check_int(field, value, 1, nullable=True)
-        elif field == "queue_timeout_s":
-            values[field] = _check_float(field, value, nullable=False)
-        else:  # rate_limit_rpm
-            values[field] = _check_float(field, value, nullable=True)
-    return replace(current, **values)
 
 
 class Rejected(Exception):
