@@ -1,14 +1,9 @@
-"""The gateway over real sockets against purpose-built upstreams: streaming, queueing, 429s,
-priority, timeouts, live limits, disconnects, upstream faults and the accounting."""
+"""The gateway over real sockets against a purpose-built upstream: streaming, headers,
+queueing, 429s, priority, timeouts, live limits, disconnects, rate limits and the accounting."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
-import struct
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,181 +11,20 @@ import httpx
 import pytest
 
 from llmtop.serving import ServerThread
-
-Receive = Callable[[], Any]
-Send = Callable[[dict[str, Any]], Any]
-
-
-class FakeUpstream:
-    """An OpenAI-ish SSE upstream; each request's JSON body picks its behaviour:
-    tag (recorded in arrival order), chunks, hold_after (chunks sent before waiting on the
-    gate), hang (never answers), status (answer with that status)."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.arrivals: list[str] = []
-        self.active = 0
-        self.aborted = 0
-        self.completed = 0
-
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        if scope["path"] == "/echo":
-            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-            extra = [(b"keep-alive", b"timeout=5"), (b"x-up", b"1"), (b"set-cookie", b"s=user1")]
-            await _json(send, 200, headers, extra)
-            return
-        if scope["path"] == "/health":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        if scope["path"] == "/v1/models":
-            await _json(send, 200, {"object": "list", "data": [{"id": "fake"}]})
-            return
-        opts = json.loads(body or b"{}")
-        self.arrivals.append(str(opts.get("tag", "")))
-        work = asyncio.ensure_future(self._answer(opts, send))
-        watcher = asyncio.ensure_future(receive())
-        self.active += 1
-        try:
-            await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
-                self.aborted += 1
-                work.cancel()
-            else:
-                self.completed += 1
-        finally:
-            self.active -= 1
-            watcher.cancel()
-
-    async def _answer(self, opts: dict[str, Any], send: Send) -> None:
-        if opts.get("hang"):
-            await asyncio.sleep(60)
-        if "status" in opts:
-            await _json(send, opts["status"], {"detail": "boom"})
-            return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")],
-            }
-        )
-        for i in range(int(opts.get("chunks", 3))):
-            if i == opts.get("hold_after", -1):
-                # the gate is a threading.Event set from the test's thread: poll it
-                while not self.gate.is_set():  # noqa: ASYNC110
-                    await asyncio.sleep(0.005)
-            chunk = f'data: {{"i": {i}}}\n\n'.encode()
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
-
-
-async def _json(
-    send: Send, status: int, obj: Any, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = json.dumps(obj).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), *(headers or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-class RawUpstream:
-    """A socket server that answers every request with fixed bytes, then resets the
-    connection: an upstream dying mid-stream, or one speaking garbage."""
-
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    part = conn.recv(65536)
-                    if not part:
-                        break
-                    data += part
-                conn.sendall(self.reply)
-                time.sleep(0.2)  # let the peer read the reply before the reset discards it
-                # RST instead of FIN: the peer sees a reset
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-
-    def close(self) -> None:
-        self.sock.close()
+from tests.integration.test_gateway_fakes import (
+    FakeUpstream,
+    accounted,
+    fake_upstream,
+    gen,
+    stats,
+    wait_stats,
+    wait_until,
+)
 
 
 @pytest.fixture
 def upstream(serve_app: Callable[[Any], ServerThread]) -> Iterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    server = serve_app(fake)
-    yield fake, server.url
-    fake.gate.set()
-
-
-async def stats(c: httpx.AsyncClient) -> dict[str, Any]:
-    r = await c.get("/admin/stats")
-    assert r.status_code == 200
-    data: dict[str, Any] = r.json()
-    return data
-
-
-async def wait_stats(
-    c: httpx.AsyncClient, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 5.0
-) -> dict[str, Any]:
-    """Poll /admin/stats until `pred` holds (bounded), and return the stats that satisfied it."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        s = await stats(c)
-        if pred(s):
-            return s
-        assert loop.time() < deadline, f"condition not reached; last stats: {s}"
-        await asyncio.sleep(0.01)
-
-
-async def wait_until(pred: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-def accounted(s: dict[str, Any]) -> None:
-    assert s["offered"] == sum(s["outcomes"].values()) + s["in_flight"] + s["queued"]
-    assert s["outcomes"]["rejected"] == sum(s["rejections"].values())
-
-
-def gen(tag: str = "", **opts: Any) -> dict[str, Any]:
-    return {"model": "fake", "prompt": "hello", "stream": True, "tag": tag, **opts}
+    yield from fake_upstream(serve_app)
 
 
 async def test_streams_chunk_by_chunk_with_gateway_headers(
@@ -388,86 +222,6 @@ async def test_disconnect_while_streaming_closes_upstream_and_frees_slot(
     assert float(ok.headers["x-llmtop-queue-ms"]) == 0.0
     assert s["outcomes"]["cancelled"] == 1
     accounted(s)
-
-
-async def test_upstream_refused_is_502_and_counted(
-    start_gateway: Callable[..., ServerThread],
-) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    gw = start_gateway(dead)
-    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
-        r = await c.post("/v1/completions", json=gen())
-        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
-    assert r.status_code == 502
-    assert r.json()["error"]["type"] == "upstream_error"
-    assert s["outcomes"]["upstream_error"] == 1
-    assert s["upstream"]["healthy"] is False
-    assert "unreachable" in s["upstream"]["last_error"]
-    accounted(s)
-
-
-async def test_upstream_hung_is_504(
-    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
-) -> None:
-    _, url = upstream
-    gw = start_gateway(url, upstream_read_timeout_s=0.3)
-    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
-        r = await c.post("/v1/completions", json=gen(hang=True))
-        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
-    assert r.status_code == 504
-    assert r.json()["error"]["code"] == 504
-    assert s["outcomes"]["upstream_error"] == 1
-
-
-async def test_upstream_5xx_is_an_openai_502(
-    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
-) -> None:
-    _, url = upstream
-    gw = start_gateway(url)
-    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
-        r = await c.post("/v1/completions", json=gen(status=500))
-        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
-    assert r.status_code == 502
-    err = r.json()["error"]
-    assert err["upstream_status"] == 500
-    assert "boom" in err["message"]
-    assert s["outcomes"]["upstream_error"] == 1
-
-
-async def test_upstream_reset_mid_stream_ends_the_stream_cleanly(
-    start_gateway: Callable[..., ServerThread],
-) -> None:
-    raw = RawUpstream(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\n\r\n"
-        b'f\r\ndata: {"i":0}\n\n\r\n'
-    )
-    try:
-        gw = start_gateway(raw.url)
-        async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
-            r = await c.post("/v1/completions", json=gen())
-            s = await wait_stats(c, lambda s: s["in_flight"] == 0)
-    finally:
-        raw.close()
-    assert r.status_code == 200  # headers were already out
-    assert r.text.startswith('data: {"i":0}')
-    assert '"type": "upstream_error"' in r.text
-    assert r.text.endswith("data: [DONE]\n\n")
-    assert s["outcomes"]["upstream_error"] == 1
-    accounted(s)
-
-
-async def test_upstream_garbage_is_502(start_gateway: Callable[..., ServerThread]) -> None:
-    raw = RawUpstream(b"this is not http\r\n\r\n")
-    try:
-        gw = start_gateway(raw.url)
-        async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
-            r = await c.post("/v1/completions", json=gen())
-    finally:
-        raw.close()
-    assert r.status_code == 502
-    assert r.json()["error"]["type"] == "upstream_error"
 
 
 async def test_rate_limit_per_tenant(
