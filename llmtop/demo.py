@@ -361,6 +361,8 @@ async def headless(
     active: dict[str, Finding] = {}
     next_figures = 0.0
     interval = stack.monitor.interval_s
+    last: tuple[float, Snapshot] | None = None
+    shown = -1.0
     try:
         tick = start
         while not stop.is_set() and not load.done():
@@ -373,6 +375,7 @@ async def headless(
             for ev in finding_events(t, active, snap.findings):
                 add(ev)
             active = {f.id: f for f in snap.findings}
+            last = (t, snap)
             if cap is not None and t >= cap[1]:
                 before = snap.gateway.max_concurrency if snap.gateway else None
                 await admin.set_limits(max_concurrency=cap[0])
@@ -380,10 +383,13 @@ async def headless(
                 cap = None
             if t >= next_figures:
                 add(figures(t, snap))
+                shown = t
                 next_figures += figures_every_s
             tick += interval
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, tick - time.monotonic()))
+        if last is not None and last[0] != shown:
+            add(figures(*last))  # the state the run ended in
     finally:
         driver.stop()
         await load

@@ -57,13 +57,16 @@ def test_headless_quick_story_fires_then_clears_after_the_cap() -> None:
     assert ":cap 8" in fired_kv["action"] or "cap" in fired_kv["action"]
     figures = [e for e in events if e["kind"] == "figures"]
     before = [f for f in figures if f["t"] < cap["t"] and f["t"] > 6]
-    after = [f for f in figures if f["t"] > cap["t"] + 10]
+    # Once the story's findings have cleared, the engine holds at most the cap and nothing
+    # waits inside it: the waiting room is the gateway's queue.
+    recovered = max(cleared[f] for f in story)
+    after = [f for f in figures if f["t"] >= recovered]
     assert before
-    assert after
+    assert after, f"no figures after {recovered} s: {figures}"
     assert max(f["waiting"] or 0 for f in before) > 0
     assert all(f["gateway_max_concurrency"] == 8 for f in after)
     assert all((f["running"] or 0) <= 8 for f in after)
-    assert all(f["waiting"] == 0 for f in after)
+    assert all(f["waiting"] == 0 for f in after), after
     assert max(f["gateway_queued"] or 0 for f in after) > 0  # the excess waits in the gateway
     assert doc["load"]["errors"] == 0
     assert doc["load"]["ok"] > 0
