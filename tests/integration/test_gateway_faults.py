@@ -17,6 +17,7 @@ from tests.integration.test_gateway_fakes import (
     fake_upstream,
     gen,
     wait_stats,
+    wait_until,
 )
 
 
@@ -103,3 +104,20 @@ async def test_upstream_garbage_is_502(start_gateway: Callable[..., ServerThread
         raw.close()
     assert r.status_code == 502
     assert r.json()["error"]["type"] == "upstream_error"
+
+
+async def test_upstream_silent_mid_stream_ends_the_stream_cleanly(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    fake, url = upstream
+    gw = start_gateway(url, upstream_read_timeout_s=0.3)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        r = await c.post("/v1/completions", json=gen(hold_after=1))  # the gate stays shut
+        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
+    assert r.status_code == 200
+    assert r.text.startswith('data: {"i": 0}')
+    assert "ReadTimeout" in r.text
+    assert r.text.endswith("data: [DONE]\n\n")
+    assert s["outcomes"]["upstream_error"] == 1
+    assert s["upstream"]["healthy"] is False
+    await wait_until(lambda: fake.aborted == 1)  # and the upstream request was closed
