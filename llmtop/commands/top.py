@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import Any
 
 from llmtop.commands._common import flag
 from llmtop.settings import MonitorSettings
-
-if TYPE_CHECKING:
-    from llmtop.core.snapshot import Snapshot
-    from llmtop.sources.collector import Collector
-    from llmtop.sources.recording import Recorder
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
 
@@ -83,23 +78,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-class RecordingSource:
-    """The Collector, with every poll appended to the recording while `r` has it on."""
+def __getattr__(name: str) -> Any:
+    """`RecordingSource` moved to llmtop.sources.recording; still importable from here, lazily."""
+    if name == "RecordingSource":
+        from llmtop.sources.recording import RecordingSource
 
-    def __init__(self, collector: Collector, recorder: Recorder) -> None:
-        self.collector = collector
-        self.recorder = recorder
-
-    async def poll(self) -> Snapshot:
-        snap = await self.collector.poll()
-        self.recorder.write(self.collector.last_raw, snap.findings)
-        return snap
-
-    async def aclose(self) -> None:
-        try:
-            self.recorder.close()
-        finally:
-            await self.collector.aclose()
+        return RecordingSource
+    raise AttributeError(name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.settings import HealthSettings
     from llmtop.sources.admin import AdminClient
     from llmtop.sources.collector import Collector
-    from llmtop.sources.recording import Recorder
+    from llmtop.sources.recording import Recorder, RecordingSource
     from llmtop.tui.app import run_tui
 
     monitor = load(MonitorSettings, args)

@@ -15,12 +15,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
-from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from llmtop.core.snapshot import GatewayStats, Snapshot
@@ -53,6 +53,8 @@ from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
+
+W = TypeVar("W", bound=Widget)
 
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
@@ -130,6 +132,7 @@ class LlmtopApp(App[int]):
         self._stale = False
         self._preload = tuple(history)
         self._chart_time: float | None = None
+        self._recorder_error: str | None = None
         self._admin_lock = asyncio.Lock()
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
@@ -156,16 +159,18 @@ class LlmtopApp(App[int]):
         )
         yield Footer(compact=True)
 
-    @property
-    def _main(self) -> Screen[Any]:
-        """The dashboard screen, also while help or a question is on top of it."""
-        return self.screen_stack[0] if self.screen_stack else self.screen
+    def _widgets(self, selector: type[W] | str) -> list[W]:
+        """Widgets of the dashboard screen, also under help or a question; none at shutdown."""
+        if not self.screen_stack:
+            return []
+        return list(self.screen_stack[0].query(selector))  # type: ignore[arg-type]
 
     def on_mount(self) -> None:
         for snap in self._preload:  # a replay's past, or a screenshot's story
             self._feed(snap, charts=False)
         if self._preload:
             self.call_after_refresh(self._render_charts)
+        self.query_one(StatusHeader).recording = bool(getattr(self.recorder, "recording", False))
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
 
@@ -199,6 +204,18 @@ class LlmtopApp(App[int]):
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
         self.feed(message.snapshot)
+        self._check_recorder()
+
+    def _check_recorder(self) -> None:
+        """A recording that stopped on its own (disk full) is said once, not left showing REC."""
+        error = getattr(self.recorder, "error", None)
+        if error and error != self._recorder_error:
+            self._recorder_error = error
+            self._failed("recording", str(error))
+        rec = self.recorder
+        for header in self._widgets(StatusHeader):
+            if rec is not None and hasattr(rec, "recording"):
+                header.recording = bool(rec.recording)
 
     def feed(self, snap: Snapshot) -> None:
         """Show one snapshot: history, timeline diff, panels (replay and screenshots call it)."""
@@ -238,7 +255,7 @@ class LlmtopApp(App[int]):
             self._render_all(charts=False)
         elif view.age_s is not None and view.age_s > 1.5 * self.monitor.interval_s:
             # a late poll: show the age growing (on time, the header keeps the arrival age)
-            for header in self._main.query(StatusHeader):  # none while shutting down
+            for header in self._widgets(StatusHeader):  # none while shutting down
                 header.view = view
 
     def view(self) -> View | None:
@@ -264,20 +281,20 @@ class LlmtopApp(App[int]):
         if view is None:
             return
         self._stale = view.stale
-        for header in self._main.query(StatusHeader):  # none while starting or shutting down
+        for header in self._widgets(StatusHeader):  # none while starting or shutting down
             header.view = view
-        for panel in self._main.query(Panel):
+        for panel in self._widgets(Panel):
             panel.view = view
         if charts:
             self._render_charts()
 
     def _render_charts(self) -> None:
-        charts = self._main.query("#charts")
-        if not charts or not charts.first().display or not self.history:
+        charts: list[Widget] = self._widgets("#charts")
+        if not charts or not charts[0].display or not self.history:
             return
         self._chart_time = self.history[-1].time
-        ttft = self._main.query_one("#ttft-chart", TimeChart)
-        tput = self._main.query_one("#tput-chart", TimeChart)
+        ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
+        tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
         # two braille dots per cell: more points than that cost CPU and show nothing
         ttft.data = ttft_chart(self.history, self.health.ttft_slo_s, 2 * ttft.size.width)
         tput.data = throughput_chart(self.history, 2 * tput.size.width)
@@ -289,7 +306,7 @@ class LlmtopApp(App[int]):
         if not events:
             return
         self.events.extend(events)
-        for log in self._main.query(EventLog):
+        for log in self._widgets(EventLog):
             log.events = tuple(self.events)
 
     # -- changing limits ------------------------------------------------------------------

@@ -64,3 +64,14 @@ def test_command_line_open(snap_compare: SnapCompare) -> None:
     assert snap_compare(
         app, press=["colon", *"cap 8"], terminal_size=(80, 24), run_before=_ready(app)
     )
+
+
+def test_pause_question(snap_compare: SnapCompare) -> None:
+    app = make_app(phase="after-cap")
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await app.first_snapshot.wait()
+        app._confirm_pause(paused=False)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

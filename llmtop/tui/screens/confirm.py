@@ -17,8 +17,8 @@ class ConfirmScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical {
-        width: auto;
-        max-width: 70;
+        width: 64;
+        max-width: 100%;
         height: auto;
         border: thick $warning;
         background: $surface;
