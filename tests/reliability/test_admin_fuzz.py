@@ -67,17 +67,20 @@ class Admin:
 
     def __init__(self, **overrides: Any) -> None:
         self.app = create_app(GatewaySettings(upstream="http://127.0.0.1:1", **overrides))
-        self.runner = asyncio.Runner()
+        self.loop = asyncio.new_event_loop()
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=self.app), base_url="http://gw"
         )
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return self.runner.run(self.client.request(method, path, **kw))
+        response: httpx.Response = self.loop.run_until_complete(
+            self.client.request(method, path, **kw)
+        )
+        return response
 
     def close(self) -> None:
-        self.runner.run(self.client.aclose())
-        self.runner.close()
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
 
 
 def same(sent: Any, got: Any) -> bool:

@@ -112,7 +112,7 @@ def test_random_exposition_lines() -> None:
 
 def test_any_body_from_a_target_is_an_error_field_never_a_raise() -> None:
     tried = 0
-    runner = asyncio.Runner()
+    loop = asyncio.new_event_loop()
 
     @FUZZ
     @given(
@@ -141,10 +141,10 @@ def test_any_body_from_a_target_is_an_error_field_never_a_raise() -> None:
                 assert all(isinstance(s.value, float) for s in raw.samples)
                 assert not any(math.isnan(s.value) and s.name == "" for s in raw.samples)
 
-        runner.run(scrape())
+        loop.run_until_complete(scrape())
 
     try:
         run()
     finally:
-        runner.close()
+        loop.close()
     FIGURES["inputs"] += tried
