@@ -13,21 +13,19 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
-from typing import Any, ClassVar, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar, TypeVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
 from textual.widget import Widget
-from textual.widgets import Footer, Input
+from textual.widgets import Footer
 
-from llmtop.core.snapshot import GatewayStats, Snapshot
-from llmtop.errors import LlmtopError
+from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.admin import AdminClient
-from llmtop.tui import commands
+from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
     LogEvent,
@@ -38,7 +36,6 @@ from llmtop.tui.present import (
     throughput_chart,
     ttft_chart,
 )
-from llmtop.tui.screens.confirm import ConfirmScreen
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.source import SnapshotSource
 from llmtop.tui.widgets.chart import TimeChart
@@ -63,23 +60,7 @@ CHART_EVERY_S = 5.0
 """Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""
 
 
-class Recorder(Protocol):
-    """What `r` toggles; `llmtop --record` passes one."""
-
-    def toggle(self) -> bool:
-        """Start or stop recording; returns whether it is recording now."""
-        ...
-
-
-def one_line(e: BaseException) -> str:
-    """An exception as one short line for the screen (an LlmtopError's message as is)."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    if isinstance(e, LlmtopError):
-        return text or type(e).__name__
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-class LlmtopApp(App[int]):
+class LlmtopApp(AdminControls):
     """Health at a glance, the bottleneck named, admission limits one key away."""
 
     CSS_PATH = "app.tcss"
@@ -309,167 +290,8 @@ class LlmtopApp(App[int]):
         for log in self._widgets(EventLog):
             log.events = tuple(self.events)
 
-    # -- changing limits ------------------------------------------------------------------
-
-    def _can_change(self, what: str) -> bool:
-        if self.monitor.read_only:
-            self.notify(f"read-only: {what} is disabled", severity="warning", timeout=3)
-            return False
-        if self.admin is None:
-            self.notify(f"{what}: no gateway configured (--gateway URL)", severity="error")
-            return False
-        return True
-
-    def _failed(self, what: str, error: str) -> None:
-        self.notify(error, title=f"{what} failed", severity="error", timeout=8)
-        self.log_events(LogEvent(time.time(), "error", f"{what} failed: {error}"))
-
-    def _run_change(self, what: str, change: Callable[[AdminClient], Awaitable[str]]) -> None:
-        """Run one admin call on its own worker, one at a time; show success and failure."""
-        admin = self.admin
-        if admin is None:
-            return
-
-        async def job() -> None:
-            async with self._admin_lock:
-                try:
-                    done = await change(admin)
-                except LlmtopError as e:
-                    self._failed(what, one_line(e))
-                    return
-                except Exception as e:  # an unexpected bug still reaches the screen
-                    self._failed(what, one_line(e))
-                    return
-            self.notify(done, title="gateway", timeout=3)
-            self.log_events(LogEvent(time.time(), "change", done))
-
-        self.run_worker(job(), group="admin", exit_on_error=False)
-
-    def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        async def change(admin: AdminClient) -> str:
-            current = await admin.get_limits()
-            changes = step(current)
-            new = await admin.set_limits(**changes)
-            self._show_limits(new)
-            before = {k: current.get(k) for k in changes}
-            return (
-                f"{commands.describe_change(before)} -> "
-                f"{commands.describe_change({k: new.get(k, v) for k, v in changes.items()})}"
-            )
-
-        self._run_change(what, change)
-
-    def _show_limits(self, limits: dict[str, Any]) -> None:
-        """Show new limits now, not at the next poll (which then sees no change to log)."""
-        snap = self.snapshot
-        if snap is None or snap.gateway is None:
-            return
-        fields = {k: v for k, v in limits.items() if k in GatewayStats.__dataclass_fields__}
-        self.snapshot = replace(snap, gateway=replace(snap.gateway, **fields))
-        self._render_all(charts=False)
-
-    def action_cap(self, delta: int) -> None:
-        what = f"cap {delta:+d}"
-        if self._can_change(what):
-            self._set_limits(
-                what,
-                lambda cur: {
-                    "max_concurrency": commands.step_concurrency(cur.get("max_concurrency"), delta)
-                },
-            )
-
-    def action_queue(self, direction: int) -> None:
-        what = f"queue {direction * commands.QUEUE_STEP:+d}"
-        if self._can_change(what):
-            self._set_limits(
-                what,
-                lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
-            )
-
-    def action_command(self) -> None:
-        if self._can_change("the command line"):
-            self.query_one(Footer).display = False  # its keys are text while typing
-            self.query_one(CommandLine).open()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one(CommandLine).close()
-        self.query_one(Footer).display = True
-        text = event.value.strip()
-        if not text:
-            return
-        try:
-            parsed = commands.parse_command(text)
-        except LlmtopError as e:
-            self._failed(f":{text}", one_line(e))
-            return
-        if parsed == "pause":
-            self._pause_or_resume(pause=True)
-        elif parsed == "resume":
-            self._pause_or_resume(pause=False)
-        elif isinstance(parsed, dict):
-            changes = parsed
-            self._set_limits(f":{text}", lambda _cur: changes)
-
-    def action_pause(self) -> None:
-        if not self._can_change("pause/resume") or self.admin is None:
-            return
-        admin = self.admin
-
-        async def ask() -> None:
-            try:  # the gateway's own state, not a poll that may be a second old
-                paused = bool((await admin.get_stats()).get("paused"))
-            except LlmtopError as e:
-                self._failed("pause/resume", one_line(e))
-                return
-            self._confirm_pause(paused)
-
-        self.run_worker(ask(), group="admin", exit_on_error=False)
-
-    def _confirm_pause(self, paused: bool) -> None:
-        if paused:
-            question, detail = "Resume admission?", "Queued requests start flowing to the engine."
-        else:
-            question = "Pause admission?"
-            detail = (
-                "New requests wait in the gateway queue (429 after the queue timeout);"
-                " requests in flight finish."
-            )
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._pause_or_resume(pause=not paused)
-
-        self.push_screen(ConfirmScreen(question, detail), answered)
-
-    def _pause_or_resume(self, *, pause: bool) -> None:
-        async def change(admin: AdminClient) -> str:
-            state = await (admin.pause() if pause else admin.resume())
-            snap = self.snapshot
-            if snap is not None and snap.gateway is not None:
-                self.snapshot = replace(snap, gateway=replace(snap.gateway, paused=state))
-                self._render_all(charts=False)
-            return "admission PAUSED" if state else "admission resumed"
-
-        self._run_change("pause" if pause else "resume", change)
-
-    def action_record(self) -> None:
-        if self.recorder is None:
-            self.notify("recording not available (start with --record FILE)", severity="warning")
-            return
-        try:
-            on = self.recorder.toggle()
-        except LlmtopError as e:
-            self._failed("recording", one_line(e))
-            return
-        self.query_one(StatusHeader).recording = on
-        self.notify("recording" if on else "recording stopped", timeout=3)
-
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-    def on_command_line_closed(self) -> None:
-        self.query_one(Footer).display = True
-        self.set_focus(None)
 
 
 def run_tui(

@@ -68,6 +68,11 @@ def step_queue(current: int | None, direction: int) -> int:
     return max(0, current + direction * QUEUE_STEP)
 
 
+def label_of(field: str) -> str:
+    """The command word of a limit field: max_concurrency -> cap."""
+    return next((k for k, v in COMMANDS.items() if v[0] == field), field)
+
+
 def describe_change(changes: dict[str, Any]) -> str:
     """'cap 8, queue 64' for the timeline and the status line."""
     names = {v[0]: k for k, v in COMMANDS.items()}

@@ -56,7 +56,7 @@ async def test_plus_minus_and_brackets_change_the_real_gateway(
         await pilot.press("left_square_bracket", "left_square_bracket")
         await settle(app, pilot)
         assert (await limits_of(gw))["max_queue"] == 128 - QUEUE_STEP
-        assert any("cap 8 -> cap 9" in t for t in log_texts(app))
+        assert "set cap 8 -> 9" in log_texts(app)
         # the panel shows the new limit before the next poll
         gateway = app.snapshot.gateway if app.snapshot else None
         assert gateway is not None

@@ -1,0 +1,216 @@
+"""The keys that change the gateway: limits, pause/resume, the command line, recording.
+
+Each change runs on its own worker, one at a time, against the admin API; success and every
+failure (down, timeout, 401, 400, 5xx) are shown as a notification and written to the event
+log. `--read-only` turns each of these keys into a notice. Mixed into `LlmtopApp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from textual.app import App
+from textual.widgets import Footer, Input
+
+from llmtop.core.snapshot import GatewayStats, Snapshot
+from llmtop.errors import LlmtopError
+from llmtop.settings import MonitorSettings
+from llmtop.sources.admin import AdminClient
+from llmtop.tui import commands
+from llmtop.tui.present import LogEvent, limit_text
+from llmtop.tui.screens.confirm import ConfirmScreen
+from llmtop.tui.widgets.commandline import CommandLine
+from llmtop.tui.widgets.header import StatusHeader
+
+
+class Recorder(Protocol):
+    """What `r` toggles; `llmtop --record` passes one."""
+
+    def toggle(self) -> bool:
+        """Start or stop recording; returns whether it is recording now."""
+        ...
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one short line for the screen (an LlmtopError's message as is)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, LlmtopError):
+        return text or type(e).__name__
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class AdminControls(App[int]):
+    """Key actions that change the gateway; the app provides the state and the rendering."""
+
+    admin: AdminClient | None
+    monitor: MonitorSettings
+    recorder: Recorder | None
+    snapshot: Snapshot | None
+    _admin_lock: asyncio.Lock
+
+    def _render_all(self, *, charts: bool) -> None:
+        raise NotImplementedError
+
+    def log_events(self, *events: LogEvent) -> None:
+        raise NotImplementedError
+
+    def _can_change(self, what: str) -> bool:
+        if self.monitor.read_only:
+            self.notify(f"read-only: {what} is disabled", severity="warning", timeout=3)
+            return False
+        if self.admin is None:
+            self.notify(f"{what}: no gateway configured (--gateway URL)", severity="error")
+            return False
+        return True
+
+    def _failed(self, what: str, error: str) -> None:
+        self.notify(error, title=f"{what} failed", severity="error", timeout=8)
+        self.log_events(LogEvent(time.time(), "error", f"{what} failed: {error}"))
+
+    def _run_change(self, what: str, change: Callable[[AdminClient], Awaitable[str]]) -> None:
+        """Run one admin call on its own worker, one at a time; show success and failure."""
+        admin = self.admin
+        if admin is None:
+            return
+
+        async def job() -> None:
+            async with self._admin_lock:
+                try:
+                    done = await change(admin)
+                except LlmtopError as e:
+                    self._failed(what, one_line(e))
+                    return
+                except Exception as e:  # an unexpected bug still reaches the screen
+                    self._failed(what, one_line(e))
+                    return
+            self.notify(done, title="gateway", timeout=3)
+            self.log_events(LogEvent(time.time(), "change", done))
+
+        self.run_worker(job(), group="admin", exit_on_error=False)
+
+    def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        async def change(admin: AdminClient) -> str:
+            current = await admin.get_limits()
+            changes = step(current)
+            new = await admin.set_limits(**changes)
+            self._show_limits(new)
+            return "set " + ", ".join(
+                f"{commands.label_of(k)} {limit_text(k, current.get(k))} -> "
+                f"{limit_text(k, new.get(k, v))}"
+                for k, v in changes.items()
+            )
+
+        self._run_change(what, change)
+
+    def _show_limits(self, limits: dict[str, Any]) -> None:
+        """Show new limits now, not at the next poll (which then sees no change to log)."""
+        snap = self.snapshot
+        if snap is None or snap.gateway is None:
+            return
+        fields = {k: v for k, v in limits.items() if k in GatewayStats.__dataclass_fields__}
+        self.snapshot = replace(snap, gateway=replace(snap.gateway, **fields))
+        self._render_all(charts=False)
+
+    def action_cap(self, delta: int) -> None:
+        what = f"cap {delta:+d}"
+        if self._can_change(what):
+            self._set_limits(
+                what,
+                lambda cur: {
+                    "max_concurrency": commands.step_concurrency(cur.get("max_concurrency"), delta)
+                },
+            )
+
+    def action_queue(self, direction: int) -> None:
+        what = f"queue {direction * commands.QUEUE_STEP:+d}"
+        if self._can_change(what):
+            self._set_limits(
+                what,
+                lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
+            )
+
+    def action_command(self) -> None:
+        if self._can_change("the command line"):
+            self.query_one(Footer).display = False  # its keys are text while typing
+            self.query_one(CommandLine).open()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one(CommandLine).close()
+        self.query_one(Footer).display = True
+        text = event.value.strip()
+        if not text:
+            return
+        try:
+            parsed = commands.parse_command(text)
+        except LlmtopError as e:
+            self._failed(f":{text}", one_line(e))
+            return
+        if parsed == "pause":
+            self._pause_or_resume(pause=True)
+        elif parsed == "resume":
+            self._pause_or_resume(pause=False)
+        elif isinstance(parsed, dict):
+            changes = parsed
+            self._set_limits(f":{text}", lambda _cur: changes)
+
+    def action_pause(self) -> None:
+        if not self._can_change("pause/resume") or self.admin is None:
+            return
+        admin = self.admin
+
+        async def ask() -> None:
+            try:  # the gateway's own state, not a poll that may be a second old
+                paused = bool((await admin.get_stats()).get("paused"))
+            except LlmtopError as e:
+                self._failed("pause/resume", one_line(e))
+                return
+            self._confirm_pause(paused)
+
+        self.run_worker(ask(), group="admin", exit_on_error=False)
+
+    def _confirm_pause(self, paused: bool) -> None:
+        if paused:
+            question, detail = "Resume admission?", "Queued requests start flowing to the engine."
+        else:
+            question = "Pause admission?"
+            detail = (
+                "New requests wait in the gateway queue (429 after the queue timeout);"
+                " requests in flight finish."
+            )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._pause_or_resume(pause=not paused)
+
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
+    def _pause_or_resume(self, *, pause: bool) -> None:
+        async def change(admin: AdminClient) -> str:
+            state = await (admin.pause() if pause else admin.resume())
+            snap = self.snapshot
+            if snap is not None and snap.gateway is not None:
+                self.snapshot = replace(snap, gateway=replace(snap.gateway, paused=state))
+                self._render_all(charts=False)
+            return "admission PAUSED" if state else "admission resumed"
+
+        self._run_change("pause" if pause else "resume", change)
+
+    def action_record(self) -> None:
+        if self.recorder is None:
+            self.notify("recording not available (start with --record FILE)", severity="warning")
+            return
+        try:
+            on = self.recorder.toggle()
+        except LlmtopError as e:
+            self._failed("recording", one_line(e))
+            return
+        self.query_one(StatusHeader).recording = on
+        self.notify("recording" if on else "recording stopped", timeout=3)
+
+    def on_command_line_closed(self) -> None:
+        self.query_one(Footer).display = True
+        self.set_focus(None)
