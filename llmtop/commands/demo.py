@@ -61,6 +61,7 @@ def parse_cap(text: str, scenario: Scenario) -> tuple[int, float]:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
     import logging
+    import os
     import sys
 
     from llmtop.commands._common import load
@@ -79,10 +80,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("llmtop demo needs a terminal; use --headless for a timeline")
     health = load(HealthSettings, args)
-    # Cutting the load at the end makes the servers write to closed sockets; asyncio logs each
-    # ("socket.send() raised exception.") on stderr, which is noise here.
-    logging.getLogger("asyncio").setLevel(logging.ERROR)
     stack = start_stack(scenario, health, record=args.record)
+    # Cutting the load at the end makes the servers meet closed sockets mid-request; asyncio and
+    # uvicorn log each one on stderr, which is noise in a demo and scribbles over the TUI.
+    # LLMTOP_DEBUG=1 keeps them. (Set after start_stack: configuring uvicorn resets the levels.)
+    if not os.environ.get("LLMTOP_DEBUG"):
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
     try:
         if args.headless:
             return _headless(args, stack, cap)
