@@ -46,6 +46,8 @@ class Load:
         self.index = {s.name: i for i, s in enumerate(base) if not s.name.endswith("_bucket")}
 
     def _observe(self, fam: str, value: float) -> None:
+        if fam not in self.hist:  # a family llmtop no longer reads is not in the samples
+            return
         for le, i in self.hist[fam]:
             if value <= le:
                 self.values[i] += 1

@@ -2,7 +2,9 @@
 
 The recorded RawPolls go through a fresh `Pipeline`, so the findings are those of the *current*
 rules, not the ones the live run showed. Snapshots are computed in order, once, and kept, so
-seeking back is free and seeking forward computes up to the target. The playhead moves in
+seeking back is free and seeking forward computes up to the target. The TUI computes them on a
+background thread (`start_background`, ~5 ms a poll: an hour takes tens of seconds) and the
+playhead stops at the last computed poll meanwhile, so no key ever waits. The playhead moves in
 recording time: each poll() advances it by the wall time since the last one times `speed`
 (x1..x60) unless paused; step and seek pause nothing but move it at once. No textual here: the
 TUI binds keys to these methods (llmtop/tui/screens/replay.py), the report reads `snapshots()`.
@@ -10,6 +12,7 @@ TUI binds keys to these methods (llmtop/tui/screens/replay.py), the report reads
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +45,8 @@ class Playhead:
     end: float
     speed: float
     paused: bool
+    computed: int = 0
+    """Polls whose snapshot is computed (replay computes them in the background)."""
 
     @property
     def at_end(self) -> bool:
@@ -76,16 +81,50 @@ class ReplaySource:
         """The gateway's limit changes in the polls computed so far."""
         self._play_time = recording.times[0]
         self._last_wall: float | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error: str | None = None
+        """Why the background computation stopped early, if it did."""
 
     # -- computing -----------------------------------------------------------------------------
 
     def snapshot(self, i: int) -> Snapshot:
         """The snapshot of poll `i`, computing every poll up to it once."""
-        while len(self._snapshots) <= i:
-            raw = self.recording.raw(len(self._snapshots))
-            self.events.extend(raw.events)
-            self._snapshots.append(self._pipeline.update(raw))
+        if i < len(self._snapshots):
+            return self._snapshots[i]
+        with self._lock:
+            while len(self._snapshots) <= i:
+                raw = self.recording.raw(len(self._snapshots))
+                self.events.extend(raw.events)
+                self._snapshots.append(self._pipeline.update(raw))
         return self._snapshots[i]
+
+    @property
+    def computed(self) -> int:
+        """How many polls have their snapshot."""
+        return len(self._snapshots)
+
+    def start_background(self) -> None:
+        """Compute every snapshot on a thread; until done, the playhead stops at the last one."""
+        if self._thread is not None:
+            return
+        total = len(self.recording)
+
+        def work() -> None:
+            try:
+                while self.computed < total and not self._stop.is_set():
+                    self.snapshot(min(self.computed + 20, total) - 1)  # short holds of the lock
+            except Exception as e:  # a bug in a rule must not kill the replay silently
+                self.error = f"replay stopped computing at poll {self.computed + 1}: {e}"
+
+        self._thread = threading.Thread(target=work, name="llmtop-replay", daemon=True)
+        self._thread.start()
+
+    def _last_reachable(self) -> int:
+        if self._thread is None:
+            return len(self.recording) - 1
+        return max(self.computed - 1, 0)
 
     def snapshots(self) -> list[Snapshot]:
         """Every snapshot of the recording (for reports)."""
@@ -110,7 +149,10 @@ class ReplaySource:
         return self.current()
 
     async def aclose(self) -> None:
-        """Nothing to release: the recording is in memory."""
+        """Stop the background computation, if any."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     # -- playback ------------------------------------------------------------------------------
 
@@ -119,12 +161,13 @@ class ReplaySource:
         now = self._clock()
         if self._last_wall is not None and not self.paused:
             self._play_time += (now - self._last_wall) * self.speed
-            self._play_time = min(self._play_time, self.recording.times[-1])
-            self.index = self.recording.index_at(self._play_time)
+            last = self._last_reachable()
+            self._play_time = min(self._play_time, self.recording.times[last])
+            self.index = min(self.recording.index_at(self._play_time), last)
         self._last_wall = now
 
     def _move_to(self, index: int) -> None:
-        self.index = min(max(index, 0), len(self.recording) - 1)
+        self.index = min(max(index, 0), self._last_reachable())
         self._play_time = self.recording.times[self.index]
         self._last_wall = self._clock()
 
@@ -178,4 +221,5 @@ class ReplaySource:
             end=times[-1],
             speed=self.speed,
             paused=self.paused,
+            computed=self.computed,
         )

@@ -29,7 +29,7 @@ Writing, from the TUI, `llmtop --record` or `llmtop demo --headless --record`::
     recorder.toggle()               # the `r` key: stop, or start (default name when no path)
     recorder.close()
 
-or wrap the Collector, as `llmtop top` does: ``RecordingSource(collector, recorder)`` is a
+or wrap the Collector: ``RecordingSource(collector, recorder)`` is a
 SnapshotSource that records `collector.last_raw` and the findings after every poll.
 
 Reading: ``recording = read_recording(path)``; ``recording.raw(i)``, ``iter(recording)``,

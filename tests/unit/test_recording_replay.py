@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +146,34 @@ def test_replay_command_refuses_bad_input_in_one_line(
     assert len(err) == 2
     assert "recording not found" in err[0]
     assert "between 1 and 60" in err[1]
+
+
+async def test_background_computation_clamps_the_playhead_until_done(recording: Path) -> None:
+    import threading
+
+    src, _ = _source(recording)
+    gate, reached = threading.Event(), threading.Event()
+    update = src._pipeline.update
+
+    def slow_update(raw: Any) -> Any:
+        if src.computed == 50:
+            reached.set()
+            gate.wait(10)
+        return update(raw)
+
+    src._pipeline.update = slow_update  # type: ignore[method-assign]
+    src.start_background()
+    assert await asyncio.to_thread(reached.wait, 10)
+    src.seek_end()
+    assert src.playhead().index == 49  # the last computed poll, not a wait
+    assert src.playhead().computed == 50
+    gate.set()
+    await src.aclose()  # joins the thread
+    assert src.computed == len(src.recording) or src._stop.is_set()
+    src2, _ = _source(recording)
+    src2.start_background()
+    src2._thread.join(10)  # type: ignore[union-attr]
+    assert src2.computed == len(src2.recording)
+    src2.seek_end()
+    assert src2.current().time == T0 + 179
+    assert src2.snapshots() == ReplaySource(read_recording(recording), HealthSettings()).snapshots()

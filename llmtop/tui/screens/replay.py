@@ -74,6 +74,10 @@ class ReplayApp(LlmtopApp):
         self.replay = source
         self._shown: int | None = None
 
+    def on_mount(self) -> None:
+        # the live app's on_mount (poll worker, tick) runs too: Textual dispatches up the MRO
+        self.replay.start_background()
+
     def compose(self) -> ComposeResult:
         yield from super().compose()
         yield Timeline(id="timeline")

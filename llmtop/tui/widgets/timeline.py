@@ -50,6 +50,8 @@ class Timeline(Widget):
             "  ",
         )
         right = f"  {p.index + 1}/{p.polls}"
+        if p.computed < p.polls:
+            right += f" (computing {p.computed * 100 // p.polls}%)"
         width = max(self.size.width, 1) - left.cell_len - len(right)
         if width >= 8:
             frac = 0.0 if p.end <= p.start else (p.time - p.start) / (p.end - p.start)
