@@ -136,7 +136,7 @@ class Encoder:
         line["time"] = raw.time
         if keyframe:
             line["kf"] = 1
-        found = [_finding_dict(f) for f in findings]
+        found = [scrub(_finding_dict(f)) for f in findings]  # summaries quote URLs
         if found:
             line["findings"] = found
         return line
