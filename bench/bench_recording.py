@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT))
 from llmtop.core import engines, promtext  # noqa: E402
 from llmtop.core.raw import RawEngine, RawPoll, Sample  # noqa: E402
 from llmtop.core.snapshot import GpuStats  # noqa: E402
+from llmtop.replay import ReplaySource  # noqa: E402
+from llmtop.settings import HealthSettings  # noqa: E402
 from llmtop.sources.recording import Recorder, read_recording  # noqa: E402
 
 POLLS = 3600
@@ -154,6 +156,9 @@ def main() -> None:
         for i in range(0, POLLS, 97):
             rec.raw(POLLS - 1 - i)
         seek_ms = (time.perf_counter() - t0) / len(range(0, POLLS, 97)) * 1e3
+        t0 = time.perf_counter()
+        ReplaySource(rec, HealthSettings()).snapshots()
+        pipeline_s = time.perf_counter() - t0
     samples = len(data[0].engines[0].samples or ())
     print("## Recording size (bench/bench_recording.py)\n")
     print(
@@ -171,6 +176,10 @@ def main() -> None:
     verdict = "within" if gz <= BUDGET_MB else "OVER"
     print(f"\nDefault (.jsonl.gz, delta + keyframes): {gz:.2f} MB/hour, {verdict} the 5 MB budget.")
     print(f"Read + decode the hour: {read_s:.2f} s; a random seek: {seek_ms:.1f} ms.")
+    print(
+        f"Replaying the hour through a fresh Pipeline (report; replay's background thread):"
+        f" {pipeline_s:.1f} s."
+    )
 
 
 if __name__ == "__main__":
