@@ -65,9 +65,11 @@ def test_headless_quick_story_fires_then_clears_after_the_cap() -> None:
     assert after, f"no figures after {recovered} s: {figures}"
     assert max(f["waiting"] or 0 for f in before) > 0
     assert all(f["gateway_max_concurrency"] == 8 for f in after)
-    assert all((f["running"] or 0) <= 8 for f in after)
-    assert all(f["waiting"] == 0 for f in after), after
-    assert max(f["gateway_queued"] or 0 for f in after) > 0  # the excess waits in the gateway
+    for f in after:
+        # At most the cap inside the engine (a request can sit in vLLM's waiting queue for a
+        # step after the gateway admits it); the excess waits in the gateway instead.
+        assert (f["running"] or 0) + (f["waiting"] or 0) <= 8, f
+        assert (f["gateway_queued"] or 0) > (f["waiting"] or 0), f
     assert doc["load"]["errors"] == 0
     assert doc["load"]["ok"] > 0
     assert port_free(doc["sim_url"])
