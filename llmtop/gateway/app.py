@@ -76,24 +76,37 @@ def make_client(settings: GatewaySettings) -> tuple[httpx.AsyncClient, httpx.Asy
     return client, transport
 
 
+async def _probe(state: GatewayState) -> None:
+    """One /health probe, on its own task: a hung upstream must not stall queue timeouts."""
+    assert state.client is not None
+    try:
+        r = await state.client.get(state.base_url + "/health", timeout=2.0)
+        if r.status_code < 500:
+            state.upstream.ok()
+        else:
+            state.upstream.failed(f"/health returned {r.status_code}")
+    except httpx.HTTPError as e:
+        state.upstream.failed(f"upstream unreachable: {type(e).__name__}")
+
+
 async def _housekeeping(state: GatewayState) -> None:
     """Expire queued requests every tick; probe the upstream's /health now and then."""
     ctl = state.controller
     next_probe = 0.0
-    while True:
-        ctl.expire()
-        now = time.monotonic()
-        if now >= next_probe and state.client is not None:
-            next_probe = now + HEALTH_INTERVAL_S
-            try:
-                r = await state.client.get(state.base_url + "/health", timeout=2.0)
-                if r.status_code < 500:
-                    state.upstream.ok()
-                else:
-                    state.upstream.failed(f"/health returned {r.status_code}")
-            except httpx.HTTPError as e:
-                state.upstream.failed(f"upstream unreachable: {type(e).__name__}")
-        await asyncio.sleep(TICK_S)
+    probe: asyncio.Future[None] | None = None
+    try:
+        while True:
+            ctl.expire()
+            now = time.monotonic()
+            if now >= next_probe and state.client is not None and (probe is None or probe.done()):
+                next_probe = now + HEALTH_INTERVAL_S
+                probe = asyncio.ensure_future(_probe(state))
+            await asyncio.sleep(TICK_S)
+    finally:
+        if probe is not None and not probe.done():
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
 
 
 class GatewayApp(Starlette):
