@@ -221,11 +221,13 @@ def reset(writer: asyncio.StreamWriter) -> None:
 
 
 class FaultUpstream:
-    """A raw HTTP/1.1 server on 127.0.0.1, on its own thread and loop: /health answers 200,
-    every other request gets `fault(reader, writer)` and then the connection is closed."""
+    """A raw HTTP/1.1 server on 127.0.0.1, on its own thread and loop: /health answers 200
+    (unless `answer_health` is off), every other request gets `fault(reader, writer)` and then
+    the connection is closed."""
 
-    def __init__(self, fault: Fault) -> None:
+    def __init__(self, fault: Fault, *, answer_health: bool = True) -> None:
         self.fault = fault
+        self.answer_health = answer_health
         self.requests = 0
         self.open = 0
         self.seen: list[tuple[bytes, bytes]] = []
@@ -254,7 +256,7 @@ class FaultUpstream:
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
                 body = await reader.readexactly(length)
-                if head.startswith(b"GET /health "):
+                if self.answer_health and head.startswith(b"GET /health "):
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     await writer.drain()
                     continue

@@ -45,12 +45,13 @@ def gateway(serve_app: Callable[[Any], ServerThread]) -> Callable[..., Gateway]:
 
 
 @pytest.fixture
-def fault_upstream() -> Iterator[Callable[[Fault], FaultUpstream]]:
-    """fault_upstream(fault) -> a raw upstream misbehaving as told; closed at teardown."""
+def fault_upstream() -> Iterator[Callable[..., FaultUpstream]]:
+    """fault_upstream(fault, answer_health=True) -> a raw upstream misbehaving as told;
+    closed at teardown."""
     made: list[FaultUpstream] = []
 
-    def make(fault: Fault) -> FaultUpstream:
-        up = FaultUpstream(fault)
+    def make(fault: Fault, *, answer_health: bool = True) -> FaultUpstream:
+        up = FaultUpstream(fault, answer_health=answer_health)
         made.append(up)
         return up
 

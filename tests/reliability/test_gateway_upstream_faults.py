@@ -163,6 +163,32 @@ async def test_upstream_fault_gives_defined_answers_and_leaves_nothing_behind(
     assert 1 <= up.requests <= 6
 
 
+async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
+    gateway: Callable[..., Gateway],
+    fault_upstream: Callable[..., FaultUpstream],
+) -> None:
+    # /health hangs too: the gateway's health probe must not hold up the queue's clock
+    up = fault_upstream(hang, answer_health=False)
+    gw = gateway(up.url, max_concurrency=1, queue_timeout_s=0.3, upstream_read_timeout_s=3.0)
+    base = baseline(gw.probe, (up.port,))
+    async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
+        stuck = asyncio.ensure_future(c.post("/v1/completions", json=BODY))
+        await wait_for(lambda: gw.probe.stats()["in_flight"] == 1, what="one in flight")
+        waits = []
+        for _ in range(3):
+            late = await c.post("/v1/completions", json=BODY)
+            assert late.status_code == 429, late.text
+            err = late.json()["error"]
+            assert err["reason"] == "queue_timeout"
+            waits.append(float(err["message"].split("waited ")[1].split("s")[0]))
+        assert (await stuck).status_code == 504
+    FIGURES["requests"] += 4
+    # 0.3 s plus a tick, not the probe's 2 s: a generous bound, far from both
+    assert max(waits) < 1.2, waits
+    s = await assert_recovered(gw.probe, base, gw.port, (up.port,))
+    assert s["outcomes"]["timed_out"] == 3
+
+
 # ---- a real engine process killed mid-stream ---------------------------------------------------
 
 
