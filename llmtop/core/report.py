@@ -314,6 +314,11 @@ CHARTS = (
 )
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return " ".join(text.split()).replace("|", "/")
+
+
 def _recovered(c: LimitChange) -> str:
     if c.ttft_under_slo_after_s is None:
         return "not within the recording"
@@ -356,7 +361,7 @@ def to_markdown(r: Report, *, charts: bool = False) -> str:
             lasted = fmt.seconds(None if end is None else end - f.fired)
             lines.append(
                 f"| {f.id} | {f.severity} | {offset(f.fired, t0)} | {cleared} | {lasted} |"
-                f" {f.summary.replace('|', '/')} |"
+                f" {_cell(f.summary)} |"
             )
     lines += ["", f"## Limit changes (TTFT p95 mean over {AROUND_S:g} s before / after)", ""]
     if not r.limit_changes:

@@ -264,3 +264,29 @@ def test_report_on_the_recorded_demo_story(
     assert kv
     assert kv[0]["fired"] < cap_at < kv[0]["cleared"]
     assert change["ttft_under_slo_after_s"] is not None
+
+
+def test_report_json_and_charts_into_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_scripted(tmp_path / "incident.jsonl.gz", n=150)
+    out = tmp_path / "deep" / "out"
+    assert main(["report", str(path), "--format", "json", "--out", str(out)]) == 0
+    assert {Path(p).name for p in capsys.readouterr().out.split()} == {
+        "report.json",
+        "ttft_p95.png",
+        "kv_usage.png",
+        "queues.png",
+    }
+    d = json.loads((out / "report.json").read_text())
+    assert d["polls"] == 150
+    assert (out / "queues.png").read_bytes().startswith(PNG)
+
+
+def test_markdown_cells_survive_pipes_and_newlines() -> None:
+    snap = Snapshot(
+        time=1.0,
+        findings=(Finding("x", "warning", "queue", "a | b\nc", "do"),),
+    )
+    md = report.to_markdown(report.build([snap]))
+    assert "| a / b c |" in md
