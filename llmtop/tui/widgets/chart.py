@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual.app import RenderResult
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
@@ -14,11 +15,18 @@ class TimeChart(PlotextPlot):
     DEFAULT_CSS = """
     TimeChart {
         height: 1fr;
-        min-height: 6;
     }
     """
 
     data: reactive[ChartData | None] = reactive(None)
+
+    MIN_HEIGHT = 7
+    """Below this many lines a plot is noise: the chart shows nothing."""
+
+    def render(self) -> RenderResult:
+        if self.size.height < self.MIN_HEIGHT:
+            return ""
+        return super().render()
 
     def watch_data(self) -> None:
         self._draw()
