@@ -311,10 +311,10 @@ class Proxy:
             except httpx.HTTPError as e:
                 reason = f"upstream failed mid-response: {type(e).__name__}"
                 state.upstream.failed(reason)
-                tail = b""
-                if sse:
-                    err = error_body(502, reason, "upstream_error").decode()
-                    tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
+                if not sse:  # a cut body must not look whole: end without its last chunk
+                    return "upstream_error"
+                err = error_body(502, reason, "upstream_error").decode()
+                tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
                 await send({"type": "http.response.body", "body": tail})
                 return "upstream_error"
             await send({"type": "http.response.body", "body": b""})
