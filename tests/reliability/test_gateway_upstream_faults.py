@@ -60,7 +60,14 @@ async def send_all(
 
     async def one(c: httpx.AsyncClient) -> str:
         async with c.stream("POST", "/v1/completions", json=body or BODY) as r:
-            data = b"".join([chunk async for chunk in r.aiter_raw()])
+            try:
+                data = b"".join([chunk async for chunk in r.aiter_raw()])
+            except httpx.RemoteProtocolError:
+                # a body that is not a stream of events, cut by the upstream: the connection
+                # closes without the last chunk, so the client knows it is incomplete
+                assert r.status_code == 200
+                assert "event-stream" not in r.headers["content-type"]
+                return "cut"
             return classify(r.status_code, data)
 
     async with httpx.AsyncClient(base_url=gw.url, timeout=timeout_s) as c:
@@ -133,6 +140,13 @@ FAULTS: dict[str, tuple[Fault, set[str]]] = {
         {"502"},
     ),
     "empty_503": (fixed(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"), {"502"}),
+    "json_cut_short": (
+        fixed(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n"
+            b'\r\n{"id": "cmpl-1", "choices": [{"te'
+        ),
+        {"cut"},
+    ),
     "5xx_cut_short": (
         fixed(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 1000\r\n\r\npartial"),
         {"502"},
