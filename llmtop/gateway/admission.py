@@ -46,6 +46,10 @@ _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 _QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
 
 
+UNKNOWN_DRAIN_RETRY_S = 5.0
+"""Retry-After when no request has completed recently (no drain rate to estimate from)."""
+
+
 class Rejected(Exception):
     """A request refused with a 429: the reason, a message naming the knob, and Retry-After."""
 
@@ -224,7 +228,9 @@ class AdmissionController:
         now = self._clock() if now is None else now
         rate = self._drain.rate(now)
         if not rate:
-            return max(1.0, min(self._limits.queue_timeout_s, 3600.0))
+            # Nothing has completed recently, so there is no rate to go by: a short guess keeps
+            # well-behaved clients from sleeping a whole queue_timeout on an idle-then-busy gateway.
+            return max(1.0, min(self._limits.queue_timeout_s, UNKNOWN_DRAIN_RETRY_S))
         return max(1.0, min((self.queued + 1) / rate, 3600.0))
 
     # -- the queue -----------------------------------------------------------------------------

@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.cookiejar
-import importlib.util
-import sys
 import time
-import types
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -37,23 +34,6 @@ HEALTH_INTERVAL_S = 5.0
 """How often the upstream's /health is probed (proxied answers update health in between)."""
 
 
-def _asyncio_only_sniffio() -> None:
-    """Without the `sniffio` package, httpcore retries `import sniffio` several times a request
-    (a full, failing path search each time: about a millisecond on a busy box). The gateway
-    only ever runs on asyncio, so when sniffio is absent a stub answering "asyncio" stands in.
-    """
-    if "sniffio" in sys.modules or importlib.util.find_spec("sniffio") is not None:
-        return
-    stub = types.ModuleType("sniffio", "llmtop stand-in: the gateway runs on asyncio only")
-
-    class AsyncLibraryNotFoundError(RuntimeError):
-        pass
-
-    stub.AsyncLibraryNotFoundError = AsyncLibraryNotFoundError  # type: ignore[attr-defined]
-    stub.current_async_library = lambda: "asyncio"  # type: ignore[attr-defined]
-    sys.modules["sniffio"] = stub
-
-
 def make_client(settings: GatewaySettings) -> tuple[httpx.AsyncClient, httpx.AsyncHTTPTransport]:
     """The upstream client and its transport: no connection cap (admission is the cap), no env
     proxies, no default headers (a client's own Accept-Encoding passes through unchanged) and a
@@ -62,7 +42,6 @@ def make_client(settings: GatewaySettings) -> tuple[httpx.AsyncClient, httpx.Asy
     Idle connections are dropped after 2 s, before the upstream's own keep-alive timeout (5 s in
     uvicorn, so in vLLM) can close one under a request; a failed connect is retried once.
     """
-    _asyncio_only_sniffio()
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=2.0)
     transport = httpx.AsyncHTTPTransport(limits=limits, retries=1)
     client = httpx.AsyncClient(

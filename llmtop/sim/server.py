@@ -26,7 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -153,7 +153,11 @@ class SimServer:
         if self._closed:
             return self._error("The server is shutting down.", "ServiceUnavailableError", 503)
         try:
-            parsed = parse_request(await request.body(), chat=chat, served_model=self.model_name)
+            body = await request.body()
+        except ClientDisconnect:  # the client hung up before sending its whole request
+            return Response(status_code=499)
+        try:
+            parsed = parse_request(body, chat=chat, served_model=self.model_name)
             seq = self.engine.add_request(
                 parsed.prompt_tokens, parsed.max_tokens, arrival_s=time.monotonic()
             )

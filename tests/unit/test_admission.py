@@ -112,7 +112,7 @@ async def test_retry_after_follows_the_recent_drain_rate() -> None:
     clock = FakeClock()
     ctl = make(clock, max_concurrency=4, max_queue=4, queue_timeout_s=30.0)
     # no drain yet: the queue timeout is the estimate
-    assert ctl.retry_after_s() == 30.0
+    assert ctl.retry_after_s() == 5.0  # no drain rate yet: a short guess, not queue_timeout
     for _ in range(10):  # 10 completions over 10 s: 1/s
         ctl.enter().release()
         clock.advance(1.0)
