@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         source=Path(args.file).name,
         meta={"version": header.get("version"), "targets": header.get("targets", {})},
         ttft_slo_s=health.ttft_slo_s,
+        live_findings=[recording.findings(i) for i in range(len(recording))],
     )
     charts = args.out is not None
     if args.format == "json":

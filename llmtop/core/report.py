@@ -96,6 +96,8 @@ class Report:
     limit_changes: tuple[LimitChange, ...]
     series: Series = field(default_factory=Series)
     meta: dict[str, Any] = field(default_factory=dict)
+    live_finding_ids: tuple[str, ...] | None = None
+    """Findings the live run showed (recorded for reference); None when not known."""
 
     @property
     def duration_s(self) -> float | None:
@@ -256,12 +258,18 @@ def build(
     meta: Mapping[str, Any] | None = None,
     around_s: float = AROUND_S,
     ttft_slo_s: float | None = None,
+    live_findings: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> Report:
     """The report of a run: `snapshots` in time order, `events` the gateway's limit changes.
 
     With `ttft_slo_s`, each limit change also says how long the engine's TTFT p95 took to get
     back under it (the effect of a cap often shows only after the admitted work drains).
+    `live_findings` (per poll, as recorded) lets the report say where today's rules disagree
+    with what the live screen showed.
     """
+    live = None
+    if live_findings is not None:
+        live = tuple(sorted({str(f.get("id")) for poll in live_findings for f in poll}))
     series = series_of(snapshots)
     peaks = {name: _peak(series.time, getattr(series, name)) for name in PEAKS}
     return Report(
@@ -274,6 +282,7 @@ def build(
         limit_changes=limit_changes(snapshots, events, series, around_s, ttft_slo_s),
         series=series,
         meta=dict(meta or {}),
+        live_finding_ids=live,
     )
 
 
@@ -317,6 +326,21 @@ CHARTS = (
 def _cell(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return " ".join(text.split()).replace("|", "/")
+
+
+def _live_vs_now(r: Report) -> list[str]:
+    """Where the current rules disagree with what the live screen showed (if recorded)."""
+    if r.live_finding_ids is None:
+        return []
+    live, now = set(r.live_finding_ids), {f.id for f in r.findings}
+    if live == now:
+        return ["", "The live run showed the same findings."]
+    out = [""]
+    if live - now:
+        out.append(f"- Shown live, not fired by the current rules: {', '.join(sorted(live - now))}")
+    if now - live:
+        out.append(f"- Fired by the current rules, not shown live: {', '.join(sorted(now - live))}")
+    return out
 
 
 def _recovered(c: LimitChange) -> str:
@@ -363,6 +387,7 @@ def to_markdown(r: Report, *, charts: bool = False) -> str:
                 f"| {f.id} | {f.severity} | {offset(f.fired, t0)} | {cleared} | {lasted} |"
                 f" {_cell(f.summary)} |"
             )
+    lines += _live_vs_now(r)
     lines += ["", f"## Limit changes (TTFT p95 mean over {AROUND_S:g} s before / after)", ""]
     if not r.limit_changes:
         lines.append("No limit changed.")

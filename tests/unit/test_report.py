@@ -290,3 +290,15 @@ def test_markdown_cells_survive_pipes_and_newlines() -> None:
     )
     md = report.to_markdown(report.build([snap]))
     assert "| a / b c |" in md
+
+
+def test_report_says_where_the_current_rules_disagree_with_the_live_run(tmp_path: Path) -> None:
+    snaps = [_snap(0, waiting=1, ttft=1.0, cap=64, finding="kv-exhausted")]
+    same = report.build(snaps, live_findings=[[{"id": "kv-exhausted"}]])
+    assert "The live run showed the same findings." in report.to_markdown(same)
+    other = report.build(snaps, live_findings=[[{"id": "old-rule"}], []])
+    md = report.to_markdown(other)
+    assert "Shown live, not fired by the current rules: old-rule" in md
+    assert "Fired by the current rules, not shown live: kv-exhausted" in md
+    assert json.loads(json.dumps(other.to_dict()))["live_finding_ids"] == ["old-rule"]
+    assert "live run" not in report.to_markdown(report.build(snaps))
