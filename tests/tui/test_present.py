@@ -195,3 +195,11 @@ def test_thin_keeps_the_newest_and_the_span() -> None:
     assert few[0].time - snaps[0].time < 10
     assert [s.time for s in few] == sorted(s.time for s in few)
     assert thin(snaps, 0) == snaps
+
+
+def test_help_explains_every_finding_the_rules_can_fire() -> None:
+    from llmtop.core.health import RULES
+    from llmtop.tui.screens.help import HELP_TEXT
+
+    missing = [r.id for r in RULES if f"**{r.id}**" not in HELP_TEXT]
+    assert missing == []

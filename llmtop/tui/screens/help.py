@@ -60,9 +60,17 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
   (`:tokens N`) or enable chunked prefill.
 - **gateway-saturated**: the gateway queue is long or its wait exceeds the SLO, or it is
   answering 429s. Raise the cap only if the engine has headroom, else add capacity.
-- **gpu-\\***: a GPU problem (throttling, thermal, power, memory). Check cooling and power caps.
+- **vllm-admission-rejecting**: vLLM's own admission limit (`--max-num-queued-reqs`) is
+  answering 503s. Let the gateway queue instead, or raise the limit.
+- **gateway-paused**: admission is paused: requests wait, then time out. `p` resumes.
+- **gateway-down**: the gateway does not answer its admin API; the admission keys fail.
+- **gpu-throttled**: a GPU is throttling (thermal, power cap): check cooling and power limits.
+- **gpu-memory-full**: a GPU's memory is nearly full outside the KV cache: another process?
 - **target-down**: the engine does not answer its /metrics. Check the process and the URL.
-- **stale**: no fresh data for two intervals: the numbers on screen are old.
+- **stats-disabled**: the engine answers but exports no vllm:* series (started with
+  `--disable-log-stats`): restart it without that flag.
+- **stale-data**: no fresh data for two intervals (the header says STALE): the numbers on
+  screen are old; a poll is hanging or failing.
 """
 
 
