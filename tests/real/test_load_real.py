@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.real.vllm_client import scrape, wait_idle
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 
 
-def _load(url: str, *extra: str) -> dict:  # type: ignore[type-arg]
+def _load(url: str, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "llmtop", "load", "--url", url, "--json", *extra],
         capture_output=True,
@@ -22,7 +23,7 @@ def _load(url: str, *extra: str) -> dict:  # type: ignore[type-arg]
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    out: dict = json.loads(proc.stdout)  # type: ignore[type-arg]
+    out: dict[str, Any] = json.loads(proc.stdout)
     return out
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,9 @@ N, PROMPT, OUTPUT = 24, 600, 300
 TTFT = "vllm:time_to_first_token_seconds"
 
 
-async def _until(pred: object, timeout_s: float) -> None:
+async def _until(pred: Callable[[], bool], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while not pred():  # type: ignore[operator]
+    while not pred():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.25)
 
@@ -125,7 +126,7 @@ async def test_collector_matches_raw_metrics_during_a_burst(
     )
 
 
-def _snapshot_cli(url: str, window_s: float) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _snapshot_cli(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run(
         [
             sys.executable,
