@@ -237,7 +237,7 @@ def _serve(engine_seqs: int | None, gateway_cap: int | None, conn: Any) -> None:
             upstream=sim.url, max_concurrency=gateway_cap, queue_timeout_s=300.0
         )
         front = ServerThread(gateway_app(settings)).start()
-    conn.send(front.url)
+    conn.send((front.url, sim.url))
     conn.recv()
     if front is not sim:
         front.stop()
@@ -266,14 +266,32 @@ async def _client_burst(url: str) -> list[tuple[float, float]]:
         return [(r.ttft_s or 0.0, r.e2e_s or 0.0) for r in runner.results]
 
 
-def real_burst(way: Way) -> list[tuple[float, float]]:
+@dataclass(frozen=True)
+class RealRun:
+    """The burst over sockets: (TTFT, E2E) per request, and the sim's preemption counter."""
+
+    times: list[tuple[float, float]]
+    preemptions: float
+
+    def good(self, slo_s: float) -> float:
+        return sum(t <= slo_s for t, _ in self.times) / BURST.n
+
+
+def real_burst(way: Way) -> RealRun:
+    import httpx
+
+    from llmtop.core import promtext
+
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(way.engine_seqs, way.gateway_cap, child))
     proc.start()
     try:
-        url = parent.recv()
-        return asyncio.run(_client_burst(url))
+        url, sim_url = parent.recv()
+        times = asyncio.run(_client_burst(url))
+        text = httpx.get(f"{sim_url}/metrics", timeout=10).text
+        pre = sum(s.value for s in promtext.parse(text) if s.name == "vllm:num_preemptions_total")
+        return RealRun(times, pre)
     finally:
         parent.send("stop")
         proc.join(30)
@@ -332,7 +350,7 @@ def print_caps(caps: list[BurstResult]) -> None:
     print()
 
 
-def print_burst(results: list[BurstResult], real: dict[str, list[tuple[float, float]]]) -> None:
+def print_burst(results: list[BurstResult], real: dict[str, RealRun]) -> None:
     print("### KV-exhaustion burst: 32 x 4,000-token prompts, 256 out (virtual time)\n")
     print("Client TTFT counts from the moment the burst is sent (gateway queue included); engine")
     print("TTFT from the request's arrival at the engine (vLLM's histogram). Goodput = share of")
@@ -355,16 +373,23 @@ def print_burst(results: list[BurstResult], real: dict[str, list[tuple[float, fl
     if real:
         print("\nThe same burst in real time over 127.0.0.1 (sim and gateway in a child process,")
         print("`llmtop.loadgen` client; gateway queue timeout raised to 300 s to match):\n")
-        print("| way | client TTFT p50 | p95 | max | E2E max | virtual max TTFT |")
-        print("|---|---|---|---|---|---|")
+        slo_cols = " | ".join(f"good @ {s:.0f} s" for s in SLOS_S)
+        print(
+            f"| way | client TTFT p50 | p95 | max | E2E max | preemptions | {slo_cols} |"
+            " virtual: max TTFT | preemptions |"
+        )
+        print("|---|---|---|---|---|---|" + "---|" * (len(SLOS_S) + 2))
         for r in results:
-            if r.way.key not in real:
+            run = real.get(r.way.key)
+            if run is None:
                 continue
-            t = [a for a, _ in real[r.way.key]]
-            e2e = max(b for _, b in real[r.way.key])
+            t = [a for a, _ in run.times]
+            e2e = max(b for _, b in run.times)
+            goods = " | ".join(f"{run.good(s):.0%}" for s in SLOS_S)
             print(
                 f"| {r.way.label} | {pct(t, 50):.1f} s | {pct(t, 95):.1f} s | {max(t):.1f} s |"
-                f" {e2e:.1f} s | {max(r.client()):.1f} s |"
+                f" {e2e:.1f} s | {run.preemptions:.0f} | {goods} | {max(r.client()):.1f} s |"
+                f" {r.preemptions} |"
             )
     print()
 
@@ -379,7 +404,7 @@ def draw(
     points: list[SweepPoint],
     results: list[BurstResult],
     caps: list[BurstResult],
-    real: dict[str, list[tuple[float, float]]],
+    real: dict[str, RealRun],
 ) -> list[str]:
     """Write the PNGs; return their file names."""
     import matplotlib
@@ -472,9 +497,14 @@ def draw(
         linestyle="--",
         label="gateway cap 8: engine's TTFT",
     )
-    for key, vals in real.items():
-        ys = sorted(t for t, _ in vals)
-        a.plot(range(1, len(ys) + 1), ys, "x", color=COLOURS[key], markersize=4)
+    for key, run in real.items():
+        ys = sorted(t for t, _ in run.times)
+        label = {
+            "none": "real time over sockets: no gateway",
+            "gw8": "... gateway cap 8",
+            "both8": "... engine 8 + gateway 8",
+        }.get(key)
+        a.plot(range(1, len(ys) + 1), ys, "x", color=COLOURS[key], markersize=4, label=label)
     for slo in SLOS_S:
         a.axhline(slo, color="grey", linewidth=0.8, linestyle=":")
         a.text(0.5, slo + 0.6, f"SLO {slo:.0f} s", fontsize=7, color="grey")
@@ -562,7 +592,7 @@ def main() -> None:
     results = [burst(w) for w in WAYS]
     caps = cap_sweep()
     cpu = time.process_time() - t0
-    real: dict[str, list[tuple[float, float]]] = {}
+    real: dict[str, RealRun] = {}
     if args.real:
         for w in WAYS[:3]:
             real[w.key] = real_burst(w)

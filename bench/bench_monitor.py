@@ -171,6 +171,7 @@ def tmux(*args: str) -> str:
 
 @dataclass(frozen=True)
 class Run:
+    first_paint_s: float
     first_frame_s: float
     cpu_pct: float
     rss_mib: float
@@ -183,20 +184,23 @@ def one_run(m: Monitor, seconds: float, warmup_s: float) -> Run:
          f"exec {m.command}")  # fmt: skip
     try:
         pid = int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
-        first = None
+        paint = first = None
         while time.monotonic() - t0 < 30:
-            if m.marker in tmux("capture-pane", "-p", "-t", session):
-                first = time.monotonic() - t0
+            screen = tmux("capture-pane", "-p", "-t", session)
+            now = time.monotonic() - t0
+            if paint is None and screen.strip():
+                paint = now
+            if m.marker in screen:
+                first = now
                 break
             time.sleep(0.02)
-        if first is None:
-            screen = tmux("capture-pane", "-p", "-t", session).strip()[-400:]
-            raise SystemExit(f"{m.name} showed no data within 30 s; screen:\n{screen}")
+        if first is None or paint is None:
+            raise SystemExit(f"{m.name} showed no data within 30 s; screen:\n{screen[-400:]}")
         time.sleep(warmup_s)
         c0, w0 = cpu_seconds(pid), time.monotonic()
         time.sleep(seconds)
         c1, w1 = cpu_seconds(pid), time.monotonic()
-        return Run(first, 100.0 * (c1 - c0) / (w1 - w0), rss_mib(pid))
+        return Run(paint, first, 100.0 * (c1 - c0) / (w1 - w0), rss_mib(pid))
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
@@ -247,20 +251,25 @@ def report(mons: list[Monitor], runs: dict[str, list[Run]], args: argparse.Names
         f"{kb:.0f} KB vLLM 0.32 capture) once a second; {args.rounds} interleaved rounds of "
         f"{args.seconds:.0f} s after a {args.warmup:.0f} s warm-up; {os.cpu_count()} CPUs, "
         f"load average {load:.1f} at the end. Median (min-max); the ratio is per round, then "
-        "the median. Time to first frame: launch to the first screen showing the served "
-        "model's data.\n"
+        "the median. First paint: launch to the first non-blank screen; first data frame: to "
+        "the first screen showing the served model's data (the first poll done and drawn).\n"
     )
-    print("| monitor | version | CPU, % of one core | x llmtop | time to first frame | RSS |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| monitor | version | CPU, % of one core | x llmtop | first paint | first data frame"
+        " | RSS |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for m in mons:
         rs = runs[m.name]
         cpu = [x.cpu_pct for x in rs]
         ratio = statistics.median(x.cpu_pct / b.cpu_pct for x, b in zip(rs, base, strict=True))
         ff = statistics.median(x.first_frame_s for x in rs)
+        fp = statistics.median(x.first_paint_s for x in rs)
         rss = statistics.median(x.rss_mib for x in rs)
         print(
             f"| {m.name} | {m.version} | {statistics.median(cpu):.2f}% "
-            f"({min(cpu):.2f}-{max(cpu):.2f}) | {ratio:.2f} | {ff:.2f} s | {rss:.0f} MiB |"
+            f"({min(cpu):.2f}-{max(cpu):.2f}) | {ratio:.2f} | {fp:.2f} s | {ff:.2f} s |"
+            f" {rss:.0f} MiB |"
         )
     print()
     for m in mons:
