@@ -192,3 +192,53 @@ async def test_client_disconnect_aborts_the_vllm_request(
     await _wait_for(released, 10, "the gateway to free the slot")
     stats = (await asyncio.to_thread(httpx.get, gw.url + "/admin/stats", timeout=5.0)).json()
     assert stats["outcomes"].get("cancelled", 0) == 1, stats["outcomes"]
+
+
+async def test_client_leaving_the_gateway_queue_never_reaches_vllm(
+    idle_vllm: str, start_gateway: Callable[..., ServerThread]
+) -> None:
+    gw = start_gateway(idle_vllm, max_concurrency=1)
+    before = scrape(idle_vllm)
+    rng = random.Random(13)
+    first, queued = completion_body(100, 1900, rng), completion_body(150, 50, rng)
+
+    async def gateway_stats(client: httpx.AsyncClient) -> dict[str, Any]:
+        stats: dict[str, Any] = (await client.get("/admin/stats")).json()
+        return stats
+
+    async with (
+        httpx.AsyncClient(base_url=gw.url, timeout=60.0) as admin,
+        httpx.AsyncClient(base_url=gw.url, timeout=60.0) as second,
+    ):
+        async with (
+            httpx.AsyncClient(base_url=gw.url, timeout=60.0) as client,
+            client.stream("POST", "/v1/completions", json=first) as resp,
+        ):
+            assert resp.status_code == 200
+            lines = resp.aiter_lines()
+            while not (await anext(lines)).startswith("data: {"):
+                pass  # the first request holds the only slot and is generating
+            waiter = asyncio.ensure_future(second.post("/v1/completions", json=queued))
+            deadline = time.monotonic() + 10
+            while (await gateway_stats(admin))["queued"] != 1:
+                assert time.monotonic() < deadline, "the second request never queued"
+                await asyncio.sleep(0.1)
+            waiter.cancel()  # the client gives up while queued in the gateway
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            deadline = time.monotonic() + 10
+            while (await gateway_stats(admin))["queued"] != 0:
+                assert time.monotonic() < deadline, "the abandoned request stayed queued"
+                await asyncio.sleep(0.1)
+        # Both gone: the first by disconnecting mid-stream, the second from the queue.
+        deadline = time.monotonic() + 15
+        while (stats := await gateway_stats(admin))["in_flight"] != 0:
+            assert time.monotonic() < deadline, stats
+            await asyncio.sleep(0.25)
+        assert stats["outcomes"].get("cancelled", 0) == 2, stats["outcomes"]
+    await _wait_for(
+        lambda: scrape(idle_vllm).need("vllm:num_requests_running") == 0, 15, "vLLM to stop it"
+    )
+    after = scrape(idle_vllm)
+    # Only the first request's 100 prompt tokens ever reached vLLM.
+    assert after.need("vllm:prompt_tokens_total") - before.need("vllm:prompt_tokens_total") == 100
