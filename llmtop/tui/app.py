@@ -80,6 +80,7 @@ class LlmtopApp(AdminControls):
         Binding("r", "record", "rec", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
     ]
 
     def __init__(

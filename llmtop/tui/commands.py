@@ -54,10 +54,20 @@ def parse_command(text: str) -> dict[str, Any] | str:
     return {field: number}
 
 
+FINE_STEP_BELOW = 16
+"""`+`/`-` step by 1 up to this cap and halve/double above it, so a wide-open cap (256, the
+engine's own default) comes down to a useful value in a few presses, and tuning near the KV
+arithmetic's answer (usually under 16 on one GPU) stays exact."""
+
+
 def step_concurrency(current: int | None, delta: int) -> int:
-    """The next max_concurrency for `+`/`-`: at least 1."""
+    """The next max_concurrency for `+`/`-`: +-1 up to 16, doubling/halving above; at least 1."""
     if current is None:
         raise UsageError("the gateway's current max concurrency is unknown")
+    if delta < 0 and current > FINE_STEP_BELOW:
+        return max(FINE_STEP_BELOW, current // 2)
+    if delta > 0 and current >= FINE_STEP_BELOW:
+        return current * 2
     return max(1, current + delta)
 
 

@@ -162,6 +162,14 @@ def test_parse_command_errors_are_one_line(text: str, message: str) -> None:
 def test_key_steps() -> None:
     assert step_concurrency(8, 1) == 9
     assert step_concurrency(1, -1) == 1
+    # a wide-open cap comes down fast, then fine steps near the KV arithmetic's answer
+    presses, cap = 0, 256
+    while cap > 8:
+        cap, presses = step_concurrency(cap, -1), presses + 1
+    assert (cap, presses) == (8, 12)
+    assert step_concurrency(16, -1) == 15
+    assert step_concurrency(16, 1) == 32
+    assert step_concurrency(40, -1) == 20
     assert step_queue(128, 1) == 128 + QUEUE_STEP
     assert step_queue(4, -1) == 0
     with pytest.raises(UsageError):

@@ -14,7 +14,7 @@ from llmtop.tui.commands import QUEUE_STEP
 
 HELP_TEXT = f"""\
 ## Keys
-- `+` / `-`: gateway max concurrency +1 / -1 (at least 1)
+- `+` / `-`: gateway max concurrency +1 / -1 up to 16, double / halve above (at least 1)
 - `]` / `[`: gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} (at least 0)
 - `:`: a command line for exact values: `cap 8`, `queue 64`, `timeout 20`, `rpm 600`,
   `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes)
