@@ -183,7 +183,7 @@ async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
 ) -> None:
     # /health hangs too: the gateway's health probe must not hold up the queue's clock
     up = fault_upstream(hang, answer_health=False)
-    gw = gateway(up.url, max_concurrency=1, queue_timeout_s=0.3, upstream_read_timeout_s=3.0)
+    gw = gateway(up.url, max_concurrency=1, queue_timeout_s=0.3, upstream_read_timeout_s=2.0)
     base = baseline(gw.probe, (up.port,))
     async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
         stuck = asyncio.ensure_future(c.post("/v1/completions", json=BODY))

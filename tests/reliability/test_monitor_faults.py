@@ -34,7 +34,7 @@ from tests.reliability._support import FIGURES
 INTERVAL_S = 0.25
 TIMEOUT_S = 1.0
 """Per-target timeout: above the interval here so a loaded box still reads 1 MiB in time;
-the slow target takes three times as long."""
+the slow target takes half as long again."""
 CAP = 1 << 20
 """max_scrape_bytes for these tests: 1 MiB, so the 10 MB body is cut at a tenth."""
 HUGE = 10 * 1000 * 1000
@@ -53,7 +53,7 @@ class Targets:
         async def metrics(request: Request) -> Response:
             kind = request.path_params["kind"]
             if kind == "slow":
-                await asyncio.sleep(TIMEOUT_S * 3)
+                await asyncio.sleep(TIMEOUT_S * 1.5)
                 return PlainTextResponse(LOAD)
             if kind == "flap":
                 self.flap_calls += 1
