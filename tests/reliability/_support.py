@@ -114,13 +114,14 @@ class LoopProbe:
         return self.call(self.state.stats)  # type: ignore[no-any-return]
 
     def pooled(self) -> int:
-        """Connections in the gateway's upstream keep-alive pool (httpx's private transport:
-        the only way to tell a pooled connection from a leaked one)."""
+        """Idle connections in the gateway's upstream keep-alive pool (httpx's private
+        transport: the only way to tell a pooled connection from a leaked one). A connection
+        still busy once every request has ended is a leak, so it does not count here."""
 
         def count() -> int:
             client = self.state.client
             pool = getattr(getattr(client, "_transport", None), "_pool", None)
-            return len(getattr(pool, "connections", ()))
+            return sum(1 for c in getattr(pool, "connections", ()) if c.is_idle())
 
         return self.call(count)
 
