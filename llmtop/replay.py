@@ -27,6 +27,9 @@ SPEEDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Playback speeds offered by faster/slower."""
 SEEK_S = 10.0
 """Seconds moved by one seek (left/right)."""
+GAP_S = 30.0
+"""A pause between two polls longer than this (recording stopped, then appended) is skipped
+while playing: its first second is shown, then the next poll."""
 
 
 def clamp_speed(speed: float) -> float:
@@ -160,10 +163,19 @@ class ReplaySource:
         """Move the playhead with the wall clock (no-op while paused)."""
         now = self._clock()
         if self._last_wall is not None and not self.paused:
+            times = self.recording.times
             self._play_time += (now - self._last_wall) * self.speed
             last = self._last_reachable()
-            self._play_time = min(self._play_time, self.recording.times[last])
-            self.index = min(self.recording.index_at(self._play_time), last)
+            self._play_time = min(self._play_time, times[last])
+            index = min(self.recording.index_at(self._play_time), last)
+            if (
+                index < last
+                and times[index + 1] - times[index] > GAP_S
+                and self._play_time - times[index] >= 1.0
+            ):
+                index += 1
+                self._play_time = times[index]
+            self.index = index
         self._last_wall = now
 
     def _move_to(self, index: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,24 @@ async def test_background_computation_clamps_the_playhead_until_done(recording: 
     src2.seek_end()
     assert src2.current().time == T0 + 179
     assert src2.snapshots() == ReplaySource(read_recording(recording), HealthSettings()).snapshots()
+
+
+async def test_playing_skips_a_long_gap_between_segments(tmp_path: Path) -> None:
+    """Recording stopped at +20 s and started again an hour later: play does not wait an hour."""
+    polls = scripted_polls(40)
+    later = [dataclasses.replace(p, time=p.time + 3600) for p in polls[20:]]
+    path = tmp_path / "gap.jsonl.gz"
+    for part in (polls[:20], later):
+        rec = Recorder(path)
+        rec.open()
+        for raw in part:
+            rec.write(raw)
+        rec.close()
+    src, clock = _source(path)
+    src.seek(19)
+    assert src.current().time == T0 + 19
+    await src.poll()
+    clock.now += 1
+    assert (await src.poll()).time == T0 + 3620  # the gap is skipped
+    clock.now += 1
+    assert (await src.poll()).time == T0 + 3621
