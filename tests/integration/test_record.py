@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.snapshot import GpuStats, Snapshot
 from llmtop.replay import ReplaySource
 from llmtop.serving import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
@@ -46,11 +46,12 @@ async def test_a_live_run_records_every_poll_and_never_the_token(
     source = RecordingSource(collector, recorder)
     admin = AdminClient(gw.url, TOKEN)
     seen: list[RawPoll] = []
+    live: list[Snapshot] = []
     try:
         for i in range(6):
             if i == 3:
                 await admin.set_limits(max_concurrency=4)
-            await source.poll()
+            live.append(await source.poll())
             assert collector.last_raw is not None
             seen.append(collector.last_raw)
     finally:
@@ -69,6 +70,7 @@ async def test_a_live_run_records_every_poll_and_never_the_token(
     events = [e for r in rec for e in r.events]
     assert [(e["field"], e["old"], e["new"]) for e in events] == [("max_concurrency", 16, 4)]
     snaps = ReplaySource(rec, HealthSettings()).snapshots()
+    assert snaps == live  # replaying gives exactly what the live screen showed
     assert snaps[-1].gateway is not None
     assert snaps[-1].gateway.max_concurrency == 4
     assert snaps[0].engines[0].up
