@@ -182,11 +182,10 @@ def _interactive(args: argparse.Namespace, stack: Stack) -> int:
     import sys
     import threading
 
-    from llmtop.commands.top import RecordingSource
     from llmtop.demo import LoadThread
     from llmtop.sources.admin import AdminClient
     from llmtop.sources.collector import Collector
-    from llmtop.sources.recording import Recorder
+    from llmtop.sources.recording import Recorder, RecordingSource
     from llmtop.tui.app import LlmtopApp
 
     cap = stack.scenario.suggested_cap

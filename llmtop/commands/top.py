@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from llmtop.commands._common import flag
 from llmtop.settings import MonitorSettings
@@ -76,15 +75,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append every poll to a recording",
     )
-
-
-def __getattr__(name: str) -> Any:
-    """`RecordingSource` moved to llmtop.sources.recording; still importable from here, lazily."""
-    if name == "RecordingSource":
-        from llmtop.sources.recording import RecordingSource
-
-        return RecordingSource
-    raise AttributeError(name)
 
 
 def run(args: argparse.Namespace) -> int:
