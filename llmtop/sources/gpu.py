@@ -37,12 +37,19 @@ class NvmlBackend:
     def __init__(self, reader: NvmlReader | None = None) -> None:
         self._reader = reader or NvmlReader()
         self._unavailable: str | None = None
+        self._pending: asyncio.Future[tuple[GpuStats, ...]] | None = None
 
     async def read(self) -> tuple[tuple[GpuStats, ...], str | None]:
         if self._unavailable is not None:
             return (), self._unavailable  # no driver: do not retry every poll
+        # a timeout cannot stop a read's thread: while one hangs, start no other, or a hung
+        # driver fills the default thread pool (which also resolves host names)
+        if self._pending is not None and not self._pending.done():
+            return (), "NVML: the previous read has not returned (driver hung?)"
+        self._pending = asyncio.ensure_future(asyncio.to_thread(self._reader.read))
+        self._pending.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            return await asyncio.to_thread(self._reader.read), None
+            return await asyncio.shield(self._pending), None
         except NvmlUnavailable as e:
             self._unavailable = str(e)
             return (), self._unavailable
