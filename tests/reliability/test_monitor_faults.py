@@ -10,7 +10,9 @@ the TUI with each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -127,6 +129,22 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class HungNvml:
+    """An NvmlReader whose reads block, as NVML calls do when the driver hangs."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.reads = 0
+
+    def read(self) -> tuple[GpuStats, ...]:
+        self.reads += 1
+        self.release.wait(30)
+        return ()
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture
@@ -250,4 +268,30 @@ async def test_tui_keeps_running_and_says_what_is_wrong(targets: tuple[Targets, 
         # a steady fault is still on screen (the others come and go with load and flapping)
         assert FAULTS["down"] in screen_text(app)
         await pilot.press("q")
+    FIGURES["faults"] += 1
+
+
+async def test_a_hung_nvml_does_not_blind_the_engine_scrape(targets: tuple[Targets, str]) -> None:
+    """Each NVML read runs on a worker thread the timeout cannot stop. If every poll started
+    another, a hung driver would fill the default thread pool, which also resolves host names:
+    a target named `localhost` would then look down. One read at a time keeps it contained."""
+    _, base = targets
+    nvml = HungNvml()
+    backend = NvmlBackend(nvml)  # type: ignore[arg-type]
+    port = base.rsplit(":", 1)[1]
+    settings = monitor(f"http://localhost:{port}/good")
+    collector = Collector(settings, HealthSettings(), gpu_backend=backend, timeout_s=TIMEOUT_S)
+    try:
+        for _ in range(12):  # more polls than the default pool has threads (min(32, cpus + 4))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(backend.read(), 0.01)
+        snap = await collector.poll()
+        engine = snap.engines[0]
+        assert engine.up, engine.error  # the name still resolves: the pool is not exhausted
+        assert snap.gpu_error
+        assert "NVML" in snap.gpu_error or "GPU readings" in snap.gpu_error
+        assert nvml.reads <= 2, "every poll started another blocked NVML read"
+    finally:
+        nvml.release.set()
+        await collector.aclose()
     FIGURES["faults"] += 1
