@@ -183,7 +183,7 @@ async def run_phase(
 def wait_settled(
     url: str, before: Metrics, n: int, output: int, timeout_s: float = 30.0
 ) -> Metrics:
-    """The scrape once every token of the burst is counted (the counters trail the streams)."""
+    """The scrape once every token of the burst is counted (bounded wait)."""
     deadline = time.monotonic() + timeout_s
     gen = "vllm:generation_tokens_total"
     while True:

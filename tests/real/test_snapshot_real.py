@@ -101,8 +101,7 @@ async def test_collector_matches_raw_metrics_during_a_burst(
     assert all(r.output_tokens == OUTPUT for r in ok)
 
     # After the burst: llmtop's TTFT p95 over the whole burst against the clients' own p95.
-    # The API server updates its counters a moment after the last stream ends: poll until the
-    # burst's tokens are all counted (they must be, exactly).
+    # Poll until the burst's tokens are all counted (bounded: they must be, exactly).
     gen = "vllm:generation_tokens_total"
     for _ in range(20):
         await poll()
