@@ -206,10 +206,10 @@ async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
 # ---- a real engine process killed mid-stream ---------------------------------------------------
 
 
-def start_sim_process() -> tuple[subprocess.Popen[str], str]:
-    """`llmtop sim` in its own process on a free port; returns it and its URL."""
+def start_sim_process(port: int = 0) -> tuple[subprocess.Popen[str], str]:
+    """`llmtop sim` in its own process (on a free port by default); returns it and its URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", "sim", "--port", "0", "--profile", "fast"],
+        [sys.executable, "-m", "llmtop", "sim", "--port", str(port), "--profile", "fast"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -224,7 +224,7 @@ def start_sim_process() -> tuple[subprocess.Popen[str], str]:
     return proc, line[line.index("http://") :].split()[0]
 
 
-async def test_engine_killed_mid_stream_terminates_streams_and_frees_slots(
+async def test_engine_killed_mid_stream_then_back(
     gateway: Callable[..., Gateway],
 ) -> None:
     proc, url = await asyncio.to_thread(start_sim_process)
@@ -258,6 +258,15 @@ async def test_engine_killed_mid_stream_terminates_streams_and_frees_slots(
         assert answers[3:] == ["502"] * 3  # admitted after the kill: connection refused
         s = await assert_recovered(gw.probe, base, gw.port)
         assert s["outcomes"]["upstream_error"] == 6
+        # the engine comes back on the same port: the very next requests go through
+        if proc.stdout is not None:
+            proc.stdout.close()
+        proc, _ = await asyncio.to_thread(start_sim_process, int(url.rsplit(":", 1)[1]))
+        answers = await send_all(gw, 3)
+        assert answers == ["ok"] * 3
+        s = await assert_recovered(gw.probe, base, gw.port)
+        assert s["outcomes"]["completed"] == 3
+        assert s["upstream"]["healthy"] is True
     finally:
         if proc.poll() is None:
             proc.kill()
