@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     enabled = os.environ.get("LLMTOP_REAL_VLLM") == "1"
     skip = pytest.mark.skip(reason="needs a real vLLM: LLMTOP_REAL_VLLM=1 (see docs/real-vllm.md)")
     for item in items:
-        if here in Path(str(item.fspath)).parents:
+        if here in item.path.parents:
             item.add_marker(pytest.mark.real_vllm)
             if not enabled:
                 item.add_marker(skip)
