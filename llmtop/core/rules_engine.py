@@ -105,7 +105,9 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
             arithmetic = (
                 f"; {fmt.count(e.kv_capacity_tokens)} KV tokens / {fmt.count(per_req)} tokens "
                 f"per request ({fmt.count(e.mean_prompt_tokens)} prompt + "
-                f"{fmt.count(e.mean_generation_tokens)} output) = {n} sequences fit"
+                f"{fmt.count(e.mean_generation_tokens)} output)"
+                f"{f' in {e.kv_block_size}-token blocks' if e.kv_block_size else ''}"
+                f" = {n} sequences fit"
             )
         summary = (
             f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "

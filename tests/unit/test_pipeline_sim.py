@@ -6,6 +6,7 @@ gives scripted loads (light, KV exhaustion) whose true numbers the engine itself
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -120,4 +121,7 @@ def test_sim_captures_idle_then_load(fixtures_dir: Path) -> None:
     assert "kv-exhausted" in ids  # KV 97% with 12 preemptions and 11 waiting for capacity
     kv = next(f for f in snap.findings if f.id == "kv-exhausted")
     per_req = 600 + 7688 / 60
-    assert f"= {int(e.kv_capacity_tokens // per_req)} sequences fit" in kv.summary
+    block = e.kv_block_size
+    assert block is not None
+    fit = (e.kv_capacity_tokens // block - 1) // math.ceil(per_req / block)  # whole blocks
+    assert f"in {block}-token blocks = {fit} sequences fit" in kv.summary
