@@ -411,6 +411,7 @@ def draw(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     folder.mkdir(parents=True, exist_ok=True)
     names = []
@@ -499,12 +500,12 @@ def draw(
     )
     for key, run in real.items():
         ys = sorted(t for t, _ in run.times)
-        label = {
+        marker_label = {
             "none": "real time over sockets: no gateway",
             "gw8": "... gateway cap 8",
             "both8": "... engine 8 + gateway 8",
         }.get(key)
-        a.plot(range(1, len(ys) + 1), ys, "x", color=COLOURS[key], markersize=4, label=label)
+        a.plot(range(1, len(ys) + 1), ys, "x", color=COLOURS[key], markersize=4, label=marker_label)
     for slo in SLOS_S:
         a.axhline(slo, color="grey", linewidth=0.8, linestyle=":")
         a.text(0.5, slo + 0.6, f"SLO {slo:.0f} s", fontsize=7, color="grey")
@@ -559,7 +560,7 @@ def draw(
         ax.grid(alpha=0.3, axis="x")
     axes[0].set_ylabel("request")
     handles = [
-        plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#bbbbbb", "#ffbb78", "#d62728", "#1f77b4")
+        Rectangle((0, 0), 1, 1, color=c) for c in ("#bbbbbb", "#ffbb78", "#d62728", "#1f77b4")
     ]
     fig.legend(
         handles,

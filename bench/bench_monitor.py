@@ -166,7 +166,15 @@ def free_port() -> int:
 
 
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+    """Run tmux; retried briefly, since a server exiting with its last session refuses a
+    new-session sent in that instant."""
+    for attempt in range(5):
+        done = subprocess.run(["tmux", *args], capture_output=True, text=True)
+        if done.returncode == 0 or attempt == 4:
+            break
+        time.sleep(0.2)
+    done.check_returncode()
+    return done.stdout
 
 
 @dataclass(frozen=True)
