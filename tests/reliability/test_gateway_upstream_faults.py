@@ -11,9 +11,11 @@ once, some queued behind the failing ones, and add the leak check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -175,6 +177,32 @@ async def test_upstream_fault_gives_defined_answers_and_leaves_nothing_behind(
     assert s["upstream"]["last_error"]
     # a connection the fault closes late may take a second request first (also a 502)
     assert 1 <= up.requests <= 6
+
+
+async def test_upstream_that_never_accepts_is_a_connect_timeout(
+    gateway: Callable[..., Gateway],
+) -> None:
+    # a listener that never accepts, its backlog already full: new connects hang in SYN
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as listener:
+        port = listener.getsockname()[1]
+        fillers = []
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                s.connect(("127.0.0.1", port))
+            fillers.append(s)
+        try:
+            gw = gateway(f"http://127.0.0.1:{port}", max_concurrency=2,
+                         upstream_connect_timeout_s=0.3)  # fmt: skip
+            base = baseline(gw.probe)
+            answers = await send_all(gw, 4)
+            assert answers == ["504"] * 4, answers
+            s = await assert_recovered(gw.probe, base, gw.port)
+            assert s["outcomes"]["upstream_error"] == 4
+        finally:
+            for f in fillers:
+                f.close()
 
 
 async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
