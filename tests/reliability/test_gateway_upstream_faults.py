@@ -187,11 +187,11 @@ async def test_upstream_that_never_accepts_is_a_connect_timeout(
         port = listener.getsockname()[1]
         fillers = []
         for _ in range(4):
-            s = socket.socket()
-            s.setblocking(False)
+            filler = socket.socket()
+            filler.setblocking(False)
             with contextlib.suppress(BlockingIOError):
-                s.connect(("127.0.0.1", port))
-            fillers.append(s)
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
         try:
             gw = gateway(f"http://127.0.0.1:{port}", max_concurrency=2,
                          upstream_connect_timeout_s=0.3)  # fmt: skip
