@@ -90,7 +90,7 @@ class HealthSettings:
     cliff_flat_frac: float = 0.1
     """Decode throughput within this share of its earlier value counts as flat."""
     decode_collapse_frac: float = 0.5
-    """Per-sequence decode rate below this share of its best (at half the running) is decode-bound."""
+    """Per-sequence decode rate under this share of its best (at half the running): decode-bound."""
     prefill_dominant_frac: float = 0.5
     """Prefill time above this share of TTFT (with TTFT over its SLO) is prefill-bound."""
     gateway_queue_near_frac: float = 0.8
@@ -121,6 +121,8 @@ class GatewaySettings:
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
+    max_header_bytes: int = 64 * 1024
+    """Largest request header block accepted (431 beyond); uvicorn itself sets no limit."""
     upstream_connect_timeout_s: float = 5.0
     """Seconds to connect to the upstream before a 502."""
     upstream_read_timeout_s: float = 300.0

@@ -137,7 +137,9 @@ class Proxy:
         priority = b"normal"
         tenant = authorization = None
         drop = _DROP_REQUEST
+        header_bytes = 0
         for name, value in scope["headers"]:
+            header_bytes += len(name) + len(value) + 4
             if name == b"x-llmtop-priority":
                 priority = value.strip().lower()
             elif name == b"x-llmtop-tenant":
@@ -154,6 +156,14 @@ class Proxy:
                 await self._too_large(send)
                 return
             forward.append((name, value))
+        if header_bytes > settings.max_header_bytes:
+            await send_error(
+                send,
+                431,
+                f"request headers over {settings.max_header_bytes} bytes (max_header_bytes)",
+                "invalid_request_error",
+            )
+            return
         forward = [(n, v) for n, v in forward if n not in drop]
         try:
             body = await _read_body(receive, settings.max_body_bytes)

@@ -155,8 +155,9 @@ ODD_HEADERS: dict[str, tuple[bytes, set[int]]] = {
         b"x-llmtop-priority: low\r\nx-llmtop-priority: bogus\r\n",
         {400},
     ),
-    "huge_header": (b"x-big: " + b"a" * 100_000 + b"\r\n", {200}),
-    "header_block_1mb": (b"".join(b"x-h%d: %s\r\n" % (i, b"b" * 8000) for i in range(128)), {200}),
+    "huge_header": (b"x-big: " + b"a" * 100_000 + b"\r\n", {431}),  # over max_header_bytes
+    "header_block_1mb": (b"".join(b"x-h%d: %s\r\n" % (i, b"b" * 8000) for i in range(128)), {431}),
+    "header_block_48kb": (b"".join(b"x-h%d: %s\r\n" % (i, b"b" * 8000) for i in range(6)), {200}),
     "many_headers": (b"".join(b"x-h%d: v\r\n" % i for i in range(2000)), {200, 400, 431}),
     "non_ascii_value": (b"x-note: caf\xe9\r\n", {200}),
     "bad_header_name": (b"x b: v\r\n", {400}),
