@@ -48,14 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help="ITL p95 SLO in seconds",
     )
-    flag(
-        p,
-        MonitorSettings,
-        "admin_token_file",
-        "--admin-token-file",
-        metavar="F",
-        help="file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:

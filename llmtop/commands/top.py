@@ -37,6 +37,14 @@ def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="dcgm-exporter /metrics URL for remote GPUs",
     )
+    flag(
+        p,
+        MonitorSettings,
+        "admin_token_file",
+        "--admin-token-file",
+        metavar="F",
+        help="file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,14 +66,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_const",
         const=True,
         help="disable every key that changes something",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "admin_token_file",
-        "--admin-token-file",
-        metavar="F",
-        help="file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)",
     )
     flag(
         p,
