@@ -165,16 +165,24 @@ def free_port() -> int:
         return port
 
 
+SOCKET = f"llmtop-bench-monitor-{os.getpid()}"
+"""A tmux server of our own: others' `tmux kill-server` on the shared one cannot end a run."""
+
+
 def tmux(*args: str) -> str:
-    """Run tmux; retried briefly, since a server exiting with its last session refuses a
-    new-session sent in that instant."""
+    """Run tmux on our socket; retried briefly, since a server exiting with its last session
+    refuses a new-session sent in that instant."""
     for attempt in range(5):
-        done = subprocess.run(["tmux", *args], capture_output=True, text=True)
+        done = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True)
         if done.returncode == 0 or attempt == 4:
             break
         time.sleep(0.2)
     done.check_returncode()
     return done.stdout
+
+
+class Died(Exception):
+    """The monitor was gone at the end of the window: the run measures nothing."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,7 @@ def one_run(m: Monitor, seconds: float, warmup_s: float) -> Run:
     tmux("new-session", "-d", "-s", session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
          f"exec {m.command}")  # fmt: skip
     try:
+        tmux("set-option", "-t", session, "remain-on-exit", "on")  # keep a crash's last words
         pid = int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
         paint = first = None
         while time.monotonic() - t0 < 30:
@@ -208,9 +217,22 @@ def one_run(m: Monitor, seconds: float, warmup_s: float) -> Run:
         c0, w0 = cpu_seconds(pid), time.monotonic()
         time.sleep(seconds)
         c1, w1 = cpu_seconds(pid), time.monotonic()
+        if not Path(f"/proc/{pid}").exists():
+            last = tmux("capture-pane", "-p", "-t", session).strip()[-600:]
+            raise Died(f"{m.name} exited during the measured window; its screen:\n{last}")
         return Run(paint, first, 100.0 * (c1 - c0) / (w1 - w0), rss_mib(pid))
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run(["tmux", "-L", SOCKET, "kill-session", "-t", session], capture_output=True)
+
+
+def measure(m: Monitor, seconds: float, warmup_s: float, tries: int = 3) -> Run:
+    """One run, again if the monitor died mid-window (said on stderr, never averaged in)."""
+    for attempt in range(tries):
+        try:
+            return one_run(m, seconds, warmup_s)
+        except Died as e:
+            print(f"{e}; again ({attempt + 1}/{tries})", file=sys.stderr)
+    raise SystemExit(f"{m.name} kept exiting during the measured window")
 
 
 def main() -> int:
@@ -240,12 +262,13 @@ def main() -> int:
         for r in range(args.rounds):
             order = mons[r % len(mons) :] + mons[: r % len(mons)]
             for m in order:
-                runs[m.name].append(one_run(m, args.seconds, args.warmup))
+                runs[m.name].append(measure(m, args.seconds, args.warmup))
                 print(f"round {r + 1} {m.name}: {runs[m.name][-1]}", file=sys.stderr)
         report(mons, runs, args)
     finally:
         server.terminate()
         server.wait(10)
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
     return 0
 
 
