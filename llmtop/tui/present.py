@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui import fmt
 
@@ -121,13 +122,9 @@ def combine(engines: Sequence[EngineStats]) -> EngineStats | None:
     )
 
 
-def requests_that_fit(engine: EngineStats) -> float | None:
-    """How many average requests (prompt + generation tokens) the KV cache holds."""
-    cap = engine.kv_capacity_tokens
-    p, g = engine.mean_prompt_tokens, engine.mean_generation_tokens
-    if cap is None or p is None or g is None or p + g <= 0:
-        return None
-    return cap / (p + g)
+def requests_that_fit(engine: EngineStats) -> int | None:
+    """How many average requests the KV cache holds: the same arithmetic as kv-exhausted's."""
+    return kv_fit(engine)
 
 
 def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:
