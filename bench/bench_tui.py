@@ -48,7 +48,7 @@ def serve(engine_port: int, gateway_port: int) -> None:
         create_app(GatewaySettings(upstream=engine.url, max_concurrency=8)), port=gateway_port
     )
     gateway.start()
-    print("ready", flush=True)
+    print("ready", engine.url, gateway.url, flush=True)
     threading.Event().wait()
 
 
@@ -57,8 +57,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+def tmux(socket: str, *args: str) -> str:
+    """Run tmux on a private server (one per run): nobody else's sessions can clash with ours."""
+    return subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def one_run(
@@ -66,15 +69,16 @@ def one_run(
 ) -> tuple[float, float, float]:
     """(time to first frame s, CPU s spent until then, % of one core) for one llmtop process."""
     session = f"llmtop-bench-{os.getpid()}"
+    socket = f"{session}-{size[0]}x{size[1]}-{time.monotonic_ns()}"
     llmtop = shutil.which("llmtop") or f"{sys.executable} -m llmtop"
     cmd = f"exec {llmtop} --vllm {urls[0]} --gateway {urls[1]} --interval 1"
     t0 = time.monotonic()
-    tmux("new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), cmd)
+    tmux(socket, "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), cmd)
     try:
-        pid = int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
+        pid = int(tmux(socket, "list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
         first = None
         while time.monotonic() - t0 < 30:
-            if "tinyllm" in tmux("capture-pane", "-p", "-t", session):
+            if "tinyllm" in tmux(socket, "capture-pane", "-p", "-t", session):
                 first = time.monotonic() - t0
                 first_cpu = cpu_seconds(pid)
                 break
@@ -87,7 +91,7 @@ def one_run(
         c1, w1 = cpu_seconds(pid), time.monotonic()
         return first, first_cpu, 100.0 * (c1 - c0) / (w1 - w0)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
 
 
 def main() -> int:
@@ -101,17 +105,17 @@ def main() -> int:
         return 0
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is needed (apt-get install tmux)")
-    ports = (18731, 18732)
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *map(str, ports)],
+        [sys.executable, __file__, "--serve", "0", "0"],  # free ports, printed back
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert server.stdout is not None
-        if server.stdout.readline().strip() != "ready":
+        ready = server.stdout.readline().split()
+        if len(ready) != 3 or ready[0] != "ready":
             raise SystemExit("the static server did not start")
-        urls = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
+        urls = (ready[1], ready[2])
         print("## TUI CPU cost at a 1 s refresh\n")
         print(
             f"Real `llmtop` in tmux against the real {FIXTURE.stat().st_size // 1000} KB vLLM "
