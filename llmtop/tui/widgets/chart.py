@@ -23,10 +23,21 @@ class TimeChart(PlotextPlot):
     MIN_HEIGHT = 7
     """Below this many lines a plot is noise: the chart shows nothing."""
 
+    _draws = 0
+    """Figures drawn so far: part of the render cache's key."""
+    _cache: tuple[object, ...] | None = None
+    _cached: RenderResult = ""
+
     def render(self) -> RenderResult:
         if self.size.height < self.MIN_HEIGHT:
             return ""
-        return super().render()
+        # Textual re-renders on every layout pass (other panels growing or shrinking); building
+        # a plotext figure costs ~30 ms, so the figure is rebuilt only for new data or a resize.
+        key = (id(self.data), self._draws, self.size, self.app.theme)
+        if key != self._cache:
+            self._cached = super().render()
+            self._cache = key
+        return self._cached
 
     def watch_data(self) -> None:
         self._draw()
@@ -36,6 +47,7 @@ class TimeChart(PlotextPlot):
         self._draw()
 
     def _draw(self) -> None:
+        self._draws += 1
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
