@@ -164,7 +164,7 @@ async def stats(c: httpx.AsyncClient) -> dict[str, Any]:
 
 
 async def wait_stats(
-    c: httpx.AsyncClient, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 5.0
+    c: httpx.AsyncClient, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0
 ) -> dict[str, Any]:
     """Poll /admin/stats until `pred` holds (bounded), and return the stats that satisfied it."""
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ import pytest
 
 from llmtop.serving import ServerThread
 from llmtop.sim.engine import Engine
+from tests.integration.test_gateway_fakes import wait_stats
 
 Start = Callable[..., ServerThread]
 
@@ -37,24 +38,6 @@ async def wait_for(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = loop.time() + timeout_s
     while not pred():
         assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-async def stats(c: httpx.AsyncClient) -> dict[str, Any]:
-    data: dict[str, Any] = (await c.get("/admin/stats")).json()
-    return data
-
-
-async def wait_stats(
-    c: httpx.AsyncClient, pred: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0
-) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        s = await stats(c)
-        if pred(s):
-            return s
-        assert loop.time() < deadline, f"condition not reached; last stats: {s}"
         await asyncio.sleep(0.01)
 
 
