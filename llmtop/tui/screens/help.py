@@ -20,7 +20,9 @@ HELP_TEXT = f"""\
   `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes)
 - `p`: pause / resume admission (asks first)
 - `r`: start / stop recording (when started with a recorder)
-- `?`: this help (Esc closes); `q`: quit
+- `?`: this help (Esc closes); `q` or ctrl+c: quit
+- In `llmtop replay`: space play/pause, `,` / `.` step one poll, left/right seek, Home/End,
+  `<` / `>` speed x1..x60; the keys above that change limits only say "read-only"
 
 With `--read-only` every key that changes something only says "read-only". A change the
 gateway refuses (down, 401, 400) is shown in red and written to the event log.
