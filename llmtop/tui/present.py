@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui import fmt
 
@@ -120,11 +119,6 @@ def combine(engines: Sequence[EngineStats]) -> EngineStats | None:
         queue_time_p50_s=_max([e.queue_time_p50_s for e in up]),
         queue_time_p95_s=_max([e.queue_time_p95_s for e in up]),
     )
-
-
-def requests_that_fit(engine: EngineStats) -> int | None:
-    """How many average requests the KV cache holds: the same arithmetic as kv-exhausted's."""
-    return kv_fit(engine)
 
 
 def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:

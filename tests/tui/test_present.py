@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
 from llmtop.tui import fmt
@@ -23,7 +24,6 @@ from llmtop.tui.present import (
     diff_events,
     is_stale,
     queue_location,
-    requests_that_fit,
     sorted_findings,
 )
 from llmtop.tui.scripted import story
@@ -58,8 +58,8 @@ def test_queue_location_names_where_requests_wait() -> None:
 
 def test_unknown_stays_unknown() -> None:
     assert fmt.dur(None) == fmt.num(None) == fmt.pct(None) == fmt.per_s(None) == "n/a"
-    assert requests_that_fit(E) is None
-    fits = requests_that_fit(
+    assert kv_fit(E) is None
+    fits = kv_fit(
         replace(E, kv_capacity_tokens=38_800, mean_prompt_tokens=4000, mean_generation_tokens=256)
     )
     assert fits == 9  # the number kv-exhausted's action suggests, not a second opinion

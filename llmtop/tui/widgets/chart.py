@@ -33,7 +33,7 @@ class TimeChart(PlotextPlot):
             return ""
         # Textual re-renders on every layout pass (other panels growing or shrinking); building
         # a plotext figure costs ~30 ms, so the figure is rebuilt only for new data or a resize.
-        key = (id(self.data), self._draws, self.size, self.app.theme)
+        key = (self._draws, self.size, self.app.theme)
         if key != self._cache:
             self._cached = super().render()
             self._cache = key

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from llmtop.core.rulebase import kv_fit
 from llmtop.tui import fmt
-from llmtop.tui.present import View, requests_that_fit
+from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
 
@@ -21,7 +22,7 @@ class KvPanel(Panel):
         usage = e.kv_cache_usage_frac
         width = max(self.size.width - 8, 8)
         pre = e.preemptions_per_s
-        fits = requests_that_fit(e)
+        fits = kv_fit(e)  # the same arithmetic as the kv-exhausted finding
         return Text("\n").join(
             [
                 line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4))),
