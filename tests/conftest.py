@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from llmtop.serving import ServerThread
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# No per-example deadline: the CI box has 2 shared cores, and a slow example is not a bug.
+# HYPOTHESIS_PROFILE=deep runs many more examples, for hunting edge cases by hand.
+settings.register_profile("default", deadline=None)
+settings.register_profile("deep", deadline=None, max_examples=5000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture

@@ -127,7 +127,9 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     in_bucket = counts[i] - below
     if in_bucket <= 0:
         return upper
-    return lower + (upper - lower) * (rank - below) / in_bucket
+    # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
+    fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
+    return lower + (upper - lower) * fraction
 
 
 def quantile_lands_in_first_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> bool:
