@@ -211,7 +211,7 @@ async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
 ) -> None:
     # /health hangs too: the gateway's health probe must not hold up the queue's clock
     up = fault_upstream(hang, answer_health=False)
-    gw = gateway(up.url, max_concurrency=1, queue_timeout_s=0.3, upstream_read_timeout_s=2.0)
+    gw = gateway(up.url, max_concurrency=1, queue_timeout_s=0.3, upstream_read_timeout_s=5.0)
     base = baseline(gw.probe, (up.port,))
     async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
         stuck = asyncio.ensure_future(c.post("/v1/completions", json=BODY))
@@ -225,8 +225,8 @@ async def test_queue_timeouts_fire_while_the_whole_upstream_hangs(
             waits.append(float(err["message"].split("waited ")[1].split("s")[0]))
         assert (await stuck).status_code == 504
     FIGURES["requests"] += 4
-    # 0.3 s plus a tick, not the probe's 2 s: a generous bound, far from both
-    assert max(waits) < 1.2, waits
+    # 0.3 s plus a tick, not the upstream's 5 s: a bound far from both, for a noisy 2-core box
+    assert max(waits) < 2.5, waits
     s = await assert_recovered(gw.probe, base, gw.port, (up.port,))
     assert s["outcomes"]["timed_out"] == 3
 
