@@ -1,6 +1,6 @@
 """The gateway's Starlette app: /admin, /metrics, /healthz, and the proxy for every other path.
 
-The upstream httpx.AsyncClient and a 50 ms housekeeping task (queue timeouts, a light upstream
+The upstream aiohttp session and a 50 ms housekeeping task (queue timeouts, a light upstream
 health probe) are owned by the lifespan, so they open and close with the server.
 """
 
@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.cookiejar
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,7 +23,7 @@ from llmtop.errors import ConfigError
 from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
 from llmtop.gateway.metrics import metrics_endpoint
-from llmtop.gateway.proxy import Proxy
+from llmtop.gateway.proxy import Proxy, describe_error
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
 from llmtop.settings import GatewaySettings, read_token
 
@@ -34,38 +33,44 @@ HEALTH_INTERVAL_S = 5.0
 """How often the upstream's /health is probed (proxied answers update health in between)."""
 
 
-def make_client(settings: GatewaySettings) -> tuple[httpx.AsyncClient, httpx.AsyncHTTPTransport]:
-    """The upstream client and its transport: no connection cap (admission is the cap), no env
-    proxies, no default headers (a client's own Accept-Encoding passes through unchanged) and a
-    cookie jar that keeps nothing (one user's Set-Cookie must never reach another's request).
+def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
+    """The upstream client: no connection cap (admission is the cap), no env proxies, no
+    default headers (a client's own Accept-Encoding and User-Agent pass through unchanged, and
+    none is added), bodies passed through undecoded, and a cookie jar that keeps nothing (one
+    user's Set-Cookie must never reach another's request).
 
-    Idle connections are dropped after 2 s, before the upstream's own keep-alive timeout (5 s in
-    uvicorn, so in vLLM) can close one under a request; a failed connect is retried once.
+    aiohttp rather than httpx here: its C HTTP parser costs about a quarter of httpx's CPU per
+    proxied stream, which is most of what the gateway adds (BENCHMARKS.md). Idle connections
+    are dropped after 2 s, before the upstream's own keep-alive timeout (5 s in uvicorn, so in
+    vLLM) can close one under a request.
     """
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=2.0)
-    transport = httpx.AsyncHTTPTransport(limits=limits, retries=1)
-    client = httpx.AsyncClient(
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=2.0)
+    return aiohttp.ClientSession(
+        connector=connector,
         timeout=upstream_timeout(settings),
-        transport=transport,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         trust_env=False,
-        follow_redirects=False,
     )
-    client.headers.clear()
-    client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    return client, transport
 
 
 async def _probe(state: GatewayState) -> None:
     """One /health probe, on its own task: a hung upstream must not stall queue timeouts."""
-    assert state.client is not None
+    assert state.session is not None
     try:
-        r = await state.client.get(state.base_url + "/health", timeout=2.0)
-        if r.status_code < 500:
+        async with state.session.get(
+            state.base_url + "/health",
+            timeout=aiohttp.ClientTimeout(total=2.0),
+            allow_redirects=False,
+        ) as r:
+            status = r.status
+        if status < 500:
             state.upstream.ok()
         else:
-            state.upstream.failed(f"/health returned {r.status_code}")
-    except httpx.HTTPError as e:
-        state.upstream.failed(f"upstream unreachable: {type(e).__name__}")
+            state.upstream.failed(f"/health returned {status}")
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        state.upstream.failed(f"upstream unreachable: {describe_error(e)}")
 
 
 async def _housekeeping(state: GatewayState) -> None:
@@ -77,7 +82,7 @@ async def _housekeeping(state: GatewayState) -> None:
         while True:
             ctl.expire()
             now = time.monotonic()
-            if now >= next_probe and state.client is not None and (probe is None or probe.done()):
+            if now >= next_probe and state.session is not None and (probe is None or probe.done()):
                 next_probe = now + HEALTH_INTERVAL_S
                 probe = asyncio.ensure_future(_probe(state))
             await asyncio.sleep(TICK_S)
@@ -121,7 +126,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state.client, state.transport = make_client(settings)
+        state.session = make_session(settings)
         task = asyncio.ensure_future(_housekeeping(state))
         try:
             yield
@@ -129,7 +134,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            await state.client.aclose()
+            await state.session.close()
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "upstream": state.upstream.to_dict()})

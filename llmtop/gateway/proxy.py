@@ -3,9 +3,9 @@ through admission, and streams the answer back chunk by chunk.
 
 Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
 only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (`aiter_raw`). A watcher task waits for the client's http.disconnect while the
-request is queued or streaming, so a client that leaves frees its slot and closes the upstream
-request (vLLM then aborts it) at once.
+as they arrive (aiohttp's `iter_any`, content encoding left alone). A watcher task waits for
+the client's http.disconnect while the request is queued or streaming, so a client that
+leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import hashlib
 import json
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.types import Receive, Scope, Send
+from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
 from llmtop.gateway.prompt import prompt_tokens
@@ -100,6 +101,29 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def describe_error(e: BaseException) -> str:
+    """A short name for an upstream failure, the same whichever HTTP client raised it."""
+    if isinstance(e, aiohttp.ConnectionTimeoutError):
+        return "ConnectTimeout"
+    if isinstance(e, asyncio.TimeoutError):
+        return "ReadTimeout"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return "ConnectError"
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return "ServerDisconnected"
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return "IncompleteBody"
+    return type(e).__name__
+
+
 def _tenant(tenant: bytes | None, authorization: bytes | None) -> str:
     """The x-llmtop-tenant header, else a hash of the bearer key (never the key), else ''."""
     if tenant:
@@ -114,9 +138,9 @@ class Proxy:
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
-        self._urls: dict[tuple[bytes, bytes], httpx.URL] = {}
+        self._urls: dict[tuple[bytes, bytes], URL] = {}
 
-    def _url(self, path: bytes, query: bytes) -> httpx.URL:
+    def _url(self, path: bytes, query: bytes) -> URL:
         """The upstream URL of a path, parsed once: a few paths carry nearly all the traffic."""
         key = (path, query)
         url = self._urls.get(key)
@@ -124,7 +148,9 @@ class Proxy:
             text = self.state.base_url + path.decode("latin-1")
             if query:
                 text += "?" + query.decode("latin-1")
-            url = httpx.URL(text)
+            url = URL(text, encoded=True)  # forwarded as the client sent it
+            if url.host is None:
+                raise ValueError(f"no host in {text!r}")
             if len(self._urls) < 256:
                 self._urls[key] = url
         return url
@@ -164,7 +190,6 @@ class Proxy:
                 "invalid_request_error",
             )
             return
-        forward = [(n, v) for n, v in forward if n not in drop]
         try:
             body = await _read_body(receive, settings.max_body_bytes)
         except _TooLarge:
@@ -174,20 +199,30 @@ class Proxy:
             return
         try:
             url = self._url(scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
-        except httpx.InvalidURL as e:
+        except ValueError as e:
             await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
+        generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
+        prio = priority.decode("latin-1")
+        if generation and prio not in PRIORITIES:
+            await send_error(
+                send,
+                400,
+                f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
+                "invalid_request_error",
+            )
+            return
+        try:
+            # aiohttp writes header values as UTF-8: decoded so, they go out byte for byte
+            headers = [(n.decode("latin-1"), v.decode()) for n, v in forward if n not in drop]
+        except UnicodeDecodeError:
+            bad = next(n for n, v in forward if not _is_utf8(v)).decode("latin-1")
+            await send_error(
+                send, 400, f"header {bad!r} is not valid UTF-8", "invalid_request_error"
+            )
+            return
         ticket: Ticket | None = None
-        if scope["method"] == "POST" and scope["path"] in GENERATION_PATHS:
-            prio = priority.decode("latin-1")
-            if prio not in PRIORITIES:
-                await send_error(
-                    send,
-                    400,
-                    f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
-                    "invalid_request_error",
-                )
-                return
+        if generation:
             ctl = state.controller
             limits = ctl.limits
             try:
@@ -200,7 +235,7 @@ class Proxy:
                 await self._reject(send, r)
                 return
         work = asyncio.ensure_future(
-            self._admit_and_forward(scope["method"], url, forward, body, ticket, t0, send)
+            self._admit_and_forward(scope["method"], url, headers, body, ticket, t0, send)
         )
         watcher = asyncio.ensure_future(_until_disconnect(receive))
         try:
@@ -235,8 +270,8 @@ class Proxy:
     async def _admit_and_forward(
         self,
         method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
+        url: URL,
+        headers: list[tuple[str, str]],
         body: bytes,
         ticket: Ticket | None,
         t0: float,
@@ -264,8 +299,8 @@ class Proxy:
     async def _forward(
         self,
         method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
+        url: URL,
+        headers: list[tuple[str, str]],
         body: bytes,
         ticket: Ticket | None,
         t0: float,
@@ -274,30 +309,30 @@ class Proxy:
     ) -> str:
         """Send upstream and stream the answer; the outcome of an admitted request."""
         state = self.state
-        client, transport = state.client, state.transport
-        assert client is not None, "the upstream client is opened by the app's lifespan"
-        assert transport is not None
+        session = state.session
+        assert session is not None, "the upstream session is opened by the app's lifespan"
         clock = state.clock
-        # Straight to the client's transport, not client.send: a proxy wants none of the
-        # client's cookie jar, auth or redirect handling, and skipping them (and URL merging)
-        # saves a good share of the gateway's CPU per request. Timeouts travel with the request.
-        request = httpx.Request(
-            method, url, headers=headers, content=body, extensions={"timeout": state.timeouts}
-        )
         t_send = clock()
         try:
-            response = await transport.handle_async_request(request)
-        except httpx.TimeoutException:
-            state.upstream.failed("upstream timed out")
+            response = await session.request(
+                method,
+                url,
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+            )
+        except asyncio.TimeoutError as e:
+            state.upstream.failed(f"upstream timed out: {describe_error(e)}")
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error"
-        except httpx.HTTPError as e:
-            reason = f"upstream unreachable: {type(e).__name__}"
+        except aiohttp.ClientError as e:
+            reason = f"upstream unreachable: {describe_error(e)}"
             state.upstream.failed(reason)
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error"
+        whole = False  # the body read to its end: the connection may go back to the pool
         try:
-            status = response.status_code
+            status = response.status
             if status >= 500:
                 state.upstream.failed(f"upstream returned {status}")
                 if ticket is not None:
@@ -306,20 +341,20 @@ class Proxy:
                 state.upstream.ok()
             t_resp = clock()
             overhead_ms = ((t_resp - t0) - queue_s - (t_resp - t_send)) * 1000.0
-            out = [(n, v) for n, v in response.headers.raw if n.lower() not in _DROP_RESPONSE]
+            out = [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE]
             out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
             out.append((b"x-llmtop-overhead-ms", f"{overhead_ms:.3f}".encode()))
             await send({"type": "http.response.start", "status": status, "headers": out})
-            sse = response.headers.get("content-type", "").startswith("text/event-stream")
+            sse = response.content_type == "text/event-stream"
             first = ticket is not None and status == 200
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.content.iter_any():
                     if first:
                         state.controller.record_ttft(clock() - t0)
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as e:
-                reason = f"upstream failed mid-response: {type(e).__name__}"
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)
                 if not sse:  # a cut body must not look whole: end without its last chunk
                     return "upstream_error"
@@ -327,16 +362,22 @@ class Proxy:
                 tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
                 await send({"type": "http.response.body", "body": tail})
                 return "upstream_error"
+            whole = True
             await send({"type": "http.response.body", "body": b""})
             return "upstream_error" if status >= 500 else "completed"
         finally:
-            await response.aclose()
+            # close, not release, unless the body was read to its end: a request cut short
+            # (client gone, upstream fault) must drop the connection, so vLLM aborts it
+            if whole:
+                response.release()
+            else:
+                response.close()
 
-    async def _wrap_5xx(self, response: httpx.Response, send: Send) -> str:
+    async def _wrap_5xx(self, response: aiohttp.ClientResponse, send: Send) -> str:
         """A generation request the upstream failed: an OpenAI-shaped 502 naming its status."""
         snippet = b""
-        with contextlib.suppress(httpx.HTTPError):
-            async for chunk in response.aiter_raw():
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async for chunk in response.content.iter_any():
                 snippet += chunk
                 if len(snippet) > 2048:
                     break
@@ -344,8 +385,8 @@ class Proxy:
         await send_error(
             send,
             502,
-            f"upstream returned {response.status_code}: {text}",
+            f"upstream returned {response.status}: {text}",
             "upstream_error",
-            upstream_status=response.status_code,
+            upstream_status=response.status,
         )
         return "upstream_error"

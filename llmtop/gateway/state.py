@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.settings import GatewaySettings
@@ -33,13 +33,17 @@ class UpstreamHealth:
         return {"url": self.url, "healthy": self.healthy, "last_error": self.last_error}
 
 
-def upstream_timeout(settings: GatewaySettings) -> httpx.Timeout:
-    """Connect within upstream_connect_timeout_s; then any silence over the read timeout fails."""
-    return httpx.Timeout(
-        connect=settings.upstream_connect_timeout_s,
-        read=settings.upstream_read_timeout_s,
-        write=settings.upstream_read_timeout_s,
-        pool=None,
+def upstream_timeout(settings: GatewaySettings) -> aiohttp.ClientTimeout:
+    """Connect within upstream_connect_timeout_s; then any silence over the read timeout fails.
+
+    No total: a stream may run as long as tokens keep coming. The read clock starts once the
+    request body is written (aiohttp's rule), so only an upstream that stops reading a body
+    larger than the socket buffers could hold a slot past it, until the client leaves."""
+    return aiohttp.ClientTimeout(
+        total=None,
+        connect=None,
+        sock_connect=settings.upstream_connect_timeout_s,
+        sock_read=settings.upstream_read_timeout_s,
     )
 
 
@@ -62,16 +66,12 @@ class GatewayState:
     admin_token: str | None
     clock: Callable[[], float] = time.perf_counter
     upstream: UpstreamHealth = field(init=False)
-    client: httpx.AsyncClient | None = None
-    transport: httpx.AsyncBaseTransport | None = None
-    """The client's transport; the proxy sends through it directly (see proxy._forward)."""
+    session: aiohttp.ClientSession | None = None
+    """The upstream client, opened and closed by the app's lifespan."""
     base_url: str = field(init=False)
-    timeouts: dict[str, float | None] = field(init=False)
-    """httpx's per-request timeout extension."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
-        self.timeouts = upstream_timeout(self.settings).as_dict()
         self.upstream = UpstreamHealth(self.base_url)
 
     def stats(self) -> dict[str, Any]:

@@ -113,26 +113,21 @@ class LoopProbe:
     def stats(self) -> dict[str, Any]:
         return self.call(self.state.stats)  # type: ignore[no-any-return]
 
+    def _idle(self) -> list[Any]:
+        """The idle connections in aiohttp's keep-alive pool (its private `_conns`: the only
+        way to tell a pooled connection from a leaked one)."""
+        session = self.state.session
+        conns = getattr(getattr(session, "connector", None), "_conns", {})
+        return [protocol for idle in conns.values() for protocol, _ in idle]
+
     def pooled(self) -> int:
-        """Idle connections in the gateway's upstream keep-alive pool (httpx's private
-        transport: the only way to tell a pooled connection from a leaked one). A connection
-        still busy once every request has ended is a leak, so it does not count here."""
-
-        def count() -> int:
-            client = self.state.client
-            pool = getattr(getattr(client, "_transport", None), "_pool", None)
-            return sum(1 for c in getattr(pool, "connections", ()) if c.is_idle())
-
-        return self.call(count)
+        """Idle connections in the gateway's upstream keep-alive pool. A connection still busy
+        once every request has ended is a leak, so it does not count here."""
+        return self.call(lambda: len(self._idle()))  # type: ignore[no-any-return]
 
     def pool_states(self) -> list[str]:
-        """repr of each pooled connection (state, idle or active), for failure messages."""
-
-        def states() -> list[str]:
-            pool = getattr(getattr(self.state.client, "_transport", None), "_pool", None)
-            return [repr(c) for c in getattr(pool, "connections", ())]
-
-        return self.call(states)
+        """repr of each idle pooled connection, for failure messages."""
+        return self.call(lambda: [repr(p) for p in self._idle()])  # type: ignore[no-any-return]
 
 
 @dataclass

@@ -159,7 +159,8 @@ ODD_HEADERS: dict[str, tuple[bytes, set[int]]] = {
     "header_block_1mb": (b"".join(b"x-h%d: %s\r\n" % (i, b"b" * 8000) for i in range(128)), {431}),
     "header_block_48kb": (b"".join(b"x-h%d: %s\r\n" % (i, b"b" * 8000) for i in range(6)), {200}),
     "many_headers": (b"".join(b"x-h%d: v\r\n" % i for i in range(2000)), {200, 400, 431}),
-    "non_ascii_value": (b"x-note: caf\xe9\r\n", {200}),
+    "utf8_value": (b"x-note: caf\xc3\xa9\r\n", {200}),  # passed through byte for byte
+    "latin1_value": (b"x-note: caf\xe9\r\n", {400}),  # not UTF-8: named, not mangled
     "bad_header_name": (b"x b: v\r\n", {400}),
     "control_char_value": (b"x-c: a\x01b\r\n", {400}),
     "tenant_huge": (b"x-llmtop-tenant: " + b"t" * 8000 + b"\r\n", {200}),
