@@ -39,8 +39,8 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
     none is added), bodies passed through undecoded, and a cookie jar that keeps nothing (one
     user's Set-Cookie must never reach another's request).
 
-    aiohttp rather than httpx here: its C HTTP parser costs about a quarter of httpx's CPU per
-    proxied stream, which is most of what the gateway adds (BENCHMARKS.md). Idle connections
+    aiohttp rather than httpx here: with its C HTTP parser the gateway spends 0.46x the CPU per
+    proxied stream and adds about half the latency (BENCHMARKS.md, section 2). Idle connections
     are dropped after 2 s, before the upstream's own keep-alive timeout (5 s in uvicorn, so in
     vLLM) can close one under a request.
     """
