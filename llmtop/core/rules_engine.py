@@ -41,6 +41,18 @@ def stats_disabled(ctx: Context) -> Verdict | None:
     )
 
 
+def _itl_tail_from_prefill(e: EngineStats, itl_slo_s: float) -> bool:
+    """Whether the running sequences alone fit the ITL SLO at the measured decode rate.
+
+    N sequences sharing D decode tok/s see a mean ITL of N / D. When that is within the SLO but
+    the p95 is not, the slow steps are the ones a prefill chunk shares (or a recompute): fewer
+    sequences would not help, so "cap concurrency" would be the wrong advice.
+    """
+    if not e.running or not e.decode_tok_per_s:
+        return False
+    return e.running / e.decode_tok_per_s <= itl_slo_s
+
+
 def degraded_200(ctx: Context) -> Verdict | None:
     s = ctx.settings
     for e in up_engines(ctx):
@@ -76,10 +88,18 @@ def degraded_200(ctx: Context) -> Verdict | None:
             bottleneck = "queue"
             n = max(1, int(e.running)) if e.running else None
             action = cap_action(n, "requests queue inside vLLM")
-        elif itl_over and not ttft_over:
+        elif itl_over and not ttft_over and not _itl_tail_from_prefill(e, s.itl_slo_s):
             bottleneck = "decode"
             n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
             action = cap_action(n, "too many sequences share each decode step")
+        elif itl_over and not ttft_over:
+            bottleneck = "prefill"
+            action = (
+                "decode steps wait behind prefill chunks (the mean ITL is within the SLO, the "
+                "tail is not): cap in-flight prompt tokens at the gateway "
+                "(max_inflight_prompt_tokens), or restart vLLM with a lower "
+                "--max-num-batched-tokens (smaller prefill chunks: better ITL, slower TTFT)"
+            )
         else:
             bottleneck = "prefill"
             action = (

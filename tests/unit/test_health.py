@@ -135,11 +135,24 @@ def test_degraded_200_not_when_erroring() -> None:
 
 
 def test_itl_over_slo_points_at_decode() -> None:
-    polls = run([healthy(itl_p95_s=0.25, decode_tok_per_s=1040)] * 5)
+    # 128 sequences share 1,040 tok/s: a mean ITL of 123 ms, over the 100 ms SLO by itself
+    polls = run([healthy(running=128, itl_p95_s=0.25, decode_tok_per_s=1040)] * 5)
     f = next(f for f in polls[-1] if f.id == "degraded-200")
     assert f.bottleneck == "decode"
     assert f.severity == "warning"
     assert "cap concurrency at ~104" in f.action  # 1,040 tok/s x 0.1 s
+
+
+def test_itl_tail_with_few_sequences_points_at_prefill_not_a_cap() -> None:
+    # 8 sequences share 198 tok/s (a mean ITL of 40 ms) but the p95 is 154 ms: seen in the demo
+    # after `:cap 8` with 4,000-token prompts. A cap of ~19 (198 x 0.1) would be a raise
+    # offered as "press -"; the slow steps are the ones a prefill chunk shares.
+    polls = run([healthy(running=8, itl_p95_s=0.154, decode_tok_per_s=198)] * 5)
+    f = next(f for f in polls[-1] if f.id == "degraded-200")
+    assert f.bottleneck == "prefill"
+    assert "cap concurrency" not in f.action
+    assert "max_inflight_prompt_tokens" in f.action
+    assert "--max-num-batched-tokens" in f.action
 
 
 def test_batching_cliff() -> None:
