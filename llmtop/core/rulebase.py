@@ -78,7 +78,21 @@ def kv_fit(e: EngineStats) -> int | None:
     return max(1, math.floor(e.kv_capacity_tokens / per_req))
 
 
-def cap_action(n: int | None, why: str) -> str:
+def gateway_cap(ctx: Context) -> int | None:
+    """The gateway's max_concurrency now, when a gateway is watched and answering."""
+    gw = ctx.gateway
+    return gw.max_concurrency if gw is not None and gw.up else None
+
+
+def cap_action(n: int | None, why: str, current: int | None = None) -> str:
+    """Advice to cap concurrency at ~n, unless the gateway's cap (`current`) is already there:
+    "press -" from a cap at or below n would be advice to do what is done."""
+    if n is not None and current is not None and current <= n:
+        return (
+            f"{why}, but the gateway cap ({current}) is already at or below ~{n}: this clears "
+            "once the window has passed the time before the cap; if it stays, traffic reaches "
+            f"vLLM around the gateway: restart vLLM with --max-num-seqs {n}"
+        )
     if n is None:
         return (
             f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "

@@ -11,6 +11,7 @@ from llmtop.core.rulebase import (
     Context,
     Verdict,
     cap_action,
+    gateway_cap,
     kv_fit,
     kv_peak,
     kv_pressed,
@@ -81,17 +82,18 @@ def degraded_200(ctx: Context) -> Verdict | None:
         )
         if kv_pressed(ctx, e):
             bottleneck = "kv"
-            action = cap_action(kv_fit(e), "KV cache is full")
+            action = cap_action(kv_fit(e), "KV cache is full", gateway_cap(ctx))
         elif ttft_over and (
             (queue_share is not None and queue_share >= 0.5) or (e.waiting or 0) > 0
         ):
             bottleneck = "queue"
             n = max(1, int(e.running)) if e.running else None
-            action = cap_action(n, "requests queue inside vLLM")
+            action = cap_action(n, "requests queue inside vLLM", gateway_cap(ctx))
         elif itl_over and not ttft_over and not _itl_tail_from_prefill(e, s.itl_slo_s):
             bottleneck = "decode"
             n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
-            action = cap_action(n, "too many sequences share each decode step")
+            why = "too many sequences share each decode step"
+            action = cap_action(n, why, gateway_cap(ctx))
         elif itl_over and not ttft_over:
             bottleneck = "prefill"
             action = (
@@ -134,7 +136,8 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )
-        return Verdict(summary, cap_action(n, "more sequences than the KV cache holds"))
+        why = "more sequences than the KV cache holds"
+        return Verdict(summary, cap_action(n, why, gateway_cap(ctx)))
     return None
 
 
@@ -179,7 +182,10 @@ def batching_cliff(ctx: Context) -> Verdict | None:
         )
         n = max(1, int(e.running)) if e.running else None
         return Verdict(
-            summary, cap_action(n, "the engine is at its batch limit; queue in the gateway")
+            summary,
+            cap_action(
+                n, "the engine is at its batch limit; queue in the gateway", gateway_cap(ctx)
+            ),
         )
     return None
 
@@ -211,6 +217,8 @@ def decode_bound(ctx: Context) -> Verdict | None:
         if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
         n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
+        if n >= e.running:
+            continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
         summary = (
             f"{where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "
             f"with {fmt.count(e.running)} running, down from "
@@ -221,7 +229,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
             f"to keep ITL under {fmt.seconds(s.itl_slo_s)} at "
             f"{fmt.tok_per_s(e.decode_tok_per_s)} aggregate"
         )
-        return Verdict(summary, cap_action(n, why))
+        return Verdict(summary, cap_action(n, why, gateway_cap(ctx)))
     return None
 
 

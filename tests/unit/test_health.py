@@ -173,13 +173,39 @@ def test_waiting_growing_with_throughput_growing_is_no_cliff() -> None:
 
 
 def test_decode_bound() -> None:
+    # 128 share 1,041 tok/s: 8.1 tok/s each, a mean ITL of 123 ms, over the SLO by itself
+    series = [healthy(running=1, decode_tok_per_s=34, decode_tok_per_s_per_seq=34)] * 5
+    series += [
+        healthy(running=128, decode_tok_per_s=1041, decode_tok_per_s_per_seq=8.1, itl_p95_s=0.15)
+    ] * 5
+    f = next(f for f in run(series)[-1] if f.id == "decode-bound")
+    assert "8.1 tok/s with 128 running, down from 34.0 tok/s at 1" in f.summary
+    assert "cap concurrency at ~104" in f.action
+
+
+def test_decode_bound_not_when_the_mean_itl_fits() -> None:
+    # the reference 64 at 1,041 tok/s: 16.3 tok/s each (61 ms mean ITL) with a 150 ms p95 tail;
+    # a cap of ~104 would not touch 64 running, so it is not offered
     series = [healthy(running=1, decode_tok_per_s=34, decode_tok_per_s_per_seq=34)] * 5
     series += [
         healthy(running=64, decode_tok_per_s=1041, decode_tok_per_s_per_seq=16.3, itl_p95_s=0.15)
     ] * 5
-    f = next(f for f in run(series)[-1] if f.id == "decode-bound")
-    assert "16.3 tok/s with 64 running, down from 34.0 tok/s at 1" in f.summary
-    assert "cap concurrency at ~104" in f.action
+    last = run(series)[-1]
+    assert "decode-bound" not in ids(last)
+    f = next(f for f in last if f.id == "degraded-200")
+    assert f.bottleneck == "prefill"
+
+
+def test_cap_advice_knows_the_gateway_cap_is_already_set() -> None:
+    # right after `:cap 8`, the window still holds the preemptions from before it
+    gw = GatewayStats(url="http://gw", up=True, max_concurrency=8, in_flight=8, queued=20)
+    e = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)
+    f = next(f for f in run([(e, gw, ())] * 5)[-1] if f.id == "kv-exhausted")
+    assert "the gateway cap (8) is already at or below" in f.action
+    assert "press -" not in f.action
+    uncapped = replace(gw, max_concurrency=256)
+    f = next(f for f in run([(e, uncapped, ())] * 5)[-1] if f.id == "kv-exhausted")
+    assert "press -" in f.action
 
 
 def test_prefill_bound() -> None:
