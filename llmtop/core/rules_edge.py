@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmtop.core import format as fmt
-from llmtop.core.rulebase import Context, Verdict, up_engines
+from llmtop.core.rulebase import Context, Verdict, kv_fit, up_engines
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
 THROTTLE_POWER = frozenset({"sw_power_cap", "hw_power_brake"})
@@ -45,16 +45,29 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
         and not e.preemptions_per_s
         for e in engines
     )
+    # The KV arithmetic bounds the headroom: with the cap at what the cache holds at the mean
+    # request size, a step up is the preemptions coming back, whatever the gauge says now.
+    fits = [n for n in (kv_fit(e) for e in engines) if n is not None]
+    fit = sum(fits) if len(fits) == len(engines) and fits else None
+    if headroom and fit is not None and g.max_concurrency is not None:
+        headroom = g.max_concurrency < fit
     if headroom:
         e = engines[0]
+        toward = f" toward ~{fit}, what the KV cache holds at this request size," if fit else ""
         action = (
             f"the engine has headroom (KV {fmt.frac(e.kv_cache_usage_frac)}, 0 waiting): raise "
-            "max_concurrency a step (press +) and watch TTFT"
+            f"max_concurrency a step{toward} (press +) and watch TTFT"
         )
     else:
+        full = (
+            f"the cap ({g.max_concurrency}) is what the KV cache holds at this request size "
+            f"(~{fit})"
+            if fit is not None and g.max_concurrency is not None and g.max_concurrency >= fit
+            else "the engine is full"
+        )
         action = (
-            "the engine is full, so the 429s protect it: add capacity (replicas/GPUs) or "
-            "lower the offered load (rate limit); raising max_concurrency would only move the queue"
+            f"{full}, so the queue and 429s protect it: add capacity (replicas/GPUs) or lower "
+            "the offered load (rate limit); raising max_concurrency would only move the queue"
         )
     return Verdict(summary, action, severity="critical" if rejected > 0 else "warning")
 

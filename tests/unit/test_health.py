@@ -255,6 +255,19 @@ def test_gateway_saturated(gw: dict[str, object], severity: str) -> None:
     assert "raise max_concurrency a step" in f.action  # the engine has headroom
 
 
+def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> None:
+    # 38,800 tokens / (1,000 + 300) per request: 29 fit. Below that a step up is advised, with
+    # the bound named; at it, the engine is full by the arithmetic even with the gauge at 45%
+    e = healthy(running=8)
+    below = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=8), ())] * 5)[-1]
+    f = next(f for f in below if f.id == "gateway-saturated")
+    assert "raise max_concurrency a step toward ~29" in f.action
+    at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=29), ())] * 5)[-1]
+    f = next(f for f in at if f.id == "gateway-saturated")
+    assert "the cap (29) is what the KV cache holds at this request size (~29)" in f.action
+    assert "add capacity" in f.action
+
+
 def test_gateway_saturated_with_full_engine_says_add_capacity() -> None:
     e = healthy(waiting=30, kv_cache_usage_frac=0.99, preemptions_per_s=1.0)
     polls = run([(e, gateway(queued=127), ())] * 5)
