@@ -53,10 +53,10 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
         headroom = g.max_concurrency < fit
     if headroom:
         e = engines[0]
-        toward = f" toward ~{fit}, what the KV cache holds at this request size," if fit else ""
+        bound = f" (up to ~{fit}: what the KV cache holds at this request size)" if fit else ""
         action = (
             f"the engine has headroom (KV {fmt.frac(e.kv_cache_usage_frac)}, 0 waiting): raise "
-            f"max_concurrency a step{toward} (press +) and watch TTFT"
+            f"max_concurrency a step with + and watch TTFT{bound}"
         )
     else:
         full = (

@@ -261,7 +261,7 @@ def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> N
     e = healthy(running=8)
     below = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=8), ())] * 5)[-1]
     f = next(f for f in below if f.id == "gateway-saturated")
-    assert "raise max_concurrency a step toward ~29" in f.action
+    assert "raise max_concurrency a step with + and watch TTFT (up to ~29:" in f.action
     at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=29), ())] * 5)[-1]
     f = next(f for f in at if f.id == "gateway-saturated")
     assert "the cap (29) is what the KV cache holds at this request size (~29)" in f.action
