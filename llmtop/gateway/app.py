@@ -52,6 +52,10 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         auto_decompress=False,
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         trust_env=False,
+        # a response header as long as the longest request header block we take (64 KiB by
+        # default), not aiohttp's 8 KiB: a long Set-Cookie must not turn into a 502
+        max_line_size=settings.max_header_bytes,
+        max_field_size=settings.max_header_bytes,
     )
 
 

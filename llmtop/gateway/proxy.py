@@ -40,7 +40,9 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length"}
+# expect: uvicorn answers the client's 100-continue, and the body is read whole before it is
+# forwarded; passed on, it would make the upstream client wait for a 100 of the upstream's own
+_DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 # uvicorn adds its own date and server; the body goes out chunked, so no content-length
 _DROP_RESPONSE = _HOP_BY_HOP | {b"content-length", b"date", b"server"}
 _JSON = (b"content-type", b"application/json")
@@ -121,6 +123,8 @@ def describe_error(e: BaseException) -> str:
         return "ServerDisconnected"
     if isinstance(e, aiohttp.ClientPayloadError):
         return "IncompleteBody"
+    if isinstance(e, aiohttp.ClientResponseError):
+        return "BadResponse"  # not HTTP, or over the header limits
     return type(e).__name__
 
 

@@ -224,3 +224,41 @@ async def test_limits_at_the_edges_then_traffic_never_500(
             assert (await c.patch("/admin/limits", json=defaults)).status_code == 200
             FIGURES["inputs"] += 1
             FIGURES["requests"] += 4
+
+
+async def test_expect_100_continue_is_answered_here_and_not_forwarded(
+    echo: tuple[Gateway, FaultUpstream],
+) -> None:
+    # curl sends it with larger bodies; the gateway reads the whole body before it forwards, so
+    # the upstream must not be asked for a 100 of its own (aiohttp would wait for one)
+    gw, up = echo
+    body = b'{"prompt": "hi"}'
+    head = post_head(extra=b"expect: 100-continue\r\n", length=len(body))
+    response = await exchange(gw.port, head, body)
+    FIGURES["inputs"] += 1
+    final = response.split(b"HTTP/1.1 100 Continue\r\n\r\n")[-1]
+    assert status_of(final) == 200, response[:300]
+    seen, _ = up.seen[-1]
+    assert b"expect" not in seen.lower(), seen
+
+
+async def test_a_large_but_legal_upstream_header_passes_through(
+    gateway: Callable[..., Gateway], fault_upstream: Callable[..., FaultUpstream]
+) -> None:
+    # 16 KiB in one response header (a long Set-Cookie, a trace header): under the 64 KiB the
+    # gateway takes from clients, so it must not become a 502 on the way back
+    value = b"v" * 16_384
+
+    async def big_header(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: %s\r\n"
+            b"content-length: 2\r\nconnection: close\r\n\r\n{}" % value
+        )
+        await writer.drain()
+
+    gw = gateway(fault_upstream(big_header).url)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        r = await c.post("/v1/completions", json={"prompt": "hi"})
+    FIGURES["inputs"] += 1
+    assert r.status_code == 200, r.text
+    assert r.headers["x-big"] == value.decode()
