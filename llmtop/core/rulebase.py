@@ -78,21 +78,28 @@ def kv_fit(e: EngineStats) -> int | None:
     return max(1, math.floor(e.kv_capacity_tokens / per_req))
 
 
-def gateway_cap(ctx: Context) -> int | None:
-    """The gateway's max_concurrency now, when a gateway is watched and answering."""
-    gw = ctx.gateway
-    return gw.max_concurrency if gw is not None and gw.up else None
+def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
+    """Advice to cap concurrency at ~n, read against the watched gateway (in `ctx`).
 
-
-def cap_action(n: int | None, why: str, current: int | None = None) -> str:
-    """Advice to cap concurrency at ~n, unless the gateway's cap (`current`) is already there:
-    "press -" from a cap at or below n would be advice to do what is done."""
-    if n is not None and current is not None and current <= n:
-        return (
-            f"{why}, but the gateway cap ({current}) is already at or below ~{n}: this clears "
-            "once the window has passed the time before the cap; if it stays, traffic reaches "
-            f"vLLM around the gateway: restart vLLM with --max-num-seqs {n}"
-        )
+    Two cases where "press -" would be wrong: vLLM runs more than the gateway has in flight
+    (traffic reaches it around the gateway, so no gateway cap can help), and the gateway's cap
+    is already at or below n (seconds after `:cap`, the window still holds what came before).
+    """
+    gw = ctx.gateway if ctx is not None else None
+    if ctx is not None and gw is not None and gw.up and n is not None:
+        running = sum(e.running or 0.0 for e in ctx.engines if e.up)
+        # +1: the two are scraped a moment apart, and an admission can fall in between
+        if gw.in_flight is not None and running > gw.in_flight + 1:
+            return (
+                f"{why}: vLLM runs {running:.0f} but the gateway has {gw.in_flight} in flight, "
+                "so traffic reaches vLLM around it: point clients at the gateway "
+                f"(cap ~{n}), or restart vLLM with --max-num-seqs {n}"
+            )
+        if gw.max_concurrency is not None and gw.max_concurrency <= n:
+            return (
+                f"{why}, but the gateway cap ({gw.max_concurrency}) is already at or below ~{n}: "
+                "this clears once the window has passed the time before the cap"
+            )
     if n is None:
         return (
             f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "

@@ -11,7 +11,6 @@ from llmtop.core.rulebase import (
     Context,
     Verdict,
     cap_action,
-    gateway_cap,
     kv_fit,
     kv_peak,
     kv_pressed,
@@ -82,18 +81,18 @@ def degraded_200(ctx: Context) -> Verdict | None:
         )
         if kv_pressed(ctx, e):
             bottleneck = "kv"
-            action = cap_action(kv_fit(e), "KV cache is full", gateway_cap(ctx))
+            action = cap_action(kv_fit(e), "KV cache is full", ctx)
         elif ttft_over and (
             (queue_share is not None and queue_share >= 0.5) or (e.waiting or 0) > 0
         ):
             bottleneck = "queue"
             n = max(1, int(e.running)) if e.running else None
-            action = cap_action(n, "requests queue inside vLLM", gateway_cap(ctx))
+            action = cap_action(n, "requests queue inside vLLM", ctx)
         elif itl_over and not ttft_over and not _itl_tail_from_prefill(e, s.itl_slo_s):
             bottleneck = "decode"
             n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
             why = "too many sequences share each decode step"
-            action = cap_action(n, why, gateway_cap(ctx))
+            action = cap_action(n, why, ctx)
         elif itl_over and not ttft_over:
             bottleneck = "prefill"
             action = (
@@ -137,7 +136,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )
         why = "more sequences than the KV cache holds"
-        return Verdict(summary, cap_action(n, why, gateway_cap(ctx)))
+        return Verdict(summary, cap_action(n, why, ctx))
     return None
 
 
@@ -183,9 +182,7 @@ def batching_cliff(ctx: Context) -> Verdict | None:
         n = max(1, int(e.running)) if e.running else None
         return Verdict(
             summary,
-            cap_action(
-                n, "the engine is at its batch limit; queue in the gateway", gateway_cap(ctx)
-            ),
+            cap_action(n, "the engine is at its batch limit; queue in the gateway", ctx),
         )
     return None
 
@@ -229,7 +226,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
             f"to keep ITL under {fmt.seconds(s.itl_slo_s)} at "
             f"{fmt.tok_per_s(e.decode_tok_per_s)} aggregate"
         )
-        return Verdict(summary, cap_action(n, why, gateway_cap(ctx)))
+        return Verdict(summary, cap_action(n, why, ctx))
     return None
 
 

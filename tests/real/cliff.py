@@ -42,7 +42,8 @@ from tests.real.vllm_client import (
 
 WATCHED = ("kv-exhausted", "degraded-200")
 TTFT = "vllm:time_to_first_token_seconds"
-_CAP = re.compile(r"cap concurrency at ~(\d+)")
+# "cap concurrency at ~N", or "(cap ~N)" when clients call vLLM around a watched gateway
+_CAP = re.compile(r"~(\d+)")
 
 
 @dataclass

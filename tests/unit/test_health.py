@@ -196,6 +196,17 @@ def test_decode_bound_not_when_the_mean_itl_fits() -> None:
     assert f.bottleneck == "prefill"
 
 
+def test_cap_advice_says_when_traffic_goes_around_the_gateway() -> None:
+    # vLLM runs 8 while the gateway, capped at 3, has none in flight: clients call vLLM directly
+    # (what tests/real/test_cliff_real.py does in its direct phase), so no cap there can help
+    gw = GatewayStats(url="http://gw", up=True, max_concurrency=3, in_flight=0, queued=0)
+    e = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)
+    f = next(f for f in run([(e, gw, ())] * 5)[-1] if f.id == "kv-exhausted")
+    assert "vLLM runs 8 but the gateway has 0 in flight" in f.action
+    assert "point clients at the gateway (cap ~29)" in f.action
+    assert "press -" not in f.action
+
+
 def test_cap_advice_knows_the_gateway_cap_is_already_set() -> None:
     # right after `:cap 8`, the window still holds the preemptions from before it
     gw = GatewayStats(url="http://gw", up=True, max_concurrency=8, in_flight=8, queued=20)
