@@ -1,6 +1,6 @@
 """Streaming load against an OpenAI-compatible endpoint: the IO half of `llmtop load` and the demo.
 
-A `Runner` owns one httpx client and the run's bounds (a request budget and a stop event that the
+A `Runner` owns one aiohttp session and the run's bounds (a request budget and a stop event that the
 duration, Ctrl-C or the demo sets). Drivers feed it: `ClosedLoop` keeps N requests in flight and
 N can change while it runs (the demo's scenarios); `OpenLoop` offers requests at a gamma-distributed
 rate. Each request is streamed and timed on the client; the arithmetic lives in core/loadstats.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from llmtop.core.loadstats import Outcome, RequestResult, interarrivals
 from llmtop.errors import TargetError
@@ -132,11 +132,23 @@ class Runner:
         self._on_result = on_result
         self._clock = clock
         self.started = clock()
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
+        self._max_connections = max_connections
+        # any silence over request_timeout_s fails a request; the run's own bounds cut the rest
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=None, sock_connect=5.0, sock_read=request_timeout_s
         )
-        timeout = httpx.Timeout(request_timeout_s, connect=5.0)
-        self._client = httpx.AsyncClient(base_url=self.url, limits=limits, timeout=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The session, opened on first use (it belongs to the event loop that first uses it).
+
+        aiohttp rather than httpx: its C parser costs the generator about half the CPU per
+        streamed token, and a load generator that saturates its own core measures itself.
+        """
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
 
     async def __aenter__(self) -> Runner:
         return self
@@ -146,7 +158,8 @@ class Runner:
 
     async def aclose(self) -> None:
         self.stop()
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     def stop(self) -> None:
         """Stop offering requests and cut the ones in flight."""
@@ -163,14 +176,17 @@ class Runner:
     async def resolve_model(self) -> str:
         """The model to ask for: the one given, else the first of /v1/models; checks the URL."""
         try:
-            resp = await self._client.get("/v1/models", timeout=10.0)
-        except httpx.HTTPError as e:
+            async with self._http().get(
+                self.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=10.0)
+            ) as resp:
+                status, payload = resp.status, await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             raise TargetError(f"cannot reach {self.url}: {_describe(e)}") from None
-        if resp.status_code != 200:
-            raise TargetError(f"{self.url}/v1/models answered HTTP {resp.status_code}")
+        if status != 200:
+            raise TargetError(f"{self.url}/v1/models answered HTTP {status}")
         if self.model is None:
             try:
-                self.model = str(resp.json()["data"][0]["id"])
+                self.model = str(json.loads(payload)["data"][0]["id"])
             except (ValueError, KeyError, IndexError, TypeError):
                 raise TargetError(f"{self.url}/v1/models lists no model") from None
         return self.model
@@ -255,31 +271,25 @@ class Runner:
                 if r.retry_after_s is not None and self._clock() - before >= wait_s:
                     prog.retry_after_honoured += 1
                 attempt += 1
-            except httpx.HTTPError as e:
-                kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connect"
-                if isinstance(e, httpx.RemoteProtocolError | httpx.ReadError):
-                    kind = "protocol"
-                return "error", f"{kind}: {_describe(e)}"
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                return "error", f"{_kind(e)}: {_describe(e)}"
 
     async def _stream(
         self, path: str, body: dict[str, Any], headers: dict[str, str], prog: _Progress, chat: bool
     ) -> tuple[Outcome, str | None]:
-        async with self._client.stream("POST", path, json=body, headers=headers) as resp:
-            prog.status = resp.status_code
-            if resp.status_code == 429:
-                raw = await resp.aread()
+        async with self._http().post(self.url + path, json=body, headers=headers) as resp:
+            prog.status = resp.status
+            if resp.status == 429:
+                raw = await resp.read()
                 raise _Rejected(_retry_after(resp.headers.get("retry-after")), _reject_reason(raw))
-            if resp.status_code != 200:
-                raw = await resp.aread()
-                return (
-                    "http_error",
-                    f"http {resp.status_code}: {raw[:200].decode(errors='replace')}",
-                )
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
+            if resp.status != 200:
+                raw = await resp.read()
+                return ("http_error", f"http {resp.status}: {raw[:200].decode(errors='replace')}")
+            async for line in resp.content:  # lines, the parse in C; json.loads takes bytes
+                if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     return "ok", None
                 failed = self._chunk(data, prog, chat)
                 if failed:
@@ -287,7 +297,7 @@ class Runner:
         # A stream that ends without [DONE] still delivered what it delivered.
         return ("ok", None) if prog.chunks else ("error", "stream: ended with no tokens")
 
-    def _chunk(self, data: str, prog: _Progress, chat: bool) -> str | None:
+    def _chunk(self, data: bytes, prog: _Progress, chat: bool) -> str | None:
         """Account one SSE data payload; returns an error text when the server reported one."""
         now = self._clock()
         try:
@@ -335,6 +345,19 @@ class Runner:
             retry_after_honoured=prog.retry_after_honoured,
             reject_reason=prog.reject_reason,
         )
+
+
+def _kind(e: BaseException) -> str:
+    """timeout, connect or protocol: how a request failed, for the error counts."""
+    if isinstance(e, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(e, aiohttp.ClientPayloadError | aiohttp.ClientOSError | ValueError):
+        return "protocol"  # cut mid-body, reset, or a line over the reader's limit
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return "protocol"
+    return "connect"
 
 
 def _describe(e: BaseException) -> str:
