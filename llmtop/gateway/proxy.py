@@ -220,9 +220,10 @@ class Proxy:
             # aiohttp writes header values as UTF-8: decoded so, they go out byte for byte
             headers = [(n.decode("latin-1"), v.decode()) for n, v in forward if n not in drop]
         except UnicodeDecodeError:
-            bad = next(n for n, v in forward if not _is_utf8(v)).decode("latin-1")
+            bad = next(n for n, v in forward if n not in drop and not _is_utf8(v))
+            bad_name = bad.decode("latin-1")
             await send_error(
-                send, 400, f"header {bad!r} is not valid UTF-8", "invalid_request_error"
+                send, 400, f"header {bad_name!r} is not valid UTF-8", "invalid_request_error"
             )
             return
         ticket: Ticket | None = None

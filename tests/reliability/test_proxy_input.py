@@ -190,6 +190,9 @@ async def test_odd_headers_have_a_defined_answer(echo: tuple[Gateway, FaultUpstr
         elif name.startswith("priority"):
             assert b"x-llmtop-priority must be one of high, normal, low" in response, name
             assert up.requests == before, name
+        elif name == "latin1_value":
+            assert b"header 'x-note' is not valid UTF-8" in response, response[:300]
+            assert up.requests == before, name
 
 
 EDGE_LIMITS: list[dict[str, Any]] = [
