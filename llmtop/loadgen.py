@@ -353,11 +353,13 @@ def _kind(e: BaseException) -> str:
         return "timeout"
     if isinstance(e, aiohttp.ClientConnectorError):
         return "connect"
-    if isinstance(e, aiohttp.ClientPayloadError | aiohttp.ClientOSError | ValueError):
-        return "protocol"  # cut mid-body, reset, or a line over the reader's limit
-    if isinstance(e, aiohttp.ServerDisconnectedError):
-        return "protocol"
-    return "connect"
+    protocol = (
+        aiohttp.ClientPayloadError,  # cut mid-body
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientOSError,  # reset
+        ValueError,  # a line over the reader's limit
+    )
+    return "protocol" if isinstance(e, protocol) else "connect"
 
 
 def _describe(e: BaseException) -> str:

@@ -88,12 +88,7 @@ def degraded_200(ctx: Context) -> Verdict | None:
             bottleneck = "queue"
             n = max(1, int(e.running)) if e.running else None
             action = cap_action(n, "requests queue inside vLLM", ctx)
-        elif itl_over and not ttft_over and not _itl_tail_from_prefill(e, s.itl_slo_s):
-            bottleneck = "decode"
-            n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
-            why = "too many sequences share each decode step"
-            action = cap_action(n, why, ctx)
-        elif itl_over and not ttft_over:
+        elif itl_over and not ttft_over and _itl_tail_from_prefill(e, s.itl_slo_s):
             bottleneck = "prefill"
             action = (
                 "decode steps wait behind prefill chunks (the mean ITL is within the SLO, the "
@@ -101,6 +96,11 @@ def degraded_200(ctx: Context) -> Verdict | None:
                 "(max_inflight_prompt_tokens), or restart vLLM with a lower "
                 "--max-num-batched-tokens (smaller prefill chunks: better ITL, slower TTFT)"
             )
+        elif itl_over and not ttft_over:
+            bottleneck = "decode"
+            n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
+            why = "too many sequences share each decode step"
+            action = cap_action(n, why, ctx)
         else:
             bottleneck = "prefill"
             action = (
@@ -213,9 +213,9 @@ def decode_bound(ctx: Context) -> Verdict | None:
         itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
         if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
-        n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
-        if n >= e.running:
+        if _itl_tail_from_prefill(e, s.itl_slo_s):
             continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
+        n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
         summary = (
             f"{where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "
             f"with {fmt.count(e.running)} running, down from "
