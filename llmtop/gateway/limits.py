@@ -21,6 +21,15 @@ class Limits:
     queue_timeout_s: float
     rate_limit_rpm: float | None = None
     max_inflight_prompt_tokens: int | None = None
+    max_inflight_kv_blocks: int | None = None
+    """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    ttft_slo_s: float | None = None
+    """TTFT budget of a request (queue + engine); the deadline queue rejects what cannot meet it."""
+    queue_policy: str = "fifo"
+    """fifo (timeout only), deadline (reject at arrival / leave when the budget is gone),
+    codel (Fail at Scale's controlled delay) or lifo (adaptive LIFO with codel)."""
+    mode: str = "manual"
+    """auto: the autopilot moves max_inflight_kv_blocks; manual: only people do."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +64,16 @@ def _check_float(field: str, value: object, nullable: bool) -> float | None:
     return float(value)  # type: ignore[arg-type]
 
 
+MODES: tuple[str, ...] = ("manual", "auto")
+QUEUE_POLICIES: tuple[str, ...] = ("fifo", "deadline", "codel", "lifo")
+
+
+def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise LimitError(field, f"{field} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def validate_limits(current: Limits, changes: Mapping[str, object]) -> Limits:
     """The limits after `changes`, or a LimitError naming the first bad or unknown field."""
     known = set(current.to_dict())
@@ -67,10 +86,14 @@ def validate_limits(current: Limits, changes: Mapping[str, object]) -> Limits:
             values[field] = _check_int(field, value, 1, nullable=False)
         elif field == "max_queue":
             values[field] = _check_int(field, value, 0, nullable=False)
-        elif field == "max_inflight_prompt_tokens":
+        elif field in ("max_inflight_prompt_tokens", "max_inflight_kv_blocks"):
             values[field] = _check_int(field, value, 1, nullable=True)
+        elif field == "mode":
+            values[field] = _check_choice(field, value, MODES)
+        elif field == "queue_policy":
+            values[field] = _check_choice(field, value, QUEUE_POLICIES)
         elif field == "queue_timeout_s":
             values[field] = _check_float(field, value, nullable=False)
-        else:  # rate_limit_rpm
+        else:  # rate_limit_rpm, ttft_slo_s
             values[field] = _check_float(field, value, nullable=True)
     return replace(current, **values)
