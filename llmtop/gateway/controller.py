@@ -107,7 +107,8 @@ class Autopilot:
             cut = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
         elif sig.ttft_p95_s is not None and sig.ttft_p95_s > c.engine_ttft_share * c.ttft_slo_s:
             t *= c.ease
-            cut = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {c.engine_ttft_share * c.ttft_slo_s:.1f}s"
+            limit = c.engine_ttft_share * c.ttft_slo_s
+            cut = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
         if cut is not None:
             self.target = max(lo, t)
             self._hold_until = now + c.hold_s
