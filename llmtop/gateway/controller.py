@@ -39,15 +39,29 @@ class AutopilotConfig:
 
     ttft_slo_s: float = 5.0
     itl_slo_s: float = 0.1
-    kv_target: float = 0.90
-    cut: float = 0.8
-    ease: float = 0.95
+    kv_target: float = 0.92
+    """The KV use the budget aims at: budget = kv_target x cache / (blocks held per block
+    of predicted footprint), never below the cache itself (there, exact footprints never
+    preempt)."""
+    held_gain: float = 0.2
+    """Smoothing per step of blocks held per footprint block (an EWMA: it swings with every
+    prefill and finish)."""
     grow: float = 0.02
+    """Most the budget grows in one step, as a share of the cache (down moves are at once)."""
+    cut: float = 0.95
+    """On preemption or a full cache with a queue inside the engine: this share of what was in
+    flight, and a ceiling there..."""
+    ease: float = 0.95
+    """...on a mean ITL or engine TTFT over its SLO: this share of the budget, same ceiling."""
+    ceiling_margin: float = 0.97
+    ceiling_forget: float = 0.002
+    """The ceiling rises by this share of the cache a step without trouble (~50 s for 10 %)."""
     min_share: float = 0.1
     max_share: float = 1.5
     hold_s: float = 5.0
+    waiting_ticks: int = 3
     engine_ttft_share: float = 0.8
-    deadband: float = 0.05
+    deadband: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -64,13 +78,18 @@ def _blocks(n: float) -> str:
 
 
 class Autopilot:
-    """The budget's controller state: a float target, the applied limit, a hold after cuts."""
+    """The budget's state: a float target, the applied limit, the level that last caused
+    trouble (a ceiling it forgets slowly), a hold after cuts, and the measured ratio of KV
+    blocks held to footprint blocks in flight."""
 
     def __init__(self, config: AutopilotConfig | None = None) -> None:
         self.config = config or AutopilotConfig()
         self.target: float | None = None
         self.applied: int | None = None
         self.capacity: int | None = None
+        self.ceiling: float | None = None
+        self.held: float | None = None
+        self._waiting_ticks = 0
         self._hold_until = -math.inf
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
         self.last_move: Move | None = None
@@ -79,6 +98,30 @@ class Autopilot:
         """Take over from a limit set by someone else (mode switched to auto)."""
         self.applied = applied
         self.target = float(applied) if applied is not None else None
+
+    def _trouble(self, sig: EngineSignals, in_flight_blocks: int, lo: float) -> str | None:
+        """Cut the target on a congestion signal; the reason, or None when all is well."""
+        c = self.config
+        assert self.target is not None
+        t = self.target
+        self._waiting_ticks = self._waiting_ticks + 1 if sig.waiting >= 1 else 0
+        full = self._waiting_ticks >= c.waiting_ticks and sig.kv_usage >= 0.95
+        if sig.preempt_per_s > 0 or full:
+            self.ceiling = float(max(lo, min(t, in_flight_blocks)))
+            self.target = self.ceiling * c.cut
+            if sig.preempt_per_s > 0:
+                return f"preempting {sig.preempt_per_s:.1f}/s"
+            return f"{sig.waiting:.0f} waiting in the engine at KV {sig.kv_usage:.0%}"
+        why = None
+        limit = c.engine_ttft_share * c.ttft_slo_s
+        if sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s:
+            why = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
+        elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
+            why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
+        if why is not None:
+            self.ceiling = t
+            self.target = t * c.ease
+        return why
 
     def step(
         self, now: float, sig: EngineSignals, *, in_flight_blocks: int, queued: int
@@ -91,41 +134,45 @@ class Autopilot:
             return None
         self.capacity = cap
         lo, hi = max(1.0, c.min_share * cap), c.max_share * cap
+        if in_flight_blocks >= 0.2 * cap:
+            ratio = min(1.0, sig.kv_usage * cap / in_flight_blocks)
+            self.held = (
+                ratio if self.held is None else self.held + c.held_gain * (ratio - self.held)
+            )
         if self.target is None or self.applied is None:
             self.target = float(cap)
             return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
-        t = self.target
-        cut: str | None = None
-        if sig.preempt_per_s > 0:
-            t = min(t, max(in_flight_blocks, lo)) * c.cut
-            cut = f"preempting {sig.preempt_per_s:.1f}/s"
-        elif sig.waiting >= 1 and sig.kv_usage >= c.kv_target:
-            t = min(t, max(in_flight_blocks, lo)) * c.cut
-            cut = f"{sig.waiting:.0f} waiting in the engine at KV {sig.kv_usage:.0%}"
-        elif sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s:
-            t *= c.ease
-            cut = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
-        elif sig.ttft_p95_s is not None and sig.ttft_p95_s > c.engine_ttft_share * c.ttft_slo_s:
-            t *= c.ease
-            limit = c.engine_ttft_share * c.ttft_slo_s
-            cut = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
-        if cut is not None:
-            self.target = max(lo, t)
+        why = self._trouble(sig, in_flight_blocks, lo)
+        if why is not None:
+            self.target = max(lo, self.target)
             self._hold_until = now + c.hold_s
             new = round(self.target)
             if new < self.applied:
-                return self._apply(new, cut)
-            self.last_reason = f"holding: {cut}"
+                return self._apply(new, why)
+            self.last_reason = f"holding: {why}"
             return None
+        if self.ceiling is not None:
+            self.ceiling += c.ceiling_forget * cap
+            if self.ceiling >= hi:
+                self.ceiling = None
+        if now < self._hold_until:
+            return None
+        held = self.held if self.held is not None else 1.0
+        want = max(float(cap), c.kv_target * cap / max(held, 0.2))
+        top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
+        want = max(lo, min(want, top))
         demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
-        if now < self._hold_until or not demand or sig.kv_usage >= c.kv_target:
-            return None
-        self.target = min(hi, t + c.grow * cap)
-        if self.target - self.applied >= c.deadband * cap or (
-            self.target >= hi and self.applied < round(hi)
-        ):
-            why = f"headroom: KV {sig.kv_usage:.0%} used, {queued} queued"
-            return self._apply(round(self.target), why)
+        if want < self.target - c.deadband * cap:
+            self.target = want  # the mix got heavier: follow it down at once
+        elif demand:
+            self.target = min(want, self.target + c.grow * cap)
+        new = round(self.target)
+        if abs(new - self.applied) >= c.deadband * cap:
+            if new > self.applied:
+                why = f"headroom: {held:.0%} of the footprint held, {queued} queued"
+            else:
+                why = f"heavier mix: {held:.0%} of the footprint held"
+            return self._apply(new, why)
         return None
 
     def _apply(self, new: int, why: str) -> Move:
