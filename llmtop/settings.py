@@ -119,6 +119,13 @@ class GatewaySettings:
     """Requests per minute per tenant (token bucket); off when unset."""
     max_inflight_prompt_tokens: int | None = None
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
+    autopilot: bool = False
+    """Start in auto mode: admit by KV footprint, the budget moved by the engine's signals,
+    and a deadline queue (docs/autopilot.md)."""
+    ttft_slo_s: float = 5.0
+    """TTFT budget of a request (queue + engine) for the deadline queue and the autopilot."""
+    itl_slo_s: float = 0.1
+    """Mean inter-token latency the autopilot keeps the engine under."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
     max_header_bytes: int = 64 * 1024

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
 
@@ -230,11 +231,14 @@ class Proxy:
         if generation:
             ctl = state.controller
             limits = ctl.limits
+            kv_blocks, shape = footprint_of(ctl, body)
             try:
                 ticket = ctl.enter(
                     prio,
                     tenant=_tenant(tenant, authorization) if limits.rate_limit_rpm else None,
                     prompt_tokens=(prompt_tokens(body) if limits.max_inflight_prompt_tokens else 0),
+                    kv_blocks=kv_blocks,
+                    shape=shape,
                 )
             except Rejected as r:
                 await self._reject(send, r)
@@ -355,7 +359,7 @@ class Proxy:
             try:
                 async for chunk in response.content.iter_any():
                     if first:
-                        state.controller.record_ttft(clock() - t0)
+                        state.controller.record_ttft(clock() - t0, queue_s)
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:

@@ -54,6 +54,9 @@ def limits_of(settings: GatewaySettings) -> Limits:
         queue_timeout_s=settings.queue_timeout_s,
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
+        ttft_slo_s=settings.ttft_slo_s,
+        queue_policy="deadline" if settings.autopilot else "fifo",
+        mode="auto" if settings.autopilot else "manual",
     )
 
 
