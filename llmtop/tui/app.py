@@ -293,20 +293,3 @@ class LlmtopApp(AdminControls):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-
-def run_tui(
-    source: SnapshotSource,
-    *,
-    monitor: MonitorSettings,
-    health: HealthSettings,
-    admin: AdminClient | None,
-    recorder: Recorder | None = None,
-    title: str | None = None,
-) -> int:
-    """Run the TUI in the terminal until `q`; returns the exit code."""
-    app = LlmtopApp(
-        source, monitor=monitor, health=health, admin=admin, recorder=recorder, title=title
-    )
-    result = app.run()
-    return int(result or 0) if app.return_code is None else app.return_code

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.errors import ScrapeError
-from llmtop.serving import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.admin import AdminClient
 from llmtop.tui.app import LlmtopApp

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import AdminError
-from llmtop.serving import ServerThread
 from llmtop.settings import MonitorSettings
 from llmtop.sources.admin import AdminClient
 

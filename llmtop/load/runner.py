@@ -3,7 +3,7 @@
 A `Runner` owns one aiohttp session and the run's bounds (a request budget and a stop event that the
 duration, Ctrl-C or the demo sets). Drivers feed it: `ClosedLoop` keeps N requests in flight and
 N can change while it runs (the demo's scenarios); `OpenLoop` offers requests at a gamma-distributed
-rate. Each request is streamed and timed on the client; the arithmetic lives in core/loadstats.
+rate. Each request is streamed and timed on the client; the arithmetic lives in load/stats.
 When the run stops, requests still in flight are cancelled and reported as cut, so a run never
 outlives its bounds.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from llmtop.core.loadstats import Outcome, RequestResult, interarrivals
 from llmtop.errors import TargetError
+from llmtop.load.stats import Outcome, RequestResult, interarrivals
 
 VOCAB = (1000, 30000)
 """Token ids drawn for prompts: clear of the special tokens of common vocabularies."""

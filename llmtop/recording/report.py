@@ -4,7 +4,7 @@ Pure: it reads a sequence of Snapshots (from a fresh Pipeline over a recording, 
 those of the current rules) and the limit changes the gateway reported, and returns a `Report`:
 start and end, peaks of waiting, gateway queue, KV usage and TTFT p95, each finding with when it
 fired and cleared, and every limit change with TTFT p95 averaged over `AROUND_S` before and after.
-`to_markdown` and `to_dict` render it; `report_charts` draws its `series`.
+`to_markdown` and `to_dict` render it; `recording.charts` draws its `series`.
 
 A limit change comes from the gateway's events (exact time, who made it); a change seen only as a
 difference in the limits between two polls (events missed) is reported at the later poll.
