@@ -6,7 +6,7 @@ on stderr and the exit code below, never a traceback::
     LlmtopError                 1  something went wrong at run time
      ├── UsageError             2  a bad flag, value or combination
      │    ├── ConfigError       2  a bad or missing config file, a bad LLMTOP_* variable
-     │    └── NotBuiltError     2  a subcommand that is not built yet
+     │    └── LimitError        2  a gateway limit with a wrong field, type or range (.field)
      ├── TargetError            3  a target (vLLM, gateway, dcgm-exporter) is down or unreachable
      │    └── ScrapeError       3  a target answered, but not with exposition text we can read
      ├── ServeError             4  a server could not start: port in use, address refused
@@ -35,8 +35,14 @@ class ConfigError(UsageError):
     """A config file or an LLMTOP_* environment variable holds a bad value."""
 
 
-class NotBuiltError(UsageError):
-    """A subcommand that exists in --help but is not built yet."""
+class LimitError(UsageError):
+    """A limit change with a wrong field, type or range; the admin API answers 400 with it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        """The limit's field name (or the unknown name given)."""
+        self.message = message
 
 
 class TargetError(LlmtopError):

@@ -11,10 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from llmtop.core.snapshot import Finding, Snapshot
+from llmtop.core.aggregate import combine
+from llmtop.core.incidents import incidents
+from llmtop.core.snapshot import Snapshot
 from llmtop.demo.scenarios import Phase, Scenario
 from llmtop.demo.stack import ScenarioDriver, Stack
 from llmtop.errors import UsageError
+from llmtop.recording.writer import Recorder, RecordingSource
 
 
 def parse_cap(text: str, scenario: Scenario) -> tuple[int, float]:
@@ -32,34 +35,33 @@ def parse_cap(text: str, scenario: Scenario) -> tuple[int, float]:
     return n, t
 
 
-def finding_events(
-    t: float, before: dict[str, Finding], now: tuple[Finding, ...]
-) -> list[dict[str, Any]]:
-    """finding_fired / finding_cleared events between two polls' findings."""
+def finding_events(t: float, prev: Snapshot | None, cur: Snapshot) -> list[dict[str, Any]]:
+    """finding_fired / finding_cleared events between two polls (core.incidents), at `t`."""
     events: list[dict[str, Any]] = []
-    current = {f.id: f for f in now}
-    for fid, f in current.items():
-        if fid not in before:
+    for i in incidents(prev, cur):
+        f = i.finding
+        if f is None:
+            continue
+        if i.kind == "finding_fired":
             events.append(
                 {
                     "t": t,
                     "kind": "finding_fired",
-                    "id": fid,
+                    "id": f.id,
                     "severity": f.severity,
                     "bottleneck": f.bottleneck,
                     "summary": f.summary,
                     "action": f.action,
                 }
             )
-    for fid, f in before.items():
-        if fid not in current:
-            events.append({"t": t, "kind": "finding_cleared", "id": fid, "summary": f.summary})
+        elif i.kind == "finding_cleared":
+            events.append({"t": t, "kind": "finding_cleared", "id": f.id, "summary": f.summary})
     return events
 
 
 def figures(t: float, snap: Snapshot) -> dict[str, Any]:
-    """The key figures of one poll (None = unknown)."""
-    e = snap.engines[0] if snap.engines else None
+    """The key figures of one poll (None = unknown); several engines combined as one."""
+    e = combine(snap.engines)
     g = snap.gateway
     return {
         "t": t,
@@ -122,11 +124,11 @@ async def headless(
     emit: Callable[[dict[str, Any]], None] | None = None,
     stop: asyncio.Event | None = None,
     seed: int = 0,
-    recorder: Any = None,
+    recorder: Recorder | None = None,
 ) -> tuple[list[dict[str, Any]], ScenarioDriver]:
     """Run the scenario for `duration_s`, polling the monitor each interval; returns the events
     (phase, finding_fired, finding_cleared, cap_applied, figures) and the driver (load results).
-    A `recorder` (sources.recording.Recorder) gets every poll."""
+    Polls go through the TUI's source (RecordingSource), so an open `recorder` gets every one."""
     from llmtop.sources.admin import AdminClient
     from llmtop.sources.collector import Collector
 
@@ -145,10 +147,10 @@ async def headless(
 
     driver = ScenarioDriver(stack.scenario, stack.gateway.url, seed=seed, on_phase=on_phase)
     collector = Collector(stack.monitor, stack.health, max_num_seqs=stack.engine_max_num_seqs)
+    source = RecordingSource(collector, recorder or Recorder.from_settings(stack.monitor))
     admin = AdminClient(stack.gateway.url, source="demo")
     stop = stop or asyncio.Event()
     load = asyncio.ensure_future(driver.run(duration_s))
-    active: dict[str, Finding] = {}
     next_figures = 0.0
     interval = stack.monitor.interval_s
     last: tuple[float, Snapshot] | None = None
@@ -159,12 +161,9 @@ async def headless(
             t = round(time.monotonic() - start, 1)
             if t >= duration_s:
                 break
-            snap = await collector.poll()
-            if recorder is not None:
-                recorder.write(collector.last_raw, snap.findings)
-            for ev in finding_events(t, active, snap.findings):
+            snap = await source.poll()
+            for ev in finding_events(t, last[1] if last else None, snap):
                 add(ev)
-            active = {f.id: f for f in snap.findings}
             last = (t, snap)
             if cap is not None and t >= cap[1]:
                 before = snap.gateway.max_concurrency if snap.gateway else None
@@ -183,19 +182,16 @@ async def headless(
     finally:
         driver.stop()
         await load
-        await collector.aclose()
+        await source.aclose()
         await admin.aclose()
     return events, driver
 
 
-def open_recorder(stack: Stack) -> Any:
-    """An open Recorder when the stack records (--record), else None."""
-    if not stack.monitor.record:
-        return None
-    from llmtop.recording.writer import Recorder
-
+def open_recorder(stack: Stack) -> Recorder:
+    """The stack's Recorder, open when --record was given (a closed one writes nothing)."""
     recorder = Recorder.from_settings(stack.monitor)
-    recorder.open()
+    if stack.monitor.record:
+        recorder.open()
     return recorder
 
 
@@ -248,8 +244,9 @@ def run_headless(
     try:
         events, driver = asyncio.run(main())
     finally:
-        if recorder is not None:
-            recorder.close()
+        recorder.close()
+    if recorder.error:
+        sys.stderr.write(f"llmtop: recording stopped: {recorder.error}\n")
     slo = Slo(ttft_s=stack.health.ttft_slo_s, itl_s=stack.health.itl_slo_s)
     summary = summarize(driver.results, driver.runner.elapsed(), slo)
     fired = sorted({e["id"] for e in events if e["kind"] == "finding_fired"})

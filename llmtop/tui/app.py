@@ -22,6 +22,7 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from llmtop.core.aggregate import combine
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.admin import AdminClient
@@ -30,7 +31,6 @@ from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
     LogEvent,
     View,
-    combine,
     diff_events,
     is_stale,
     throughput_chart,
