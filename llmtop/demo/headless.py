@@ -129,8 +129,8 @@ async def headless(
     """Run the scenario for `duration_s`, polling the monitor each interval; returns the events
     (phase, finding_fired, finding_cleared, cap_applied, figures) and the driver (load results).
     Polls go through the TUI's source (RecordingSource), so an open `recorder` gets every one."""
-    from llmtop.sources.admin import AdminClient
     from llmtop.sources.collector import Collector
+    from llmtop.sources.gateway import AdminClient
 
     events: list[dict[str, Any]] = []
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from llmtop.recording.replay import open_replay
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
 from llmtop.sources.collector import Collector
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.replay_app import ReplayApp
 

@@ -16,8 +16,8 @@ from llmtop.core.snapshot import GpuStats, Snapshot
 from llmtop.recording.replay import ReplaySource
 from llmtop.recording.writer import Recorder, RecordingSource, read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
 from llmtop.sources.collector import Collector
+from llmtop.sources.gateway import AdminClient
 from llmtop.sources.gpu import FakeGpuBackend
 
 TOKEN = "tok-3f9a1c77d2e04b5a"

@@ -37,8 +37,8 @@ from llmtop.errors import AdminError
 from llmtop.gateway.app import create_app
 from llmtop.recording.writer import Recorder
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
 from llmtop.sources.collector import Collector
+from llmtop.sources.gateway import AdminClient
 from tests.reliability._support import FIGURES, FaultUpstream
 
 TOKEN = "tok-3f9a1c7e5b2d4a60"

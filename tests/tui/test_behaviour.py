@@ -21,7 +21,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.errors import ScrapeError
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.scripted import upto
 from llmtop.tui.source import ScriptedSource

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import AdminError
 from llmtop.settings import MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 
 TOKEN = "s3cret-admin-token"
 NOWHERE = "http://127.0.0.1:9"
