@@ -3,11 +3,13 @@
 In one run: an instant upstream (streams four SSE chunks at once) and the gateway each in their
 own process on 127.0.0.1; the same client then measures TTFT and E2E direct and through the
 gateway, in alternating blocks, at several concurrencies; the difference is what the gateway
-adds. Then 429s per second with the queue full (over HTTP, and the admission decision alone),
-and memory per queued request (the controller alone, and the gateway process over HTTP).
+adds, printed beside the gateway's own handler time (llmtop/gateway/handler_time.py). Then
+429s per second with the queue full (over HTTP, and the admission decision alone), and memory
+per queued request (the controller alone, and the gateway process over HTTP).
 
     python bench/bench_gateway.py            # prints a markdown section
     python bench/bench_gateway.py --quick    # fewer requests
+    python bench/bench_gateway.py --concurrency 1 --latency-only   # the latency rows only
 """
 
 from __future__ import annotations
@@ -126,8 +128,8 @@ async def one(c: httpx.AsyncClient, url: str, out: dict[str, list[float]]) -> No
         raise RuntimeError(f"{url}: status {r.status_code}")
     out["ttft"].append(first - t0)
     out["e2e"].append(end - t0)
-    if "x-llmtop-overhead-ms" in r.headers:
-        out["overhead"].append(float(r.headers["x-llmtop-overhead-ms"]) / 1000.0)
+    if "x-llmtop-handler-to-headers-ms" in r.headers:
+        out["to_headers"].append(float(r.headers["x-llmtop-handler-to-headers-ms"]) / 1000.0)
 
 
 async def block(
@@ -146,13 +148,13 @@ async def latency(up: Proc, gw: Proc, conc: int, n: int, rounds: int) -> dict[st
     """Alternate direct and gateway blocks so drift on a noisy box hits both alike; count the
     CPU the gateway process spends per request (and the upstream's, for scale)."""
     res: dict[str, Any] = {
-        k: {"ttft": [], "e2e": [], "overhead": []} for k in ("direct", "gateway")
+        k: {"ttft": [], "e2e": [], "to_headers": []} for k in ("direct", "gateway")
     }
     limits = httpx.Limits(max_connections=conc + 8, max_keepalive_connections=conc + 8)
     gw_cpu = up_cpu = 0.0
     async with httpx.AsyncClient(timeout=60, limits=limits) as c:
-        await block(c, up.url, min(n, 50), conc, {"ttft": [], "e2e": [], "overhead": []})
-        await block(c, gw.url, min(n, 50), conc, {"ttft": [], "e2e": [], "overhead": []})
+        await block(c, up.url, min(n, 50), conc, {"ttft": [], "e2e": [], "to_headers": []})
+        await block(c, gw.url, min(n, 50), conc, {"ttft": [], "e2e": [], "to_headers": []})
         for _ in range(rounds):
             t = up.cpu_s()
             await block(c, up.url, n // rounds, conc, res["direct"])
@@ -160,6 +162,8 @@ async def latency(up: Proc, gw: Proc, conc: int, n: int, rounds: int) -> dict[st
             t = gw.cpu_s()
             await block(c, gw.url, n // rounds, conc, res["gateway"])
             gw_cpu += gw.cpu_s() - t
+        # the handler's own time over the whole request (the warm-up included: 50 of n + 50)
+        res["whole"] = (await c.get(gw.url + "/admin/stats")).json()["handler_s"]
     done = rounds * (n // rounds)
     res["gw_cpu_per_req"] = gw_cpu / done
     res["up_cpu_per_req"] = up_cpu / done
@@ -246,31 +250,41 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--concurrency", default="1,64,256")
+    ap.add_argument("--latency-only", action="store_true", help="skip the 429 and memory parts")
     args = ap.parse_args()
     scale = 0.25 if args.quick else 1.0
     up = Proc("upstream")
-    gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
     full = Proc("gateway", up.url, max_concurrency=1, max_queue=0)
     async with httpx.AsyncClient() as c:
         await c.post(full.url + "/admin/pause")
     print("## Gateway overhead (bench/bench_gateway.py)\n")
     print(
         "Instant upstream (4 SSE chunks, no think time), gateway and upstream in their own "
-        "processes, one httpx client; direct and gateway blocks alternate. "
-        "Added = gateway - direct. `x-llmtop-overhead-ms` is the gateway's own measure "
-        "(time in the gateway, queue and upstream excluded).\n"
+        "processes, one httpx client; direct and gateway blocks alternate; a fresh gateway per "
+        "concurrency. Added = gateway - direct. Handler time is the gateway's own measure "
+        "(`/admin/stats` `handler_s`, `llmtop_gateway_handler_seconds`): the whole request in "
+        "the handler (request path, response headers, relaying the chunks), queue and "
+        "upstream waits excluded; the `x-llmtop-handler-to-headers-ms` header is the same up "
+        "to the response headers.\n"
     )
     print(
         "| concurrency | requests | TTFT p50 direct / gw / added ms | TTFT p99 direct / gw / "
-        "added ms | E2E p50 added ms | E2E p99 added ms | overhead header p50 / p99 ms "
+        "added ms | E2E p50 / p99 added ms | handler time p50 / p95 ms "
+        "| handler p50 / E2E added p50 | to-headers header p50 / p99 ms "
         "| gateway CPU per request (upstream's) ms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     try:
         for conc in [int(x) for x in args.concurrency.split(",")]:
             n = int((400 if conc == 1 else 1024) * scale)
-            r = await latency(up, gw, conc, n, rounds=4)
+            gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
+            try:
+                r = await latency(up, gw, conc, n, rounds=4)
+            finally:
+                gw.stop()
             d, g = r["direct"], r["gateway"]
+            e2e_added = pct(g["e2e"], 0.5) - pct(d["e2e"], 0.5)
+            whole50, whole95 = r["whole"]["p50"], r["whole"]["p95"]
             row = [
                 str(conc),
                 f"{len(d['ttft'])}+{len(g['ttft'])}",
@@ -278,18 +292,21 @@ async def main() -> None:
                 f"**{ms(pct(g['ttft'], 0.5) - pct(d['ttft'], 0.5))}**",
                 f"{ms(pct(d['ttft'], 0.99))} / {ms(pct(g['ttft'], 0.99))} / "
                 f"**{ms(pct(g['ttft'], 0.99) - pct(d['ttft'], 0.99))}**",
-                ms(pct(g["e2e"], 0.5) - pct(d["e2e"], 0.5)),
-                ms(pct(g["e2e"], 0.99) - pct(d["e2e"], 0.99)),
-                f"{ms(pct(g['overhead'], 0.5))} / {ms(pct(g['overhead'], 0.99))}",
+                f"**{ms(e2e_added)}** / {ms(pct(g['e2e'], 0.99) - pct(d['e2e'], 0.99))}",
+                f"**{ms(whole50)}** / {ms(whole95)}",
+                f"{whole50 / e2e_added:.2f}" if e2e_added > 0 else "n/a",
+                f"{ms(pct(g['to_headers'], 0.5))} / {ms(pct(g['to_headers'], 0.99))}",
                 f"{ms(r['gw_cpu_per_req'])} ({ms(r['up_cpu_per_req'])})",
             ]
             print("| " + " | ".join(row) + " |", flush=True)
+        if args.latency_only:
+            return
         n429 = int(2000 * scale)
         http_rate = await rate_over_http(full.url, n429, 64, 429)
         direct_rate = await rate_over_http(up.url, n429, 64, 200)
         pure_rate = await rejections_in_process(200_000)
     finally:
-        for p in (gw, full, up):
+        for p in (full, up):
             p.stop()
     mem_pure = await queued_memory_in_process(10_000)
     mem_http, queued = await queued_memory_over_http(int(2000 * scale))
