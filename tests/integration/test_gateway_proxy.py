@@ -307,3 +307,24 @@ async def test_pause_holds_the_queue_and_shrinking_it_sheds(
     assert [e["field"] for e in events] == ["paused", "max_queue", "paused"]
     assert s["rejections"]["shed"] == 2
     accounted(s)
+
+
+async def test_handler_time_leaves_out_the_upstream(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    _, url = upstream
+    gw = start_gateway(url)
+    think_s = 0.05  # before the headers and before each of 3 chunks: 0.2 s of upstream time
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        t0 = asyncio.get_running_loop().time()
+        r = await c.post("/v1/completions", json=gen(think_s=think_s))
+        e2e = asyncio.get_running_loop().time() - t0
+        s = await wait_stats(c, lambda s: s["handler_s"]["p50"] is not None)
+        metrics = (await c.get("/metrics")).text
+    assert r.status_code == 200
+    assert e2e >= 4 * think_s
+    to_headers = float(r.headers["x-llmtop-handler-to-headers-ms"]) / 1000.0
+    whole = s["handler_s"]["p50"]
+    # the handler's own time is there, and none of the upstream's pauses is in it
+    assert 0.0 < to_headers <= whole < think_s
+    assert "llmtop_gateway_handler_seconds_count 1.0" in metrics
