@@ -9,7 +9,7 @@ per queued request (the controller alone, and the gateway process over HTTP).
 
     python bench/bench_gateway.py            # prints a markdown section
     python bench/bench_gateway.py --quick    # fewer requests
-    python bench/bench_gateway.py --concurrency 1 --latency-only   # the latency rows only
+    python bench/bench_gateway.py --concurrency 1 --repeat 5 --latency-only   # medians of 5
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import time
 import tracemalloc
@@ -246,10 +247,53 @@ def ms(v: float) -> str:
     return f"{v * 1000:.2f}"
 
 
+async def figures(up: Proc, conc: int, n: int) -> dict[str, float]:
+    """One latency measurement against a fresh gateway: every figure of a table row."""
+    gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
+    try:
+        r = await latency(up, gw, conc, n, rounds=4)
+    finally:
+        gw.stop()
+    d, g = r["direct"], r["gateway"]
+    out = {"requests": float(len(d["ttft"]))}
+    for q in (0.5, 0.99):
+        for k in ("ttft", "e2e"):
+            out[f"{k}{q}_direct"] = pct(d[k], q)
+            out[f"{k}{q}_gw"] = pct(g[k], q)
+            out[f"{k}{q}_added"] = pct(g[k], q) - pct(d[k], q)
+        out[f"to_headers{q}"] = pct(g["to_headers"], q)
+    out["handler0.5"] = r["whole"]["p50"]
+    out["handler0.95"] = r["whole"]["p95"]
+    out["gw_cpu"] = r["gw_cpu_per_req"]
+    out["up_cpu"] = r["up_cpu_per_req"]
+    return out
+
+
+def row(conc: int, runs: list[dict[str, float]]) -> str:
+    """A table row: each figure the median over the runs (one run: that run's)."""
+    f = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    added = f["e2e0.5_added"]
+    cells = [
+        str(conc) + (f" (median of {len(runs)})" if len(runs) > 1 else ""),
+        f"{f['requests']:.0f}+{f['requests']:.0f}" + (f" x{len(runs)}" if len(runs) > 1 else ""),
+        f"{ms(f['ttft0.5_direct'])} / {ms(f['ttft0.5_gw'])} / **{ms(f['ttft0.5_added'])}**",
+        f"{ms(f['ttft0.99_direct'])} / {ms(f['ttft0.99_gw'])} / **{ms(f['ttft0.99_added'])}**",
+        f"**{ms(added)}** / {ms(f['e2e0.99_added'])}",
+        f"**{ms(f['handler0.5'])}** / {ms(f['handler0.95'])}",
+        f"{f['handler0.5'] / added:.2f}" if added > 0 else "n/a",
+        f"{ms(f['to_headers0.5'])} / {ms(f['to_headers0.99'])}",
+        f"{ms(f['gw_cpu'])} ({ms(f['up_cpu'])})",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--concurrency", default="1,64,256")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs per concurrency (fresh gateway each); medians"
+    )
     ap.add_argument("--latency-only", action="store_true", help="skip the 429 and memory parts")
     args = ap.parse_args()
     scale = 0.25 if args.quick else 1.0
@@ -261,11 +305,12 @@ async def main() -> None:
     print(
         "Instant upstream (4 SSE chunks, no think time), gateway and upstream in their own "
         "processes, one httpx client; direct and gateway blocks alternate; a fresh gateway per "
-        "concurrency. Added = gateway - direct. Handler time is the gateway's own measure "
+        "run. Added = gateway - direct. Handler time is the gateway's own measure "
         "(`/admin/stats` `handler_s`, `llmtop_gateway_handler_seconds`): the whole request in "
         "the handler (request path, response headers, relaying the chunks), queue and "
         "upstream waits excluded; the `x-llmtop-handler-to-headers-ms` header is the same up "
-        "to the response headers.\n"
+        "to the response headers. "
+        "Load average at the start: {:.2f} {:.2f} {:.2f}.\n".format(*os.getloadavg())
     )
     print(
         "| concurrency | requests | TTFT p50 direct / gw / added ms | TTFT p99 direct / gw / "
@@ -277,28 +322,8 @@ async def main() -> None:
     try:
         for conc in [int(x) for x in args.concurrency.split(",")]:
             n = int((400 if conc == 1 else 1024) * scale)
-            gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
-            try:
-                r = await latency(up, gw, conc, n, rounds=4)
-            finally:
-                gw.stop()
-            d, g = r["direct"], r["gateway"]
-            e2e_added = pct(g["e2e"], 0.5) - pct(d["e2e"], 0.5)
-            whole50, whole95 = r["whole"]["p50"], r["whole"]["p95"]
-            row = [
-                str(conc),
-                f"{len(d['ttft'])}+{len(g['ttft'])}",
-                f"{ms(pct(d['ttft'], 0.5))} / {ms(pct(g['ttft'], 0.5))} / "
-                f"**{ms(pct(g['ttft'], 0.5) - pct(d['ttft'], 0.5))}**",
-                f"{ms(pct(d['ttft'], 0.99))} / {ms(pct(g['ttft'], 0.99))} / "
-                f"**{ms(pct(g['ttft'], 0.99) - pct(d['ttft'], 0.99))}**",
-                f"**{ms(e2e_added)}** / {ms(pct(g['e2e'], 0.99) - pct(d['e2e'], 0.99))}",
-                f"**{ms(whole50)}** / {ms(whole95)}",
-                f"{whole50 / e2e_added:.2f}" if e2e_added > 0 else "n/a",
-                f"{ms(pct(g['to_headers'], 0.5))} / {ms(pct(g['to_headers'], 0.99))}",
-                f"{ms(r['gw_cpu_per_req'])} ({ms(r['up_cpu_per_req'])})",
-            ]
-            print("| " + " | ".join(row) + " |", flush=True)
+            runs = [await figures(up, conc, n) for _ in range(max(1, args.repeat))]
+            print(row(conc, runs), flush=True)
         if args.latency_only:
             return
         n429 = int(2000 * scale)
