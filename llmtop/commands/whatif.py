@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="candidate max_concurrency values, e.g. 4,8,16")  # fmt: skip
     p.add_argument("--max-queue", type=int, metavar="N", help="candidate max_queue")
     p.add_argument("--queue-timeout", type=float, metavar="S", help="candidate queue timeout")
-    p.add_argument("--horizon", type=float, default=60.0, metavar="S",
-                   help="seconds of traffic each prediction covers (default: 60)")  # fmt: skip
+    p.add_argument("--horizon", type=float, default=120.0, metavar="S",
+                   help="seconds of simulated traffic per prediction (default: 120)")  # fmt: skip
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                    help="the engine's --max-num-seqs (not in /metrics; default: 256)")  # fmt: skip
     p.add_argument("--max-num-batched-tokens", type=int, metavar="N",

@@ -91,8 +91,9 @@ def to_text(
     """The report: what was observed, the fit and its error, then the predictions' table."""
     f = cal.fit
     lines = [
-        f"window {obs.span_s:.0f} s, {obs.scrapes} scrapes: {obs.arrival_per_s:.2f} req/s arriving"
-        f" ({obs.arrival_source}), {obs.generation_tok_per_s:,.0f} output tok/s,"
+        f"window {obs.span_s:.0f} s, {obs.scrapes} scrapes: {obs.arrival_per_s:.2f}"
+        f" ± {obs.arrival_error_per_s or 0.0:.2f} req/s arriving"
+        f" ({obs.arrival_source}; Poisson assumed), {obs.generation_tok_per_s:,.0f} output tok/s,"
         f" {obs.running_mean:.1f} running",
         f"engine model: KV {cal.kv_tokens:,} tokens (block {cal.profile.block_size}),"
         f" decode step {f.decode_floor_s * 1000:.1f} ms + {f.kv_s_per_token * 1e9:.1f} ns/KV token"
@@ -174,6 +175,7 @@ def to_json(
             "scrapes": obs.scrapes,
             "arrival_per_s": obs.arrival_per_s,
             "arrival_source": obs.arrival_source,
+            "arrival_error_per_s": obs.arrival_error_per_s,
             "output_tok_per_s": obs.generation_tok_per_s,
             "running_mean": obs.running_mean,
             "ttft_engine_p95_s": obs.ttft_p95_s,

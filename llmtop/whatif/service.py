@@ -25,7 +25,7 @@ class Options:
     caps: tuple[int, ...] = ()
     max_queue: int | None = None
     queue_timeout_s: float | None = None
-    horizon_s: float = 60.0
+    horizon_s: float = 120.0
     warmup_s: float = 30.0
     seed: int = 0
     ttft_slo_s: float = 2.0
@@ -100,9 +100,9 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
             ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s,
         )  # fmt: skip
 
-    # The fit's own error: the current setting replayed over a horizon as long as the window.
-    replay = run(cands[0], obs.span_s)
     preds = [run(c, opts.horizon_s) for c in cands]
+    # The fit's own error: the current setting, replayed (preds[0]), against the window.
+    replay = preds[0]
     return Analysis(obs, cal, fit_checks(obs, replay), preds, opts)
 
 

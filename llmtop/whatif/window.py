@@ -94,6 +94,8 @@ class Observed:
     finished_per_s: float
     arrival_per_s: float
     arrival_source: str
+    arrivals: float
+    """Requests counted arriving in the window: the rate's Poisson error is rate / sqrt(this)."""
     running_mean: float
     waiting_mean: float
     preemptions_per_s: float
@@ -118,6 +120,11 @@ class Observed:
     gateway_rejected_per_s: float | None = None
     gateway_queued: float | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def arrival_error_per_s(self) -> float | None:
+        """One standard error of the arrival rate, counting arrivals as a Poisson process."""
+        return self.arrival_per_s / self.arrivals**0.5 if self.arrivals > 0 else None
 
 
 def _delta(a: EngineScrape, b: EngineScrape, key: str) -> float:
@@ -225,6 +232,7 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         finished_per_s=finished / span,
         arrival_per_s=arrivals,
         arrival_source=source,
+        arrivals=arrivals * span,
         running_mean=sum(running) / len(running),
         waiting_mean=sum(waiting) / len(waiting),
         preemptions_per_s=_delta(a, b, "preemptions") / span,
