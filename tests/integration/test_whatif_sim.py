@@ -101,6 +101,7 @@ async def test_predictions_hold_when_each_cap_is_applied() -> None:
         f" {r.measured.output_tok_per_s:.0f}, n {r.measured.offered}"
         for r in rows
     )
+    print(report)
     for r in rows[:2]:  # over capacity
         assert r.ttft_p95_error is not None
         assert abs(r.ttft_p95_error) <= 0.20, report
@@ -112,7 +113,11 @@ async def test_predictions_hold_when_each_cap_is_applied() -> None:
     assert abs(under.tok_error) <= noise, report
     assert under.ttft_p95_error is not None
     assert abs(under.ttft_p95_error) <= 0.5, report
-    # The ordering a person acts on: the tighter cap queues longer, the looser one serves more.
-    predicted = [r.predicted.ttft_client_p95_s or 0.0 for r in rows]
-    measured = [r.measured.ttft_p95_s or 0.0 for r in rows]
-    assert sorted(range(3), key=predicted.__getitem__) == sorted(range(3), key=measured.__getitem__)
+    # The ordering a person acts on, wherever the prediction tells two caps apart (caps 2
+    # and 4 both queue up to the 5 s timeout: a coin flip between them is no ordering).
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            pa, pb = a.predicted.ttft_client_p95_s or 0.0, b.predicted.ttft_client_p95_s or 0.0
+            if max(pa, pb) > 1.2 * min(pa, pb):
+                ma, mb = a.measured.ttft_p95_s or 0.0, b.measured.ttft_p95_s or 0.0
+                assert (pa < pb) == (ma < mb), report
