@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from llmtop.core.loadstats import percentile
 from llmtop.gateway.admission import AdmissionController, Rejected, Ticket
 from llmtop.gateway.limits import Limits
+from llmtop.load.stats import percentile
 from llmtop.sim.engine import Engine
 from llmtop.whatif.calibrate import Calibration
 
