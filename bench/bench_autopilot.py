@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core.loadstats import percentile  # noqa: E402
 from llmtop.gateway.admission import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
 from llmtop.gateway.controller import Autopilot, drive  # noqa: E402
 from llmtop.gateway.footprint import FootprintModel, PromptShape  # noqa: E402
 from llmtop.gateway.kvinfo import EngineScrape, parse_scrape, signals  # noqa: E402
+from llmtop.load.stats import percentile  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
