@@ -595,9 +595,9 @@ def main() -> None:
     if args.only:
         keep = set(args.only.split(","))
         ws = [w for w in ws if w.key in keep]
-    print("## 5. Autopilot admission (bench/bench_autopilot.py)\n")
+    print("## Autopilot admission (bench/bench_autopilot.py)\n")
     print(
-        "Capacity (closed-loop best, requests/s): "
+        "Capacity (hindsight best, requests/s): "
         + ", ".join(f"{k} {v:.2f}" for k, v in caps.items())
         + "\n"
     )
