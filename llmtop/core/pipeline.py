@@ -210,6 +210,7 @@ def gateway_stats(
         ttft_slo_s=_num(limits, "ttft_slo_s"),
         queue_policy=_str(limits, "queue_policy"),
         mode=_str(limits, "mode"),
+        autopilot_reason=_str(_dict(data, "autopilot"), "reason"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,
