@@ -225,3 +225,21 @@ async def test_q_quits() -> None:
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_a_toggles_the_autopilot_on_the_real_gateway(
+    start_gateway: Callable[..., ServerThread],
+) -> None:
+    gw = start_gateway(NOWHERE, max_concurrency=8)
+    story = upto("kv-exhausted")
+    slow = ScriptedSource([story[-1]], delay_s=3600)
+    app = make_app(slow, admin=AdminClient(gw.url), history=story)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "auto"
+        assert "set mode manual -> auto" in log_texts(app)
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "manual"
