@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_autopilot as va  # noqa: E402
 
-from llmtop.load.stats import percentile  # noqa: E402
+from llmtop.load.stats import RequestResult, percentile  # noqa: E402
 
 
 def _serve(kind: str, upstream: str | None, conn: Any) -> None:
@@ -53,12 +53,12 @@ def _serve(kind: str, upstream: str | None, conn: Any) -> None:
 
 @dataclass
 class Real:
-    results: list[Any]
+    results: list[RequestResult]
     wall_s: float
     preemptions: float
     moves: int
 
-    def good(self, r: Any) -> bool:
+    def good(self, r: RequestResult) -> bool:
         tpot = r.tpot_s if r.tpot_s is not None else 0.0
         return bool(
             r.outcome == "ok"
