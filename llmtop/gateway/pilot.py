@@ -16,7 +16,7 @@ from llmtop.errors import ScrapeError
 from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive
 from llmtop.gateway.footprint import FootprintModel
 from llmtop.gateway.kvinfo import EngineScrape, parse_scrape, signals
-from llmtop.gateway.state import GatewayState
+from llmtop.gateway.state import DEFAULT_TTFT_SLO_S, GatewayState
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
@@ -26,7 +26,8 @@ def attach(state: GatewayState) -> Autopilot:
     """Give the gateway's admission a footprint model; the controller for `run`."""
     state.controller.footprint = FootprintModel()
     s = state.settings
-    return Autopilot(AutopilotConfig(ttft_slo_s=s.ttft_slo_s, itl_slo_s=s.itl_slo_s))
+    slo = state.controller.limits.ttft_slo_s or DEFAULT_TTFT_SLO_S
+    return Autopilot(AutopilotConfig(ttft_slo_s=slo, itl_slo_s=s.itl_slo_s))
 
 
 async def _read(state: GatewayState) -> str:
