@@ -44,6 +44,7 @@ async def test_autopilot_admits_by_footprint_and_hands_over_on_a_manual_change(
         watcher.cancel()
         s = await wait_stats(c, lambda s: s["in_flight"] == 0 and s["queued"] == 0)
         events = (await c.get("/admin/events")).json()["events"]
+        exposition = (await c.get("/metrics")).text
         r = await c.patch(
             "/admin/limits", json={"max_concurrency": 2}, headers={"x-llmtop-source": "oncall"}
         )
@@ -64,6 +65,8 @@ async def test_autopilot_admits_by_footprint_and_hands_over_on_a_manual_change(
     auto = [e for e in events if e["source"] == "autopilot"]
     assert any("start at the KV cache" in e.get("reason", "") for e in auto)
     accounted(s)
+    assert "llmtop_gateway_autopilot_auto 1.0" in exposition
+    assert "llmtop_gateway_limit_max_inflight_kv_blocks" in exposition
     assert after["mode"] == "manual"
     switch = next(e for e in events_after if e["field"] == "mode")
     assert "autopilot off" in switch["reason"]
