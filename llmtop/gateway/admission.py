@@ -281,6 +281,10 @@ class AdmissionController:
 
     # -- the queue -----------------------------------------------------------------------------
 
+    def drain_rate(self) -> float | None:
+        """Requests finished per second lately (None before the first)."""
+        return self._drain.rate(self._clock())
+
     def queue_budget_s(self, slo_s: float) -> float:
         """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""
         return max(0.0, slo_s - self.engine_ttft_s)
