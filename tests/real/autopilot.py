@@ -79,7 +79,13 @@ async def run(
     wait_idle(vllm_url)
     single = await single_ttft(vllm_url, prompt)
     wait_idle(vllm_url)
-    gw = start_gateway(vllm_url, autopilot=True, ttft_slo_s=ttft_slo_s, max_queue=max(128, n)).url
+    gw = start_gateway(
+        vllm_url,
+        autopilot=True,
+        ttft_slo_s=ttft_slo_s,
+        queue_timeout_s=ttft_slo_s,  # the TTFT budget alone decides who waits
+        max_queue=max(128, n),
+    ).url
     for _ in range(100):  # its first scrape: the KV capacity
         if ((await _stats(gw)).get("autopilot") or {}).get("budget_blocks"):
             break
