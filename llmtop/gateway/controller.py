@@ -43,12 +43,13 @@ class AutopilotConfig:
     ttft_slo_s: float = 5.0
     itl_slo_s: float = 0.1
     kv_target: float = 0.92
-    """The KV use the budget aims at: budget = kv_target x cache / (blocks held per block
-    of predicted footprint), never below the cache itself (there, exact footprints never
-    preempt)."""
+    """The KV use the overcommit target aims at (see `overcommit`)."""
     held_gain: float = 0.2
-    """Smoothing per step of blocks held per footprint block (an EWMA: it swings with every
-    prefill and finish)."""
+    """Smoothing per step of blocks held per footprint block when it rises (the mix got
+    heavier: be careful at once)..."""
+    held_gain_down: float = 0.04
+    """...and when it falls (lighter: allow more only slowly); the gauge swings with every
+    prefill and finish."""
     grow: float = 0.02
     """Most the budget grows in one step, as a share of the cache (down moves are at once)."""
     cut: float = 0.95
@@ -65,6 +66,7 @@ class AutopilotConfig:
     waiting_ticks: int = 3
     engine_ttft_share: float = 0.8
     deadband: float = 0.02
+    """Moves smaller than this share of the cache, or half a request of the mix, are not made."""
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,12 @@ class Autopilot:
         lo, hi = max(1.0, c.min_share * cap), c.max_share * cap
         if in_flight_blocks >= 0.2 * cap:
             ratio = min(1.0, sig.kv_usage * cap / in_flight_blocks)
-            self.held = (
-                ratio if self.held is None else self.held + c.held_gain * (ratio - self.held)
-            )
+            prev = self.held
+            if prev is None:
+                self.held = ratio
+            else:
+                gain = c.held_gain if ratio > prev else c.held_gain_down
+                self.held = prev + gain * (ratio - prev)
         if self.target is None or self.applied is None:
             self.target = float(cap)
             return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
@@ -191,12 +196,14 @@ class Autopilot:
         top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
         want = max(lo, min(want, top))
         demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
-        if want < self.target - c.deadband * cap:
+        # a move smaller than half a request of the current mix changes nothing that fits
+        band = max(c.deadband * cap, 0.5 * per) if per else c.deadband * cap
+        if want < self.target - band:
             self.target = want  # the mix got heavier: follow it down at once
         elif demand:
             self.target = min(want, self.target + c.grow * cap)
         new = round(self.target)
-        if abs(new - self.applied) >= c.deadband * cap:
+        if abs(new - self.applied) >= band:
             if new > self.applied:
                 why = f"headroom: {held:.0%} of the footprint held, {queued} queued"
             else:
