@@ -8,16 +8,18 @@ short chats, and a change of mix needs no move at all. The controller only corre
 prediction gets wrong, on the engine's explicit congestion signals (docs/autopilot.md says why
 these and not a latency gradient):
 
-* preemption (vLLM ran out of KV blocks and threw work away): cut to 0.8x of what is in flight;
-* requests waiting inside the engine while its KV cache is nearly full: the same cut;
-* mean ITL over its SLO, or the engine's TTFT p95 over 0.8x the TTFT SLO: ease 5 %;
-* otherwise, while there is demand (a queue, or the budget nearly used) and the KV cache has
-  headroom (< 90 % used), grow by 2 % of the cache a step; no growth for 5 s after a cut.
+* preemption (vLLM ran out of KV blocks and threw work away), or requests waiting inside the
+  engine for 3 scrapes with its KV cache >= 95 % full: cut to 0.95x of what is in flight, and
+  keep that level as a ceiling that is forgotten slowly (0.2 % of the cache a step);
+* mean ITL over its SLO, or the engine's TTFT p95 over 0.8x the TTFT SLO: ease 5 %, same ceiling;
+* otherwise, with demand (a queue, or the budget nearly used), move toward `overcommit`: past
+  the cache by what the share of the footprint actually held (measured) and the number of
+  requests sharing it allow; at most +2 % of the cache a step up, at once down; no growth for
+  5 s after a cut, and none past the cache before a request has finished lately.
 
-Damping: the applied limit moves only when the target has drifted 5 % of the cache from it (or
-at once on a cut), so a steady load settles without a sawtooth of events, and the budget stays
-within [0.1, 1.5] x the cache (over 1 because footprints assume each request's full output,
-which a mix of requests part-way through never holds all at once).
+Damping: a move smaller than 2 % of the cache or half a request of the mix is not made, and the
+measured held share rises fast but falls slowly, so a steady load settles (W2-W4 in
+bench/bench_autopilot.py) instead of sawing; the budget stays within [0.1, 1.5] x the cache.
 """
 
 from __future__ import annotations
