@@ -19,7 +19,7 @@ from llmtop.core.health import Context, HealthState
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 HISTORY_S = 600.0
 

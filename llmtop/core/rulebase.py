@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llmtop.core.snapshot import Bottleneck, EngineStats, GatewayStats, GpuStats, Severity, Snapshot
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 
 @dataclass(frozen=True)
