@@ -33,11 +33,24 @@ class LimitSpec:
     may_be_off: bool
     """None switches it off (`rpm off`)."""
     help: str
+    """What it bounds, for --help."""
+
+    @property
+    def option(self) -> str:
+        """The `llmtop gateway` flag: --max-concurrency, --queue-timeout."""
+        return "--" + self.field.removesuffix("_s").replace("_", "-")
+
+    @property
+    def metavar(self) -> str:
+        """N for counts, S for seconds, RPM for the rate."""
+        return {"s": "S", "requests/min": "RPM"}.get(self.unit, "N")
 
 
 LIMITS: tuple[LimitSpec, ...] = (
-    LimitSpec("max_concurrency", "cap", "int", "requests", 1, False, "requests in flight"),
-    LimitSpec("max_queue", "queue", "int", "requests", 0, False, "requests waiting"),
+    LimitSpec(
+        "max_concurrency", "cap", "int", "requests", 1, False, "requests at the engine at once"
+    ),
+    LimitSpec("max_queue", "queue", "int", "requests", 0, False, "requests allowed to wait"),
     LimitSpec("queue_timeout_s", "timeout", "float", "s", 0, False, "seconds a request may wait"),
     LimitSpec(
         "rate_limit_rpm", "rpm", "float", "requests/min", 0, True, "requests per minute per tenant"
@@ -49,7 +62,7 @@ LIMITS: tuple[LimitSpec, ...] = (
         "tokens",
         1,
         True,
-        "summed prompt tokens in flight",
+        "cap on summed prompt tokens in flight",
     ),
 )
 LIMIT_FIELDS: tuple[str, ...] = tuple(s.field for s in LIMITS)

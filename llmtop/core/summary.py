@@ -7,7 +7,6 @@ present, null where unknown; non-finite numbers become null. Exit codes follow t
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from typing import Any
 
 from llmtop.core import format as fmt
@@ -88,9 +87,8 @@ def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def iso_time(t: float) -> str:
-    """Seconds since the epoch as ISO 8601 UTC, second resolution."""
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+iso_time = fmt.utc_iso
+"""Seconds since the epoch as ISO 8601 UTC (core.format's time-zone policy)."""
 
 
 def to_json(snap: Snapshot) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from llmtop.core import format as fmt
 from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
-from llmtop.tui import fmt
 from llmtop.tui.commands import (
     QUEUE_STEP,
     describe_change,

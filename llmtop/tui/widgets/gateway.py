@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import View, limit_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
@@ -22,7 +22,7 @@ class GatewayPanel(Panel):
             return Text(f"DOWN: {g.error or 'no answer'}", style="bold red")
         rejected = {k: v for k, v in g.rejected_per_s.items() if v}
         r429 = (
-            "  ".join(f"{k} {fmt.per_s(v)}" for k, v in sorted(rejected.items()))
+            "  ".join(f"{k} {fmt.rate(v)}" for k, v in sorted(rejected.items()))
             if rejected
             else "0"
         )
