@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from llmtop.core import engines as vllm_names
+from llmtop.core.admin_api import LIMITS
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.raw import RawEngine, RawPoll
@@ -184,6 +185,9 @@ def gateway_stats(
     all_outcomes = dict(outcomes)
     for k, v in rejections.items():
         all_outcomes[f"rejected:{k}"] = int(v)
+    limit_values: dict[str, Any] = {  # each parsed to its field's type
+        s.field: (_int if s.kind == "int" else _num)(limits, s.field) for s in LIMITS
+    }
     paused = data.get("paused")
     healthy = upstream.get("healthy")
     return GatewayStats(
@@ -196,11 +200,7 @@ def gateway_stats(
             for k, v in _dict(data, "queued_by_priority").items()
             if isinstance(v, int | float)
         },
-        max_concurrency=_int(limits, "max_concurrency"),
-        max_queue=_int(limits, "max_queue"),
-        queue_timeout_s=_num(limits, "queue_timeout_s"),
-        rate_limit_rpm=_num(limits, "rate_limit_rpm"),
-        max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
+        **limit_values,
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,

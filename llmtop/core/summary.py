@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from llmtop.core import format as fmt
+from llmtop.core.admin_api import LIMIT_FIELDS
 from llmtop.core.snapshot import EngineStats, GatewayStats, GpuStats, Snapshot, Status
 
 EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
@@ -39,9 +40,7 @@ GATEWAY_KEYS = (
     "error",
     "in_flight",
     "queued",
-    "max_concurrency",
-    "max_queue",
-    "queue_timeout_s",
+    *LIMIT_FIELDS,  # the one table of the gateway's limits
     "paused",
     "rejected_per_s",
     "queue_wait_p50_s",
