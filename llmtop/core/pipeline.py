@@ -144,6 +144,11 @@ def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Stat
     return "ok"
 
 
+def _str(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) else None
+
+
 def _num(d: dict[str, Any], key: str) -> float | None:
     v = d.get(key)
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
@@ -185,9 +190,8 @@ def gateway_stats(
     all_outcomes = dict(outcomes)
     for k, v in rejections.items():
         all_outcomes[f"rejected:{k}"] = int(v)
-    limit_values: dict[str, Any] = {  # each parsed to its field's type
-        s.field: (_int if s.kind == "int" else _num)(limits, s.field) for s in LIMITS
-    }
+    parse = {"int": _int, "float": _num, "choice": _str}
+    limit_values: dict[str, Any] = {s.field: parse[s.kind](limits, s.field) for s in LIMITS}
     paused = data.get("paused")
     healthy = upstream.get("healthy")
     return GatewayStats(
