@@ -80,6 +80,11 @@ class GatewayStats:
     queue_timeout_s: float | None = None
     rate_limit_rpm: float | None = None
     max_inflight_prompt_tokens: int | None = None
+    max_inflight_kv_blocks: int | None = None
+    ttft_slo_s: float | None = None
+    queue_policy: str | None = None
+    mode: str | None = None
+    """auto: the autopilot moves the KV budget; manual: people do."""
     paused: bool | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""
