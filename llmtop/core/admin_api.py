@@ -176,8 +176,16 @@ class StatsDoc(TypedDict, total=False):
     ttft_s: QuantilesDoc
     window_s: float
     paused: bool
+    in_flight_kv_blocks: int
+    engine_ttft_s: float | None
+    """The engine's TTFT the autopilot steers by (None: not read yet)."""
+    mode: str
+    autopilot: dict[str, Any] | None
+    """The autopilot's last state (budget, reason); None in manual mode before it ran."""
     limits: LimitsDoc
     upstream: UpstreamDoc
+    handler_s: QuantilesDoc
+    """The gateway's own time per request (handler time), p50 and p95."""
 
 
 class EventDoc(TypedDict):
