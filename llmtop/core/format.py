@@ -11,7 +11,8 @@ Time zones. Three clocks run in llmtop, and only one is ever shown as a time of 
   screen (the event log, the replay timeline) it is shown as the viewer's local HH:MM:SS
   (`local_clock`), like top and journalctl; in a document (the report, the snapshot JSON) it is
   UTC and says so (`utc_time` '... UTC', `utc_iso` '...Z'), so a pasted report reads the same
-  in every zone. Epoch seconds travel unchanged on the wire and in files.
+  in every zone. Epoch seconds travel unchanged on the wire and in files. A default file name
+  (`llmtop-YYYYmmdd-HHMMSS.jsonl.gz`, the `r` key) is local time, like the screen it came from.
 - monotonic time (`time.monotonic`): intervals, ages, the demo's t=; shown only as durations.
 - virtual time (the sim's clock): the model's own; shown only as durations.
 """
