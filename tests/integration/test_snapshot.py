@@ -113,7 +113,8 @@ def test_degraded_real_capture_exits_critical_with_the_schema(
 ) -> None:
     idle = (fixtures_dir / "metrics-idle.txt").read_text()
     load = (fixtures_dir / "metrics-load.txt").read_text()
-    vllm = serve_app(engine_app(lambda n: idle if n == 1 else load))
+    # /metrics call 1 is the warm-up read, 2 the window's first poll, 3 its last
+    vllm = serve_app(engine_app(lambda n: idle if n <= 2 else load))
     gw = serve_app(gateway_app())
     code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", gw.url, "--json")
     data = json.loads(out)
