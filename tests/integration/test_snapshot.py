@@ -200,9 +200,21 @@ def test_dcgm_gpus_in_the_json(
     assert code == 1
 
 
-def test_bad_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["snapshot", "--window", "0", "--gateway", "off"]) == 2
-    assert "--window" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--window", "0"], "--window"),
+        (["--window", "301"], "--window"),  # the pipeline keeps 10 minutes; half of it at most
+        (["--window", "5", "--interval", "0"], "--interval"),
+    ],
+)
+def test_bad_window_or_interval_is_a_usage_error(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["snapshot", *flags, "--gateway", "off"]) == 2
+    captured = capsys.readouterr()
+    assert named in captured.err
+    assert captured.out == ""
 
 
 def test_idle_sim_is_ok_and_exits_zero(
