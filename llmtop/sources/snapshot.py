@@ -29,9 +29,9 @@ async def read_window(
     """Polls from now to `window_s` later, `interval_s` apart; one only if no engine answers.
 
     The first read opens the connections and asks each engine's /version, so what it read is
-    later than its time stamp (by ~80 ms against the sim: a first rate 8% low, which is most
-    of batching-cliff's 10% "flat"). It only says whether anything answers; the window starts
-    at the next read. A poll that overruns its interval (a slow target) moves the next one to
+    later than its time stamp (against the sim, the 1-second decode rate after it read 8% low,
+    most of batching-cliff's 10% "flat"). It only says whether anything answers; the window
+    starts at the next read. A poll that overruns its interval (a slow target) moves the next one to
     the next due time still ahead, never to a burst of late polls.
     """
     first = await read()
