@@ -137,6 +137,14 @@ class GatewaySettings:
     """Requests per minute per tenant (token bucket); off when unset."""
     max_inflight_prompt_tokens: int | None = None
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
+    max_inflight_kv_blocks: int | None = None
+    """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    ttft_slo_s: float | None = None
+    """TTFT budget of a request, gateway queue included; the deadline queue works to it."""
+    queue_policy: str = "fifo"
+    """fifo, deadline, codel or lifo: how the gateway's queue meets overload."""
+    mode: str = "manual"
+    """auto: the autopilot moves the KV budget to hold the SLO; manual: only people do."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
     max_header_bytes: int = 64 * 1024

@@ -162,7 +162,7 @@ def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
         return [f"engine {e.url}  {name}  up, but {e.error}"]
     waiting = fmt.count(e.waiting)
     if e.waiting_capacity is not None:
-        waiting += f" ({fmt.count(e.waiting_capacity)} for KV)"
+        waiting += f" ({fmt.count(e.waiting_capacity)} for capacity)"
     kv = fmt.frac(e.kv_cache_usage_frac)
     if peak is not None:
         kv += f" (peak {fmt.frac(peak.frac)} at {offset(peak.at_s)})"

@@ -57,6 +57,10 @@ def limits_of(settings: GatewaySettings) -> Limits:
         queue_timeout_s=settings.queue_timeout_s,
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
+        max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
+        ttft_slo_s=settings.ttft_slo_s,
+        queue_policy=settings.queue_policy,
+        mode=settings.mode,
     )
 
 
