@@ -20,10 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = GatewaySettings
     flag(p, g, "upstream", "--upstream", metavar="URL", help="engine base URL")
     flag(p, g, "listen", "--listen", metavar="HOST:PORT", help="address to listen on")
-    at_start = {f.name for f in fields(g)}  # the limits a flag sets; the rest are live-only
+    at_start = {f.name for f in fields(g)}  # the limits GatewaySettings can set at start
     for spec in (s for s in LIMITS if s.field in at_start):  # the one table of limits
-        kind = int if spec.kind == "int" else float
-        flag(p, g, spec.field, spec.option, metavar=spec.metavar, type=kind, help=spec.help)
+        kind = {"int": int, "float": float, "choice": str}[spec.kind]
+        more = {"choices": spec.choices} if spec.choices else {}
+        flag(p, g, spec.field, spec.option, metavar=spec.metavar, type=kind, help=spec.help, **more)
     flag(
         p,
         g,

@@ -44,7 +44,9 @@ class LimitSpec:
 
     @property
     def metavar(self) -> str:
-        """N for counts, S for seconds, RPM for the rate."""
+        """N for counts, S for seconds, RPM for the rate, the words of a choice."""
+        if self.kind == "choice":
+            return "|".join(self.choices)
         return {"s": "S", "requests/min": "RPM"}.get(self.unit, "N")
 
 
