@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from llmtop.errors import Rejected
 from llmtop.gateway.limits import LimitError, Limits, validate_limits
 from llmtop.gateway.ratelimit import TenantRateLimiter
 from llmtop.gateway.window import CumulativeHistogram, RateWindow, SampleWindow
@@ -48,21 +48,6 @@ _QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
 
 UNKNOWN_DRAIN_RETRY_S = 5.0
 """Retry-After when no request has completed recently (no drain rate to estimate from)."""
-
-
-class Rejected(Exception):
-    """A request refused with a 429: the reason, a message naming the knob, and Retry-After."""
-
-    def __init__(self, reason: str, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-    @property
-    def retry_after_header(self) -> str:
-        """Whole seconds, at least 1, as the Retry-After header wants them."""
-        return str(max(1, math.ceil(self.retry_after_s)))
 
 
 class Ticket:

@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from llmtop.serving import ServerThread
 
 ENGINE_KEYS = {
     "url", "up", "model", "running", "waiting", "kv_cache_usage_frac", "kv_capacity_tokens",

@@ -15,7 +15,7 @@ from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import SnapshotSource
 from tests.tui import story

@@ -16,11 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llmtop.core.snapshot import Snapshot
-from llmtop.replay import ReplaySource
+from llmtop.recording.reader import Recording, read_recording
+from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
-from llmtop.sources.recording import read_recording
-from llmtop.sources.recording_read import Recording
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import HISTORY_S, LlmtopApp
 from llmtop.tui.controls import Recorder
 from llmtop.tui.source import SnapshotSource

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from llmtop.core.aggregate import combine
 from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
@@ -20,7 +21,6 @@ from llmtop.tui.commands import (
 )
 from llmtop.tui.present import (
     badge,
-    combine,
     diff_events,
     is_stale,
     queue_location,

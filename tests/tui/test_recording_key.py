@@ -7,8 +7,9 @@ from pathlib import Path
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Snapshot
+from llmtop.recording.reader import read_recording
+from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings
-from llmtop.sources.recording import Recorder, RecordingSource, read_recording
 from tests.tui import story
 from tests.tui.conftest import make_app
 

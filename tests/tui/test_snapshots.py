@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from tests.tui import story
 from tests.tui.conftest import SilentSource, down_snapshot, make_app
