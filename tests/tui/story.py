@@ -2,7 +2,7 @@
 snapshot tests and of scripts/screenshots.
 
 tests/fixtures/demo-story.jsonl.gz is `llmtop demo --headless --scenario story --duration 245
---apply-cap 8@150 --record FILE`: the simulated engine, the gateway, the load and the Collector,
+--apply-cap auto@150 --record FILE`: the simulated engine, the gateway, the load and the Collector,
 each poll's raw inputs recorded. Replaying it runs them through a fresh Pipeline, so every
 number and every finding on a rendered screen is what the product computes at that moment with
 today's rules; nothing here writes a finding, a text or an advice. `MOMENTS` only names the
@@ -93,6 +93,7 @@ def app_at(
     health: HealthSettings | None = None,
     clock: Callable[[], float] = lambda: 0.0,
     recorder: Recorder | None = None,
+    app_class: type[LlmtopApp] = LlmtopApp,
     **monitor_kw: object,
 ) -> LlmtopApp:
     """The live screen as it stood `at_s` seconds into the story: a paused replay as its source
@@ -101,7 +102,7 @@ def app_at(
     replay = replay_at(at_s, health)
     if admin is not None:
         monitor_kw.setdefault("gateway_url", admin.base_url)
-    return LlmtopApp(
+    return app_class(
         replay if source is None else source,
         monitor=monitor(**monitor_kw),
         health=health,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from llmtop.core.rulebase import suggested_cap
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from tests.tui import story
@@ -56,10 +57,13 @@ def test_help_screen(snap_compare: SnapCompare) -> None:
 
 
 def test_command_line_open(snap_compare: SnapCompare) -> None:
-    # the line only opens here: nothing is sent to this (absent) gateway
+    # typing the cap the finding on screen suggests; the line only opens here: nothing is sent
+    # to this (absent) gateway
     app = make_app(moment="kv-exhausted", admin=AdminClient("http://127.0.0.1:9"))
+    advice = suggested_cap(story.upto(story.MOMENTS["kv-exhausted"])[-1].findings)
+    assert advice is not None
     assert snap_compare(
-        app, press=["colon", *"cap 8"], terminal_size=(80, 24), run_before=_ready(app)
+        app, press=["colon", *f"cap {advice[0]}"], terminal_size=(80, 24), run_before=_ready(app)
     )
 
 
