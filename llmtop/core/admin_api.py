@@ -26,14 +26,22 @@ class LimitSpec:
     """The JSON field of /admin/limits and the settings' name."""
     word: str
     """The TUI's command word and the event log's label (`cap 8`)."""
-    kind: Literal["int", "float"]
+    kind: Literal["int", "float", "choice"]
     unit: str
     minimum: float
     """The smallest value allowed (ints: inclusive; floats: exclusive, must be > minimum)."""
     may_be_off: bool
     """None switches it off (`rpm off`)."""
     help: str
+    choices: tuple[str, ...] = ()
+    """The allowed words of a `choice` limit (mode, queue policy)."""
 
+
+MODES: tuple[str, ...] = ("manual", "auto")
+"""auto: the autopilot moves the KV budget; manual: only people do."""
+QUEUE_POLICIES: tuple[str, ...] = ("fifo", "deadline", "codel", "lifo")
+"""fifo (timeout only), deadline (reject at arrival / leave when the TTFT budget is gone),
+codel (controlled delay) or lifo (adaptive LIFO with codel, as in "Fail at Scale")."""
 
 LIMITS: tuple[LimitSpec, ...] = (
     LimitSpec("max_concurrency", "cap", "int", "requests", 1, False, "requests in flight"),
@@ -51,6 +59,18 @@ LIMITS: tuple[LimitSpec, ...] = (
         True,
         "summed prompt tokens in flight",
     ),
+    LimitSpec(
+        "max_inflight_kv_blocks",
+        "blocks",
+        "int",
+        "KV blocks",
+        1,
+        True,
+        "summed predicted KV footprint in flight (the autopilot moves it)",
+    ),
+    LimitSpec("ttft_slo_s", "slo", "float", "s", 0, True, "TTFT budget of a request"),
+    LimitSpec("queue_policy", "policy", "choice", "", 0, False, "queue discipline", QUEUE_POLICIES),
+    LimitSpec("mode", "mode", "choice", "", 0, False, "auto: the autopilot holds the SLO", MODES),
 )
 LIMIT_FIELDS: tuple[str, ...] = tuple(s.field for s in LIMITS)
 """The limits' field names, in the table's order."""
@@ -63,12 +83,17 @@ def limit_spec(name: str) -> LimitSpec | None:
     return next((s for s in LIMITS if name in (s.field, s.word)), None)
 
 
-def check_limit(spec: LimitSpec, value: object) -> int | float | None:
+def check_limit(spec: LimitSpec, value: object) -> int | float | str | None:
     """`value` if it fits the limit's type and range, else a LimitError naming the field."""
     field = spec.field
     tail = " or null" if spec.may_be_off else ""
     if value is None and spec.may_be_off:
         return None
+    if spec.kind == "choice":
+        if not isinstance(value, str) or value not in spec.choices:
+            allowed = ", ".join(spec.choices)
+            raise LimitError(field, f"{field} must be one of {allowed}, got {value!r}")
+        return value
     if spec.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int) or value < spec.minimum:
             raise LimitError(
@@ -85,7 +110,7 @@ def check_limit(spec: LimitSpec, value: object) -> int | float | None:
 _BY_FIELD = {s.field: s for s in LIMITS}
 
 
-def check_changes(changes: Mapping[str, object]) -> dict[str, int | float | None]:
+def check_changes(changes: Mapping[str, object]) -> dict[str, int | float | str | None]:
     """A PATCH /admin/limits body checked field by field; LimitError names the first bad one."""
     for field in changes:
         if field not in _BY_FIELD:
@@ -102,6 +127,10 @@ class LimitsDoc(TypedDict):
     queue_timeout_s: float
     rate_limit_rpm: float | None
     max_inflight_prompt_tokens: int | None
+    max_inflight_kv_blocks: int | None
+    ttft_slo_s: float | None
+    queue_policy: str
+    mode: str
 
 
 class QuantilesDoc(TypedDict):

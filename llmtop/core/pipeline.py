@@ -143,6 +143,11 @@ def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Stat
     return "ok"
 
 
+def _str(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) else None
+
+
 def _num(d: dict[str, Any], key: str) -> float | None:
     v = d.get(key)
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
@@ -201,6 +206,10 @@ def gateway_stats(
         queue_timeout_s=_num(limits, "queue_timeout_s"),
         rate_limit_rpm=_num(limits, "rate_limit_rpm"),
         max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
+        max_inflight_kv_blocks=_int(limits, "max_inflight_kv_blocks"),
+        ttft_slo_s=_num(limits, "ttft_slo_s"),
+        queue_policy=_str(limits, "queue_policy"),
+        mode=_str(limits, "mode"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,

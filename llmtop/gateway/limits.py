@@ -25,6 +25,15 @@ class Limits:
     queue_timeout_s: float
     rate_limit_rpm: float | None = None
     max_inflight_prompt_tokens: int | None = None
+    max_inflight_kv_blocks: int | None = None
+    """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    ttft_slo_s: float | None = None
+    """TTFT budget of a request (queue + engine); the deadline queue rejects what cannot meet it."""
+    queue_policy: str = "fifo"
+    """fifo (timeout only), deadline (reject at arrival / leave when the budget is gone),
+    codel (Fail at Scale's controlled delay) or lifo (adaptive LIFO with codel)."""
+    mode: str = "manual"
+    """auto: the autopilot moves max_inflight_kv_blocks; manual: only people do."""
 
     def to_dict(self) -> LimitsDoc:
         """The /admin/limits document."""

@@ -27,7 +27,9 @@ ACTIONS = ("pause", "resume")
 USAGE = "commands: " + " · ".join(
     [
         *(
-            f"{s.word} {'S' if s.unit == 's' else 'N'}{'|off' if s.may_be_off else ''}"
+            f"{s.word} {'|'.join(s.choices)}"
+            if s.kind == "choice"
+            else f"{s.word} {'S' if s.unit == 's' else 'N'}{'|off' if s.may_be_off else ''}"
             for s in LIMITS
         ),
         *ACTIONS,
@@ -51,6 +53,8 @@ def parse_command(text: str) -> dict[str, Any] | str:
     raw = words[1].lower()
     if may_be_off and raw in ("off", "none", "0"):
         return {field: None}
+    if kind == "choice":
+        return {field: raw}  # the gateway names the allowed words if it is not one
     try:
         number: float = int(raw) if kind == "int" else float(raw)
     except ValueError:
