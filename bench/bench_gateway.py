@@ -65,7 +65,7 @@ async def instant_upstream(scope: dict[str, Any], receive: Any, send: Any) -> No
 def _serve(kind: str, upstream: str | None, overrides: dict[str, Any], q: Any) -> None:
     import uvicorn
 
-    from llmtop.serving import bind, url_of
+    from llmtop.asgi.uvicorn_runner import bind, url_of
 
     if kind == "upstream":
         app: Any = instant_upstream

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.integration.test_gateway_fakes import wait_stats
 from tests.integration.test_gateway_sim import body
 from tests.promtool import check_metrics, check_vllm_metrics, lint_findings

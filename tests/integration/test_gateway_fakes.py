@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.sim.engine import Engine
 from tests.integration.test_gateway_fakes import wait_stats
 

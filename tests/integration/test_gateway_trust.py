@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.gateway.trust import hash_key
-from llmtop.serving import ServerThread
 from llmtop.settings import ApiKey
 from tests.integration.test_gateway_fakes import accounted, wait_stats
 from tests.integration.test_gateway_sim import body

@@ -1,0 +1,149 @@
+"""What `llmtop whatif` does: collect a window, calibrate, predict every candidate, render.
+
+`analyse` is the pure half (points in, report out: the TUI can call it on a worker thread with
+points it already has); `run_whatif` adds the scraping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from llmtop.errors import UsageError
+from llmtop.whatif.calibrate import Calibration, calibrate
+from llmtop.whatif.predict import Candidate, Prediction, candidates_for_caps, predict
+from llmtop.whatif.render import FitCheck, fit_checks, to_json, to_text
+from llmtop.whatif.window import Observed, Point, observe
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to predict and how; the defaults are the command's."""
+
+    caps: tuple[int, ...] = ()
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    horizon_s: float = 120.0
+    warmup_s: float = 30.0
+    seed: int = 0
+    ttft_slo_s: float = 2.0
+    itl_slo_s: float = 0.1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The window, the fit, its error and the predictions (current setting first)."""
+
+    observed: Observed
+    calibration: Calibration
+    checks: list[FitCheck]
+    predictions: list[Prediction]
+    options: Options
+
+    def text(self) -> str:
+        o = self.options
+        return to_text(
+            self.observed, self.calibration, self.checks, self.predictions,
+            horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+        )  # fmt: skip
+
+    def json(self) -> str:
+        o = self.options
+        return json.dumps(
+            to_json(
+                self.observed, self.calibration, self.checks, self.predictions,
+                horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+            ),
+            indent=2,
+        )  # fmt: skip
+
+
+def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
+    """The current setting, then each cap with the max_queue / timeout changes applied."""
+    out = candidates_for_caps(cal, opts.caps)
+    changes: dict[str, object] = {}
+    if opts.max_queue is not None:
+        changes["max_queue"] = opts.max_queue
+    if opts.queue_timeout_s is not None:
+        changes["queue_timeout_s"] = opts.queue_timeout_s
+    if not changes:
+        return out
+    head, rest = out[0], out[1:]
+    if head.limits is not None and not opts.caps:
+        rest = [Candidate("current, changed", replace(head.limits, **changes))]  # type: ignore[arg-type]
+    else:
+        rest = [
+            Candidate(c.label, replace(c.limits, **changes))  # type: ignore[arg-type]
+            for c in rest
+            if c.limits is not None
+        ]
+    return [head, *rest]
+
+
+def analyse(points: Sequence[Point], opts: Options) -> Analysis:
+    """Calibrate on the window and predict every candidate (pure; a second of CPU or so)."""
+    obs = observe(points)
+    if obs.arrival_per_s <= 0:
+        raise UsageError("no requests arrived in the window: nothing to predict from")
+    cal = calibrate(
+        obs, max_num_seqs=opts.max_num_seqs, max_num_batched_tokens=opts.max_num_batched_tokens
+    )
+    cands = candidates(cal, opts)
+
+    def run(c: Candidate, horizon_s: float) -> Prediction:
+        return predict(
+            cal, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
+            ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s,
+        )  # fmt: skip
+
+    preds = [run(c, opts.horizon_s) for c in cands]
+    # The fit's own error: the current setting, replayed (preds[0]), against the window.
+    replay = preds[0]
+    return Analysis(obs, cal, fit_checks(obs, replay), preds, opts)
+
+
+def validate(opts: Options, *, window_s: float, interval_s: float) -> None:
+    """UsageError (one line) for values the what-if cannot work with."""
+    if not 2.0 <= window_s <= 3600.0:
+        raise UsageError("--window must be between 2 and 3600 seconds")
+    if not 0.2 <= interval_s <= window_s / 2:
+        raise UsageError("--interval must be at least 0.2 s and at most half the window")
+    if not 5.0 <= opts.horizon_s <= 3600.0:
+        raise UsageError("--horizon must be between 5 and 3600 seconds")
+    if opts.max_queue is not None and opts.max_queue < 0:
+        raise UsageError("--max-queue must be at least 0")
+    if opts.queue_timeout_s is not None and not opts.queue_timeout_s > 0:
+        raise UsageError("--queue-timeout must be above 0")
+    if opts.max_num_seqs < 1:
+        raise UsageError("--max-num-seqs must be at least 1")
+    if opts.max_num_batched_tokens is not None and opts.max_num_batched_tokens < 1:
+        raise UsageError("--max-num-batched-tokens must be at least 1")
+    if opts.ttft_slo_s <= 0 or opts.itl_slo_s <= 0:
+        raise UsageError("the SLOs must be above 0")
+
+
+def run_whatif(
+    vllm_url: str,
+    gateway_url: str | None,
+    opts: Options,
+    *,
+    window_s: float,
+    interval_s: float = 1.0,
+    token_file: str | None = None,
+) -> Analysis:
+    """Scrape the targets over the window, then `analyse`."""
+    import os
+
+    from llmtop.settings import read_token
+    from llmtop.whatif.collect import collect_window
+
+    token = read_token(os.environ.get("LLMTOP_ADMIN_TOKEN"), token_file)
+
+    points, _ = asyncio.run(
+        collect_window(vllm_url, gateway_url, window_s=window_s, interval_s=interval_s, token=token)
+    )
+    return analyse(points, opts)
