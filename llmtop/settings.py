@@ -140,11 +140,18 @@ class GatewaySettings:
     max_inflight_kv_blocks: int | None = None
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
     ttft_slo_s: float | None = None
-    """TTFT budget of a request, gateway queue included; the deadline queue works to it."""
+    """TTFT budget of a request, gateway queue included; the deadline queue works to it
+    (5 s with --autopilot when unset)."""
     queue_policy: str = "fifo"
-    """fifo, deadline, codel or lifo: how the gateway's queue meets overload."""
+    """fifo, deadline, codel or lifo: how the gateway's queue meets overload (deadline with
+    --autopilot)."""
     mode: str = "manual"
     """auto: the autopilot moves the KV budget to hold the SLO; manual: only people do."""
+    autopilot: bool = False
+    """Start in auto mode with a deadline queue: admit by KV footprint, the budget moved by the
+    engine's signals (docs/autopilot.md)."""
+    itl_slo_s: float = 0.1
+    """Mean inter-token latency the autopilot keeps the engine under."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
     max_header_bytes: int = 64 * 1024

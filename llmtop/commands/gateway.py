@@ -28,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flag(
         p,
         g,
+        "autopilot",
+        "--autopilot",
+        action="store_const",
+        const=True,
+        help="admit by KV footprint, budget moved by the engine's signals, deadline queue",
+    )
+    flag(
+        p,
+        g,
         "admin_token_file",
         "--admin-token-file",
         metavar="F",

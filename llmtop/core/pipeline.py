@@ -205,6 +205,7 @@ def gateway_stats(
             if isinstance(v, int | float)
         },
         **limit_values,
+        autopilot_reason=_str(_dict(data, "autopilot"), "reason"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,
