@@ -4,7 +4,7 @@ Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,7 @@ COLUMNS = (
     "setting", "TTFT p50", "TTFT p95", "engine p95", "ITL p95", "goodput", "tok/s",
     "queue p95", "rejected", "preempt/min",
 )  # fmt: skip
+BAND_COLUMNS = ("TTFT p95 at rate -/+1 se", "tok/s at rate -/+1 se")
 
 
 def to_text(
@@ -83,6 +84,7 @@ def to_text(
     cal: Calibration,
     checks: Sequence[FitCheck],
     preds: Sequence[Prediction],
+    bands: Sequence[tuple[Prediction, Prediction]],
     *,
     horizon_s: float,
     ttft_slo_s: float,
@@ -109,8 +111,9 @@ def to_text(
         f"PREDICTED over the next {horizon_s:.0f} s (a model, not a measurement;"
         f" goodput: TTFT <= {ttft_slo_s:g} s and mean ITL <= {itl_slo_s:g} s):"
     )
-    rows = [list(COLUMNS)]
-    for p in preds:
+    header = list(COLUMNS) + (list(BAND_COLUMNS) if bands else [])
+    rows = [header]
+    for i, p in enumerate(preds):
         lim = p.candidate.limits
         label = p.candidate.label
         if lim is not None:
@@ -123,7 +126,13 @@ def to_text(
             _s(p.itl_p95_s), _pct(p.goodput_frac), f"{p.output_tok_per_s:,.0f}",
             _s(p.queue_wait_p95_s), rejected, f"{p.preemptions_per_min:,.0f}",
         ])  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+        if bands:
+            lo, hi = bands[i]
+            rows[-1] += [
+                _range(lo.ttft_client_p95_s, hi.ttft_client_p95_s, _s),
+                _range(lo.output_tok_per_s, hi.output_tok_per_s, lambda v: f"{v or 0:,.0f}"),
+            ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         lines.append(
             "  ".join(
@@ -132,6 +141,29 @@ def to_text(
             )
         )
     return "\n".join(lines)
+
+
+def _band_json(band: tuple[Prediction, Prediction] | None) -> dict[str, Any]:
+    if band is None:
+        return {}
+    lo, hi = band
+    return {
+        "at_arrival_rate_minus_1se": {
+            "ttft_client_p95_s": lo.ttft_client_p95_s,
+            "output_tok_per_s": lo.output_tok_per_s,
+        },
+        "at_arrival_rate_plus_1se": {
+            "ttft_client_p95_s": hi.ttft_client_p95_s,
+            "output_tok_per_s": hi.output_tok_per_s,
+        },
+    }
+
+
+def _range(lo: float | None, hi: float | None, fmt: Callable[[float | None], str]) -> str:
+    if lo is None or hi is None:
+        return "n/a"
+    a, b = sorted((lo, hi))
+    return f"{fmt(a)}-{fmt(b)}"
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
@@ -162,6 +194,7 @@ def to_json(
     cal: Calibration,
     checks: Sequence[FitCheck],
     preds: Sequence[Prediction],
+    bands: Sequence[tuple[Prediction, Prediction]],
     *,
     horizon_s: float,
     ttft_slo_s: float,
@@ -208,5 +241,8 @@ def to_json(
         ],
         "horizon_s": horizon_s,
         "slo": {"ttft_s": ttft_slo_s, "itl_s": itl_slo_s},
-        "predictions": [prediction_json(p) for p in preds],
+        "predictions": [
+            {**prediction_json(p), **_band_json(bands[i] if i < len(bands) else None)}
+            for i, p in enumerate(preds)
+        ],
     }

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from llmtop.errors import UsageError
+from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration, calibrate
 from llmtop.whatif.predict import Candidate, Prediction, candidates_for_caps, predict
 from llmtop.whatif.render import FitCheck, fit_checks, to_json, to_text
@@ -32,6 +33,8 @@ class Options:
     itl_slo_s: float = 0.1
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
+    band: bool = True
+    """Also predict at the arrival rate +- its standard error."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,13 @@ class Analysis:
     checks: list[FitCheck]
     predictions: list[Prediction]
     options: Options
+    bands: list[tuple[Prediction, Prediction]] = field(default_factory=list)
+    """Per prediction: the same at the arrival rate one standard error lower, and higher."""
 
     def text(self) -> str:
         o = self.options
         return to_text(
-            self.observed, self.calibration, self.checks, self.predictions,
+            self.observed, self.calibration, self.checks, self.predictions, self.bands,
             horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
         )  # fmt: skip
 
@@ -55,7 +60,7 @@ class Analysis:
         o = self.options
         return json.dumps(
             to_json(
-                self.observed, self.calibration, self.checks, self.predictions,
+                self.observed, self.calibration, self.checks, self.predictions, self.bands,
                 horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
             ),
             indent=2,
@@ -65,27 +70,31 @@ class Analysis:
 def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
     """The current setting, then each cap with the max_queue / timeout changes applied."""
     out = candidates_for_caps(cal, opts.caps)
-    changes: dict[str, object] = {}
-    if opts.max_queue is not None:
-        changes["max_queue"] = opts.max_queue
-    if opts.queue_timeout_s is not None:
-        changes["queue_timeout_s"] = opts.queue_timeout_s
-    if not changes:
+    if opts.max_queue is None and opts.queue_timeout_s is None:
         return out
+
+    def changed(lim: Limits) -> Limits:
+        return replace(
+            lim,
+            max_queue=lim.max_queue if opts.max_queue is None else opts.max_queue,
+            queue_timeout_s=(
+                lim.queue_timeout_s if opts.queue_timeout_s is None else opts.queue_timeout_s
+            ),
+        )
+
     head, rest = out[0], out[1:]
     if head.limits is not None and not opts.caps:
-        rest = [Candidate("current, changed", replace(head.limits, **changes))]  # type: ignore[arg-type]
-    else:
-        rest = [
-            Candidate(c.label, replace(c.limits, **changes))  # type: ignore[arg-type]
-            for c in rest
-            if c.limits is not None
-        ]
-    return [head, *rest]
+        return [head, Candidate("current, changed", changed(head.limits))]
+    return [head, *(Candidate(c.label, changed(c.limits)) for c in rest if c.limits is not None)]
 
 
 def analyse(points: Sequence[Point], opts: Options) -> Analysis:
-    """Calibrate on the window and predict every candidate (pure; a second of CPU or so)."""
+    """Calibrate on the window and predict every candidate (pure; about a second of CPU).
+
+    With `opts.band`, each candidate is also run at the arrival rate one standard error below
+    and above the estimate (a shorter horizon), so the table shows how much the rate's own
+    sampling error moves the answer.
+    """
     obs = observe(points)
     if obs.arrival_per_s <= 0:
         raise UsageError("no requests arrived in the window: nothing to predict from")
@@ -94,16 +103,23 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
     )
     cands = candidates(cal, opts)
 
-    def run(c: Candidate, horizon_s: float) -> Prediction:
+    def run(c: Candidate, horizon_s: float, at: Calibration = cal) -> Prediction:
         return predict(
-            cal, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
+            at, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
             ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s,
         )  # fmt: skip
 
     preds = [run(c, opts.horizon_s) for c in cands]
+    bands: list[tuple[Prediction, Prediction]] = []
+    err = obs.arrival_error_per_s
+    if opts.band and err:
+        rate = cal.arrival_per_s
+        low = replace(cal, arrival_per_s=max(rate - err, rate * 0.1))
+        high = replace(cal, arrival_per_s=rate + err)
+        half = max(5.0, opts.horizon_s / 2)
+        bands = [(run(c, half, low), run(c, half, high)) for c in cands]
     # The fit's own error: the current setting, replayed (preds[0]), against the window.
-    replay = preds[0]
-    return Analysis(obs, cal, fit_checks(obs, replay), preds, opts)
+    return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands)
 
 
 def validate(opts: Options, *, window_s: float, interval_s: float) -> None:
