@@ -44,6 +44,18 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class State:
+    """What is in the system when the prediction starts ("now"): none = an empty system."""
+
+    at_engine: int
+    """Requests running or waiting at the engine (they stay there whatever the new cap)."""
+    queued: int
+    """Requests waiting in the gateway's queue."""
+    oldest_wait_s: float
+    """How long the oldest queued request has waited (the queue's ages spread from it to 0)."""
+
+
+@dataclass(frozen=True)
 class Prediction:
     """What the model says one setting does, over the horizon (a prediction, not a measurement)."""
 
@@ -104,16 +116,20 @@ def predict(
     seed: int = 0,
     ttft_slo_s: float = 2.0,
     itl_slo_s: float = 0.1,
+    start: State | None = None,
     observer: Observer | None = None,
 ) -> Prediction:
     """Run one candidate in virtual time; safe on any thread (a private event loop).
 
-    `observer(t, engine, controller)` is called once a virtual second (tests scrape with it).
+    With `start`, the run begins from that state and the candidate's limits are applied to it
+    at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
+    [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
+    virtual second (tests scrape with it).
     """
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(
-            _run(cal, candidate, horizon_s, warmup_s, seed, ttft_slo_s, itl_slo_s, observer)
+            _run(cal, candidate, horizon_s, warmup_s, seed, ttft_slo_s, itl_slo_s, start, observer)
         )
     finally:
         loop.close()
@@ -127,6 +143,7 @@ async def _run(
     seed: int,
     ttft_slo_s: float,
     itl_slo_s: float,
+    start: State | None,
     observer: Observer | None,
 ) -> Prediction:
     rng = random.Random(seed)
@@ -136,9 +153,13 @@ async def _run(
     outputs = cal.output_len.sampler(random.Random(seed + 2), cap_len - 1)
     engine = Engine(cal.engine_config())
     now = [0.0]
+    limits = cand.limits
+    if limits is not None and start is not None:
+        # Build the present under a cap that holds it, then change the limits as PATCH does.
+        limits = replace(limits, max_concurrency=max(start.at_engine, 1))
     ctl = (
-        AdmissionController(cand.limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
-        if cand.limits is not None
+        AdmissionController(limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
+        if limits is not None
         else None
     )
     end = warmup_s + horizon_s
@@ -190,6 +211,29 @@ async def _run(
                 to_engine(head, t)
             else:
                 head.rejected = True
+
+    if start is not None:
+        for _ in range(start.at_engine):
+            p = prompts.draw()
+            held = _Req(0.0, p, max(1, int(outputs.draw() * rng.random())), None, False)
+            if ctl is not None:
+                held.ticket = ctl.enter(prompt_tokens=p)
+            to_engine(held, 0.0)
+        if ctl is not None:
+            n = start.queued
+            for i in range(n):
+                now[0] = -start.oldest_wait_s * (n - i) / n
+                p = prompts.draw()
+                held = _Req(now[0], p, outputs.draw(), None, False)
+                try:
+                    held.ticket = ctl.enter(prompt_tokens=p)
+                except Rejected:
+                    continue
+                queued.append(held)
+            now[0] = 0.0
+            assert cand.limits is not None
+            ctl.set_limits(cand.limits.to_dict())
+            dispatch(0.0)
 
     while True:
         if engine.has_work():

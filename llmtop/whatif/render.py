@@ -58,6 +58,14 @@ def fit_checks(obs: Observed, current: Prediction) -> list[FitCheck]:
     return checks
 
 
+def span(horizon_s: float, from_now: bool, warmup_s: float) -> str:
+    """What time a prediction covers, in words."""
+    if from_now:
+        after = f" after {warmup_s:.0f} s" if warmup_s else ""
+        return f"for the {horizon_s:.0f} s{after} from the moment the limit is applied"
+    return f"in steady state ({horizon_s:.0f} s after a {warmup_s:.0f} s warm-up)"
+
+
 def _s(v: float | None) -> str:
     if v is None:
         return "n/a"
@@ -89,6 +97,8 @@ def to_text(
     horizon_s: float,
     ttft_slo_s: float,
     itl_slo_s: float,
+    from_now: bool = True,
+    warmup_s: float = 0.0,
 ) -> str:
     """The report: what was observed, the fit and its error, then the predictions' table."""
     f = cal.fit
@@ -108,7 +118,7 @@ def to_text(
     lines += [f"note: {n}" for n in cal.notes]
     lines.append("")
     lines.append(
-        f"PREDICTED over the next {horizon_s:.0f} s (a model, not a measurement;"
+        f"PREDICTED {span(horizon_s, from_now, warmup_s)} (a model, not a measurement;"
         f" goodput: TTFT <= {ttft_slo_s:g} s and mean ITL <= {itl_slo_s:g} s):"
     )
     header = list(COLUMNS) + (list(BAND_COLUMNS) if bands else [])
@@ -199,6 +209,8 @@ def to_json(
     horizon_s: float,
     ttft_slo_s: float,
     itl_slo_s: float,
+    from_now: bool = True,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """One JSON object: the window, the fit, its error, and the predictions."""
     f = cal.fit
@@ -240,6 +252,8 @@ def to_json(
             for c in checks
         ],
         "horizon_s": horizon_s,
+        "warmup_s": warmup_s,
+        "from_now": from_now,
         "slo": {"ttft_s": ttft_slo_s, "itl_s": itl_slo_s},
         "predictions": [
             {**prediction_json(p), **_band_json(bands[i] if i < len(bands) else None)}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from llmtop.errors import UsageError
 from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration, calibrate
-from llmtop.whatif.predict import Candidate, Prediction, candidates_for_caps, predict
+from llmtop.whatif.predict import Candidate, Prediction, State, candidates_for_caps, predict
 from llmtop.whatif.render import FitCheck, fit_checks, to_json, to_text
 from llmtop.whatif.window import Observed, Point, observe
 
@@ -26,8 +26,11 @@ class Options:
     caps: tuple[int, ...] = ()
     max_queue: int | None = None
     queue_timeout_s: float | None = None
-    horizon_s: float = 120.0
-    warmup_s: float = 30.0
+    horizon_s: float = 60.0
+    warmup_s: float = 0.0
+    from_now: bool = True
+    """Start from the state of the last scrape (the limits applied then); False: from an empty
+    system, in steady state after `warmup_s`."""
     seed: int = 0
     ttft_slo_s: float = 2.0
     itl_slo_s: float = 0.1
@@ -54,6 +57,7 @@ class Analysis:
         return to_text(
             self.observed, self.calibration, self.checks, self.predictions, self.bands,
             horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+            from_now=o.from_now, warmup_s=o.warmup_s,
         )  # fmt: skip
 
     def json(self) -> str:
@@ -62,6 +66,7 @@ class Analysis:
             to_json(
                 self.observed, self.calibration, self.checks, self.predictions, self.bands,
                 horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+                from_now=o.from_now, warmup_s=o.warmup_s,
             ),
             indent=2,
         )  # fmt: skip
@@ -88,6 +93,29 @@ def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
     return [head, *(Candidate(c.label, changed(c.limits)) for c in rest if c.limits is not None)]
 
 
+def state_of(point: Point, arrival_per_s: float, limits: Limits | None) -> State:
+    """The system at one scrape: at the engine (running + waiting) and in the gateway's queue;
+    the oldest queued request arrived queued / rate seconds ago (FIFO), at most the timeout."""
+    g = point.engine.gauges
+    at_engine = round((g.get("running") or 0.0) + (g.get("waiting") or 0.0))
+    queued = int((point.gateway or {}).get("queued") or 0)
+    oldest = queued / arrival_per_s if arrival_per_s > 0 else 0.0
+    if limits is not None:
+        oldest = min(oldest, limits.queue_timeout_s)
+    return State(at_engine, queued, oldest)
+
+
+def fit_window(points: Sequence[Point], opts: Options) -> tuple[Observed, Calibration]:
+    """The window summarised and the engine model fitted to it."""
+    obs = observe(points)
+    if obs.arrival_per_s <= 0:
+        raise UsageError("no requests arrived in the window: nothing to predict from")
+    cal = calibrate(
+        obs, max_num_seqs=opts.max_num_seqs, max_num_batched_tokens=opts.max_num_batched_tokens
+    )
+    return obs, cal
+
+
 def analyse(points: Sequence[Point], opts: Options) -> Analysis:
     """Calibrate on the window and predict every candidate (pure; about a second of CPU).
 
@@ -95,18 +123,14 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
     and above the estimate (a shorter horizon), so the table shows how much the rate's own
     sampling error moves the answer.
     """
-    obs = observe(points)
-    if obs.arrival_per_s <= 0:
-        raise UsageError("no requests arrived in the window: nothing to predict from")
-    cal = calibrate(
-        obs, max_num_seqs=opts.max_num_seqs, max_num_batched_tokens=opts.max_num_batched_tokens
-    )
+    obs, cal = fit_window(points, opts)
     cands = candidates(cal, opts)
+    start = state_of(points[-1], cal.arrival_per_s, cal.limits) if opts.from_now else None
 
     def run(c: Candidate, horizon_s: float, at: Calibration = cal) -> Prediction:
         return predict(
             at, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
-            ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s,
+            ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s, start=start,
         )  # fmt: skip
 
     preds = [run(c, opts.horizon_s) for c in cands]
