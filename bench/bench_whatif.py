@@ -7,7 +7,7 @@
    seeds. Error = prediction vs the mean of the seeds; "truth spread" = the seeds' own range,
    the noise floor any prediction of one run faces.
 3. With --real: the same over sockets. `llmtop sim` and `llmtop gateway` run as child processes,
-   `llmtop.loadgen` offers Poisson traffic to the gateway; the what-if calibrates from /metrics
+   `llmtop.load.runner` offers Poisson traffic to the gateway; the what-if calibrates from /metrics
    and /admin/stats, predicts, then each cap is applied (PATCH /admin/limits) and measured
    (llmtop/whatif/verify.py). Several minutes, bounded.
 
@@ -212,7 +212,7 @@ def main() -> None:
         for sc in chosen:
             virtual(sc, args.window, args.horizon)
     if args.real:
-        print("### Over sockets: `llmtop sim` + `llmtop gateway` + `llmtop.loadgen`\n")
+        print("### Over sockets: `llmtop sim` + `llmtop gateway` + `llmtop.load.runner`\n")
         for sc in chosen:
             real(sc, {"window_s": args.window, "measure_s": args.measure,
                       "tail_s": sc.queue_timeout_s + 2.0})  # fmt: skip

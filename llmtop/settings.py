@@ -101,6 +101,61 @@ class HealthSettings:
     """A latency this many times its SLO makes degraded-200 critical."""
 
 
+GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+"""The gateway's priorities, highest first (the admission controller's own list)."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One row of the gateway's key table: a key's SHA-256 (never the key), its tenant and the
+    highest priority its requests may claim."""
+
+    sha256: str
+    tenant: str
+    max_priority: str = "normal"
+
+
+def _api_key(row: Any, where: str) -> ApiKey:
+    if isinstance(row, str):  # the env form: <sha256>=<tenant>[:<max_priority>]
+        digest, _, rest = row.partition("=")
+        tenant, _, prio = rest.partition(":")
+        row = {"sha256": digest, "tenant": tenant, **({"max_priority": prio} if prio else {})}
+    if not isinstance(row, Mapping):
+        raise ConfigError(f"{where}: expected a table with sha256, tenant, max_priority")
+    unknown = sorted(set(row) - {"sha256", "tenant", "max_priority"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
+    digest = str(row.get("sha256", "")).strip().lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ConfigError(
+            f"{where}: sha256 must be 64 hex digits (`llmtop gateway --hash-key` prints it)"
+        )
+    tenant = str(row.get("tenant", "")).strip()
+    if not tenant or len(tenant) > 64 or not tenant.isprintable():
+        raise ConfigError(f"{where}: tenant must be 1-64 printable characters")
+    prio = str(row.get("max_priority", "normal")).strip().lower()
+    if prio not in GATEWAY_PRIORITIES:
+        raise ConfigError(
+            f"{where}: max_priority must be one of {', '.join(GATEWAY_PRIORITIES)}, got {prio!r}"
+        )
+    return ApiKey(digest, tenant, prio)
+
+
+def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
+    """The key table from the config file (an array of tables) or the env (comma-separated
+    `<sha256>=<tenant>[:<max_priority>]`); a key listed twice is an error."""
+    rows = [r for r in value.split(",") if r.strip()] if isinstance(value, str) else value
+    if not isinstance(rows, list | tuple):
+        raise ConfigError(f"{where}: expected a list of keys")
+    keys = tuple(_api_key(r, f"{where}[{i}]") for i, r in enumerate(rows))
+    seen: set[str] = set()
+    for i, k in enumerate(keys):
+        if k.sha256 in seen:
+            raise ConfigError(f"{where}[{i}]: sha256 listed twice")
+        seen.add(k.sha256)
+    return keys
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
@@ -131,6 +186,11 @@ class GatewaySettings:
     """Bearer token the admin API requires; without it only loopback listening is allowed."""
     admin_token_file: str | None = None
     """File holding the admin token."""
+    trust_client_headers: bool = False
+    """Take x-llmtop-priority and x-llmtop-tenant from clients as sent: only behind a proxy
+    that authenticates callers and sets both; otherwise the key table decides."""
+    api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"parse": parse_api_keys})
+    """Key table: tenant and highest priority per API key, keys stored as SHA-256 hex."""
 
 
 @dataclass(frozen=True)
@@ -254,12 +314,14 @@ def load(
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         tp = hints[f.name]
+        # a field with its own parser (a table of rows) skips the generic coercion
+        parse = f.metadata.get("parse") or (lambda v, where, tp=tp: _coerce(v, tp, where))
         if flags is not None and flags.get(f.name) is not None:
-            values[f.name] = _coerce(flags[f.name], tp, f"--{f.name.replace('_', '-')}")
+            values[f.name] = parse(flags[f.name], f"--{f.name.replace('_', '-')}")
         elif env_name(f) in environ:
-            values[f.name] = _coerce(environ[env_name(f)], tp, env_name(f))
+            values[f.name] = parse(environ[env_name(f)], env_name(f))
         elif f.name in table:
-            values[f.name] = _coerce(table[f.name], tp, f"config [{section}] {f.name}")
+            values[f.name] = parse(table[f.name], f"config [{section}] {f.name}")
     return cls(**values)
 
 

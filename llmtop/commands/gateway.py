@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from llmtop.commands._common import flag, load
+from llmtop.errors import UsageError
 from llmtop.settings import GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
@@ -59,9 +61,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="file with the admin token (or LLMTOP_ADMIN_TOKEN)",
     )
+    flag(
+        p,
+        g,
+        "trust_client_headers",
+        "--trust-client-headers",
+        action="store_const",
+        const=True,
+        help="take x-llmtop-priority and x-llmtop-tenant as sent (behind an authenticating proxy)",
+    )
+    p.add_argument(
+        "--hash-key",
+        action="store_true",
+        help="print the SHA-256 of the API key read from stdin, for [gateway] api_keys, and exit",
+    )
+
+
+def hash_key_from(text: str) -> str:
+    """The key table's hash of a key typed or piped in (its line ending is not part of it)."""
+    key = text.strip()
+    if not key:
+        raise UsageError(
+            '--hash-key: no key on stdin (printf %s "$KEY" | llmtop gateway --hash-key)'
+        )
+    from llmtop.gateway.trust import hash_key
+
+    return hash_key(key)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hash_key:
+        print(hash_key_from(sys.stdin.read()))
+        return 0
     from llmtop.gateway.serve import run_gateway
 
     run_gateway(load(GatewaySettings, args))

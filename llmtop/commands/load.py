@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from llmtop.errors import UsageError
 
 if TYPE_CHECKING:
-    from llmtop.core.loadstats import LoadSummary, RequestResult, Slo
-    from llmtop.loadgen import Runner, Shape
+    from llmtop.load.runner import Runner, Shape
+    from llmtop.load.stats import LoadSummary, RequestResult, Slo
 
 HELP = "bounded streaming load against any OpenAI-compatible endpoint; TTFT, ITL, goodput"
 
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from llmtop.core.loadstats import format_table, parse_prompt_tokens, parse_slo, to_json
-    from llmtop.loadgen import Shape
+    from llmtop.load.runner import Shape
+    from llmtop.load.stats import format_table, parse_prompt_tokens, parse_slo, to_json
 
     _check(args)
     slo = parse_slo(args.slo)
@@ -115,8 +115,8 @@ async def _main(args: argparse.Namespace, shape: Shape, slo: Slo) -> tuple[LoadS
     import signal
     import sys
 
-    from llmtop.core.loadstats import summarize
-    from llmtop.loadgen import ClosedLoop, OpenLoop, Runner, stop_after
+    from llmtop.load.runner import ClosedLoop, OpenLoop, Runner, stop_after
+    from llmtop.load.stats import summarize
 
     concurrency = args.concurrency if args.rate is None else None
     if concurrency is None and args.rate is None:

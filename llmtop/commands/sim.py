@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the sim until Ctrl-C; a busy port is a ServeError (exit 4)."""
-    from llmtop.serving import serve_forever
+    from llmtop.asgi.uvicorn_runner import serve_forever
     from llmtop.sim.server import banner, create_app
 
     settings = load(SimSettings, args)

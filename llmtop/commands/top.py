@@ -81,22 +81,6 @@ def run(args: argparse.Namespace) -> int:
     """Start the TUI; a dead target does not stop it (the screen says DOWN and why)."""
     from llmtop.commands._common import load
     from llmtop.settings import HealthSettings
-    from llmtop.sources.admin import AdminClient
-    from llmtop.sources.collector import Collector
-    from llmtop.sources.recording import Recorder, RecordingSource
-    from llmtop.tui.app import run_tui
+    from llmtop.tui.launch import run_live
 
-    monitor = load(MonitorSettings, args)
-    health = load(HealthSettings, args)
-    admin = AdminClient.from_settings(monitor)
-    collector = Collector(monitor, health)
-    recorder = Recorder.from_settings(monitor)
-    if monitor.record:
-        recorder.open()
-    return run_tui(
-        RecordingSource(collector, recorder),
-        monitor=monitor,
-        health=health,
-        admin=admin,
-        recorder=recorder,
-    )
+    return run_live(load(MonitorSettings, args), load(HealthSettings, args))

@@ -3,18 +3,14 @@
 Pure and deterministic: time comes only from `RawPoll.time`, so feeding the same RawPolls to a
 fresh Pipeline yields the same Snapshots (recording and replay rely on it). It keeps, per
 engine URL, a reset-aware counter window (`series.CounterWindow`), the rules' hysteresis state
-(`health.HealthState`), and ~10 minutes of history:
-
-- `pipeline.snapshots`: the recent Snapshots, oldest first (what the rules look back on);
-- `pipeline.history`: a tuple of `HistoryPoint` (time, decode_tok_per_s, prompt_tok_per_s,
-  ttft_p95_s, kv_cache_usage_frac, running, waiting, gateway_in_flight, gateway_queued), oldest
-  first, engines summed (KV and TTFT: the worst engine), for the TUI's charts. None = unknown.
+(`health.HealthState`), and ~10 minutes of Snapshots (`pipeline.snapshots`, oldest first: what
+the rules look back on).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from llmtop.core import engines as vllm_names
@@ -26,21 +22,6 @@ from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
 from llmtop.settings import HealthSettings
 
 HISTORY_S = 600.0
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One poll's headline numbers for the charts; None = unknown at that poll."""
-
-    time: float
-    decode_tok_per_s: float | None
-    prompt_tok_per_s: float | None
-    ttft_p95_s: float | None
-    kv_cache_usage_frac: float | None
-    running: float | None
-    waiting: float | None
-    gateway_in_flight: int | None
-    gateway_queued: int | None
 
 
 class _EngineTrack:
@@ -69,17 +50,11 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
-        self._history: deque[HistoryPoint] = deque()
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
         """Recent snapshots, oldest first."""
         return tuple(self._snapshots)
-
-    @property
-    def history(self) -> tuple[HistoryPoint, ...]:
-        """Recent headline numbers for charts, oldest first (~10 minutes)."""
-        return tuple(self._history)
 
     def update(self, raw: RawPoll) -> Snapshot:
         """Fold one poll in and return its Snapshot."""
@@ -144,11 +119,8 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
-        self._history.append(history_point(snap))
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
-        while self._history and self._history[0].time < snap.time - HISTORY_S:
-            self._history.popleft()
 
 
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:
@@ -169,6 +141,11 @@ def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Stat
     if findings:
         return "degraded"
     return "ok"
+
+
+def _str(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) else None
 
 
 def _num(d: dict[str, Any], key: str) -> float | None:
@@ -229,6 +206,10 @@ def gateway_stats(
         queue_timeout_s=_num(limits, "queue_timeout_s"),
         rate_limit_rpm=_num(limits, "rate_limit_rpm"),
         max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
+        max_inflight_kv_blocks=_int(limits, "max_inflight_kv_blocks"),
+        ttft_slo_s=_num(limits, "ttft_slo_s"),
+        queue_policy=_str(limits, "queue_policy"),
+        mode=_str(limits, "mode"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,
@@ -237,31 +218,4 @@ def gateway_stats(
         ttft_p50_s=_num(ttft, "p50"),
         ttft_p95_s=_num(ttft, "p95"),
         upstream_healthy=healthy if isinstance(healthy, bool) else None,
-    )
-
-
-def _sum(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _max(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def history_point(snap: Snapshot) -> HistoryPoint:
-    """A snapshot's headline numbers: rates and counts summed, KV and TTFT the worst engine."""
-    up = [e for e in snap.engines if e.up]
-    g = snap.gateway if snap.gateway is not None and snap.gateway.up else None
-    return HistoryPoint(
-        time=snap.time,
-        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
-        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
-        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
-        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
-        running=_sum([e.running for e in up]),
-        waiting=_sum([e.waiting for e in up]),
-        gateway_in_flight=None if g is None else g.in_flight,
-        gateway_queued=None if g is None else g.queued,
     )

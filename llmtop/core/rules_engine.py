@@ -5,6 +5,7 @@ cliff, decode- and prefill-bound, vLLM's own admission. Each is a pure check ove
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from llmtop.core import format as fmt
 from llmtop.core.rulebase import (
@@ -140,8 +141,12 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     return None
 
 
-def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | None:
-    """The engine's stats from the snapshot closest to `ago_s` before now (at least half)."""
+def _past(
+    ctx: Context, url: str, ago_s: float, known: Callable[[EngineStats], bool]
+) -> tuple[float, EngineStats] | None:
+    """The engine's stats from the snapshot closest to `ago_s` before now (at least half)
+    among those where `known` holds: a first poll has no rates yet, and unknown is not a
+    reason to look no further (a snapshot's first poll is exactly its window ago)."""
     best: tuple[float, EngineStats] | None = None
     for snap in reversed(ctx.history):
         dt = ctx.time - snap.time
@@ -150,15 +155,24 @@ def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | N
         if best is not None and dt - ago_s > abs(best[0] - ago_s):
             break  # only further from `ago_s` from here on
         for e in snap.engines:
-            if e.url == url and e.up and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s)):
+            if (
+                e.url == url
+                and e.up
+                and known(e)
+                and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s))
+            ):
                 best = (dt, e)
     return best
+
+
+def _cliff_inputs(e: EngineStats) -> bool:
+    return e.waiting is not None and e.decode_tok_per_s is not None
 
 
 def batching_cliff(ctx: Context) -> Verdict | None:
     s = ctx.settings
     for e in up_engines(ctx):
-        past = _past(ctx, e.url, s.window_s)
+        past = _past(ctx, e.url, s.window_s, _cliff_inputs)
         if past is None or e.waiting is None or e.decode_tok_per_s is None:
             continue
         dt, then = past

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from llmtop.errors import ConfigError
 from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
+from llmtop.gateway.handler_time import TimedResponse
 from llmtop.gateway.metrics import metrics_endpoint
 from llmtop.gateway.proxy import Proxy, describe_error
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
@@ -52,6 +53,7 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         auto_decompress=False,
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         trust_env=False,
+        response_class=TimedResponse,
         # a response header as long as the longest request header block we take (64 KiB by
         # default), not aiohttp's 8 KiB: a long Set-Cookie must not turn into a 502
         max_line_size=settings.max_header_bytes,

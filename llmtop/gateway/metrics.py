@@ -78,6 +78,17 @@ class GatewayCollector(Collector):
             "Time from arrival at the gateway to the first upstream byte.",
             ctl.ttft_hist,
         )
+        yield _hist(
+            p + "handler_seconds",
+            "The request handler's own time per proxied request answered in full (request path, "
+            "response headers, relaying the chunks); queue and upstream waits excluded.",
+            self.state.handler_time.hist,
+        )
+        yield CounterMetricFamily(
+            p + "priority_clamped",
+            "Requests that claimed a priority above their API key's highest (run at it).",
+            self.state.trust.clamped,
+        )
         yield GaugeMetricFamily(p + "paused", "1 while admission is paused.", int(ctl.paused))
         healthy = self.state.upstream.healthy
         if healthy is not None:

@@ -3,7 +3,7 @@ through admission, and streams the answer back chunk by chunk.
 
 Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
 only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (aiohttp's `iter_any`, content encoding left alone). A watcher task waits for
+as they arrive (aiohttp's `readany`, content encoding left alone). A watcher task waits for
 the client's http.disconnect while the request is queued or streaming, so a client that
 leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 from typing import Any
 
@@ -128,15 +127,6 @@ def describe_error(e: BaseException) -> str:
     return type(e).__name__
 
 
-def _tenant(tenant: bytes | None, authorization: bytes | None) -> str:
-    """The x-llmtop-tenant header, else a hash of the bearer key (never the key), else ''."""
-    if tenant:
-        return tenant.decode("latin-1")
-    if authorization:
-        return "key:" + hashlib.sha256(authorization).hexdigest()[:16]
-    return ""
-
-
 class Proxy:
     """The catch-all ASGI endpoint of the gateway."""
 
@@ -164,8 +154,7 @@ class Proxy:
         t0 = state.clock()
         settings = state.settings
         forward: list[tuple[bytes, bytes]] = []
-        priority = b"normal"
-        tenant = authorization = None
+        priority = tenant = authorization = None
         drop = _DROP_REQUEST
         header_bytes = 0
         for name, value in scope["headers"]:
@@ -207,8 +196,8 @@ class Proxy:
             await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
         generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
-        prio = priority.decode("latin-1")
-        if generation and prio not in PRIORITIES:
+        prio = None if priority is None else priority.decode("latin-1")
+        if generation and prio is not None and prio not in PRIORITIES:
             await send_error(
                 send,
                 400,
@@ -229,12 +218,14 @@ class Proxy:
         ticket: Ticket | None = None
         if generation:
             ctl = state.controller
-            limits = ctl.limits
+            who = state.trust.identify(authorization, prio, tenant)
             try:
                 ticket = ctl.enter(
-                    prio,
-                    tenant=_tenant(tenant, authorization) if limits.rate_limit_rpm else None,
-                    prompt_tokens=(prompt_tokens(body) if limits.max_inflight_prompt_tokens else 0),
+                    who.priority,
+                    tenant=who.tenant,
+                    prompt_tokens=(
+                        prompt_tokens(body) if ctl.limits.max_inflight_prompt_tokens else 0
+                    ),
                 )
             except Rejected as r:
                 await self._reject(send, r)
@@ -335,6 +326,11 @@ class Proxy:
             state.upstream.failed(reason)
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error"
+        # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
+        # building and writing the request are ours (TimedResponse times only the wait)
+        upstream_s = getattr(response, "headers_wait_s", None)
+        if upstream_s is None:  # a session without TimedResponse (never the app's own)
+            upstream_s = clock() - t_send
         whole = False  # the body read to its end: the connection may go back to the pool
         try:
             status = response.status
@@ -344,18 +340,26 @@ class Proxy:
                     return await self._wrap_5xx(response, send)
             else:
                 state.upstream.ok()
-            t_resp = clock()
-            overhead_ms = ((t_resp - t0) - queue_s - (t_resp - t_send)) * 1000.0
             out = [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE]
             out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
-            out.append((b"x-llmtop-overhead-ms", f"{overhead_ms:.3f}".encode()))
+            if ticket is not None:
+                out.append((b"x-llmtop-priority", ticket.priority.encode()))
+            so_far = clock() - t0 - queue_s - upstream_s
+            out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
             await send({"type": "http.response.start", "status": status, "headers": out})
             sse = response.content_type == "text/event-stream"
             first = ticket is not None and status == 200
+            content = response.content
             try:
-                async for chunk in response.content.iter_any():
+                while True:
+                    t_wait = clock()
+                    chunk = await content.readany()
+                    now = clock()
+                    upstream_s += now - t_wait
+                    if not chunk:
+                        break
                     if first:
-                        state.controller.record_ttft(clock() - t0)
+                        state.controller.record_ttft(now - t0)
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -369,6 +373,8 @@ class Proxy:
                 return "upstream_error"
             whole = True
             await send({"type": "http.response.body", "body": b""})
+            end = clock()
+            state.handler_time.observe(end, end - t0 - queue_s - upstream_s)
             return "upstream_error" if status >= 500 else "completed"
         finally:
             # close, not release, unless the body was read to its end: a request cut short

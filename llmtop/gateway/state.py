@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 
 from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.gateway.handler_time import HandlerTime
+from llmtop.gateway.trust import Trust
 from llmtop.settings import GatewaySettings
 
 
@@ -68,14 +70,21 @@ class GatewayState:
     upstream: UpstreamHealth = field(init=False)
     session: aiohttp.ClientSession | None = None
     """The upstream client, opened and closed by the app's lifespan."""
+    handler_time: HandlerTime = field(default_factory=HandlerTime)
+    """The handler's own time per proxied request (llmtop/gateway/handler_time.py)."""
     base_url: str = field(init=False)
+    trust: Trust = field(init=False)
+    """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
+        s = self.settings
+        self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
 
     def stats(self) -> dict[str, Any]:
         """The /admin/stats object."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
+        out["handler_s"] = self.handler_time.quantiles(self.clock())
         return out

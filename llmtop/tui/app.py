@@ -22,15 +22,15 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from llmtop.core.aggregate import combine
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
     LogEvent,
     View,
-    combine,
     diff_events,
     is_stale,
     throughput_chart,
@@ -293,20 +293,3 @@ class LlmtopApp(AdminControls):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-
-def run_tui(
-    source: SnapshotSource,
-    *,
-    monitor: MonitorSettings,
-    health: HealthSettings,
-    admin: AdminClient | None,
-    recorder: Recorder | None = None,
-    title: str | None = None,
-) -> int:
-    """Run the TUI in the terminal until `q`; returns the exit code."""
-    app = LlmtopApp(
-        source, monitor=monitor, health=health, admin=admin, recorder=recorder, title=title
-    )
-    result = app.run()
-    return int(result or 0) if app.return_code is None else app.return_code

@@ -28,9 +28,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from llmtop.gateway.limits import LimitError, Limits, validate_limits
+from llmtop.core.admin_api import LIMIT_FIELDS
+from llmtop.errors import LimitError
+from llmtop.gateway.limits import Limits, validate_limits
 from llmtop.sim.config import EngineConfig
 from llmtop.sim.profiles import Profile
 from llmtop.whatif.lengths import LengthDist
@@ -97,17 +99,19 @@ def _limits(d: dict[str, object] | None, notes: list[str]) -> Limits | None:
     """The gateway's limits from /admin/stats, or None when absent or not understood."""
     if d is None:
         return None
-    known = ("max_concurrency", "max_queue", "queue_timeout_s", "max_inflight_prompt_tokens")
     try:
         limits = validate_limits(
             Limits(max_concurrency=1, max_queue=0, queue_timeout_s=1.0),
-            {k: d[k] for k in known if k in d},
+            {k: d[k] for k in LIMIT_FIELDS if k in d},
         )
     except LimitError as e:
         notes.append(f"gateway limits not understood ({e.message}): predicted without them")
         return None
-    if d.get("rate_limit_rpm") is not None:
-        notes.append("the gateway's per-tenant rate limit is not modelled")
+    if limits.rate_limit_rpm is not None:
+        notes.append("the gateway's per-tenant rate limit is not modelled (left off)")
+        limits = replace(limits, rate_limit_rpm=None)
+    if limits.mode == "auto":
+        notes.append("autopilot on: its KV budget is held where it is now, not moved")
     return limits
 
 

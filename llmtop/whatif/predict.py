@@ -20,9 +20,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from llmtop.core.loadstats import percentile
-from llmtop.gateway.admission import AdmissionController, Rejected, Ticket
+from llmtop.errors import Rejected
+from llmtop.gateway.admission import AdmissionController, Ticket
+from llmtop.gateway.footprint import FootprintModel, PromptShape
 from llmtop.gateway.limits import Limits
+from llmtop.load.stats import percentile
 from llmtop.sim.engine import Engine
 from llmtop.whatif.calibrate import Calibration
 
@@ -156,12 +158,26 @@ async def _run(
     limits = cand.limits
     if limits is not None and start is not None:
         # Build the present under a cap that holds it, then change the limits as PATCH does.
-        limits = replace(limits, max_concurrency=max(start.at_engine, 1))
+        limits = replace(
+            limits,
+            max_concurrency=max(start.at_engine, 1),
+            max_inflight_prompt_tokens=None,
+            max_inflight_kv_blocks=None,
+        )
     ctl = (
         AdmissionController(limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
         if limits is not None
         else None
     )
+    footprint = _footprint(cal, seed) if cand.limits is not None else None
+
+    def enter(p: int, out: int) -> Ticket:
+        """As the gateway's handler does: the prompt, and its predicted KV footprint."""
+        assert ctl is not None
+        assert footprint is not None
+        shape = PromptShape(p, True, out)
+        return ctl.enter(prompt_tokens=p, kv_blocks=footprint.blocks(shape), shape=shape)
+
     end = warmup_s + horizon_s
     drain_until = end + (2.0 * cand.limits.queue_timeout_s if cand.limits else 0.0) + 30.0
     rate = cal.arrival_per_s
@@ -189,7 +205,7 @@ async def _run(
             to_engine(req, t)
             return
         try:
-            req.ticket = ctl.enter(prompt_tokens=p)
+            req.ticket = enter(p, req.output)
         except Rejected:
             req.rejected = True
             return
@@ -217,7 +233,7 @@ async def _run(
             p = prompts.draw()
             held = _Req(0.0, p, max(1, int(outputs.draw() * rng.random())), None, False)
             if ctl is not None:
-                held.ticket = ctl.enter(prompt_tokens=p)
+                held.ticket = enter(p, held.output)
             to_engine(held, 0.0)
         if ctl is not None:
             n = start.queued
@@ -226,7 +242,7 @@ async def _run(
                 p = prompts.draw()
                 held = _Req(now[0], p, outputs.draw(), None, False)
                 try:
-                    held.ticket = ctl.enter(prompt_tokens=p)
+                    held.ticket = enter(p, held.output)
                 except Rejected:
                     continue
                 queued.append(held)
@@ -256,7 +272,8 @@ async def _run(
                     req.first_s = t1
                     firsts += 1
                     if ctl is not None:
-                        ctl.record_ttft(t1 - req.enter_s)
+                        admit = req.admit_s if req.admit_s is not None else req.enter_s
+                        ctl.record_ttft(t1 - req.enter_s, queue_s=admit - req.enter_s)
             if warmup_s <= t0 < end:
                 steps.append((t1 - t0, len(result.emitted) - firsts))
             for seq in result.finished:
@@ -298,6 +315,14 @@ async def _run(
         cand, window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s,
         ttft_slo_s, itl_slo_s,
     )  # fmt: skip
+
+
+def _footprint(cal: Calibration, seed: int) -> FootprintModel:
+    """The gateway's footprint model as it stands after a while: the output quantile learned."""
+    fm = FootprintModel(cal.profile.block_size)
+    draws = sorted(cal.output_len.sampler(random.Random(seed + 3)).draw() for _ in range(200))
+    fm.output_quantile = float(draws[int(0.9 * (len(draws) - 1))])
+    return fm
 
 
 def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None:

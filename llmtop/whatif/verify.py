@@ -1,5 +1,5 @@
 """IO: prove a prediction against what then happens. Drive a gateway with open-loop traffic
-(`llmtop.loadgen`), calibrate from the engine's /metrics and the gateway's /admin/stats only,
+(`llmtop.load.runner`), calibrate from the engine's /metrics and the gateway's /admin/stats only,
 predict each cap, then apply each cap (PATCH /admin/limits) and measure it.
 
 Per cap: set it, wait `settle_s`, then measure over `measure_s`: client TTFT of the requests
@@ -22,10 +22,9 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from llmtop.core.loadstats import percentile
-from llmtop.loadgen import OpenLoop, Runner, Shape
-from llmtop.sources.admin import AdminClient
-from llmtop.sources.gateway import GatewayReader
+from llmtop.load.runner import OpenLoop, Runner, Shape
+from llmtop.load.stats import percentile
+from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
 from llmtop.whatif.predict import Prediction, predict
 from llmtop.whatif.service import Analysis, Options, analyse, state_of

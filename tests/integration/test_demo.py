@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from llmtop.commands.demo import parse_cap
+from llmtop.demo.headless import parse_cap
+from llmtop.demo.scenarios import get_scenario
 from llmtop.errors import UsageError
-from llmtop.scenarios import get_scenario
 
 STORY_FINDINGS = {"kv-exhausted", "degraded-200"}
 """The findings the quick story is about: KV cache full, TTFT over the SLO with 0 errors."""
@@ -118,7 +118,7 @@ def test_stack_and_load_thread_stop_cleanly() -> None:
     import threading
     import time
 
-    from llmtop.demo import LoadThread, start_stack
+    from llmtop.demo.stack import LoadThread, start_stack
     from llmtop.settings import HealthSettings
 
     before = {t.name for t in threading.enumerate()}

@@ -1,5 +1,5 @@
 """`llmtop whatif` against real servers on 127.0.0.1: `llmtop sim` (a profile the predictor is
-not told), `llmtop gateway`, and Poisson traffic from `llmtop.loadgen`. The what-if calibrates
+not told), `llmtop gateway`, and Poisson traffic from `llmtop.load.runner`. The what-if calibrates
 from /metrics and /admin/stats only; each cap is then applied and measured.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmtop.loadgen import OpenLoop, Runner, Shape
+from llmtop.load.runner import OpenLoop, Runner, Shape
 from llmtop.whatif.service import Options
 from llmtop.whatif.verify import Phases, Traffic, serve_stack, verify
 

@@ -12,7 +12,7 @@ from textual.pilot import Pilot
 
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.scripted import GATEWAY_URL, upto
 from llmtop.tui.source import ScriptedSource, SnapshotSource

@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.errors import ScrapeError
-from llmtop.serving import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.scripted import upto
 from llmtop.tui.source import ScriptedSource

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from llmtop.serving import ServerThread
-from llmtop.sources.admin import AdminClient
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.commands import QUEUE_STEP
 from llmtop.tui.screens.confirm import ConfirmScreen
 from llmtop.tui.scripted import upto

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Snapshot
-from llmtop.sources.recording import Recorder, RecordingSource
+from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.tui.scripted import upto
 from tests.tui.conftest import make_app
 

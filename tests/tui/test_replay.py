@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from llmtop.replay import ReplaySource
+from llmtop.recording.replay import ReplaySource
+from llmtop.recording.writer import read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.recording import read_recording
-from llmtop.tui.screens.replay import ReplayApp
+from llmtop.tui.replay_app import ReplayApp
 from llmtop.tui.widgets.timeline import Timeline
 from tests.tui.conftest import log_texts, notes
 from tests.unit.test_report import CAP_AT, T0, URL, write_scripted

@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 
 from llmtop.core.snapshot import EngineStats, Snapshot
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.scripted import upto
 from llmtop.tui.source import ScriptedSource

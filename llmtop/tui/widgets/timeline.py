@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from llmtop.replay import Playhead
+from llmtop.recording.replay import Playhead
 
 
 def _clock(t: float) -> str:

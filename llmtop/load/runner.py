@@ -3,7 +3,7 @@
 A `Runner` owns one aiohttp session and the run's bounds (a request budget and a stop event that the
 duration, Ctrl-C or the demo sets). Drivers feed it: `ClosedLoop` keeps N requests in flight and
 N can change while it runs (the demo's scenarios); `OpenLoop` offers requests at a gamma-distributed
-rate. Each request is streamed and timed on the client; the arithmetic lives in core/loadstats.
+rate. Each request is streamed and timed on the client; the arithmetic lives in load/stats.
 When the run stops, requests still in flight are cancelled and reported as cut, so a run never
 outlives its bounds.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from llmtop.core.loadstats import Outcome, RequestResult, interarrivals
-from llmtop.errors import TargetError
+from llmtop.errors import TargetError, TooManyRequests
+from llmtop.load.stats import Outcome, RequestResult, interarrivals
 
 VOCAB = (1000, 30000)
 """Token ids drawn for prompts: clear of the special tokens of common vocabularies."""
@@ -64,15 +64,6 @@ class _Progress:
     retry_after_given: int = 0
     retry_after_honoured: int = 0
     reject_reason: str | None = None
-
-
-class _Rejected(Exception):
-    """A 429: how long the server asked to wait, and why."""
-
-    def __init__(self, retry_after_s: float | None, reason: str | None) -> None:
-        super().__init__(reason)
-        self.retry_after_s = retry_after_s
-        self.reason = reason
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -181,14 +172,14 @@ class Runner:
             ) as resp:
                 status, payload = resp.status, await resp.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-            raise TargetError(f"cannot reach {self.url}: {_describe(e)}") from None
+            raise TargetError(f"cannot reach {self.url}: {_describe(e)}", target=self.url) from None
         if status != 200:
-            raise TargetError(f"{self.url}/v1/models answered HTTP {status}")
+            raise TargetError(f"{self.url}/v1/models answered HTTP {status}", target=self.url)
         if self.model is None:
             try:
                 self.model = str(json.loads(payload)["data"][0]["id"])
             except (ValueError, KeyError, IndexError, TypeError):
-                raise TargetError(f"{self.url}/v1/models lists no model") from None
+                raise TargetError(f"{self.url}/v1/models lists no model", target=self.url) from None
         return self.model
 
     def admit(self) -> bool:
@@ -258,7 +249,7 @@ class Runner:
         while True:
             try:
                 return await self._stream(path, body, headers, prog, shape.chat)
-            except _Rejected as r:
+            except TooManyRequests as r:
                 prog.rejections += 1
                 prog.reject_reason = r.reason
                 if r.retry_after_s is not None:
@@ -281,7 +272,9 @@ class Runner:
             prog.status = resp.status
             if resp.status == 429:
                 raw = await resp.read()
-                raise _Rejected(_retry_after(resp.headers.get("retry-after")), _reject_reason(raw))
+                raise TooManyRequests(
+                    _retry_after(resp.headers.get("retry-after")), _reject_reason(raw)
+                )
             if resp.status != 200:
                 raw = await resp.read()
                 return ("http_error", f"http {resp.status}: {raw[:200].decode(errors='replace')}")

@@ -4,7 +4,7 @@ Pure: it reads a sequence of Snapshots (from a fresh Pipeline over a recording, 
 those of the current rules) and the limit changes the gateway reported, and returns a `Report`:
 start and end, peaks of waiting, gateway queue, KV usage and TTFT p95, each finding with when it
 fired and cleared, and every limit change with TTFT p95 averaged over `AROUND_S` before and after.
-`to_markdown` and `to_dict` render it; `report_charts` draws its `series`.
+`to_markdown` and `to_dict` render it; `recording.charts` draws its `series`.
 
 A limit change comes from the gateway's events (exact time, who made it); a change seen only as a
 difference in the limits between two polls (events missed) is reported at the later poll.
@@ -14,23 +14,16 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llmtop.core import format as fmt
-from llmtop.core.pipeline import history_point
+from llmtop.core.aggregate import combine
+from llmtop.core.incidents import gateway_changes, timeline
 from llmtop.core.snapshot import GatewayStats, Snapshot
 
 AROUND_S = 30.0
 """Seconds of TTFT p95 averaged before and after each limit change."""
-LIMIT_FIELDS = (
-    "max_concurrency",
-    "max_queue",
-    "queue_timeout_s",
-    "rate_limit_rpm",
-    "max_inflight_prompt_tokens",
-    "paused",
-)
 
 
 @dataclass(frozen=True)
@@ -128,17 +121,17 @@ def _gw(snap: Snapshot) -> GatewayStats | None:
 
 
 def series_of(snapshots: Sequence[Snapshot]) -> Series:
-    """The chart series of a run, one point per snapshot."""
-    points = [history_point(s) for s in snapshots]
+    """The chart series of a run, one point per snapshot (engines combined: core.aggregate)."""
+    engines = [combine([e for e in s.engines if e.up]) for s in snapshots]
     gws = [_gw(s) for s in snapshots]
     return Series(
         time=tuple(s.time for s in snapshots),
-        ttft_p95_s=tuple(p.ttft_p95_s for p in points),
+        ttft_p95_s=tuple(None if e is None else e.ttft_p95_s for e in engines),
         gateway_ttft_p95_s=tuple(None if g is None else g.ttft_p95_s for g in gws),
-        kv_cache_usage_frac=tuple(p.kv_cache_usage_frac for p in points),
-        waiting=tuple(p.waiting for p in points),
+        kv_cache_usage_frac=tuple(None if e is None else e.kv_cache_usage_frac for e in engines),
+        waiting=tuple(None if e is None else e.waiting for e in engines),
         gateway_queued=tuple(
-            None if p.gateway_queued is None else float(p.gateway_queued) for p in points
+            None if g is None or g.queued is None else float(g.queued) for g in gws
         ),
     )
 
@@ -152,20 +145,19 @@ def _peak(times: Sequence[float], values: Sequence[float | None]) -> Peak:
 
 
 def finding_spans(snapshots: Sequence[Snapshot]) -> tuple[FindingSpan, ...]:
-    """When each finding fired and cleared, in firing order (a refire is a new span)."""
+    """When each finding fired and cleared (core.incidents), in firing order; a refire is a new
+    span."""
     open_: dict[str, FindingSpan] = {}
     done: list[FindingSpan] = []
-    for snap in snapshots:
-        now = {f.id: f for f in snap.findings}
-        for fid in [k for k in open_ if k not in now]:
-            span = open_.pop(fid)
-            done.append(FindingSpan(**{**asdict(span), "cleared": snap.time}))
-        for fid, f in now.items():
-            if fid not in open_:
-                fired = f.since if f.since is not None else snap.time
-                open_[fid] = FindingSpan(
-                    f.id, f.severity, f.bottleneck, f.summary, f.action, fired, None
-                )
+    for i in timeline(snapshots):
+        if i.kind == "finding_cleared" and i.subject in open_:
+            done.append(replace(open_.pop(i.subject), cleared=i.time))
+        elif i.kind == "finding_fired" and i.finding is not None:
+            f = i.finding
+            fired = f.since if f.since is not None else i.time
+            open_[f.id] = FindingSpan(
+                f.id, f.severity, f.bottleneck, f.summary, f.action, fired, None
+            )
     done.extend(open_.values())
     return tuple(sorted(done, key=lambda s: s.fired))
 
@@ -179,7 +171,8 @@ def _mean(
 
 
 def _observed_changes(snapshots: Sequence[Snapshot]) -> list[tuple[float, float, str, Any, Any]]:
-    """(prev time, time, field, old, new) for each limit that differs between two polls."""
+    """(prev time, time, field, old, new) for each limit (or the paused flag) that differs
+    between two answers of the gateway (polls where it was down are skipped)."""
     out = []
     prev: tuple[float, GatewayStats] | None = None
     for snap in snapshots:
@@ -187,10 +180,10 @@ def _observed_changes(snapshots: Sequence[Snapshot]) -> list[tuple[float, float,
         if g is None:
             continue
         if prev is not None:
-            for name in LIMIT_FIELDS:
-                old, new = getattr(prev[1], name), getattr(g, name)
-                if old != new:
-                    out.append((prev[0], snap.time, name, old, new))
+            out += [
+                (prev[0], i.time, i.subject, i.old, i.new)
+                for i in gateway_changes(prev[1], g, snap.time)
+            ]
         prev = (snap.time, g)
     return out
 

@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 
 from llmtop.core.snapshot import Snapshot
-from llmtop.replay import SEEK_S, ReplaySource
+from llmtop.recording.replay import SEEK_S, ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui import app as app_module
 from llmtop.tui.app import HISTORY_S, LlmtopApp

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from llmtop import __version__
 from llmtop.core.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
-from llmtop.sources.recording_read import FORMAT_VERSION, Recording, read_recording
+from llmtop.recording.reader import FORMAT_VERSION, Recording, read_recording
 
 if TYPE_CHECKING:
     from llmtop.core.snapshot import Finding, Snapshot

@@ -1,6 +1,6 @@
 """Capture the sim's /metrics idle and under load, like the real vLLM captures in tests/fixtures.
 
-    python -m llmtop.sim.capture tests/fixtures [--seconds 12]
+    python scripts/capture_sim_metrics.py tests/fixtures [--seconds 12]
 
 writes sim-metrics-idle.txt and sim-metrics-load.txt: the seed profile with 64 closed-loop
 streams of 600-token prompts, scraped when the KV cache is full, requests wait and preemptions
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.settings import SimSettings
 from llmtop.sim.server import create_app
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llmtop.core.report import Report
+from llmtop.recording.report import Report
 
 SIZE_IN = (9.0, 3.6)
 DPI = 110

@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
+import os
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from llmtop.core.loadstats import RequestResult
-from llmtop.core.snapshot import Finding, Snapshot
-from llmtop.loadgen import ClosedLoop, Runner, Shape
-from llmtop.scenarios import Phase, Scenario
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.demo.scenarios import Phase, Scenario
+from llmtop.load.runner import ClosedLoop, Runner, Shape
+from llmtop.load.stats import RequestResult
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings, SimSettings
 
 GATEWAY_QUEUE = 512
@@ -95,6 +94,24 @@ def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | Non
     )
     health = dataclasses.replace(health, **scenario.health)
     return Stack(scenario, sim, gateway, max_seqs, monitor, health)
+
+
+@contextlib.contextmanager
+def demo_stack(
+    scenario: Scenario, health: HealthSettings, *, record: str | None = None
+) -> Iterator[Stack]:
+    """`start_stack`, quiet server logs unless LLMTOP_DEBUG=1, and stop it on the way out."""
+    stack = start_stack(scenario, health, record=record)
+    # Cutting the load at the end makes the servers meet closed sockets mid-request; asyncio and
+    # uvicorn log each one on stderr, which is noise in a demo and scribbles over the TUI.
+    # LLMTOP_DEBUG=1 keeps them. (Set after start_stack: configuring uvicorn resets the levels.)
+    if not os.environ.get("LLMTOP_DEBUG"):
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
+    try:
+        yield stack
+    finally:
+        stack.stop()
 
 
 class ScenarioDriver:
@@ -237,162 +254,3 @@ class LoadThread:
             with contextlib.suppress(RuntimeError):  # the loop closed in between
                 loop.call_soon_threadsafe(driver.stop)
         self._thread.join(timeout_s)
-
-
-# ---- the headless timeline -------------------------------------------------------------------
-
-
-def finding_events(
-    t: float, before: dict[str, Finding], now: tuple[Finding, ...]
-) -> list[dict[str, Any]]:
-    """finding_fired / finding_cleared events between two polls' findings."""
-    events: list[dict[str, Any]] = []
-    current = {f.id: f for f in now}
-    for fid, f in current.items():
-        if fid not in before:
-            events.append(
-                {
-                    "t": t,
-                    "kind": "finding_fired",
-                    "id": fid,
-                    "severity": f.severity,
-                    "bottleneck": f.bottleneck,
-                    "summary": f.summary,
-                    "action": f.action,
-                }
-            )
-    for fid, f in before.items():
-        if fid not in current:
-            events.append({"t": t, "kind": "finding_cleared", "id": fid, "summary": f.summary})
-    return events
-
-
-def figures(t: float, snap: Snapshot) -> dict[str, Any]:
-    """The key figures of one poll (None = unknown)."""
-    e = snap.engines[0] if snap.engines else None
-    g = snap.gateway
-    return {
-        "t": t,
-        "kind": "figures",
-        "status": snap.status,
-        "running": e.running if e else None,
-        "waiting": e.waiting if e else None,
-        "kv_cache_usage_frac": e.kv_cache_usage_frac if e else None,
-        "ttft_p95_s": e.ttft_p95_s if e else None,
-        "decode_tok_per_s": e.decode_tok_per_s if e else None,
-        "preemptions_per_s": e.preemptions_per_s if e else None,
-        "gateway_queued": g.queued if g else None,
-        "gateway_in_flight": g.in_flight if g else None,
-        "gateway_max_concurrency": g.max_concurrency if g else None,
-        "gateway_ttft_p95_s": g.ttft_p95_s if g else None,
-        "findings": [f.id for f in snap.findings],
-    }
-
-
-def _n(v: float | None, fmt: str = ".0f") -> str:
-    return "n/a" if v is None else format(v, fmt)
-
-
-def format_event(ev: dict[str, Any]) -> str:
-    """One event as a line (or two) for a terminal or a CI log."""
-    head = f"t={ev['t']:6.1f}s  "
-    kind = ev["kind"]
-    if kind == "phase":
-        return f"{head}phase    {ev['name']}: {ev['note']}"
-    if kind == "finding_fired":
-        return (
-            f"{head}FIRED    {ev['id']} [{ev['severity']}/{ev['bottleneck']}] {ev['summary']}\n"
-            f"{' ' * 19}action: {ev['action']}"
-        )
-    if kind == "finding_cleared":
-        return f"{head}CLEARED  {ev['id']}"
-    if kind == "cap_applied":
-        return f"{head}CAP      gateway max_concurrency {ev['from']} -> {ev['max_concurrency']}"
-    if kind == "figures":
-        kv = ev["kv_cache_usage_frac"]
-        ttft = ev["ttft_p95_s"]
-        return (
-            f"{head}figures  running {_n(ev['running'])}  waiting {_n(ev['waiting'])}"
-            f"  kv {'n/a' if kv is None else f'{kv:.0%}'}"
-            f"  ttft_p95 {'n/a' if ttft is None else f'{ttft:.2f}s'}"
-            f"  decode {_n(ev['decode_tok_per_s'])} tok/s"
-            f"  gateway {_n(ev['gateway_queued'])} queued / {_n(ev['gateway_in_flight'])}"
-            f" in flight (cap {_n(ev['gateway_max_concurrency'])})"
-            f"  [{ev['status']}{': ' + ', '.join(ev['findings']) if ev['findings'] else ''}]"
-        )
-    return f"{head}{kind}  {ev}"
-
-
-async def headless(
-    stack: Stack,
-    duration_s: float,
-    *,
-    cap: tuple[int, float] | None = None,
-    figures_every_s: float = 5.0,
-    emit: Callable[[dict[str, Any]], None] | None = None,
-    stop: asyncio.Event | None = None,
-    seed: int = 0,
-    recorder: Any = None,
-) -> tuple[list[dict[str, Any]], ScenarioDriver]:
-    """Run the scenario for `duration_s`, polling the monitor each interval; returns the events
-    (phase, finding_fired, finding_cleared, cap_applied, figures) and the driver (load results).
-    A `recorder` (sources.recording.Recorder) gets every poll."""
-    from llmtop.sources.admin import AdminClient
-    from llmtop.sources.collector import Collector
-
-    events: list[dict[str, Any]] = []
-
-    def add(ev: dict[str, Any]) -> None:
-        events.append(ev)
-        if emit is not None:
-            emit(ev)
-
-    start = time.monotonic()
-
-    def on_phase(_: float, i: int, p: Phase) -> None:
-        add({"t": round(time.monotonic() - start, 1), "kind": "phase", "index": i,
-             "name": p.name, "note": p.note})  # fmt: skip
-
-    driver = ScenarioDriver(stack.scenario, stack.gateway.url, seed=seed, on_phase=on_phase)
-    collector = Collector(stack.monitor, stack.health, max_num_seqs=stack.engine_max_num_seqs)
-    admin = AdminClient(stack.gateway.url, source="demo")
-    stop = stop or asyncio.Event()
-    load = asyncio.ensure_future(driver.run(duration_s))
-    active: dict[str, Finding] = {}
-    next_figures = 0.0
-    interval = stack.monitor.interval_s
-    last: tuple[float, Snapshot] | None = None
-    shown = -1.0
-    try:
-        tick = start
-        while not stop.is_set() and not load.done():
-            t = round(time.monotonic() - start, 1)
-            if t >= duration_s:
-                break
-            snap = await collector.poll()
-            if recorder is not None:
-                recorder.write(collector.last_raw, snap.findings)
-            for ev in finding_events(t, active, snap.findings):
-                add(ev)
-            active = {f.id: f for f in snap.findings}
-            last = (t, snap)
-            if cap is not None and t >= cap[1]:
-                before = snap.gateway.max_concurrency if snap.gateway else None
-                await admin.set_limits(max_concurrency=cap[0])
-                add({"t": t, "kind": "cap_applied", "max_concurrency": cap[0], "from": before})
-                cap = None
-            if t >= next_figures:
-                add(figures(t, snap))
-                shown = t
-                next_figures += figures_every_s
-            tick += interval
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, tick - time.monotonic()))
-        if last is not None and last[0] != shown:
-            add(figures(*last))  # the state the run ended in
-    finally:
-        driver.stop()
-        await load
-        await collector.aclose()
-        await admin.aclose()
-    return events, driver

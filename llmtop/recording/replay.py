@@ -7,7 +7,7 @@ background thread (`start_background`, ~5 ms a poll: an hour takes tens of secon
 playhead stops at the last computed poll meanwhile, so no key ever waits. The playhead moves in
 recording time: each poll() advances it by the wall time since the last one times `speed`
 (x1..x60) unless paused; step and seek pause nothing but move it at once. No textual here: the
-TUI binds keys to these methods (llmtop/tui/screens/replay.py), the report reads `snapshots()`.
+TUI binds keys to these methods (llmtop/tui/replay_app.py), the report reads `snapshots()`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.snapshot import Snapshot
-from llmtop.settings import HealthSettings
-from llmtop.sources.recording import Recording
+from llmtop.errors import UsageError
+from llmtop.recording.reader import Recording
+from llmtop.settings import HealthSettings, MonitorSettings
 
 SPEEDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Playback speeds offered by faster/slower."""
@@ -235,3 +236,25 @@ class ReplaySource:
             paused=self.paused,
             computed=self.computed,
         )
+
+
+def open_replay(
+    path: str, health: HealthSettings, *, speed: float = 1.0, paused: bool = False
+) -> tuple[ReplaySource, MonitorSettings, list[str]]:
+    """A recording file as a replay source, the read-only monitor settings it was recorded with
+    (targets, interval), and the reader's warnings; a UsageError for a speed outside x1..x60."""
+    from llmtop.recording.reader import read_recording
+
+    if not SPEEDS[0] <= speed <= SPEEDS[-1]:
+        raise UsageError(f"--speed {speed:g}: must be between 1 and 60")
+    recording = read_recording(path)
+    source = ReplaySource(recording, health, speed=speed, paused=paused)
+    targets = recording.header.get("targets") or {}
+    vllm = targets.get("vllm") or ["recorded"]
+    monitor = MonitorSettings(
+        vllm_urls=tuple(str(u) for u in vllm),
+        gateway_url=targets.get("gateway"),
+        interval_s=float(recording.header.get("interval_s") or 1.0),
+        read_only=True,
+    )
+    return source, monitor, list(recording.warnings)
