@@ -260,3 +260,35 @@ def to_json(
             for i, p in enumerate(preds)
         ],
     }
+
+
+def caps_around(current: int | None, suggested: int | None, limit: int = 4) -> tuple[int, ...]:
+    """Candidate caps for the what-if screen: the findings' suggestion (KV fit), half and double
+    it, and the current cap's neighbours; at most `limit`, the current cap left out (it is the
+    table's first row anyway)."""
+    base = suggested or current or 8
+    picks = [base, max(1, base // 2), base * 2]
+    if current is not None:
+        picks += [max(1, current - 1), current + 1, max(1, current // 2), current * 2]
+    out: list[int] = []
+    for c in picks:
+        if c != current and c not in out and c <= 1024:
+            out.append(c)
+    return tuple(sorted(out[:limit]))
+
+
+def preview_line(
+    obs: Observed, checks: Sequence[FitCheck], now: Prediction, new: Prediction, horizon_s: float
+) -> str:
+    """One line for the TUI's `:cap N`: the prediction beside what the window measured."""
+    lim = new.candidate.limits
+    cap = lim.max_concurrency if lim is not None else None
+    rejected = f"{new.rejected / new.offered:.0%}" if new.offered else "n/a"
+    fit = {c.name: c.error_frac for c in checks}
+    return (
+        f"PREDICTED cap {cap}, next {horizon_s:.0f} s: TTFT p95 {_s(new.ttft_client_p95_s)},"
+        f" goodput {_pct(new.goodput_frac)}, {new.output_tok_per_s:,.0f} tok/s,"
+        f" 429s {rejected} | measured now: TTFT p95 {_s(obs.gateway_ttft_p95_s)},"
+        f" {obs.generation_tok_per_s:,.0f} tok/s | fit error: tok/s"
+        f" {_err(fit.get('output tok/s'))}, TTFT p95 {_err(fit.get('client TTFT p95 (s)'))}"
+    )
