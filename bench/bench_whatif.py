@@ -99,7 +99,7 @@ def cpu_five(sc: Scenario, opts: Options) -> float:
 
 
 CALIBRATION_SEEDS = (100, 101, 102)
-STEADY = Options(from_now=False, warmup_s=30.0, horizon_s=120.0, band=False)
+STEADY = Options(from_now=False, warmup_s=30.0, horizon_s=120.0, band=False, replicas=2)
 """The virtual truth is run from empty to steady state, so the predictions are too."""
 
 

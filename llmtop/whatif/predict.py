@@ -59,7 +59,8 @@ class State:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the model says one setting does, over the horizon (a prediction, not a measurement)."""
+    """What the model says one setting does, over the horizon (a prediction, not a measurement);
+    counts are pooled over the replicas, shares and quantiles are of the pooled requests."""
 
     candidate: Candidate
     offered: int
@@ -119,6 +120,7 @@ def predict(
     ttft_slo_s: float = 2.0,
     itl_slo_s: float = 0.1,
     start: State | None = None,
+    replicas: int = 1,
     observer: Observer | None = None,
 ) -> Prediction:
     """Run one candidate in virtual time; safe on any thread (a private event loop).
@@ -126,15 +128,20 @@ def predict(
     With `start`, the run begins from that state and the candidate's limits are applied to it
     at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
     [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
-    virtual second (tests scrape with it).
+    virtual second (tests scrape with it). `replicas` runs with different traffic seeds are
+    pooled: a prediction is the expected figure, not one draw of the arrivals.
     """
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(
-            _run(cal, candidate, horizon_s, warmup_s, seed, ttft_slo_s, itl_slo_s, start, observer)
-        )
+        raws = [
+            loop.run_until_complete(
+                _run(cal, candidate, horizon_s, warmup_s, seed + 1000 * r, start, observer)
+            )
+            for r in range(max(1, replicas))
+        ]
     finally:
         loop.close()
+    return _summarise(candidate, raws, ttft_slo_s, itl_slo_s)
 
 
 async def _run(
@@ -143,11 +150,9 @@ async def _run(
     horizon_s: float,
     warmup_s: float,
     seed: int,
-    ttft_slo_s: float,
-    itl_slo_s: float,
     start: State | None,
     observer: Observer | None,
-) -> Prediction:
+) -> _Raw:
     rng = random.Random(seed)
     next_observe = 0.0
     cap_len = cal.max_model_len
@@ -311,10 +316,17 @@ async def _run(
         gen1, pre1 = stats.generation_tokens, stats.num_preemptions
     assert pre0 is not None
     assert pre1 is not None
-    return _summarise(
-        cand, window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s,
-        ttft_slo_s, itl_slo_s,
-    )  # fmt: skip
+    return _Raw(window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s)
+
+
+@dataclass
+class _Raw:
+    """One replica's requests and steps in the window, and its rates."""
+
+    window: list[_Req]
+    steps: list[tuple[float, int]]
+    tok_per_s: float
+    preempt_per_min: float
 
 
 def _footprint(cal: Calibration, seed: int) -> FootprintModel:
@@ -339,14 +351,12 @@ def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None
 
 
 def _summarise(
-    cand: Candidate,
-    window: list[_Req],
-    steps: list[tuple[float, int]],
-    tok_per_s: float,
-    preempt_per_min: float,
-    ttft_slo_s: float,
-    itl_slo_s: float,
+    cand: Candidate, raws: list[_Raw], ttft_slo_s: float, itl_slo_s: float
 ) -> Prediction:
+    window = [r for raw in raws for r in raw.window]
+    steps = [s for raw in raws for s in raw.steps]
+    tok_per_s = sum(raw.tok_per_s for raw in raws) / len(raws)
+    preempt_per_min = sum(raw.preempt_per_min for raw in raws) / len(raws)
     client: list[float] = []
     engine_ttft: list[float] = []
     waits: list[float] = []

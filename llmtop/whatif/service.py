@@ -36,6 +36,8 @@ class Options:
     itl_slo_s: float = 0.1
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
+    replicas: int = 4
+    """Runs pooled per prediction (different traffic seeds): the expected figure, not one draw."""
     band: bool = True
     """Also predict at the arrival rate +- its standard error."""
 
@@ -127,10 +129,13 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
     cands = candidates(cal, opts)
     start = state_of(points[-1], cal.arrival_per_s, cal.limits) if opts.from_now else None
 
-    def run(c: Candidate, horizon_s: float, at: Calibration = cal) -> Prediction:
+    def run(
+        c: Candidate, horizon_s: float, at: Calibration = cal, replicas: int = opts.replicas
+    ) -> Prediction:
         return predict(
             at, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
             ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s, start=start,
+            replicas=replicas,
         )  # fmt: skip
 
     preds = [run(c, opts.horizon_s) for c in cands]
@@ -141,7 +146,8 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
         low = replace(cal, arrival_per_s=max(rate - err, rate * 0.1))
         high = replace(cal, arrival_per_s=rate + err)
         half = max(5.0, opts.horizon_s / 2)
-        bands = [(run(c, half, low), run(c, half, high)) for c in cands]
+        few = max(1, opts.replicas // 2)
+        bands = [(run(c, half, low, few), run(c, half, high, few)) for c in cands]
     # The fit's own error: the current setting, replayed (preds[0]), against the window.
     return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands)
 

@@ -131,7 +131,7 @@ async def verify(
                 predicted = await asyncio.to_thread(
                     predict, cal, cand.candidate, horizon_s=phases.measure_s,
                     warmup_s=phases.settle_s, seed=opts.seed, ttft_slo_s=opts.ttft_slo_s,
-                    itl_slo_s=opts.itl_slo_s, start=start,
+                    itl_slo_s=opts.itl_slo_s, start=start, replicas=opts.replicas,
                 )  # fmt: skip
                 await admin.set_limits(max_concurrency=cap)
                 await asyncio.sleep(phases.settle_s)
