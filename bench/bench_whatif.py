@@ -173,8 +173,9 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
           f" {phases.window_s:.0f} s; each cap measured over {phases.measure_s:.0f} s after"
           f" {phases.settle_s:.0f} s). Fit error: {checks}.\n")  # fmt: skip
     print("| cap | predicted TTFT p95 | measured | error | predicted tok/s | measured | error |"
-          " requests measured (their Poisson noise) | 429s predicted / measured |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          " requests measured (their Poisson noise) | 429s predicted / measured |"
+          " at the change: engine / gateway queue |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p, m = r.predicted, r.measured
         rej = f"{p.rejected / p.offered:.0%}" if p.offered else "n/a"
@@ -184,6 +185,7 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
             f"| {m.cap} | {sec(p.ttft_client_p95_s)} | {sec(m.ttft_p95_s)} |"
             f" {pct(r.ttft_p95_error)} | {p.output_tok_per_s:,.0f} | {m.output_tok_per_s:,.0f} |"
             f" {pct(r.tok_error)} | {m.offered} ({noise}) | {rej} / {mrej} |"
+            f" {r.start.at_engine} / {r.start.queued} |"
         )
     print()
 

@@ -26,7 +26,7 @@ from llmtop.load.runner import OpenLoop, Runner, Shape
 from llmtop.load.stats import percentile
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
-from llmtop.whatif.predict import Prediction, predict
+from llmtop.whatif.predict import Prediction, State, predict
 from llmtop.whatif.service import Analysis, Options, analyse, state_of
 
 
@@ -69,6 +69,8 @@ class Row:
 
     predicted: Prediction
     measured: Measured
+    start: State
+    """The state the prediction started from (scraped right before the change)."""
 
     @property
     def ttft_p95_error(self) -> float | None:
@@ -121,7 +123,7 @@ async def verify(
             run_opts = replace(opts, caps=tuple(caps), band=False)
             analysis = await asyncio.to_thread(analyse, points, run_opts)
             cal = analysis.calibration
-            spans: list[tuple[Prediction, float, float, float]] = []
+            spans: list[tuple[Prediction, State, float, float, float]] = []
             for cand in analysis.predictions[1:]:
                 assert cand.candidate.limits is not None
                 cap = cand.candidate.limits.max_concurrency
@@ -140,7 +142,7 @@ async def verify(
                 await asyncio.sleep(phases.measure_s)
                 t1, g1 = await _generated(client, vllm_url)
                 m1 = runner.elapsed()
-                spans.append((predicted, m0, m1, (g1 - g0) / (t1 - t0)))
+                spans.append((predicted, start, m0, m1, (g1 - g0) / (t1 - t0)))
                 await asyncio.sleep(phases.tail_s)
         finally:
             runner.stop()
@@ -148,7 +150,7 @@ async def verify(
                 await load
             await admin.aclose()
     rows = []
-    for predicted, m0, m1, tok_s in spans:
+    for predicted, start, m0, m1, tok_s in spans:
         mine = [r for r in runner.results if m0 <= r.offered_at_s < m1]
         ttfts = [r.ttft_s for r in mine if r.ttft_s is not None]
         assert predicted.candidate.limits is not None
@@ -160,7 +162,7 @@ async def verify(
             output_tok_per_s=tok_s,
             rejected=sum(1 for r in mine if r.status == 429),
         )
-        rows.append(Row(predicted, measured))
+        rows.append(Row(predicted, measured, start))
     return analysis, rows
 
 
