@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from llmtop.core.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.handler_time import HandlerTime
 from llmtop.gateway.trust import Trust
@@ -96,9 +97,9 @@ class GatewayState:
         self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
 
-    def stats(self) -> dict[str, Any]:
-        """The /admin/stats object."""
+    def stats(self) -> StatsDoc:
+        """The /admin/stats document (typed in core.admin_api)."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
-        return out
+        return cast(StatsDoc, out)

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.incidents import GATEWAY, incidents
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
-from llmtop.tui import fmt
 from llmtop.tui.commands import label_of
 
 KV = "max_inflight_kv_blocks"
