@@ -344,3 +344,38 @@ def test_no_overcommit_before_any_request_has_finished() -> None:
             turned_over=False,
         )
     assert pilot.applied == 1000
+
+
+async def test_a_tenants_own_budget_refuses_sooner() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=1, ttft_slo_s=30.0, queue_policy="deadline")
+    ctl.tenant_ttft_slo_s = {"chat": 2.0}
+    first = ctl.enter(tenant="batch")
+    clock.advance(1.0)
+    first.release()  # a drain rate: one a second
+    running = ctl.enter(tenant="batch")
+    waiting = [ctl.enter(tenant="batch") for _ in range(3)]  # 3 ahead: ~4 s to start
+    with pytest.raises(Rejected) as e:
+        ctl.enter(tenant="chat")  # its own 2 s budget
+    assert e.value.reason == "ttft_budget"
+    assert "of 2s" in e.value.message
+    later = ctl.enter(tenant="batch")  # 30 s for everyone else: queued
+    assert later.queued
+    for t in [*waiting, later]:
+        t.cancel()
+    running.release()
+    accounted(ctl)
+
+
+def test_tenant_budgets_parse_from_the_file_and_the_environment() -> None:
+    from llmtop.errors import ConfigError
+    from llmtop.settings import GatewaySettings, load
+
+    env = {"LLMTOP_TENANT_TTFT_SLO_S": "chat=2, batch=60"}
+    got = load(GatewaySettings, environ=env).tenant_ttft_slo_s
+    assert got == (("chat", 2.0), ("batch", 60.0))
+    table = {"gateway": {"tenant_ttft_slo_s": {"chat": 3}}}
+    assert load(GatewaySettings, config=table, environ={}).tenant_ttft_slo_s == (("chat", 3.0),)
+    for bad in ("chat", "chat=0", "chat=x"):
+        with pytest.raises(ConfigError, match="LLMTOP_TENANT_TTFT_SLO_S"):
+            load(GatewaySettings, environ={"LLMTOP_TENANT_TTFT_SLO_S": bad})
