@@ -137,6 +137,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         except ValueError as e:
             raise ConfigError(f"gateway: redis_url {settings.redis_url!r}: {e}") from None
     state = GatewayState(settings=settings, controller=controller, admin_token=token, shared=shared)
+    state.apply_shares()  # with Redis: no room until it grants some
     controller_of_budget = pilot.attach(state)  # the autopilot (docs/autopilot.md)
 
     @contextlib.asynccontextmanager

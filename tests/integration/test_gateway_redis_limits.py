@@ -1,0 +1,125 @@
+"""RedisLimits against a real redis-server: grants never sum past the cap, fair shares, a dead
+gateway's lease returns within the TTL, limits follow, and the fallback when Redis goes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.gateway.shared import RedisLimits
+
+from .redis_server import redis_server
+
+
+def gateway(url: str, ttl_s: float = 1.0) -> tuple[AdmissionController, RedisLimits, Callable[[], None]]:
+    ctl = AdmissionController(Limits(max_concurrency=6, max_queue=50, queue_timeout_s=30.0))
+    shared = RedisLimits(url, prefix="t:", ttl_s=ttl_s)
+
+    def apply() -> None:
+        ctl.set_share(shared.slots, shared.kv_blocks)
+
+    apply()  # as the app does: no room before Redis grants it
+    return ctl, shared, apply
+
+
+async def until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
+    with redis_server() as server:
+        gws = [gateway(server.url) for _ in range(3)]
+        tasks = [asyncio.ensure_future(s.run(c, a)) for c, s, a in gws]
+        try:
+            tickets = [[c.enter() for _ in range(5)] for c, _, _ in gws]  # 15 wanted, cap 6
+            await until(lambda: sum(c.in_flight for c, _, _ in gws) == 6)
+            served = [0, 0, 0]
+            for _ in range(60):  # churn: each round one request ends on each gateway
+                for i, (c, _, _) in enumerate(gws):
+                    done = next((t for t in tickets[i] if t.admitted and not t.queued), None)
+                    if done is not None and c.in_flight:
+                        done.release()
+                        tickets[i].remove(done)
+                        tickets[i].append(c.enter())
+                        served[i] += 1
+                await asyncio.sleep(0.01)
+                assert sum(c.in_flight for c, _, _ in gws) <= 6
+            assert min(served) > 5, served  # no gateway starves while the others hold room
+            # gateway 0 dies without a word: its 2 slots come back within the 1 s TTL
+            tasks[0].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[0]
+            await until(lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6, 3.0)
+            assert gws[1][1].live == 2
+            for ts in tickets[1:]:
+                for t in ts:
+                    if t.admitted:
+                        t.release()
+            await until(lambda: all(t.admitted for ts in tickets[1:] for t in ts))
+            for ts in tickets:
+                for t in ts:
+                    t.release()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for _, s, _ in gws:
+                await s.close()
+
+
+async def test_a_limit_set_on_one_gateway_reaches_the_others() -> None:
+    with redis_server() as server:
+        (c1, s1, a1), (c2, s2, a2) = gateway(server.url), gateway(server.url)
+        tasks = [asyncio.ensure_future(s1.run(c1, a1)), asyncio.ensure_future(s2.run(c2, a2))]
+        try:
+            await until(lambda: s1.connected is True and s2.connected is True)
+            c1.set_limits({"max_concurrency": 3, "max_queue": 7})
+            c1.set_paused(True)
+            await s1.publish(c1)
+            await until(lambda: c2.limits.max_queue == 7 and c2.paused)
+            assert c2.limits.max_concurrency == 3
+            assert c2.events[-1]["source"] == "redis"
+        finally:
+            for t in tasks:
+                t.cancel()
+            await s1.close()
+            await s2.close()
+
+
+async def test_redis_gone_falls_back_to_a_share_and_rejoins() -> None:
+    with redis_server() as server:
+        gws = [gateway(server.url) for _ in range(3)]
+        tasks = [asyncio.ensure_future(s.run(c, a)) for c, s, a in gws]
+        try:
+            c, s, _ = gws[0]
+            await until(lambda: all(g[1].live == 3 for g in gws))
+            server.kill()
+            tickets = [c.enter() for _ in range(4)]
+            await until(lambda: s.connected is False)
+            assert s.status()["status"] == "fallback"
+            assert s.slots == 2 and c.in_flight == 2  # 6 / 3 live gateways
+            assert "redis unreachable" in (s.last_error or "")
+            server.start()
+            await until(lambda: s.connected is True, 5.0)
+            assert s.status()["status"] == "ok"
+            for t in tickets:
+                if t.admitted:
+                    t.release()
+            await until(lambda: all(t.admitted for t in tickets))
+            for t in tickets:
+                t.release()
+            assert c.offered == sum(c.outcomes.values()) + c.in_flight + c.queued
+            r = aioredis.Redis.from_url(server.url)
+            await until(lambda: c.in_flight == 0)
+            await r.aclose()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for _, s_, _ in gws:
+                await s_.close()
