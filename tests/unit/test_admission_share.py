@@ -1,4 +1,4 @@
-"""Admission under a share of limits held elsewhere (Redis grants, live replicas): pure, fake clock."""
+"""Admission under a share of limits held elsewhere (Redis grants, live replicas); fake clock."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ async def test_share_caps_admission_and_raising_it_admits_the_queue() -> None:
     assert asked == [(2, 0), (3, 0)]  # each waiter asks the driver for room
     ctl.set_share(2, None)
     await settle()
-    assert b.admitted and not c.admitted
+    assert b.admitted
+    assert not c.admitted
     ctl.set_share(None, None)  # no outside cap: the limits alone (4)
     assert c.admitted
     a.release()
@@ -50,7 +51,9 @@ async def test_kv_share_and_a_prompt_over_the_whole_budget() -> None:
     ctl.set_share(None, 30)
     a = ctl.enter(kv_blocks=20)
     b = ctl.enter(kv_blocks=20)
-    assert a.admitted and b.queued and ctl.demand() == (2, 40)
+    assert a.admitted
+    assert b.queued
+    assert ctl.demand() == (2, 40)
     a.release()
     assert b.admitted
     b.release()

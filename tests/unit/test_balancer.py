@@ -55,19 +55,24 @@ def test_failure_ejects_until_probe_answers() -> None:
     a, b = bal.replicas
     bal.start(a)
     bal.done(a, error="upstream unreachable: ConnectError")
-    assert a.state == EJECTED and a.healthy is False and a.in_flight == 0
+    assert a.state == EJECTED
+    assert a.healthy is False
+    assert a.in_flight == 0
     assert [bal.pick() for _ in range(3)] == [b, b, b]
     assert bal.capacity() is None
     clock.t = 4.9
     assert bal.to_probe() == []
     clock.t = 5.0
     assert bal.to_probe() == [a]
-    assert a.state == PROBING and bal.pick() is b  # no traffic before the probe
+    assert a.state == PROBING
+    assert bal.pick() is b
     bal.probed(a, "unreachable: ConnectError")
-    assert a.state == EJECTED and a.failures == 2
+    assert a.state == EJECTED
+    assert a.failures == 2
     clock.t = 10.0
     bal.probed(a, None)
-    assert a.state == OK and bal.pick(exclude=[b]) is a
+    assert a.state == OK
+    assert bal.pick(exclude=[b]) is a
 
 
 def test_all_out_routes_anyway_and_exclude_is_kept() -> None:
@@ -87,5 +92,7 @@ def test_share_and_doc() -> None:
     bal.start(b)
     bal.done(b)
     docs = {d["url"]: d for d in bal.to_list()}
-    assert docs[a.url]["share"] == 0.75 and docs[a.url]["in_flight"] == 3
-    assert docs[b.url]["share"] == 0.25 and docs[b.url]["healthy"] is True
+    assert docs[a.url]["share"] == 0.75
+    assert docs[a.url]["in_flight"] == 3
+    assert docs[b.url]["share"] == 0.25
+    assert docs[b.url]["healthy"] is True
