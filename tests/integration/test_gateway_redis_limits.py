@@ -14,7 +14,6 @@ from llmtop.gateway.shared import RedisLimits
 
 from .redis_server import redis_server
 
-
 Gateway = tuple[AdmissionController, RedisLimits, Callable[[], None]]
 
 
