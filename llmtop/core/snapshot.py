@@ -97,6 +97,24 @@ class GatewayStats:
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     upstream_healthy: bool | None = None
+    replicas: tuple[ReplicaStats, ...] = ()
+    """The upstream replicas behind this gateway (one when it fronts a single engine)."""
+    shared_status: str | None = None
+    """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
+    shared_live_gateways: int | None = None
+    global_in_flight: int | None = None
+    """Slots held by all gateways sharing the limits, at this gateway's last sync."""
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One upstream replica as the gateway's balancer sees it."""
+
+    url: str
+    in_flight: int | None
+    ok: bool
+    """Takes traffic (False: ejected, or awaiting a /health probe)."""
+    share: float | None
 
 
 @dataclass(frozen=True)
