@@ -5,7 +5,7 @@ probes /health and reports it (`probed`), kvinfo's scrape sets a replica's KV ca
 
 The choice: the replica with the most headroom, that is the least KV footprint in flight against
 its KV capacity (in steps of 5 %, so near-ties go by the rest), then the shortest engine queue,
-then the fewest requests outstanding. A replica at its own concurrency limit is skipped.
+then the fewest requests outstanding, then the one picked least recently. A replica at its own concurrency limit is skipped.
 
 Ejection: a refused connection, a timeout or a 5xx ejects a replica for `eject_s` (passive);
 after that it takes no traffic until an active /health probe answers (then it is back).
@@ -42,6 +42,8 @@ class Replica:
     last_error: str | None = None
     healthy: bool | None = None
     """None before the first answer or probe."""
+    last_pick: int = 0
+    """When it was last given a request (a counter): full ties go to the least recent."""
 
     def kv_used_frac(self, extra_blocks: int) -> float:
         if not self.capacity_blocks:
@@ -63,6 +65,7 @@ class Balancer:
         if not self.urls:
             raise ValueError("at least one upstream is needed")
         self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+        self._picks = 0
 
     def eligible(self) -> list[Replica]:
         """Replicas that may take a request now (not ejected, not awaiting a probe)."""
@@ -81,11 +84,12 @@ class Balancer:
         once must not refuse everything for eject_s."""
         cap = self.max_per_replica
         best: Replica | None = None
-        best_key: tuple[float, float, int] | None = None
+        best_key: tuple[float, float, int, int] | None = None
         for r in self.eligible() or self.replicas:
             if r in exclude or (cap is not None and r.in_flight >= cap):
                 continue
-            key = (round(r.kv_used_frac(kv_blocks) / HEADROOM_STEP), r.waiting, r.in_flight)
+            used = round(r.kv_used_frac(kv_blocks) / HEADROOM_STEP)
+            key = (used, r.waiting, r.in_flight, r.last_pick)
             if best_key is None or key < best_key:
                 best, best_key = r, key
         return best
@@ -94,6 +98,8 @@ class Balancer:
         r.in_flight += 1
         r.kv_in_flight += kv_blocks
         r.sent += 1
+        self._picks += 1
+        r.last_pick = self._picks
 
     def done(self, r: Replica, kv_blocks: int = 0, error: str | None = None) -> None:
         """An attempt ended; `error` (refused, timed out, 5xx) ejects the replica."""

@@ -96,3 +96,15 @@ def test_share_and_doc() -> None:
     assert docs[a.url]["in_flight"] == 3
     assert docs[b.url]["share"] == 0.25
     assert docs[b.url]["healthy"] is True
+
+
+def test_full_ties_take_turns() -> None:
+    bal, _ = make(3)
+    order = []
+    for _ in range(6):
+        r = bal.pick()
+        assert r is not None
+        bal.start(r)
+        bal.done(r)
+        order.append(r.url[-1])
+    assert order == ["0", "1", "2", "0", "1", "2"]
