@@ -5,7 +5,8 @@ probes /health and reports it (`probed`), kvinfo's scrape sets a replica's KV ca
 
 The choice: the replica with the most headroom, that is the least KV footprint in flight against
 its KV capacity (in steps of 5 %, so near-ties go by the rest), then the shortest engine queue,
-then the fewest requests outstanding, then the one picked least recently. A replica at its own concurrency limit is skipped.
+then the fewest requests outstanding, then the one picked least recently. A replica at its
+own concurrency limit is skipped.
 
 Ejection: a refused connection, a timeout or a 5xx ejects a replica for `eject_s` (passive);
 after that it takes no traffic until an active /health probe answers (then it is back).
