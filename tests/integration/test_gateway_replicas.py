@@ -48,7 +48,8 @@ async def test_ejected_replica_returns_after_its_health_probe(
     a = start_sim(profile="fast")
     b = start_sim(profile="fast")
     gw = start_gateway(f"{a.url},{b.url}", eject_s=0.5)
-    state: Any = gw._server.config.app.state.gateway
+    app: Any = gw._server.config.app
+    state = app.state.gateway
     rb = state.balancer.replicas[1]
     state.balancer.fail(rb, "upstream returned 503")  # as the proxy does on a 5xx
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
