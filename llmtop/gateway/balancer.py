@@ -117,6 +117,7 @@ class Balancer:
         r.last_error = error
         r.state = EJECTED
         r.ejected_until = self.clock() + self.eject_s
+        r.waiting = 0.0  # its last queue reading is stale now (a restart starts empty)
 
     def to_probe(self) -> list[Replica]:
         """Replicas whose ejection is over and that await an active /health probe."""
