@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
+from redis import Redis, RedisError
 
 from tests.integration.redis_server import RedisServer, free_port, redis_binary
 
@@ -87,10 +87,10 @@ class Stack:
     redis: RedisServer
     sims: list[Proc]
     gateways: list[Proc]
-    client: redis.Redis = field(init=False)
+    client: Redis = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = redis.Redis.from_url(self.redis.url, socket_timeout=0.5)
+        self.client = Redis.from_url(self.redis.url, socket_timeout=0.5)
 
     def live_gateways(self) -> list[Proc]:
         return [g for g in self.gateways if g.proc is not None and g.proc.poll() is None]
@@ -182,7 +182,7 @@ class Sampler:
                 try:
                     leased = await asyncio.to_thread(self.st.leases)
                     self.max_leased = max(self.max_leased, sum(leased.values()))
-                except redis.RedisError:
+                except RedisError:
                     pass  # Redis is down in one test
                 self.samples += 1
                 await asyncio.sleep(0.005)
