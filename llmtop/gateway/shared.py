@@ -157,12 +157,12 @@ class RedisLimits:
         ctl.on_demand = self.wake
         apply()
         while True:
+            self._wake.clear()  # before the call: a wake during it means sync again at once
             try:
                 await self._once(ctl, apply)
             except Exception as e:  # any Redis failure means: fall back
                 self._fall_back(ctl, e)
             apply()
-            self._wake.clear()
             with_timeout = RENEW_S if self.connected else 2 * RENEW_S
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), with_timeout)
