@@ -31,6 +31,9 @@ from llmtop.gateway.admission import LEVERS, AdmissionController
 
 RENEW_S = 0.25
 """A record is renewed at least this often (and at once when the demand changes)."""
+ASK_S = 0.01
+"""While a gateway wants more than Redis had free, it asks again this often rather than at
+every arrival and completion (each ask is a round trip on the gateway's own event loop)."""
 DEFAULT_TTL_S = 3.0
 REDIS_TIMEOUT_S = 0.5
 """A Redis call slower than this counts as Redis unreachable."""
@@ -147,14 +150,29 @@ class RedisLimits:
         self.global_kv_blocks: int | None = None
         self.last_error: str | None = None
         self.fallbacks = 0
+        self._ctl: AdmissionController | None = None
+        self._full = False
+        """The last sync granted less than was wanted: nothing more was free."""
 
     def wake(self) -> None:
-        """The demand changed: sync now rather than at the next renewal."""
+        """The demand changed: sync now rather than at the next renewal, unless it only wants
+        more of what Redis had none of a moment ago (then the ASK_S poll asks)."""
+        ctl = self._ctl
+        if (
+            ctl is not None
+            and self._full
+            and self.connected
+            and self.slots is not None
+            and ctl.in_flight + ctl.queued >= self.slots
+            and ctl.limits.max_inflight_kv_blocks is None
+        ):
+            return
         self._wake.set()
 
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None:
         """Sync forever (cancelled by the app's lifespan): grant, renew, follow the limits."""
         ctl.on_demand = self.wake
+        self._ctl = ctl
         apply()
         while True:
             self._wake.clear()  # before the call: a wake during it means sync again at once
@@ -164,6 +182,8 @@ class RedisLimits:
                 self._fall_back(ctl, e)
             apply()
             with_timeout = RENEW_S if self.connected else 2 * RENEW_S
+            if self.connected and self._full:
+                with_timeout = ASK_S
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), with_timeout)
 
@@ -187,6 +207,7 @@ class RedisLimits:
         self.live, self.global_in_flight, self.global_kv_blocks = live, held_s, held_b
         self.slots = g_s
         self.kv_blocks = None if g_b < 0 else g_b
+        self._full = g_s < want_s or (g_b >= 0 and g_b < want_b)
         if ver != self._version:
             await self._follow(ctl, ver)
 
