@@ -79,7 +79,8 @@ class LlmtopApp(WhatIfControls):
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
         Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
-        Binding("w", "whatif", "what-if", show=False),  # listed in help; the footer is full
+        Binding("a", "autopilot", "auto"),
+        Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),

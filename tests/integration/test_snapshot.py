@@ -113,7 +113,8 @@ def test_degraded_real_capture_exits_critical_with_the_schema(
 ) -> None:
     idle = (fixtures_dir / "metrics-idle.txt").read_text()
     load = (fixtures_dir / "metrics-load.txt").read_text()
-    vllm = serve_app(engine_app(lambda n: idle if n == 1 else load))
+    # /metrics call 1 is the warm-up read, 2 the window's first poll, 3 its last
+    vllm = serve_app(engine_app(lambda n: idle if n <= 2 else load))
     gw = serve_app(gateway_app())
     code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", gw.url, "--json")
     data = json.loads(out)
@@ -199,9 +200,21 @@ def test_dcgm_gpus_in_the_json(
     assert code == 1
 
 
-def test_bad_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["snapshot", "--window", "0", "--gateway", "off"]) == 2
-    assert "--window" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--window", "0"], "--window"),
+        (["--window", "301"], "--window"),  # the pipeline keeps 10 minutes; half of it at most
+        (["--window", "5", "--interval", "0"], "--interval"),
+    ],
+)
+def test_bad_window_or_interval_is_a_usage_error(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["snapshot", *flags, "--gateway", "off"]) == 2
+    captured = capsys.readouterr()
+    assert named in captured.err
+    assert captured.out == ""
 
 
 def test_idle_sim_is_ok_and_exits_zero(

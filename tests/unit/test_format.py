@@ -122,7 +122,7 @@ def test_text_summary() -> None:
     text = to_text(_snap())
     assert "status CRITICAL" in text
     assert "m (vLLM 0.32.0)" in text
-    assert "waiting 42 (42 for KV)" in text
+    assert "waiting 42 (42 for capacity)" in text
     assert "DOWN: connection refused" in text
     assert "in flight 8/8" in text
     assert "throttled: sw_power_cap" in text

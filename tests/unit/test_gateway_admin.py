@@ -33,6 +33,10 @@ async def test_get_limits_shape() -> None:
         "queue_timeout_s": 30.0,
         "rate_limit_rpm": 120.0,
         "max_inflight_prompt_tokens": None,
+        "max_inflight_kv_blocks": None,
+        "ttft_slo_s": None,
+        "queue_policy": "fifo",
+        "mode": "manual",
     }
 
 

@@ -113,6 +113,8 @@ def offsets(raws: list[RawPoll]) -> list[float]:
 def test_polls_every_interval_and_the_last_at_the_end() -> None:
     ft = FakeTime()
     raws = asyncio.run(read_window(ft.read, ft.clock, 15.0, 1.0, ft.sleep))
+    assert ft.reads == 17  # the warm-up read, whose time stamp runs ahead of what it read
+    assert raws[0].time == T0 + ft.read_s
     assert len(raws) == 16
     assert offsets(raws) == [0.0] + [round(k + 0.002, 3) for k in range(1, 16)]
     assert raws[-1].time - raws[0].time >= 15.0  # never short of the window
@@ -126,7 +128,7 @@ def test_a_window_shorter_than_the_interval_polls_at_both_ends() -> None:
 
 def test_a_slow_poll_moves_the_next_to_the_next_due_time() -> None:
     ft = FakeTime()
-    ft.slow = {2: 2.5}  # the third read (due at +2 s) takes 2.5 s: +3 and +4 have passed
+    ft.slow = {3: 2.5}  # the poll due at +2 s (read 3, after the warm-up) takes 2.5 s
     raws = asyncio.run(read_window(ft.read, ft.clock, 6.0, 1.0, ft.sleep))
     assert offsets(raws) == [0.0, 1.002, 2.002, 5.002, 6.002]
 
