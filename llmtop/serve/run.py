@@ -37,7 +37,7 @@ class ServeOptions:
     vllm_bin: str | None = None
     engine_cmd: str | None = None
     """Test hook: a command template standing in for `vllm serve` ({python}, {host}, {port},
-    {model}, {max_model_len}, {max_num_seqs})."""
+    {model}, {max_model_len}, {max_num_seqs}, {kv_tokens})."""
     ready_timeout_s: float = 600.0
     log_dir: str | None = None
     admin_token_file: str | None = None
@@ -101,6 +101,7 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
             "model": opts.model,
             "max_model_len": str(plan.max_model_len),
             "max_num_seqs": str(plan.max_num_seqs),
+            "kv_tokens": str(plan.kv_tokens),
         }
         engine = tuple(part.format(**values) for part in shlex.split(opts.engine_cmd))
     else:
@@ -204,7 +205,9 @@ def serve(
             return 130
         finally:
             stack.stop_all()
-            say("stopped: " + ", ".join(f"{c.name} (pid {c.pid})" for c in stack.children))
+            say(
+                "stopped: " + ", ".join(f"{c.name} (pid {c.pid})" for c in reversed(stack.children))
+            )
 
 
 def split_args(args: Sequence[str]) -> tuple[str, ...]:
