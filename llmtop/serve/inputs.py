@@ -72,10 +72,12 @@ def device_memory(
     space = env.get("VLLM_CPU_KVCACHE_SPACE")
     cpu_kv = None
     if space:
-        try:
-            cpu_kv = int(float(space) * GIB)
+        try:  # vLLM reads it with int(): "0.5" would stop vLLM itself
+            cpu_kv = int(space) * GIB
         except ValueError:
-            raise UsageError(f"VLLM_CPU_KVCACHE_SPACE={space!r} is not a number of GiB") from None
+            raise UsageError(
+                f"VLLM_CPU_KVCACHE_SPACE={space!r}: vLLM wants a whole number of GiB"
+            ) from None
     return Memory("cpu", None, f"VLLM_CPU_KVCACHE_SPACE={space} GiB", cpu_kv_bytes=cpu_kv)
 
 

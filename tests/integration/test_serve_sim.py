@@ -26,7 +26,7 @@ SIM = (
 
 def start_serve(tmp_path: Path, engine_cmd: str = SIM) -> tuple[subprocess.Popen[str], str]:
     listen = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "0.01"}  # 10 MiB: 81 blocks of 128
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -41,6 +41,8 @@ def start_serve(tmp_path: Path, engine_cmd: str = SIM) -> tuple[subprocess.Popen
             str(tmp_path),
             "--engine-cmd",
             engine_cmd,
+            "--num-gpu-blocks-override",
+            "81",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -102,7 +104,7 @@ def test_serves_through_the_gateway_and_ctrl_c_stops_everything(
     cleanup.append(proc)
     lines = read_until(proc, r"^gateway\s+pid \d+ ready")
     text = "".join(lines)
-    # the plan the sim was started with: 10 MiB of 1,024 B tokens in blocks of 128
+    # the plan the sim was started with: 81 blocks of 128 tokens (vLLM's CPU block size)
     assert "KV tokens    81 x 128 = 10,368 tokens" in text
     assert "--max-num-seqs 8  = 10,368 KV tokens // 1,250 per request" in text
     started = pids(lines)
