@@ -30,9 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="with --headless: one JSON document")
     p.add_argument(
         "--apply-cap",
-        metavar="N[@T]",
-        help="with --headless: set the gateway's max concurrency to N at T s"
-        " (T defaults to the scenario's own moment)",
+        metavar="N|auto[@T]",
+        help="with --headless: set the gateway's max concurrency to N at T s; auto: to the cap"
+        " the active finding suggests at T (T defaults to the scenario's own moment)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the load (default 0)")
     p.add_argument("--record", metavar="FILE", help="record every poll to FILE")
@@ -58,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
     with demo_stack(scenario, load(HealthSettings, args), record=args.record) as stack:
         if args.headless:
             return run_headless(stack, args.duration, cap, seed=args.seed, as_json=args.json)
+        from functools import partial
+
         from llmtop.demo.interactive import run_interactive
+        from llmtop.tui.demo_app import DemoApp
         from llmtop.tui.launch import run_live
 
-        return run_interactive(stack, seed=args.seed, duration_s=args.duration, tui=run_live)
+        tui = partial(run_live, app_class=DemoApp)
+        return run_interactive(stack, seed=args.seed, duration_s=args.duration, tui=tui)

@@ -9,30 +9,53 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtop.core.aggregate import combine
 from llmtop.core.incidents import incidents
+from llmtop.core.rulebase import suggested_cap
 from llmtop.core.snapshot import Snapshot
 from llmtop.demo.scenarios import Phase, Scenario
 from llmtop.demo.stack import ScenarioDriver, Stack
 from llmtop.errors import UsageError
 from llmtop.recording.writer import Recorder, RecordingSource
 
+if TYPE_CHECKING:
+    from llmtop.sources.gateway import AdminClient
 
-def parse_cap(text: str, scenario: Scenario) -> tuple[int, float]:
-    """'8@60' -> (8, 60.0); '8' -> (8, the scenario's cap time)."""
+
+CapPlan = tuple[int | None, float]
+"""--apply-cap as (N, T): set max_concurrency to N at T s; N None ('auto') = the cap the active
+finding suggests at T (the first poll from T on where one suggests a cap)."""
+
+
+def parse_cap(text: str, scenario: Scenario) -> CapPlan:
+    """'8@60' -> (8, 60.0); 'auto@60' -> (None, 60.0); '8' or 'auto' -> the scenario's time."""
     n_s, sep, t_s = text.partition("@")
     try:
-        n = int(n_s)
+        n = None if n_s.strip() == "auto" else int(n_s)
         t = float(t_s) if sep else scenario.cap_at_s
     except ValueError:
-        raise UsageError(f"bad --apply-cap {text!r}: expected N@SECONDS, e.g. 8@60") from None
+        raise UsageError(
+            f"bad --apply-cap {text!r}: expected N@SECONDS or auto@SECONDS, e.g. 8@60"
+        ) from None
     if t is None:
-        raise UsageError(f"--apply-cap {text!r}: scenario {scenario.name} has no cap time; use N@T")
-    if n < 1 or t < 0:
+        raise UsageError(
+            f"--apply-cap {text!r}: scenario {scenario.name} has no cap time; use N@T or auto@T"
+        )
+    if (n is not None and n < 1) or t < 0:
         raise UsageError(f"bad --apply-cap {text!r}: need N >= 1 and T >= 0")
     return n, t
+
+
+def describe_cap(cap: CapPlan | None) -> str:
+    """The plan in words, for the headless run's first line."""
+    if cap is None:
+        return "no cap (try --apply-cap auto@T)"
+    n, t = cap
+    if n is None:
+        return f"at {t:g} s, the cap the active finding suggests"
+    return f"cap {n} at {t:g} s"
 
 
 def finding_events(t: float, prev: Snapshot | None, cur: Snapshot) -> list[dict[str, Any]]:
@@ -99,7 +122,12 @@ def format_event(ev: dict[str, Any]) -> str:
     if kind == "finding_cleared":
         return f"{head}CLEARED  {ev['id']}"
     if kind == "cap_applied":
-        return f"{head}CAP      gateway max_concurrency {ev['from']} -> {ev['max_concurrency']}"
+        why = f" (what {ev['finding']} suggests)" if ev.get("finding") else ""
+        return (
+            f"{head}CAP      gateway max_concurrency {ev['from']} -> {ev['max_concurrency']}{why}"
+        )
+    if kind == "cap_waiting":
+        return f"{head}CAP      no finding suggests a cap yet: applying the first one that does"
     if kind == "figures":
         kv = ev["kv_cache_usage_frac"]
         ttft = ev["ttft_p95_s"]
@@ -119,7 +147,7 @@ async def headless(
     stack: Stack,
     duration_s: float,
     *,
-    cap: tuple[int, float] | None = None,
+    cap: CapPlan | None = None,
     figures_every_s: float = 5.0,
     emit: Callable[[dict[str, Any]], None] | None = None,
     stop: asyncio.Event | None = None,
@@ -127,7 +155,8 @@ async def headless(
     recorder: Recorder | None = None,
 ) -> tuple[list[dict[str, Any]], ScenarioDriver]:
     """Run the scenario for `duration_s`, polling the monitor each interval; returns the events
-    (phase, finding_fired, finding_cleared, cap_applied, figures) and the driver (load results).
+    (phase, finding_fired, finding_cleared, cap_waiting, cap_applied, figures) and the driver
+    (load results).
     Polls go through the TUI's source (RecordingSource), so an open `recorder` gets every one."""
     from llmtop.sources.collector import Collector
     from llmtop.sources.gateway import AdminClient
@@ -152,6 +181,7 @@ async def headless(
     stop = stop or asyncio.Event()
     load = asyncio.ensure_future(driver.run(duration_s))
     next_figures = 0.0
+    cap_waiting = False
     interval = stack.monitor.interval_s
     last: tuple[float, Snapshot] | None = None
     shown = -1.0
@@ -166,10 +196,10 @@ async def headless(
                 add(ev)
             last = (t, snap)
             if cap is not None and t >= cap[1]:
-                before = snap.gateway.max_concurrency if snap.gateway else None
-                await admin.set_limits(max_concurrency=cap[0])
-                add({"t": t, "kind": "cap_applied", "max_concurrency": cap[0], "from": before})
-                cap = None
+                applied = await _apply_cap(admin, cap[0], t, snap, add, waiting=cap_waiting)
+                cap_waiting = not applied
+                if applied:
+                    cap = None
             if t >= next_figures:
                 add(figures(t, snap))
                 shown = t
@@ -187,6 +217,32 @@ async def headless(
     return events, driver
 
 
+async def _apply_cap(
+    admin: AdminClient,
+    n: int | None,
+    t: float,
+    snap: Snapshot,
+    add: Callable[[dict[str, Any]], None],
+    *,
+    waiting: bool,
+) -> bool:
+    """Set the gateway's cap to `n`, or (n None) to what the active finding suggests in `snap`;
+    False when no finding suggests one yet (said once, then tried again at the next poll)."""
+    event: dict[str, Any] = {"t": t, "kind": "cap_applied"}
+    if n is None:
+        advice = suggested_cap(snap.findings)
+        if advice is None:
+            if not waiting:
+                add({"t": t, "kind": "cap_waiting"})
+            return False
+        n, finding = advice
+        event |= {"finding": finding.id, "action": finding.action}
+    before = snap.gateway.max_concurrency if snap.gateway else None
+    await admin.set_limits(max_concurrency=n)
+    add(event | {"max_concurrency": n, "from": before})
+    return True
+
+
 def open_recorder(stack: Stack) -> Recorder:
     """The stack's Recorder, open when --record was given (a closed one writes nothing)."""
     recorder = Recorder.from_settings(stack.monitor)
@@ -198,7 +254,7 @@ def open_recorder(stack: Stack) -> Recorder:
 def run_headless(
     stack: Stack,
     duration_s: float | None,
-    cap: tuple[int, float] | None,
+    cap: CapPlan | None,
     *,
     seed: int,
     as_json: bool,
@@ -238,8 +294,7 @@ def run_headless(
 
     if not as_json:
         sys.stdout.write(stack.banner() + "\n")
-        what = f"cap {cap[0]} at {cap[1]:g} s" if cap else "no cap (try --apply-cap)"
-        sys.stdout.write(f"running headless for {duration:g} s, {what}\n")
+        sys.stdout.write(f"running headless for {duration:g} s, {describe_cap(cap)}\n")
         sys.stdout.flush()
     try:
         events, driver = asyncio.run(main())
@@ -257,7 +312,9 @@ def run_headless(
             "sim_url": stack.sim.url,
             "gateway_url": stack.gateway.url,
             "duration_s": duration,
-            "apply_cap": None if cap is None else {"max_concurrency": cap[0], "at_s": cap[1]},
+            "apply_cap": None
+            if cap is None
+            else {"max_concurrency": "auto" if cap[0] is None else cap[0], "at_s": cap[1]},
             "interrupted": interrupted,
             "fired": fired,
             "cleared": cleared,

@@ -15,8 +15,10 @@ RunTui = Callable[..., int]
 def run_interactive(stack: Stack, *, seed: int, duration_s: float | None, tui: RunTui) -> int:
     """Print what was started, run the load and the TUI until `q` (or `duration_s`), then say
     what was closed; an early end of the load is reported in one line."""
-    cap = stack.scenario.suggested_cap
-    sys.stdout.write(f"{stack.banner()}\n  fix: press - down to {cap} (or :cap {cap}); q quits\n")
+    sys.stdout.write(
+        f"{stack.banner()}\n  fix: when a finding suggests a cap, type the :cap it names (or"
+        " press - down to it); the line on top of the screen names it live; q quits\n"
+    )
     sys.stdout.flush()
     load = LoadThread(stack.scenario, stack.gateway.url, seed=seed).start()
     try:

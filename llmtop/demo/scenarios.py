@@ -3,8 +3,9 @@
 Pure data plus time arithmetic (no IO): the demo's driver asks `Scenario.at(t)` which phase is
 on and sets each stream's concurrency. A stream keeps N requests in flight (a closed loop, like
 users who send again once answered). Each scenario also says which simulated engine it was
-shaped for (`sim`: SimSettings overrides), which health timings suit it (`health`), and the cap
-that fixes it (`suggested_cap`), so its story holds whatever the defaults are elsewhere.
+shaped for (`sim`: SimSettings overrides) and which health timings suit it (`health`), so its
+story holds whatever the defaults are elsewhere. The cap that fixes it is not a constant here:
+the demo follows what the live finding suggests (`--apply-cap auto`, the line on the screen).
 
 The phases were tuned by running the simulated engine in virtual time (llmtop/sim/engine.py),
 with the gateway modelled as a FIFO cap; the figures quoted in each note come from those runs.
@@ -53,7 +54,8 @@ class Scenario:
     health: dict[str, Any] = field(default_factory=dict)
     """HealthSettings fields this scenario needs (shorter windows for a compressed story)."""
     suggested_cap: int = 8
-    """The gateway max_concurrency that fixes the story."""
+    """The cap the virtual-time check applies (tests/unit/test_scenarios.py): a bound the
+    story must recover under, not advice; the demo shows the finding's own suggestion."""
     cap_at_s: float | None = None
     """When a scripted run (`demo --headless`) applies the cap if asked without a time."""
 
@@ -99,7 +101,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="story",
             description="chat rising to the throughput cliff, then 4,000-token prompts fill the"
-            " KV cache (TTFT tens of seconds, 0 errors); cap at 8 to fix it. ~3.5 min, loops",
+            " KV cache (TTFT tens of seconds, 0 errors); cap at what the finding suggests."
+            " ~3.5 min, loops",
             phases=(
                 Phase("baseline", 30, (_chat(4),), "4 chats: TTFT ~0.1 s, ~34 tok/s each"),
                 Phase("rising", 20, (_chat(16),), "16 chats: throughput climbs"),
@@ -115,7 +118,7 @@ SCENARIOS: dict[str, Scenario] = {
                     100,
                     (_chat(8), _long(24)),
                     "24 x 4,000-token prompts: KV exhausted, TTFT toward a minute, 0 errors;"
-                    " press - down to 8 (or :cap 8)",
+                    " type the :cap the finding suggests",
                 ),
                 Phase("calm", 25, (_chat(4),), "back to 4 chats; the queues drain"),
             ),
@@ -133,7 +136,8 @@ SCENARIOS: dict[str, Scenario] = {
                     "long prompts",
                     57,
                     (_chat(4, 100, 300, 64), _long(40, 1800, 128)),
-                    "40 x 1,800-token prompts: KV exhausted, TTFT ~4 s; cap at 8",
+                    "40 x 1,800-token prompts: KV exhausted, TTFT ~4 s; cap at what the finding"
+                    " suggests",
                 ),
                 Phase("calm", 10, (_chat(4, 100, 300, 64),), "back to 4 chats"),
             ),
@@ -167,7 +171,7 @@ SCENARIOS: dict[str, Scenario] = {
                     "long prompts",
                     80,
                     (_chat(8), _long(24)),
-                    "KV exhausted, TTFT toward a minute; cap at 8",
+                    "KV exhausted, TTFT toward a minute; cap at what the finding suggests",
                 ),
                 Phase("calm", 20, (_chat(8),), "back to 8 chats"),
             ),

@@ -22,14 +22,16 @@ def run_live(
     max_num_seqs: int | None = None,
     title: str | None = None,
     exit_after_s: float | None = None,
+    app_class: type[LlmtopApp] = LlmtopApp,
 ) -> int:
     """Poll the targets in the TUI until `q` (or `exit_after_s`); every poll goes through the
-    recorder, which writes when --record or the `r` key opened it. Returns the exit code."""
+    recorder, which writes when --record or the `r` key opened it. Returns the exit code.
+    `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
     collector = Collector(monitor, health, max_num_seqs=max_num_seqs)
     recorder = Recorder.from_settings(monitor)
     if monitor.record:
         recorder.open()
-    app = LlmtopApp(
+    app = app_class(
         RecordingSource(collector, recorder),
         monitor=monitor,
         health=health,
