@@ -165,6 +165,8 @@ class StatsDoc(TypedDict, total=False):
     paused: bool
     limits: LimitsDoc
     upstream: UpstreamDoc
+    upstream_errors: dict[str, int]
+    """Upstream failures by reason (engine_queue_full: vLLM's own 503; engine_error, ...)."""
 
 
 class EventDoc(TypedDict):

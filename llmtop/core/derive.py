@@ -98,12 +98,14 @@ def derive_engine(
     per_seq = decode / running if decode is not None and running else None
     span = window.span_s(window_s)
     finished: dict[str, float] = {}
+    refused: dict[str, float] = {}
     if span:
         for name in scrape.counters:
-            if name.startswith("finished:"):
+            kind, _, reason = name.partition(":")
+            if kind in ("finished", "admission"):
                 d = delta(name)
                 if d is not None:
-                    finished[name.removeprefix("finished:")] = d / span
+                    (finished if kind == "finished" else refused)[reason] = d / span
 
     hits, queries = delta("prefix_hits"), delta("prefix_queries")
     if not queries:
@@ -144,6 +146,7 @@ def derive_engine(
         preemptions_per_s=rate("preemptions"),
         finished_per_s=finished,
         admission_rejections_per_s=rate("admission_rejections"),
+        admission_rejections_by_reason_per_s=refused,
         prefix_cache_hit_frac=prefix_frac,
         mean_prompt_tokens=mean_prompt,
         mean_generation_tokens=mean_gen,

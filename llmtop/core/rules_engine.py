@@ -286,14 +286,47 @@ def stale_data(ctx: Context) -> Verdict | None:
     return None
 
 
+VLLM_REFUSAL_FLAGS = {
+    "max_num_queued_reqs": "--max-num-queued-reqs",
+    "max_num_queued_tokens": "--max-num-queued-tokens",
+    "engine_queue_full": "--max-num-queued-reqs",
+    "engine_token_backlog": "--max-num-queued-tokens",
+}
+"""vLLM's refusal reasons (its metric's, or the gateway's names for its 503s) -> its flag."""
+
+
 def vllm_admission(ctx: Context) -> Verdict | None:
+    """vLLM refuses work itself (503): from its own counter (0.32+) or the gateway's count."""
+    g = ctx.gateway
+    seen_by_gateway = {
+        k: v
+        for k, v in (g.upstream_errors_per_s if g is not None and g.up else {}).items()
+        if k in VLLM_REFUSAL_FLAGS and v
+    }
     for e in up_engines(ctx):
-        if not e.admission_rejections_per_s:
+        reasons = {k: v for k, v in e.admission_rejections_by_reason_per_s.items() if v}
+        rate = e.admission_rejections_per_s or sum(seen_by_gateway.values())
+        if not rate:
             continue
-        return Verdict(
-            f"{where(ctx, e)}vLLM rejects {fmt.per_s(e.admission_rejections_per_s)} requests "
-            "itself (--max-num-queued-reqs/-tokens)",
-            "queue in the llmtop gateway instead (priorities, timeouts, live limits), "
-            "or raise vLLM's --max-num-queued-reqs",
-        )
+        return _refusal(f"{where(ctx, e)}vLLM", rate, reasons or seen_by_gateway, seen_by_gateway)
+    if seen_by_gateway and not up_engines(ctx):
+        return _refusal("vLLM", sum(seen_by_gateway.values()), seen_by_gateway, seen_by_gateway)
     return None
+
+
+def _refusal(
+    who: str, rate: float, reasons: dict[str, float], seen_by_gateway: dict[str, float]
+) -> Verdict:
+    flags = sorted({VLLM_REFUSAL_FLAGS[r] for r in reasons if r in VLLM_REFUSAL_FLAGS})
+    flag = "/".join(flags) or "--max-num-queued-reqs/-tokens"
+    passed = (
+        f"; the gateway passed {fmt.per_s(sum(seen_by_gateway.values()))} of them on as 503 "
+        "(not its own 429s)"
+        if seen_by_gateway
+        else ""
+    )
+    return Verdict(
+        f"{who} rejects {fmt.per_s(rate)} requests itself with 503 ({flag}){passed}",
+        "queue in the llmtop gateway instead (priorities, timeouts, live limits): keep its "
+        f"max_concurrency at or below vLLM's --max-num-seqs, or raise vLLM's {flag}",
+    )

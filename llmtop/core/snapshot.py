@@ -39,6 +39,8 @@ class EngineStats:
     finished_per_s: dict[str, float] = field(default_factory=dict)
     """Finished requests per second by finished_reason (stop, length, abort, error, ...)."""
     admission_rejections_per_s: float | None = None
+    admission_rejections_by_reason_per_s: dict[str, float] = field(default_factory=dict)
+    """vLLM's own 503s per second by reason (max_num_queued_reqs, max_num_queued_tokens)."""
     prefix_cache_hit_frac: float | None = None
     mean_prompt_tokens: float | None = None
     mean_generation_tokens: float | None = None
@@ -95,6 +97,9 @@ class GatewayStats:
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     upstream_healthy: bool | None = None
+    upstream_errors_per_s: dict[str, float] = field(default_factory=dict)
+    """Upstream failures per second by reason: engine_queue_full / engine_token_backlog are
+    vLLM's own 503 refusals (--max-num-queued-reqs/-tokens), apart from engine faults."""
 
 
 @dataclass(frozen=True)

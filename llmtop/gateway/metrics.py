@@ -70,6 +70,15 @@ class GatewayCollector(Collector):
         for reason, n in ctl.rejections.items():
             rejections.add_metric([reason], n)
         yield rejections
+        upstream = CounterMetricFamily(
+            p + "upstream_errors",
+            "Upstream failures by reason (engine_queue_full/engine_token_backlog: vLLM's own "
+            "503 refusals; engine_error, unreachable, timeout, ...) and upstream status.",
+            labels=["reason", "status"],
+        )
+        for (reason, status), n in sorted(self.state.upstream_errors.counts.items()):
+            upstream.add_metric([reason, status], n)
+        yield upstream
         yield _hist(
             p + "queue_wait_seconds", "Time requests waited in the queue.", ctl.queue_wait_hist
         )

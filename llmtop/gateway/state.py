@@ -13,6 +13,7 @@ import aiohttp
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.handler_time import HandlerTime
 from llmtop.gateway.trust import Trust
+from llmtop.gateway.upstream_errors import UpstreamErrors
 from llmtop.settings import GatewaySettings
 
 
@@ -79,6 +80,8 @@ class GatewayState:
     base_url: str = field(init=False)
     trust: Trust = field(init=False)
     """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
+    upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
+    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
@@ -91,4 +94,5 @@ class GatewayState:
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
+        out["upstream_errors"] = self.upstream_errors.by_reason()
         return out
