@@ -65,6 +65,14 @@ class EngineStats:
     """Mean time in vLLM's waiting queue over the window."""
     prefill_time_mean_s: float | None = None
     """Mean prefill time (scheduled -> first token) over the window."""
+    waiting_deferred: float | None = None
+    """Waiting for a transient reason, not capacity: LoRA budget, KV transfer, blocked
+    (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=deferred}`)."""
+    prompt_cache_hit_frac: float | None = None
+    """Share of prompt tokens served from the local prefix cache over the window
+    (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
+    prompt_computed_tok_per_s: float | None = None
+    """Prompt tokens actually prefilled per second (`source=local_compute`)."""
 
 
 @dataclass(frozen=True)
