@@ -166,6 +166,10 @@ class StatsDoc(TypedDict, total=False):
     limits: LimitsDoc
     upstream: UpstreamDoc
     upstream_errors: dict[str, int]
+    oldest_queued_s: float | None
+    """Age of the oldest request waiting in the gateway now (None: none waits)."""
+    oldest_unanswered_s: float | None
+    """Age since arrival of the oldest request at the engine without a first byte yet."""
     """Upstream failures by reason (engine_queue_full: vLLM's own 503; engine_error, ...)."""
 
 

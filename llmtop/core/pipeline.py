@@ -227,4 +227,6 @@ def gateway_stats(
         ttft_p95_s=_num(ttft, "p95"),
         upstream_healthy=healthy if isinstance(healthy, bool) else None,
         upstream_errors_per_s=upstream_errors_per_s,
+        oldest_queued_s=_num(data, "oldest_queued_s"),
+        oldest_unanswered_s=_num(data, "oldest_unanswered_s"),
     )

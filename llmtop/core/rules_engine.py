@@ -56,8 +56,13 @@ def _itl_tail_from_prefill(e: EngineStats, itl_slo_s: float) -> bool:
 
 def degraded_200(ctx: Context) -> Verdict | None:
     s = ctx.settings
+    # the gateway sees a stuck request at once; vLLM's TTFT histogram only once it is answered
+    g = ctx.gateway
+    stuck = g.oldest_unanswered_s if g is not None and g.up else None
+    stuck_over = stuck is not None and stuck > s.ttft_slo_s
     for e in up_engines(ctx):
-        ttft_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        p95_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        ttft_over = p95_over or stuck_over
         itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
         if not (ttft_over or itl_over):
             continue
@@ -66,11 +71,20 @@ def degraded_200(ctx: Context) -> Verdict | None:
         if done > 0 and errors / done > s.error_rate_max:
             continue  # failing, not "200 OK but degraded"
         parts = []
-        if ttft_over:
+        if p95_over:
             parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.ttft_slo_s)})")
+        if stuck_over:
+            parts.append(
+                f"a request at the engine has waited {fmt.seconds(stuck)} for its first token "
+                f"(SLO {fmt.seconds(s.ttft_slo_s)})"
+            )
         if itl_over:
             parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.itl_slo_s)})")
-        worst = max((e.ttft_p95_s or 0.0) / s.ttft_slo_s, (e.itl_p95_s or 0.0) / s.itl_slo_s)
+        worst = max(
+            (e.ttft_p95_s or 0.0) / s.ttft_slo_s,
+            (stuck or 0.0) / s.ttft_slo_s,
+            (e.itl_p95_s or 0.0) / s.itl_slo_s,
+        )
         severity: Severity = "critical" if worst >= s.critical_slo_factor else "warning"
         load = f"{fmt.count(e.running)} running, {fmt.count(e.waiting)} waiting"
         summary = f"{where(ctx, e)}{', '.join(parts)} with ~0 errors; {load}"

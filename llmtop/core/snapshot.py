@@ -108,6 +108,11 @@ class GatewayStats:
     upstream_errors_per_s: dict[str, float] = field(default_factory=dict)
     """Upstream failures per second by reason: engine_queue_full / engine_token_backlog are
     vLLM's own 503 refusals (--max-num-queued-reqs/-tokens), apart from engine faults."""
+    oldest_queued_s: float | None = None
+    """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
+    oldest_unanswered_s: float | None = None
+    """Age since arrival of the oldest request at the engine still without a first byte: a
+    stuck request shows here at once, in the TTFT histograms only once it is answered."""
 
 
 @dataclass(frozen=True)

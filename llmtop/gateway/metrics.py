@@ -79,6 +79,19 @@ class GatewayCollector(Collector):
         for (reason, status), n in sorted(self.state.upstream_errors.counts.items()):
             upstream.add_metric([reason, status], n)
         yield upstream
+        now = self.state.clock()
+        waiting = self.state.unanswered
+        yield GaugeMetricFamily(
+            p + "oldest_queued_seconds",
+            "Age of the oldest request waiting in the gateway now (0 when none).",
+            waiting.oldest_queued_s(now) or 0.0,
+        )
+        yield GaugeMetricFamily(
+            p + "oldest_unanswered_seconds",
+            "Age (since arrival) of the oldest request at the engine still without a first "
+            "byte (0 when none): a stuck request shows here before any TTFT histogram.",
+            waiting.oldest_admitted_s(now) or 0.0,
+        )
         yield _hist(
             p + "queue_wait_seconds", "Time requests waited in the queue.", ctl.queue_wait_hist
         )

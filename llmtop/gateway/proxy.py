@@ -276,22 +276,30 @@ class Proxy:
     ) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         queue_s = 0.0
-        if ticket is not None and not ticket.admitted:
-            try:
-                await ticket.wait()
-            except Rejected as r:
-                await self._reject(send, r, ticket.queue_wait_s)
-                return
-            queue_s = ticket.queue_wait_s
-        outcome = "upstream_error"
+        waiting = self.state.unanswered
+        key = id(ticket)
         try:
-            outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
-        except (asyncio.CancelledError, OSError):
-            outcome = "cancelled"
-            raise
-        finally:
+            if ticket is not None and not ticket.admitted:
+                waiting.queued(key, t0)
+                try:
+                    await ticket.wait()
+                except Rejected as r:
+                    await self._reject(send, r, ticket.queue_wait_s)
+                    return
+                queue_s = ticket.queue_wait_s
             if ticket is not None:
-                ticket.release(outcome)
+                waiting.admitted(key, t0)
+            outcome = "upstream_error"
+            try:
+                outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
+            except (asyncio.CancelledError, OSError):
+                outcome = "cancelled"
+                raise
+            finally:
+                if ticket is not None:
+                    ticket.release(outcome)
+        finally:
+            waiting.answered(key)
 
     async def _forward(
         self,
@@ -364,6 +372,7 @@ class Proxy:
                         break
                     if first:
                         state.controller.record_ttft(now - t0)
+                        state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
