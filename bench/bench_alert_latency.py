@@ -22,6 +22,7 @@ at which `degraded-200` is among the findings (fire_after_s 3 s of hysteresis in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,9 @@ class Result:
         return self.alert_s - self.onset_s
 
 
-def gateway_stats(eng: Engine, seqs: list[Sequence], now: float, with_signal: bool) -> dict[str, Any]:
+def gateway_stats(
+    eng: Engine, seqs: list[Sequence], now: float, with_signal: bool
+) -> dict[str, Any]:
     """A pass-through gateway's /admin/stats at `now` (what the proxy would report)."""
     at_engine = len(eng.running) + len(eng.waiting)
     stats: dict[str, Any] = {
@@ -144,8 +147,89 @@ def run(with_signal: bool, w: Workload, burst_at: float, polls: int) -> Result:
         if (s.first_token_s < 0 and eng.now - s.arrival_s > slo)
         or (s.first_token_s >= 0 and s.first_token_s - s.arrival_s > slo)
     ]
-    return Result(
-        with_signal, min(late) if late else None, alert, first_any, first_any_id, summary
+    return Result(with_signal, min(late) if late else None, alert, first_any, first_any_id, summary)
+
+
+async def run_sockets(w: Workload, burst_at: float, duration_s: float) -> tuple[Result, Result]:
+    """The same workload over real sockets: `llmtop sim` (wall clock), the gateway in front
+    (max_concurrency 256), streaming clients, and the real Collector polling every second. Each
+    poll goes to two pipelines: as read, and with the gateway's oldest_* ages removed."""
+    import asyncio
+    import time
+
+    import httpx
+
+    from llmtop.asgi.uvicorn_runner import ServerThread
+    from llmtop.gateway.app import create_app as gateway_app
+    from llmtop.settings import GatewaySettings, MonitorSettings, SimSettings
+    from llmtop.sim.server import create_app as sim_app
+    from llmtop.sources.collector import Collector
+
+    sim = ServerThread(sim_app(SimSettings(port=0, profile="seed", max_num_seqs=w.max_num_seqs)))
+    sim.start()
+    gw = ServerThread(gateway_app(GatewaySettings(upstream=sim.url, max_concurrency=256)))
+    gw.start()
+    health = HealthSettings()
+    collector = Collector(
+        MonitorSettings(vllm_urls=(sim.url,), gateway_url=gw.url, nvml=False), health
+    )
+    pipes = {True: Pipeline(health), False: Pipeline(health)}
+    alerts: dict[bool, float | None] = {True: None, False: None}
+    summaries: dict[bool, str | None] = {True: None, False: None}
+    late: list[float] = []
+    t0 = time.monotonic()
+    stop = asyncio.Event()
+
+    async def client(c: httpx.AsyncClient, shape: tuple[int, int], loop: bool) -> None:
+        while not stop.is_set():
+            sent = time.monotonic() - t0
+            body = {"prompt": [1] * shape[0], "max_tokens": shape[1], "stream": True}
+            first = None
+            async with c.stream("POST", "/v1/completions", json=body) as r:
+                async for _ in r.aiter_bytes():
+                    if first is None:
+                        first = time.monotonic() - t0
+            if first is None or first - sent > health.ttft_slo_s:
+                late.append(sent + health.ttft_slo_s)
+            if not loop:
+                return
+
+    async def burst(c: httpx.AsyncClient) -> None:
+        await asyncio.sleep(burst_at)
+        await asyncio.gather(*(client(c, w.shape, False) for _ in range(w.burst)))
+
+    async with httpx.AsyncClient(base_url=gw.url, timeout=600) as c:
+        tasks = [asyncio.ensure_future(client(c, w.chat, True)) for _ in range(w.chats)]
+        tasks.append(asyncio.ensure_future(burst(c)))
+        try:
+            while time.monotonic() - t0 < duration_s:
+                raw = await collector.read()
+                t = time.monotonic() - t0
+                stripped = dict(raw.gateway or {})
+                stripped.pop("oldest_unanswered_s", None)
+                stripped.pop("oldest_queued_s", None)
+                variants = {True: raw, False: dataclasses.replace(raw, gateway=stripped)}
+                for with_signal, r in variants.items():
+                    snap = pipes[with_signal].update(r)
+                    hit = [f for f in snap.findings if f.id == "degraded-200"]
+                    if hit and alerts[with_signal] is None and t > burst_at:
+                        alerts[with_signal], summaries[with_signal] = t, hit[0].summary
+                if all(a is not None for a in alerts.values()):
+                    break
+                await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - t0 - t)))
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await collector.aclose()
+            gw.stop()
+            sim.stop()
+    onset = min((x for x in late if x > burst_at), default=None)
+    if onset is None and alerts[True] is not None:
+        onset = burst_at + health.ttft_slo_s  # burst requests still unanswered at the end
+    return tuple(  # type: ignore[return-value]
+        Result(ws, onset, alerts[ws], None, None, summaries[ws]) for ws in (False, True)
     )
 
 
@@ -157,6 +241,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst-at", type=float, default=30.0)
     ap.add_argument("--polls", type=int, default=120, help="simulated seconds")
+    ap.add_argument(
+        "--sockets",
+        action="store_true",
+        help="also run the full-batch workload over real sockets (wall clock, ~1.5 min)",
+    )
     args = ap.parse_args()
     print("seed profile; polls every 1 s; TTFT SLO 2 s, fire_after_s 3 s; burst at "
           f"t={args.burst_at:.0f} s")  # fmt: skip
@@ -169,6 +258,17 @@ def main() -> None:
             print(f"{name:<28} {fmt(r.onset_s):>6} {fmt(r.alert_s):>13} {fmt(r.latency_s):>13}")
             if r.summary:
                 print(f"    {r.summary}")
+    if args.sockets:
+        import asyncio
+
+        w = WORKLOADS[1]
+        print(f"\nsockets, {w.name}: llmtop sim + gateway + Collector, wall clock; burst at 10 s")
+        for r in asyncio.run(run_sockets(w, 10.0, 100.0)):
+            name = "with oldest_unanswered_s" if r.with_signal else "vLLM histograms only"
+            print(f"{name:<28} {fmt(r.onset_s):>6} {fmt(r.alert_s):>13} {fmt(r.latency_s):>13}")
+            if r.summary:
+                print(f"    {r.summary}")
+
 
 if __name__ == "__main__":
     main()
