@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.engine_priority import stamp
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.upstream_errors import REFUSALS, classify
@@ -231,6 +232,8 @@ class Proxy:
             except Rejected as r:
                 await self._reject(send, r)
                 return
+            if settings.engine_priority:
+                body = stamp(body, ticket.priority)
         work = asyncio.ensure_future(
             self._admit_and_forward(scope["method"], url, headers, body, ticket, t0, send)
         )

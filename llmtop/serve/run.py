@@ -71,23 +71,38 @@ def plan_for(opts: ServeOptions) -> Plan:
     )
 
 
-def _gateway_mode_flags() -> tuple[list[str], str]:
-    """`--mode auto` (or `--autopilot`) when this llmtop's gateway command takes one."""
+def _gateway_options() -> set[str]:
+    """The flags this llmtop's `gateway` command takes (other features may add some)."""
     from llmtop.cli import build_parser
 
     sub = build_parser()._subparsers
-    options: set[str] = set()
     if sub is not None:
         for action in sub._group_actions:
             choices = getattr(action, "choices", None) or {}
             gateway = choices.get("gateway")
             if gateway is not None:
-                options = set(gateway._option_string_actions)
+                return set(gateway._option_string_actions)
+    return set()
+
+
+def _gateway_mode_flags(options: set[str]) -> tuple[list[str], str]:
+    """`--mode auto` (or `--autopilot`) when this llmtop's gateway command takes one."""
     if "--mode" in options:
         return ["--mode", "auto"], "autopilot on (--mode auto)"
     if "--autopilot" in options:
         return ["--autopilot"], "autopilot on (--autopilot)"
     return [], "autopilot: not in this llmtop's gateway; the cap stays where the plan puts it"
+
+
+def _priority_scheduling(vllm_args: Sequence[str]) -> bool:
+    """Whether vLLM is asked for --scheduling-policy priority."""
+    args = list(vllm_args)
+    for i, arg in enumerate(args):
+        if arg == "--scheduling-policy=priority":
+            return True
+        if arg == "--scheduling-policy" and args[i + 1 : i + 2] == ["priority"]:
+            return True
+    return False
 
 
 def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
@@ -117,7 +132,10 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
             *plan.engine_flags,
             *opts.vllm_args,
         )
-    mode, autopilot = _gateway_mode_flags()
+    options = _gateway_options()
+    mode, autopilot = _gateway_mode_flags(options)
+    if _priority_scheduling(opts.vllm_args) and "--engine-priority" in options:
+        mode.append("--engine-priority")  # the gateway's priorities hold inside vLLM too
     gateway = [
         sys.executable,
         "-m",
