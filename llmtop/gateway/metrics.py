@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmtop.gateway.controller import autopilot_metrics
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.window import CumulativeHistogram
 
@@ -136,6 +137,7 @@ class GatewayCollector(Collector):
                 "Limit: summed prompt tokens in flight.",
                 lim.max_inflight_prompt_tokens,
             )
+        yield from autopilot_metrics(p, ctl)
 
 
 def metrics_endpoint(state: GatewayState) -> Callable[[Request], Awaitable[Response]]:

@@ -86,11 +86,11 @@ def _gateway_options() -> set[str]:
 
 
 def _gateway_mode_flags(options: set[str]) -> tuple[list[str], str]:
-    """`--mode auto` (or `--autopilot`) when this llmtop's gateway command takes one."""
+    """`--autopilot` (or `--mode auto`) when this llmtop's gateway command takes one."""
+    if "--autopilot" in options:  # the preset: footprint admission, deadline queue, mode auto
+        return ["--autopilot"], "autopilot on (--autopilot: KV budget moved by vLLM's signals)"
     if "--mode" in options:
         return ["--mode", "auto"], "autopilot on (--mode auto)"
-    if "--autopilot" in options:
-        return ["--autopilot"], "autopilot on (--autopilot)"
     return [], "autopilot: not in this llmtop's gateway; the cap stays where the plan puts it"
 
 

@@ -77,6 +77,7 @@ class LlmtopApp(AdminControls):
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
         Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
+        Binding("a", "autopilot", "auto"),
         Binding("r", "record", "rec", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),

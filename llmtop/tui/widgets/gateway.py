@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import View, limit_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 
 class GatewayPanel(Panel):
-    """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused."""
+    """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
+    the mode and KV budget, and in auto mode the autopilot's last move and its reason."""
 
     TITLE = "Gateway"
 
@@ -22,7 +23,7 @@ class GatewayPanel(Panel):
             return Text(f"DOWN: {g.error or 'no answer'}", style="bold red")
         rejected = {k: v for k, v in g.rejected_per_s.items() if v}
         r429 = (
-            "  ".join(f"{k} {fmt.per_s(v)}" for k, v in sorted(rejected.items()))
+            "  ".join(f"{k} {fmt.rate(v)}" for k, v in sorted(rejected.items()))
             if rejected
             else "0"
         )
@@ -36,6 +37,18 @@ class GatewayPanel(Panel):
             if g.paused
             else value("n/a" if g.paused is None else "admitting", "green")
         )
+        auto = g.mode == "auto"
+        limits = (
+            Text(g.autopilot_reason or "autopilot: waiting for the engine's KV size", style="dim")
+            if auto
+            else line(
+                label("timeout "),
+                value(limit_text("queue_timeout_s", g.queue_timeout_s)),
+                label("  rpm "),
+                value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
+                label("  a: autopilot"),
+            )
+        )
         return Text("\n").join(
             [
                 line(
@@ -45,18 +58,19 @@ class GatewayPanel(Panel):
                     value(f"{fmt.integer(g.queued)}/{fmt.integer(g.max_queue)}"),
                 ),
                 line(
-                    label("timeout "),
-                    value(limit_text("queue_timeout_s", g.queue_timeout_s)),
-                    label("  rpm "),
-                    value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
-                    "  ",
-                    state,
-                ),
-                line(
                     label("429/s "),
                     value(r429, "bold red" if rejected else "bold"),
                     label("  wait p95 "),
                     value(fmt.dur(g.queue_wait_p95_s), wait_style),
                 ),
+                line(
+                    label("mode "),
+                    value(g.mode or "n/a", "bold green" if auto else "bold"),
+                    label("  KV budget "),
+                    value(limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)),
+                    "  ",
+                    state,
+                ),
+                limits,
             ]
         )
