@@ -92,7 +92,11 @@ async def test_priorities_hold_inside_vllm(tmp_path: Path, policy: str) -> None:
 
         async with httpx.AsyncClient(base_url=gw, timeout=300) as c:
             # let requests through to vLLM's own queue (it runs one at a time)
-            r = await c.patch("/admin/limits", json={"max_concurrency": 8})
+            # (and out of the autopilot's KV budget and deadline queue: this is about vLLM's)
+            r = await c.patch(
+                "/admin/limits",
+                json={"max_concurrency": 8, "max_inflight_kv_blocks": None, "queue_policy": "fifo"},
+            )
             assert r.status_code == 200
             tasks = [asyncio.ensure_future(ask(c, "busy", "low", 1500))]
             await asyncio.sleep(1.0)
