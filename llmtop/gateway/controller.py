@@ -23,11 +23,8 @@ which a mix of requests part-way through never holds all at once).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-from prometheus_client.core import GaugeMetricFamily
 
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
 from llmtop.gateway.kvinfo import EngineSignals
@@ -221,32 +218,10 @@ def drive(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, now: f
     ctl.autopilot = pilot.status(ctl)
 
 
-def autopilot_metrics(prefix: str, ctl: AdmissionController) -> Iterator[GaugeMetricFamily]:
-    """The gateway's /metrics part for the autopilot: mode, KV budget, footprint in flight."""
-    lim = ctl.limits
-    yield GaugeMetricFamily(
-        prefix + "autopilot_auto",
-        "1 in auto mode (the autopilot moves the KV budget).",
-        int(lim.mode == "auto"),
-    )
-    yield GaugeMetricFamily(
-        prefix + "in_flight_kv_blocks",
-        "Predicted KV footprint in flight (blocks).",
-        ctl.in_flight_kv_blocks,
-    )
-    if lim.max_inflight_kv_blocks is not None:
-        yield GaugeMetricFamily(
-            prefix + "limit_max_inflight_kv_blocks",
-            "Limit: KV footprint in flight (blocks).",
-            lim.max_inflight_kv_blocks,
-        )
-
-
 __all__ = [
     "AUTO_MAX_CONCURRENCY",
     "Autopilot",
     "AutopilotConfig",
     "Move",
-    "autopilot_metrics",
     "drive",
 ]

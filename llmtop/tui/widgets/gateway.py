@@ -11,7 +11,7 @@ from llmtop.tui.widgets.panel import Panel, label, line, value
 
 class GatewayPanel(Panel):
     """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
-    the mode and KV budget, and in auto mode the autopilot's last move and its reason."""
+    the mode in the title, and in auto mode the KV budget and the cause of the last move."""
 
     TITLE = "Gateway"
 
@@ -38,17 +38,23 @@ class GatewayPanel(Panel):
             else value("n/a" if g.paused is None else "admitting", "green")
         )
         auto = g.mode == "auto"
-        limits = (
-            Text(g.autopilot_reason or "autopilot: waiting for the engine's KV size", style="dim")
-            if auto
-            else line(
+        self.border_title = f"{self.TITLE} · {g.mode or 'n/a'}" + (" · PAUSED" if g.paused else "")
+        if auto:
+            # The full move ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s") is in the event
+            # log; here the budget and the cause of the last move, cut to the panel's width.
+            cause = (g.autopilot_reason or "waiting for the engine's KV size").split(": ", 1)[-1]
+            budget = limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)
+            limits = line(label("budget "), value(f"{budget} blk"), label(f"  {cause}"))
+            limits.truncate(max(10, self.content_size.width), overflow="ellipsis")
+        else:
+            limits = line(
                 label("timeout "),
                 value(limit_text("queue_timeout_s", g.queue_timeout_s)),
                 label("  rpm "),
                 value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
-                label("  a: autopilot"),
+                "  ",
+                state,
             )
-        )
         return Text("\n").join(
             [
                 line(
@@ -62,14 +68,6 @@ class GatewayPanel(Panel):
                     value(r429, "bold red" if rejected else "bold"),
                     label("  wait p95 "),
                     value(fmt.dur(g.queue_wait_p95_s), wait_style),
-                ),
-                line(
-                    label("mode "),
-                    value(g.mode or "n/a", "bold green" if auto else "bold"),
-                    label("  KV budget "),
-                    value(limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)),
-                    "  ",
-                    state,
                 ),
                 limits,
             ]
