@@ -156,3 +156,33 @@ def test_an_engine_that_dies_at_start_is_exit_4_with_its_log(
     assert "the engine exited with code 3 before it was ready" in err
     assert "no GPU here" in err
     assert "Traceback" not in err
+
+
+def test_the_screen_gets_both_urls_and_leaving_it_stops_everything(tmp_path: Path) -> None:
+    """The TUI path in-process: the attached screen (here a stand-in) gets the engine's and the
+    gateway's URLs while both answer; when it returns (`q`), both process groups are gone."""
+    from llmtop.serve.plan import Plan
+    from llmtop.serve.run import Commands, ServeOptions, serve
+
+    seen: dict[str, object] = {}
+
+    def screen(cmds: Commands, plan: Plan) -> int:
+        seen["engine"] = httpx.get(cmds.engine_url + "/health", timeout=5).status_code
+        seen["gateway"] = httpx.get(cmds.gateway_url + "/admin/stats", timeout=5).status_code
+        seen["seqs"] = plan.max_num_seqs
+        return 0
+
+    said: list[str] = []
+    opts = ServeOptions(
+        model=TINY,
+        vllm_args=("--num-gpu-blocks-override", "81"),
+        listen=f"127.0.0.1:{free_port()}",
+        engine_cmd=SIM,
+        log_dir=str(tmp_path),
+    )
+    assert serve(opts, say=said.append, tui=screen) == 0
+    assert seen == {"engine": 200, "gateway": 200, "seqs": 8}
+    started = pids([line + "\n" for text in said for line in text.splitlines()])
+    assert set(started) == {"engine", "gateway"}
+    for pid in started.values():
+        assert gone(pid), f"process group {pid} still alive"
