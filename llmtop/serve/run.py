@@ -18,7 +18,14 @@ from pathlib import Path
 from llmtop.errors import UsageError
 from llmtop.serve.inputs import device_memory, read_model, weights
 from llmtop.serve.plan import GIB, Plan, make_plan, parse_engine_args
-from llmtop.serve.stack import LOOPBACK, Stack, free_port, term_is_interrupt, wait_headless
+from llmtop.serve.stack import (
+    LOOPBACK,
+    Stack,
+    check_free,
+    free_port,
+    term_is_interrupt,
+    wait_headless,
+)
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,10 @@ def serve(
     if opts.dry_run:
         return 0
     _check_engine(cmds, opts)
+    host, _, port = opts.listen.rpartition(":")
+    if not port.isdigit():
+        raise UsageError(f"--listen {opts.listen!r}: expected HOST:PORT")
+    check_free(host.strip("[]") or LOOPBACK, int(port))
     logs = Path(opts.log_dir or Path.home() / ".cache" / "llmtop" / "serve") / time.strftime(
         "%Y%m%d-%H%M%S"
     )

@@ -36,6 +36,15 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
+def check_free(host: str, port: int) -> None:
+    """ServeError when host:port is taken: a server already there could pass for ours."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the parent dies (Linux prctl; else nothing)."""
     with contextlib.suppress(Exception):

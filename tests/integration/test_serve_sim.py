@@ -186,3 +186,24 @@ def test_the_screen_gets_both_urls_and_leaving_it_stops_everything(tmp_path: Pat
     assert set(started) == {"engine", "gateway"}
     for pid in started.values():
         assert gone(pid), f"process group {pid} still alive"
+
+
+def test_a_taken_listen_port_is_exit_4_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from llmtop.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(
+            ["serve", TINY, "--no-tui", "--listen", f"127.0.0.1:{port}", "--log-dir",
+             str(tmp_path), "--engine-cmd", SIM, "--num-gpu-blocks-override", "81"]
+        )  # fmt: skip
+    assert code == 4
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert not list(tmp_path.iterdir())  # no log dir: nothing was started
