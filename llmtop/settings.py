@@ -104,6 +104,30 @@ def _api_key(row: Any, where: str) -> ApiKey:
     return ApiKey(digest, tenant, prio)
 
 
+def parse_tenant_slos(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """Per-tenant TTFT budgets: a table `{tenant = seconds}` in the config file, or
+    `tenant=seconds,...` in the environment; each a number of seconds > 0."""
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ConfigError(f"{where}: expected tenant=seconds,..., got {value!r}")
+        items: list[tuple[Any, Any]] = [(k.strip(), v.strip()) for k, v in pairs]
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        raise ConfigError(f"{where}: expected a table of tenant = seconds, got {value!r}")
+    out = []
+    for k, v in items:
+        try:
+            seconds = float(v)
+        except (TypeError, ValueError):
+            seconds = float("nan")
+        if not str(k) or isinstance(v, bool) or not seconds > 0 or seconds == float("inf"):
+            raise ConfigError(f"{where}: {k}: expected a number of seconds > 0, got {v!r}")
+        out.append((str(k), seconds))
+    return tuple(out)
+
+
 def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
     """The key table from the config file (an array of tables) or the env (comma-separated
     `<sha256>=<tenant>[:<max_priority>]`); a key listed twice is an error."""
@@ -172,6 +196,10 @@ class GatewaySettings:
     for a vLLM started with --scheduling-policy priority: the gateway's order holds inside it."""
     api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"parse": parse_api_keys})
     """Key table: tenant and highest priority per API key, keys stored as SHA-256 hex."""
+    tenant_ttft_slo_s: tuple[tuple[str, float], ...] = field(
+        default=(), metadata={"parse": parse_tenant_slos}
+    )
+    """Per-tenant TTFT budgets for the deadline queue, over ttft_slo_s (`{batch = 60}`)."""
 
 
 @dataclass(frozen=True)

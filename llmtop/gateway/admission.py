@@ -187,6 +187,8 @@ class AdmissionController:
         """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
         self.footprint: FootprintModel | None = None
         """Set by the owner when KV-footprint admission is used; learns from admissions."""
+        self.tenant_ttft_slo_s: dict[str, float] = {}
+        """Per-tenant TTFT budgets (the gateway's config), over limits.ttft_slo_s."""
         self.autopilot: dict[str, Any] | None = None
         """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
         self.queue_wait = SampleWindow(window_s)
@@ -232,7 +234,9 @@ class AdmissionController:
         if self.queued == 0 and self._fits(prompt_tokens, kv_blocks):
             self._start(ticket, now)
             return ticket
-        slo = ttft_slo_s if ttft_slo_s is not None else lim.ttft_slo_s
+        slo = ttft_slo_s
+        if slo is None:
+            slo = self.tenant_ttft_slo_s.get(tenant or "", lim.ttft_slo_s)
         if slo is not None and lim.queue_policy != "fifo":
             budget = self.queue_budget_s(slo)
             ticket.deadline = now + budget
@@ -280,6 +284,10 @@ class AdmissionController:
         return max(1.0, min((self.queued + 1) / rate, 3600.0))
 
     # -- the queue -----------------------------------------------------------------------------
+
+    def drain_rate(self) -> float | None:
+        """Requests finished per second lately (None before the first)."""
+        return self._drain.rate(self._clock())
 
     def queue_budget_s(self, slo_s: float) -> float:
         """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""

@@ -23,9 +23,11 @@ SCRAPE_TIMEOUT_S = 2.0
 
 
 def attach(state: GatewayState) -> Autopilot:
-    """Give the gateway's admission a footprint model; the controller for `run`."""
+    """Give the gateway's admission a footprint model and the tenants' TTFT budgets; the
+    controller for `run`."""
     state.controller.footprint = FootprintModel()
     s = state.settings
+    state.controller.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
     slo = state.controller.limits.ttft_slo_s or DEFAULT_TTFT_SLO_S
     return Autopilot(AutopilotConfig(ttft_slo_s=slo, itl_slo_s=s.itl_slo_s))
 
