@@ -191,6 +191,9 @@ class GatewaySettings:
     trust_client_headers: bool = False
     """Take x-llmtop-priority and x-llmtop-tenant from clients as sent: only behind a proxy
     that authenticates callers and sets both; otherwise the key table decides."""
+    engine_priority: bool = False
+    """Stamp vLLM's `priority` field (high -1, normal 0, low 1) on admitted generation requests,
+    for a vLLM started with --scheduling-policy priority: the gateway's order holds inside it."""
     api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"parse": parse_api_keys})
     """Key table: tenant and highest priority per API key, keys stored as SHA-256 hex."""
     tenant_ttft_slo_s: tuple[tuple[str, float], ...] = field(

@@ -20,9 +20,11 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.engine_priority import stamp
 from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
+from llmtop.gateway.upstream_errors import REFUSALS, classify
 
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
 """POST to these goes through admission; everything else is forwarded at once."""
@@ -234,6 +236,8 @@ class Proxy:
             except Rejected as r:
                 await self._reject(send, r)
                 return
+            if settings.engine_priority:
+                body = stamp(body, ticket.priority)
         work = asyncio.ensure_future(
             self._admit_and_forward(scope["method"], url, headers, body, ticket, t0, send)
         )
@@ -279,22 +283,30 @@ class Proxy:
     ) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         queue_s = 0.0
-        if ticket is not None and not ticket.admitted:
-            try:
-                await ticket.wait()
-            except Rejected as r:
-                await self._reject(send, r, ticket.queue_wait_s)
-                return
-            queue_s = ticket.queue_wait_s
-        outcome = "upstream_error"
+        waiting = self.state.unanswered
+        key = id(ticket)
         try:
-            outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
-        except (asyncio.CancelledError, OSError):
-            outcome = "cancelled"
-            raise
-        finally:
+            if ticket is not None and not ticket.admitted:
+                waiting.queued(key, t0)
+                try:
+                    await ticket.wait()
+                except Rejected as r:
+                    await self._reject(send, r, ticket.queue_wait_s)
+                    return
+                queue_s = ticket.queue_wait_s
             if ticket is not None:
-                ticket.release(outcome)
+                waiting.admitted(key, t0)
+            outcome = "upstream_error"
+            try:
+                outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
+            except (asyncio.CancelledError, OSError):
+                outcome = "cancelled"
+                raise
+            finally:
+                if ticket is not None:
+                    ticket.release(outcome)
+        finally:
+            waiting.answered(key)
 
     async def _forward(
         self,
@@ -323,11 +335,13 @@ class Proxy:
             )
         except asyncio.TimeoutError as e:
             state.upstream.failed(f"upstream timed out: {describe_error(e)}")
+            state.upstream_errors.record("timeout")
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error"
         except aiohttp.ClientError as e:
             reason = f"upstream unreachable: {describe_error(e)}"
             state.upstream.failed(reason)
+            state.upstream_errors.record("unreachable")
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error"
         # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
@@ -342,6 +356,7 @@ class Proxy:
                 state.upstream.failed(f"upstream returned {status}")
                 if ticket is not None:
                     return await self._wrap_5xx(response, send)
+                state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
             out = [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE]
@@ -364,11 +379,13 @@ class Proxy:
                         break
                     if first:
                         state.controller.record_ttft(now - t0, queue_s)
+                        state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)
+                state.upstream_errors.record("mid_response")
                 if not sse:  # a cut body must not look whole: end without its last chunk
                     return "upstream_error"
                 err = error_body(502, reason, "upstream_error").decode()
@@ -397,11 +414,25 @@ class Proxy:
                 if len(snippet) > 2048:
                     break
         text = snippet[:500].decode("utf-8", "replace").strip()
+        why = classify(response.status, snippet)
+        self.state.upstream_errors.record(why, response.status)
+        if why in REFUSALS:  # vLLM shed load: retryable, as vLLM meant it, not a fault
+            await send_error(
+                send,
+                503,
+                f"the engine refused the request ({REFUSALS[why]}): {text}",
+                "engine_overloaded",
+                headers=[(b"retry-after", b"1")],
+                reason=why,
+                upstream_status=response.status,
+            )
+            return "upstream_error"
         await send_error(
             send,
             502,
             f"upstream returned {response.status}: {text}",
             "upstream_error",
             upstream_status=response.status,
+            reason=why,
         )
         return "upstream_error"

@@ -14,6 +14,8 @@ from llmtop.core.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.handler_time import HandlerTime
 from llmtop.gateway.trust import Trust
+from llmtop.gateway.unanswered import Unanswered
+from llmtop.gateway.upstream_errors import UpstreamErrors
 from llmtop.settings import GatewaySettings
 
 
@@ -90,6 +92,11 @@ class GatewayState:
     base_url: str = field(init=False)
     trust: Trust = field(init=False)
     """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
+    upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
+    unanswered: Unanswered = field(default_factory=Unanswered)
+    """Requests without a first byte yet: the age of the oldest queued and the oldest at the
+    engine, which TTFT histograms only show once they are answered."""
+    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
@@ -102,4 +109,8 @@ class GatewayState:
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
+        out["upstream_errors"] = self.upstream_errors.by_reason()
+        now = self.clock()
+        out["oldest_queued_s"] = self.unanswered.oldest_queued_s(now)
+        out["oldest_unanswered_s"] = self.unanswered.oldest_admitted_s(now)
         return cast(StatsDoc, out)

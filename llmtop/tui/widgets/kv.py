@@ -20,12 +20,15 @@ class KvPanel(Panel):
         if e is None or not e.up:
             return Text("n/a (engine down)", style="dim")
         usage = e.kv_cache_usage_frac
-        width = max(self.size.width - 8, 8)
+        cached = e.prompt_cache_hit_frac
+        # the prefix cache's share of prompt tokens, when it serves any (vLLM >= 0.16)
+        hit = [label(" cached "), value(fmt.pct(cached))] if cached else []
+        width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
         pre = e.preemptions_per_s
         fits = kv_fit(e)  # the same arithmetic as the kv-exhausted finding
         return Text("\n").join(
             [
-                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4))),
+                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4)), *hit),
                 line(
                     label("capacity "),
                     value(fmt.num(e.kv_capacity_tokens)),
