@@ -99,44 +99,33 @@ class KvSize:
     fits: int
 
     @property
-    def mean_tokens(self) -> float | None:
-        if self.prompt_tokens is None:
-            return None
-        return self.prompt_tokens + (self.output_tokens or 0.0)
-
-    @property
     def by_held(self) -> bool:
         """Sized by what running sequences held (larger than the finished requests' mean)."""
         return self.held is not None and self.per_request_tokens == self.held.tokens
 
-    def arithmetic(self) -> str:
-        """The sum that gives `fits`, with both inputs, so the printed figures produce it."""
-        mean = (
-            f"mean {fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
-            if self.prompt_tokens is not None
-            else ""
-        )
-        held = ""
-        if self.held is not None:
+    def basis(self) -> str:
+        """Where the size per request comes from: the mean, or what running sequences held."""
+        if self.by_held and self.held is not None:
             h = self.held
             when = "now" if h.ago_s < 0.5 else f"{h.ago_s:.0f} s ago"
-            held = (
-                f"held per running sequence: {fmt.frac(h.usage_frac)} of the cache / "
-                f"{fmt.count(h.running)}, {when}"
-            )
-        if self.by_held:
-            basis = held + (f"; {mean}" if mean else "")
-        else:
-            smaller = (
-                f"; held per running sequence at most {fmt.count(self.held.tokens)}"
-                if self.held is not None
-                else ""
-            )
-            basis = mean + smaller
+            held = f"{fmt.frac(h.usage_frac)} of the cache held by {fmt.count(h.running)} running"
+            return f"{held} {when}"
+        return f"{fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
+
+    def division(self) -> str:
+        """Capacity / size per request, in blocks when known: the sum behind `fits`."""
         blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
         return (
             f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
-            f"tokens per request ({basis}){blocks} = {self.fits} sequences fit"
+            f"tokens per request{blocks}"
+        )
+
+    def arithmetic(self) -> str:
+        """The sum that gives `fits` with its inputs, so the printed figures produce it."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return (
+            f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
+            f"tokens per request ({self.basis()}){blocks} = {self.fits} sequences fit"
         )
 
 
@@ -169,12 +158,16 @@ def kv_size(
     and long prompts run longest: with 8 chats beside 24 x 4,000-token prompts the mean said
     ~800 tokens while each running sequence held ~4,200, and a cap sized by the mean kept
     preempting. The KV each running sequence actually held (usage x capacity / running, the
-    most over the last `SIZE_LOOKBACK_S` at any poll) weighs requests by how long they stay. The
-    larger wins; a sequence still writing its answer holds less than it will, so neither
-    overstates the cost. vLLM allocates whole blocks and keeps one back (the null block), so with
-    the block size known the count is (blocks - 1) / ceil(tokens per request / block size): with
-    128-token blocks and 1,000-token requests the token-only count said 4, and a cap of 4 still
-    preempted on a real vLLM 0.32 while 3 did not. Without a block size: capacity / tokens.
+    most over the last `SIZE_LOOKBACK_S` at any poll) weighs requests by how long they stay.
+    The larger wins: a sequence still writing its answer holds less than it will, so neither
+    overstates what the traffic seen costs. (A high quantile of vLLM's request_prompt_tokens
+    histogram was the other way: its buckets go 1-2-5, so 4,000-token prompts land in
+    (2,000, 5,000] and an interpolated p95 says ~4,850, a cap of 7 where 9 fit.) The one used is printed with its inputs
+    (`arithmetic`), so the figures next to a finding give its number. vLLM allocates whole
+    blocks and keeps one back (the null block), so with the block size known the count is
+    (blocks - 1) / ceil(tokens per request / block size): with 128-token blocks and 1,000-token
+    requests the token-only count said 4, and a cap of 4 still preempted on a real vLLM 0.32
+    while 3 did not. Without a block size: capacity / tokens.
     None when the capacity is unknown or nothing has run or finished.
     """
     cap = e.kv_capacity_tokens

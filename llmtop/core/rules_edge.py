@@ -78,13 +78,7 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
 def _basis(sizes: list[KvSize]) -> str:
     """The division behind the bound, for one engine; the sum's parts for several."""
     if len(sizes) == 1:
-        z = sizes[0]
-        blocks = f" in {z.block_size}-token blocks" if z.block_size else ""
-        per = "held per running sequence" if z.by_held else "per request"
-        return (
-            f"{fmt.count(z.capacity_tokens)} KV tokens / {fmt.count(z.per_request_tokens)} "
-            f"{per}{blocks}"
-        )
+        return f"{sizes[0].division()}, {sizes[0].basis()}"
     return " + ".join(str(z.fits) for z in sizes) + " across the engines"
 
 

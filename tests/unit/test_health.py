@@ -278,7 +278,7 @@ def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> N
     f = next(f for f in below if f.id == "gateway-saturated")
     assert (
         "raise max_concurrency a step with + and watch TTFT "
-        "(up to ~29: 38,800 KV tokens / 1,300 per request)"
+        "(up to ~29: 38,800 KV tokens / 1,300 tokens per request, 1,000 prompt + 300 output)"
     ) in f.action
     at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=29), ())] * 5)[-1]
     f = next(f for f in at if f.id == "gateway-saturated")
@@ -299,13 +299,16 @@ def test_gateway_headroom_is_sized_by_what_running_sequences_hold() -> None:
     )
     polls = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=9), ())] * 5)
     f = next(f for f in polls[-1] if f.id == "gateway-saturated")
-    assert "(up to ~10: 38,800 KV tokens / 3,794 held per running sequence in 16-token" in f.action
+    assert (
+        "(up to ~10: 38,800 KV tokens / 3,794 tokens per request in 16-token blocks, "
+        "88% of the cache held by 9 running now)" in f.action
+    )
     assert "~47" not in f.action
 
 
 def _printed_fit(summary: str) -> tuple[int, int]:
-    """(what the printed figures give, what the summary says fits): capacity / the larger of
-    the printed mean and the printed usage x capacity / running, in whole blocks."""
+    """(what the printed figures give, what the summary says fits): capacity / the printed
+    size per request (prompt + output, or usage x capacity / running), in whole blocks."""
 
     def num(pattern: str) -> int:
         m = re.search(pattern, summary)
@@ -313,8 +316,8 @@ def _printed_fit(summary: str) -> tuple[int, int]:
         return int(m.group(1).replace(",", ""))
 
     cap = num(r"([\d,]+) KV tokens /")
-    mean = re.search(r"mean ([\d,]+) prompt \+ ([\d,]+) output", summary)
-    held = re.search(r"held per running sequence: (\d+)% of the cache / (\d+)", summary)
+    mean = re.search(r"\(([\d,]+) prompt \+ ([\d,]+) output\)", summary)
+    held = re.search(r"\((\d+)% of the cache held by (\d+) running", summary)
     block = num(r"in (\d+)-token blocks")
     sizes: list[float] = []
     if mean:
@@ -342,7 +345,7 @@ def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() ->
     )
     f = next(f for f in run([e] * 6)[-1] if f.id == "kv-exhausted")
     assert ":cap 10 " in f.action
-    assert "held per running sequence: 94% of the cache / 10, now; mean 1,621 prompt" in f.summary
+    assert "1,925 tokens per request (94% of the cache held by 10 running now)" in f.summary
     assert _printed_fit(f.summary) == (10, 10)
 
 
@@ -366,11 +369,11 @@ def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
     f = next(f for f in polls[20] if f.id == "kv-exhausted")
     # 0.98 x 38,800 / 9 = 4,225 held 17 s before: 38,800 / 4,225 in blocks = 9, not 17 or 44
     assert "= 9 sequences fit" in f.summary
-    assert "held per running sequence: 98% of the cache / 9, 17 s ago" in f.summary
+    assert "(98% of the cache held by 9 running 17 s ago)" in f.summary
     assert _printed_fit(f.summary) == (9, 9)
     late = run([long] * 4 + [refill] * 70)[-1]
     f = next(f for f in late if f.id == "kv-exhausted")
-    assert "held per running sequence: 93% of the cache / 16, now" in f.summary
+    assert "(93% of the cache held by 16 running now)" in f.summary
     assert _printed_fit(f.summary) == (17, 17)
 
 
