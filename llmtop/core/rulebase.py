@@ -101,14 +101,15 @@ class KvSize:
     @property
     def by_held(self) -> bool:
         """Sized by what running sequences held (larger than the finished requests' mean)."""
-        return self.held is not None and self.per_request_tokens == self.held.tokens
+        return self.held is not None and self.per_request_tokens == math.ceil(self.held.tokens)
 
     def basis(self) -> str:
         """Where the size per request comes from: the mean, or what running sequences held."""
         if self.by_held and self.held is not None:
             h = self.held
             when = "now" if h.ago_s < 0.5 else f"{h.ago_s:.0f} s ago"
-            held = f"{fmt.frac(h.usage_frac)} of the cache held by {fmt.count(h.running)} running"
+            share = f"{h.usage_frac * 100:.1f}%"  # to a tenth: whole percents can move a block
+            held = f"{share} of the cache held by {fmt.count(h.running)} running"
             return f"{held} {when}"
         return f"{fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
 
@@ -184,7 +185,7 @@ def kv_size(
     candidates = [v for v in (mean, held.tokens if held else None) if v is not None and v > 0]
     if not candidates:
         return None
-    per_req = max(candidates)
+    per_req = math.ceil(max(candidates))  # whole tokens, as printed: the figures give `fits`
     block = e.kv_block_size
     if block and block > 0:
         fits = max(1, (cap // block - 1) // math.ceil(per_req / block))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -12,6 +10,7 @@ import pytest
 from llmtop.core.health import Context, HealthState
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
 from llmtop.settings import HealthSettings
+from tests.kvprinted import printed_fit
 
 URL = "http://e"
 S = HealthSettings()  # fire after 3 s, clear after 10 s, window 10 s
@@ -301,36 +300,14 @@ def test_gateway_headroom_is_sized_by_what_running_sequences_hold() -> None:
     f = next(f for f in polls[-1] if f.id == "gateway-saturated")
     assert (
         "(up to ~10: 38,800 KV tokens / 3,794 tokens per request in 16-token blocks, "
-        "88% of the cache held by 9 running now)" in f.action
+        "88.0% of the cache held by 9 running now)" in f.action
     )
     assert "~47" not in f.action
 
 
-def _printed_fit(summary: str) -> tuple[int, int]:
-    """(what the printed figures give, what the summary says fits): capacity / the printed
-    size per request (prompt + output, or usage x capacity / running), in whole blocks."""
-
-    def num(pattern: str) -> int:
-        m = re.search(pattern, summary)
-        assert m is not None, (pattern, summary)
-        return int(m.group(1).replace(",", ""))
-
-    cap = num(r"([\d,]+) KV tokens /")
-    mean = re.search(r"\(([\d,]+) prompt \+ ([\d,]+) output\)", summary)
-    held = re.search(r"\((\d+)% of the cache held by (\d+) running", summary)
-    block = num(r"in (\d+)-token blocks")
-    sizes: list[float] = []
-    if mean:
-        sizes.append(sum(int(x.replace(",", "")) for x in mean.groups()))
-    if held:
-        sizes.append(int(held.group(1)) / 100 * cap / int(held.group(2)))
-    fits = (cap // block - 1) // math.ceil(max(sizes) / block)
-    return fits, num(r"= (\d+) sequences fit")
-
-
 def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() -> None:
     # The quick demo's case: chats and 1,800-token prompts. The window's finished requests
-    # average 1,733 tokens (11 fit) but the 10 running hold 94% of 20,480 tokens, 1,925 each:
+    # average 1,733 tokens (11 fit) but the 10 running hold 94% of 20,480 tokens, 1,926 each:
     # at 11 the cache kept preempting. The cap names 10, and the printed figures give 10.
     e = healthy(
         running=10,
@@ -345,8 +322,8 @@ def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() ->
     )
     f = next(f for f in run([e] * 6)[-1] if f.id == "kv-exhausted")
     assert ":cap 10 " in f.action
-    assert "1,925 tokens per request (94% of the cache held by 10 running now)" in f.summary
-    assert _printed_fit(f.summary) == (10, 10)
+    assert "1,926 tokens per request (94.0% of the cache held by 10 running now)" in f.summary
+    assert printed_fit(f.summary) == (10, 10)
 
 
 def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
@@ -369,12 +346,12 @@ def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
     f = next(f for f in polls[20] if f.id == "kv-exhausted")
     # 0.98 x 38,800 / 9 = 4,225 held 17 s before: 38,800 / 4,225 in blocks = 9, not 17 or 44
     assert "= 9 sequences fit" in f.summary
-    assert "(98% of the cache held by 9 running 17 s ago)" in f.summary
-    assert _printed_fit(f.summary) == (9, 9)
+    assert "(98.0% of the cache held by 9 running 17 s ago)" in f.summary
+    assert printed_fit(f.summary) == (9, 9)
     late = run([long] * 4 + [refill] * 70)[-1]
     f = next(f for f in late if f.id == "kv-exhausted")
-    assert "(93% of the cache held by 16 running now)" in f.summary
-    assert _printed_fit(f.summary) == (17, 17)
+    assert "(93.0% of the cache held by 16 running now)" in f.summary
+    assert printed_fit(f.summary) == (17, 17)
 
 
 def test_kv_exhausted_and_gateway_saturated_name_the_same_size() -> None:
@@ -395,7 +372,7 @@ def test_kv_exhausted_and_gateway_saturated_name_the_same_size() -> None:
             gw = gateway(queue_wait_p95_s=12.0, max_concurrency=cap, in_flight=cap)
             last = {f.id: f for f in run([(e, gw, ())] * 5)[-1]}
             kv, sat = last["kv-exhausted"], last["gateway-saturated"]
-            n = _printed_fit(kv.summary)[1]
+            n = printed_fit(kv.summary)[1]
             assert f"~{n}" in kv.action, (cap, kv.action)
             assert "raise max_concurrency" not in sat.action
             if cap >= n:
