@@ -268,6 +268,9 @@ class Result:
     preemptions: int
     moves: list[str] = field(default_factory=list)
     cpu_s: float = 0.0
+    trace: list[tuple[float, float, float, float, int]] = field(default_factory=list)
+    """Autopilot runs, each simulated second: (t, budget, KV blocks held, footprint in
+    flight, preemptions so far)."""
 
     def _good(self, r: Rec) -> bool:
         s = r.seq
@@ -352,6 +355,7 @@ async def simulate(w: Workload, policy: Policy) -> Result:
         renderer = MetricsRenderer(eng, "llmtop-sim", 0.0)
     pending: dict[Ticket, Rec] = {}
     tickets: dict[int, Ticket] = {}
+    trace: list[tuple[float, float, float, float, int]] = []
 
     def to_engine(rec: Rec) -> None:
         seq = eng.add_request(rec.req.prompt, rec.req.out)
@@ -395,6 +399,10 @@ async def simulate(w: Workload, policy: Policy) -> Result:
             scrape = parse_scrape(renderer.render())
             drive(ctl, pilot, signals(scrape, prev, 1.0), t)
             prev = scrape
+            cap = eng.config.num_gpu_blocks
+            budget = ctl.limits.max_inflight_kv_blocks or 0
+            held = eng.kv_cache_usage * cap
+            trace.append((t, budget, held, ctl.in_flight_kv_blocks, eng.stats.num_preemptions))
         ctl.expire()
         sweep()
 
@@ -444,7 +452,8 @@ async def simulate(w: Workload, policy: Policy) -> Result:
         moves_seen = len(moves)
     assert all(r.outcome != "pending" for r in recs), "a request ended in no outcome"
     del moves_seen
-    return Result(w, policy, recs, eng.stats.num_preemptions, moves, time.process_time() - cpu0)
+    cpu = time.process_time() - cpu0
+    return Result(w, policy, recs, eng.stats.num_preemptions, moves, cpu, trace)
 
 
 def run(w: Workload, policy: Policy) -> Result:
@@ -511,11 +520,74 @@ def verdicts(w: Workload, results: list[Result]) -> list[str]:
     return out
 
 
+def draw(folder: Path, runs: list[tuple[Workload, list[Result]]]) -> list[str]:
+    """Goodput per workload and policy; the autopilot's budget over time on W2 and W4."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    keys = ["no gateway", "best static cap", "autopilot", "autopilot, codel queue"]
+    keys.append("autopilot, lifo queue")
+    colours = ["#d62728", "#7f7f7f", "#2ca02c", "#1f77b4", "#9467bd"]
+    width = 0.16
+    for k, (key, colour) in enumerate(zip(keys, colours, strict=True)):
+        ys = []
+        for _, results in runs:
+            by = {r.policy.key: r for r in results}
+            if key == "best static cap":
+                ys.append(max(by[f"cap {c}"].goodput for c in CAPS))
+            else:
+                ys.append(by[key].goodput if key in by else 0.0)
+        xs = [i + (k - 2) * width for i in range(len(runs))]
+        ax.bar(xs, [100 * y for y in ys], width=width, color=colour, label=key)
+    for i, (w, _) in enumerate(runs):
+        if w.bound is not None:
+            ax.hlines(100 * w.bound, i - 0.42, i + 0.42, colors="black", linestyles=":")
+    ax.set_xticks(range(len(runs)), [f"{w.key}: {w.label}" for w, _ in runs], fontsize=7)
+    ax.set(ylabel="goodput, % of offered", ylim=(0, 105))
+    ax.set_title("Goodput (TTFT <= 5 s and mean ITL <= 100 ms); dotted: min(1, capacity/offered)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "autopilot_goodput.png", dpi=110)
+    plt.close(fig)
+    names = ["autopilot_goodput.png"]
+    traced = [(w, r) for w, rs in runs for r in rs if r.policy.key == "autopilot" and r.trace]
+    traced = [(w, r) for w, r in traced if w.key in ("W2", "W4")]
+    if traced:
+        fig, axes = plt.subplots(1, len(traced), figsize=(11, 4.2), squeeze=False)
+        for ax, (w, r) in zip(axes[0], traced, strict=True):
+            ts = [x[0] for x in r.trace]
+            ax.plot(ts, [x[1] for x in r.trace], color="#2ca02c", label="KV budget (blocks)")
+            ax.plot(
+                ts, [x[3] for x in r.trace], color="#1f77b4", lw=0.7, label="footprint in flight"
+            )
+            ax.plot(ts, [x[2] for x in r.trace], color="#ff7f0e", lw=0.7, label="KV blocks held")
+            ax.axhline(2425, color="black", lw=0.8, ls=":", label="the cache (2,425)")
+            pre = [x[4] for x in r.trace]
+            twin = ax.twinx()
+            twin.plot(ts, pre, color="#d62728", lw=1.0, label="preemptions (cumulative)")
+            twin.set_ylabel("preemptions", color="#d62728")
+            ax.set(xlabel="simulated seconds", ylabel="blocks", title=f"{w.key}: {w.label}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(folder / "autopilot_budget.png", dpi=110)
+        plt.close(fig)
+        names.append("autopilot_budget.png")
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3-minute workloads (a smoke run)")
     parser.add_argument("--only", default="", help="comma-separated workload keys (W1,W3)")
     parser.add_argument("--no-variants", action="store_true", help="skip the queue comparison")
+    parser.add_argument("--plots", default=str(ROOT / "bench" / "plots"), help="PNG folder")
+    parser.add_argument("--no-plots", action="store_true")
     args = parser.parse_args()
     t0 = time.process_time()
     caps = {k: capacity(m) for k, m in MIXES.items()}
@@ -523,18 +595,20 @@ def main() -> None:
     if args.only:
         keep = set(args.only.split(","))
         ws = [w for w in ws if w.key in keep]
-    print("## 5. Autopilot admission (bench/bench_autopilot.py)\n")
+    print("## Autopilot admission (bench/bench_autopilot.py)\n")
     print(
-        "Capacity (closed-loop best, requests/s): "
+        "Capacity (hindsight best, requests/s): "
         + ", ".join(f"{k} {v:.2f}" for k, v in caps.items())
         + "\n"
     )
     lines: list[str] = []
+    runs: list[tuple[Workload, list[Result]]] = []
     for w in ws:
         results = [run(w, p) for p in POLICIES]
         if not args.no_variants:
             results += [run(w, p) for p in QUEUE_VARIANTS]
         table(w, results)
+        runs.append((w, results))
         lines += verdicts(w, results)
         ap = next(r for r in results if r.policy.key == "autopilot")
         print(f"Autopilot moves on {w.key}: {len(ap.moves)}; first: {ap.moves[:3]}\n")
@@ -542,6 +616,9 @@ def main() -> None:
     for line in lines:
         print(f"* {line}")
     print(f"\n{time.process_time() - t0:.0f} CPU s in all.\n")
+    if not args.no_plots:
+        for name in draw(Path(args.plots), runs):
+            print(f"![{name}](bench/plots/{name})\n")
 
 
 if __name__ == "__main__":

@@ -163,8 +163,11 @@ async def latency(up: Proc, gw: Proc, conc: int, n: int, rounds: int) -> dict[st
             t = gw.cpu_s()
             await block(c, gw.url, n // rounds, conc, res["gateway"])
             gw_cpu += gw.cpu_s() - t
-        # the handler's own time over the whole request (the warm-up included: 50 of n + 50)
-        res["whole"] = (await c.get(gw.url + "/admin/stats")).json()["handler_s"]
+
+    # the handler's own time over the whole request (the warm-up included: 50 of n + 50), on a
+    # connection of its own: a pooled one may be closing after the server's keep-alive timeout
+    async with httpx.AsyncClient(timeout=60) as fresh:
+        res["whole"] = (await fresh.get(gw.url + "/admin/stats")).json()["handler_s"]
     done = rounds * (n // rounds)
     res["gw_cpu_per_req"] = gw_cpu / done
     res["up_cpu_per_req"] = up_cpu / done

@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,50 +86,70 @@ def sec(v: float | None) -> str:
 # -- 1 and 2: virtual ---------------------------------------------------------------------------
 
 
-def cpu_five(sc: Scenario) -> tuple[float, int]:
+def cpu_five(sc: Scenario, opts: Options) -> float:
     """CPU seconds of `analyse` with five candidates (current + four caps); best of three."""
     points = scrape_run(sc.truth(), 30.0)
     best = float("inf")
     for _ in range(3):
         t0 = time.process_time()
-        a = analyse(points, Options(caps=(2, 4, 8, 16)))
+        a = analyse(points, replace(opts, caps=(2, 4, 8, 16)))
         best = min(best, time.process_time() - t0)
-    return best, len(a.predictions)
+        assert len(a.predictions) == 5
+    return best
+
+
+CALIBRATION_SEEDS = (100, 101, 102)
+STEADY = Options(from_now=False, warmup_s=30.0, horizon_s=120.0, band=False, replicas=2)
+"""The virtual truth is run from empty to steady state, so the predictions are too."""
 
 
 def virtual(sc: Scenario, window_s: float, horizon_s: float) -> None:
-    points = scrape_run(sc.truth(), window_s)
-    a = analyse(points, Options(caps=sc.caps, horizon_s=horizon_s))
-    checks = ", ".join(f"{c.name} {pct(c.error_frac)}" for c in a.checks)
-    o = a.observed
+    """Three calibration windows (different traffic), each predicting every cap; the truth at
+    each cap is the mean of SEEDS runs of the known engine."""
     print(
         f"**{sc.name}** (`llmtop sim {' '.join(sc.sim_args())}`, {sc.rate_per_s:g} req/s Poisson,"
         f" prompts {sc.prompt_tokens[0]}-{sc.prompt_tokens[1]}, {sc.output_tokens} out, queue"
-        f" timeout {sc.queue_timeout_s:g} s; calibrated at cap {sc.start_cap}"
-        f" over {window_s:.0f} s:"
-        f" arrivals {o.arrival_per_s:.2f} ± {o.arrival_error_per_s or 0:.2f} req/s)."
-        f" Fit error: {checks}.\n"
+        f" timeout {sc.queue_timeout_s:g} s; calibrated at cap {sc.start_cap} over"
+        f" {window_s:.0f} s of simulated scrapes; truth: {horizon_s:.0f} s at each cap,"
+        f" {len(SEEDS)} traffic seeds).\n"
     )
     print(
-        "| cap | predicted TTFT p95 | true p95 (mean of seeds) | error | true spread |"
-        " predicted tok/s | true tok/s | error | true spread | predicted preempt/min | true |"
+        "| window | arrivals seen (req/s) | fit error: tok/s, client TTFT p95 | cap |"
+        " predicted TTFT p95 | true p95 | error | true spread | predicted tok/s | true tok/s |"
+        " error | true spread | preempt/min predicted / true |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for p in a.predictions[1:]:
-        assert p.candidate.limits is not None
-        cap = p.candidate.limits.max_concurrency
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    truth: dict[int, tuple[list[float], list[float], float]] = {}
+    for cap in sc.caps:
         runs = [measure(sc.truth(), cap, horizon_s, 30.0, s) for s in SEEDS]
-        ttfts = [r.ttft_client_p95_s or 0.0 for r in runs]
-        toks = [r.output_tok_per_s for r in runs]
-        t_mean, k_mean = sum(ttfts) / len(ttfts), sum(toks) / len(toks)
         pre = sum(r.preemptions_per_min for r in runs) / len(runs)
-        pt = p.ttft_client_p95_s
-        print(
-            f"| {cap} | {sec(pt)} | {sec(t_mean)} | {pct((pt - t_mean) / t_mean if pt else None)} |"
-            f" {sec(min(ttfts))}-{sec(max(ttfts))} | {p.output_tok_per_s:,.0f} | {k_mean:,.0f} |"
-            f" {pct((p.output_tok_per_s - k_mean) / k_mean)} | {min(toks):,.0f}-{max(toks):,.0f} |"
-            f" {p.preemptions_per_min:,.0f} | {pre:,.0f} |"
+        truth[cap] = (
+            [r.ttft_client_p95_s or 0.0 for r in runs],
+            [r.output_tok_per_s for r in runs],
+            pre,
         )
+    for seed in CALIBRATION_SEEDS:
+        a = analyse(scrape_run(sc.truth(), window_s, seed=seed), replace(STEADY, caps=sc.caps))
+        o = a.observed
+        fit = {c.name: c.error_frac for c in a.checks}
+        head = (
+            f"seed {seed} | {o.arrival_per_s:.2f} ± {o.arrival_error_per_s or 0:.2f} |"
+            f" {pct(fit.get('output tok/s'))}, {pct(fit.get('client TTFT p95 (s)'))}"
+        )
+        for p in a.predictions[1:]:
+            assert p.candidate.limits is not None
+            cap = p.candidate.limits.max_concurrency
+            ttfts, toks, pre = truth[cap]
+            t_mean, k_mean = sum(ttfts) / len(ttfts), sum(toks) / len(toks)
+            pt = p.ttft_client_p95_s
+            print(
+                f"| {head} | {cap} | {sec(pt)} | {sec(t_mean)} |"
+                f" {pct((pt - t_mean) / t_mean if pt else None)} |"
+                f" {sec(min(ttfts))}-{sec(max(ttfts))} | {p.output_tok_per_s:,.0f} |"
+                f" {k_mean:,.0f} | {pct((p.output_tok_per_s - k_mean) / k_mean)} |"
+                f" {min(toks):,.0f}-{max(toks):,.0f} | {p.preemptions_per_min:,.0f} / {pre:,.0f} |"
+            )
+            head = " | |"
     print()
 
 
@@ -153,8 +173,9 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
           f" {phases.window_s:.0f} s; each cap measured over {phases.measure_s:.0f} s after"
           f" {phases.settle_s:.0f} s). Fit error: {checks}.\n")  # fmt: skip
     print("| cap | predicted TTFT p95 | measured | error | predicted tok/s | measured | error |"
-          " requests measured (their Poisson noise) | 429s predicted / measured |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          " requests measured (their Poisson noise) | 429s predicted / measured |"
+          " at the change: engine / gateway queue |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p, m = r.predicted, r.measured
         rej = f"{p.rejected / p.offered:.0%}" if p.offered else "n/a"
@@ -164,6 +185,7 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
             f"| {m.cap} | {sec(p.ttft_client_p95_s)} | {sec(m.ttft_p95_s)} |"
             f" {pct(r.ttft_p95_error)} | {p.output_tok_per_s:,.0f} | {m.output_tok_per_s:,.0f} |"
             f" {pct(r.tok_error)} | {m.offered} ({noise}) | {rej} / {mrej} |"
+            f" {r.start.at_engine} / {r.start.queued} |"
         )
     print()
 
@@ -179,9 +201,14 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     print("## What-if accuracy (bench/bench_whatif.py)\n")
-    cpu, n = cpu_five(SCENARIOS[0])
-    print(f"CPU: calibration + {n} candidates (current and caps 2, 4, 8, 16), 120 s of simulated"
-          f" traffic each after a 30 s warm-up: {cpu:.2f} CPU s (best of 3).\n")  # fmt: skip
+    plain = cpu_five(SCENARIOS[0], Options(band=False))
+    banded = cpu_five(SCENARIOS[0], Options())
+    print(
+        "CPU of `analyse` (calibration + 5 candidates: the current cap and caps 2, 4, 8, 16;"
+        f" the command's defaults, 60 s from now), {SCENARIOS[0].name} at"
+        f" {SCENARIOS[0].rate_per_s:g} req/s, best of 3: {plain:.2f} CPU s;"
+        f" with the arrival-rate band (two more runs a candidate): {banded:.2f} CPU s.\n"
+    )
     if not args.no_virtual:
         print("### Virtual time: calibrated from scraped /metrics, against the known engine\n")
         for sc in chosen:

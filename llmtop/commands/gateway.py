@@ -13,45 +13,26 @@ HELP = "admission gateway in front of the engine: bounded concurrency, visible q
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
+    from llmtop.core.admin_api import LIMITS
+
     g = GatewaySettings
     flag(p, g, "upstream", "--upstream", metavar="URL", help="engine base URL")
     flag(p, g, "listen", "--listen", metavar="HOST:PORT", help="address to listen on")
+    at_start = {f.name for f in fields(g)}  # the limits GatewaySettings can set at start
+    for spec in (s for s in LIMITS if s.field in at_start):  # the one table of limits
+        kind = {"int": int, "float": float, "choice": str}[spec.kind]
+        more = {"choices": spec.choices} if spec.choices else {}
+        flag(p, g, spec.field, spec.option, metavar=spec.metavar, type=kind, help=spec.help, **more)
     flag(
         p,
         g,
-        "max_concurrency",
-        "--max-concurrency",
-        metavar="N",
-        type=int,
-        help="requests at the engine at once",
-    )
-    flag(p, g, "max_queue", "--max-queue", metavar="N", type=int, help="requests allowed to wait")
-    flag(
-        p,
-        g,
-        "queue_timeout_s",
-        "--queue-timeout",
-        metavar="S",
-        type=float,
-        help="seconds a request may wait",
-    )
-    flag(
-        p,
-        g,
-        "rate_limit_rpm",
-        "--rate-limit-rpm",
-        metavar="RPM",
-        type=float,
-        help="requests per minute per tenant",
-    )
-    flag(
-        p,
-        g,
-        "max_inflight_prompt_tokens",
-        "--max-inflight-prompt-tokens",
-        metavar="N",
-        type=int,
-        help="cap on summed prompt tokens in flight",
+        "autopilot",
+        "--autopilot",
+        action="store_const",
+        const=True,
+        help="admit by KV footprint, budget moved by the engine's signals, deadline queue",
     )
     flag(
         p,

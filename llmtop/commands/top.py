@@ -4,77 +4,35 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag
+from llmtop.commands._common import Flag, flags
 from llmtop.settings import MonitorSettings
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
 
 
+MONITOR_FLAGS: tuple[Flag, ...] = (
+    ("vllm_urls", "--vllm", "engine base URL (repeat for several engines)", {
+        "metavar": "URL", "action": "append"}),
+    ("gateway_url", "--gateway", "llmtop gateway base URL ('off' to ignore)", {"metavar": "URL"}),
+    ("dcgm_url", "--dcgm", "dcgm-exporter /metrics URL for remote GPUs", {"metavar": "URL"}),
+    ("admin_token_file", "--admin-token-file",
+     "file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)", {"metavar": "F"}),
+)  # fmt: skip
+TOP_FLAGS: tuple[Flag, ...] = (
+    ("interval_s", "--interval", "seconds between polls", {"metavar": "S", "type": float}),
+    ("read_only", "--read-only", "disable every key that changes something",
+     {"action": "store_const", "const": True}),
+    ("record", "--record", "append every poll to a recording", {"metavar": "FILE"}),
+)  # fmt: skip
+
+
 def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by every command that watches targets."""
-    flag(
-        p,
-        MonitorSettings,
-        "vllm_urls",
-        "--vllm",
-        metavar="URL",
-        action="append",
-        help="engine base URL (repeat for several engines)",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "gateway_url",
-        "--gateway",
-        metavar="URL",
-        help="llmtop gateway base URL ('off' to ignore)",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "dcgm_url",
-        "--dcgm",
-        metavar="URL",
-        help="dcgm-exporter /metrics URL for remote GPUs",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "admin_token_file",
-        "--admin-token-file",
-        metavar="F",
-        help="file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)",
-    )
+    flags(p, MonitorSettings, MONITOR_FLAGS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_monitor_arguments(p)
-    flag(
-        p,
-        MonitorSettings,
-        "interval_s",
-        "--interval",
-        metavar="S",
-        type=float,
-        help="seconds between polls",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "read_only",
-        "--read-only",
-        action="store_const",
-        const=True,
-        help="disable every key that changes something",
-    )
-    flag(
-        p,
-        MonitorSettings,
-        "record",
-        "--record",
-        metavar="FILE",
-        help="append every poll to a recording",
-    )
+    flags(p, MonitorSettings, (*MONITOR_FLAGS, *TOP_FLAGS))
 
 
 def run(args: argparse.Namespace) -> int:

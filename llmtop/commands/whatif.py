@@ -31,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="candidate max_concurrency values, e.g. 4,8,16")  # fmt: skip
     p.add_argument("--max-queue", type=int, metavar="N", help="candidate max_queue")
     p.add_argument("--queue-timeout", type=float, metavar="S", help="candidate queue timeout")
-    p.add_argument("--horizon", type=float, default=120.0, metavar="S",
-                   help="seconds of simulated traffic per prediction (default: 120)")  # fmt: skip
+    p.add_argument("--horizon", type=float, default=60.0, metavar="S",
+                   help="seconds each prediction covers from the change (default: 60)")  # fmt: skip
+    p.add_argument("--steady", action="store_true",
+                   help="predict the steady state (empty, 30 s warm-up), not from now")  # fmt: skip
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                    help="the engine's --max-num-seqs (not in /metrics; default: 256)")  # fmt: skip
     p.add_argument("--max-num-batched-tokens", type=int, metavar="N",
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout,
         horizon_s=args.horizon,
+        from_now=not args.steady,
+        warmup_s=30.0 if args.steady else 0.0,
         seed=args.seed,
         ttft_slo_s=health.ttft_slo_s,
         itl_slo_s=health.itl_slo_s,

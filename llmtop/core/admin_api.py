@@ -33,8 +33,21 @@ class LimitSpec:
     may_be_off: bool
     """None switches it off (`rpm off`)."""
     help: str
+    """What it bounds, for --help."""
     choices: tuple[str, ...] = ()
     """The allowed words of a `choice` limit (mode, queue policy)."""
+
+    @property
+    def option(self) -> str:
+        """The `llmtop gateway` flag: --max-concurrency, --queue-timeout."""
+        return "--" + self.field.removesuffix("_s").replace("_", "-")
+
+    @property
+    def metavar(self) -> str:
+        """N for counts, S for seconds, RPM for the rate, the words of a choice."""
+        if self.kind == "choice":
+            return "|".join(self.choices)
+        return {"s": "S", "requests/min": "RPM"}.get(self.unit, "N")
 
 
 MODES: tuple[str, ...] = ("manual", "auto")
@@ -44,8 +57,10 @@ QUEUE_POLICIES: tuple[str, ...] = ("fifo", "deadline", "codel", "lifo")
 codel (controlled delay) or lifo (adaptive LIFO with codel, as in "Fail at Scale")."""
 
 LIMITS: tuple[LimitSpec, ...] = (
-    LimitSpec("max_concurrency", "cap", "int", "requests", 1, False, "requests in flight"),
-    LimitSpec("max_queue", "queue", "int", "requests", 0, False, "requests waiting"),
+    LimitSpec(
+        "max_concurrency", "cap", "int", "requests", 1, False, "requests at the engine at once"
+    ),
+    LimitSpec("max_queue", "queue", "int", "requests", 0, False, "requests allowed to wait"),
     LimitSpec("queue_timeout_s", "timeout", "float", "s", 0, False, "seconds a request may wait"),
     LimitSpec(
         "rate_limit_rpm", "rpm", "float", "requests/min", 0, True, "requests per minute per tenant"
@@ -57,7 +72,7 @@ LIMITS: tuple[LimitSpec, ...] = (
         "tokens",
         1,
         True,
-        "summed prompt tokens in flight",
+        "cap on summed prompt tokens in flight",
     ),
     LimitSpec(
         "max_inflight_kv_blocks",
@@ -163,8 +178,16 @@ class StatsDoc(TypedDict, total=False):
     ttft_s: QuantilesDoc
     window_s: float
     paused: bool
+    in_flight_kv_blocks: int
+    engine_ttft_s: float | None
+    """The engine's TTFT the autopilot steers by (None: not read yet)."""
+    mode: str
+    autopilot: dict[str, Any] | None
+    """The autopilot's last state (budget, reason); None in manual mode before it ran."""
     limits: LimitsDoc
     upstream: UpstreamDoc
+    handler_s: QuantilesDoc
+    """The gateway's own time per request (handler time), p50 and p95."""
 
 
 class EventDoc(TypedDict):

@@ -18,7 +18,7 @@ from dataclasses import replace
 from llmtop.core.pipeline import HISTORY_S, Pipeline
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Finding, KvPeak, Snapshot, WindowFinding, WindowSnapshot
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 MAX_WINDOW_S = HISTORY_S / 2
 """Longest window: the pipeline keeps 10 minutes, and half of it leaves room for a slow poll."""

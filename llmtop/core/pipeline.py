@@ -14,12 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from llmtop.core import engines as vllm_names
+from llmtop.core.admin_api import LIMITS
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 HISTORY_S = 600.0
 
@@ -189,6 +190,8 @@ def gateway_stats(
     all_outcomes = dict(outcomes)
     for k, v in rejections.items():
         all_outcomes[f"rejected:{k}"] = int(v)
+    parse = {"int": _int, "float": _num, "choice": _str}
+    limit_values: dict[str, Any] = {s.field: parse[s.kind](limits, s.field) for s in LIMITS}
     paused = data.get("paused")
     healthy = upstream.get("healthy")
     return GatewayStats(
@@ -201,15 +204,8 @@ def gateway_stats(
             for k, v in _dict(data, "queued_by_priority").items()
             if isinstance(v, int | float)
         },
-        max_concurrency=_int(limits, "max_concurrency"),
-        max_queue=_int(limits, "max_queue"),
-        queue_timeout_s=_num(limits, "queue_timeout_s"),
-        rate_limit_rpm=_num(limits, "rate_limit_rpm"),
-        max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
-        max_inflight_kv_blocks=_int(limits, "max_inflight_kv_blocks"),
-        ttft_slo_s=_num(limits, "ttft_slo_s"),
-        queue_policy=_str(limits, "queue_policy"),
-        mode=_str(limits, "mode"),
+        **limit_values,
+        autopilot_reason=_str(_dict(data, "autopilot"), "reason"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,

@@ -19,7 +19,7 @@ from llmtop.core.snapshot import (
     Severity,
     Snapshot,
 )
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 
 @dataclass(frozen=True)

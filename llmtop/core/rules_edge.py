@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmtop.core import format as fmt
+from llmtop.core.aggregate import combine
 from llmtop.core.rulebase import Context, KvSize, Verdict, kv_size_now, up_engines
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
@@ -55,10 +56,11 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
         headroom = g.max_concurrency < fit
     basis = _basis(known) if fit is not None else ""
     if headroom:
-        e = engines[0]
+        kv = combine(engines)  # several engines: the fullest cache
         bound = f" (up to ~{fit}: {basis})" if fit else ""
         action = (
-            f"the engine has headroom (KV {fmt.frac(e.kv_cache_usage_frac)}, 0 waiting): raise "
+            f"the engine has headroom (KV {fmt.frac(kv.kv_cache_usage_frac if kv else None)},"
+            " 0 waiting): raise "
             f"max_concurrency a step with + and watch TTFT{bound}"
         )
     else:

@@ -85,6 +85,8 @@ class GatewayStats:
     queue_policy: str | None = None
     mode: str | None = None
     """auto: the autopilot moves the KV budget; manual: people do."""
+    autopilot_reason: str | None = None
+    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     paused: bool | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""

@@ -9,10 +9,10 @@ peak names its poll, and findings that held only earlier carry the polls they he
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from typing import Any
 
 from llmtop.core import format as fmt
+from llmtop.core.admin_api import LIMIT_FIELDS
 from llmtop.core.snapshot import (
     EngineStats,
     GatewayStats,
@@ -51,9 +51,7 @@ GATEWAY_KEYS = (
     "error",
     "in_flight",
     "queued",
-    "max_concurrency",
-    "max_queue",
-    "queue_timeout_s",
+    *LIMIT_FIELDS,  # the one table of the gateway's limits
     "paused",
     "rejected_per_s",
     "queue_wait_p50_s",
@@ -99,9 +97,8 @@ def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def iso_time(t: float) -> str:
-    """Seconds since the epoch as ISO 8601 UTC, second resolution."""
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+iso_time = fmt.utc_iso
+"""Seconds since the epoch as ISO 8601 UTC (core.format's time-zone policy)."""
 
 
 def _seconds(s: float) -> float | None:

@@ -3,8 +3,8 @@ monitor, all in this one process so that quitting leaves no orphan and frees eve
 
 The sim and the gateway each run on their own thread and event loop (`ServerThread`, port 0:
 free ports, printed). The load is a `ScenarioDriver`: closed-loop streams against the gateway
-whose concurrency follows the scenario's phases. The TUI runs the load on a `LoadThread`; the
-headless run drives load and polls in one loop and returns a timeline of events.
+whose concurrency follows the scenario's phases. With a screen the load runs on a `LoadThread`
+(demo.interactive); the headless run drives load and polls in one loop (demo.headless).
 """
 
 from __future__ import annotations

@@ -59,6 +59,8 @@ AUTOPILOT = "autopilot"
 """The source of the autopilot's own changes; any other source changing a lever it moves
 switches the mode to manual."""
 LEVERS = ("max_concurrency", "max_inflight_kv_blocks", "max_inflight_prompt_tokens")
+DRAIN_WINDOW_S = 10
+"""Seconds of completions the deadline queue's drain rate (KV blocks freed per second) spans."""
 ENGINE_TTFT_GAIN = 0.1
 """Smoothing of the engine-side TTFT estimate per sample (about the last 10 first tokens)."""
 CODEL_SHORT = 0.25
@@ -179,7 +181,7 @@ class AdmissionController:
             TenantRateLimiter(limits.rate_limit_rpm) if limits.rate_limit_rpm is not None else None
         )
         self._drain = RateWindow(10)
-        self._drain_blocks = RateWindow(10)
+        self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
         self._empty_since = clock()
         self.engine_ttft_s = 0.0
         """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""

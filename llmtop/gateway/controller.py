@@ -218,4 +218,10 @@ def drive(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, now: f
     ctl.autopilot = pilot.status(ctl)
 
 
-__all__ = ["AUTO_MAX_CONCURRENCY", "Autopilot", "AutopilotConfig", "Move", "drive"]
+__all__ = [
+    "AUTO_MAX_CONCURRENCY",
+    "Autopilot",
+    "AutopilotConfig",
+    "Move",
+    "drive",
+]

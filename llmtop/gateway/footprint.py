@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from llmtop.gateway.kvinfo import Buckets, quantile
+from llmtop.gateway.limits import Limits
 from llmtop.gateway.prompt import _count
 
 DEFAULT_OUTPUT_TOKENS = 512
@@ -125,4 +126,21 @@ class FootprintModel:
             self.output_quantile = quantile(sorted(merged.items()), OUTPUT_QUANTILE)
 
 
-__all__ = ["DEFAULT_OUTPUT_TOKENS", "FootprintModel", "PromptShape", "read_shape"]
+class _HasFootprint(Protocol):
+    footprint: FootprintModel | None
+
+    @property
+    def limits(self) -> Limits: ...
+
+
+def footprint_of(ctl: _HasFootprint, body: bytes) -> tuple[int, PromptShape | None]:
+    """A request's predicted blocks and shape when a KV budget is on; (0, None) otherwise, so a
+    gateway without one never parses the body for it."""
+    model = ctl.footprint
+    if model is None or ctl.limits.max_inflight_kv_blocks is None:
+        return 0, None
+    shape = read_shape(body)
+    return model.blocks(shape), shape
+
+
+__all__ = ["DEFAULT_OUTPUT_TOKENS", "FootprintModel", "PromptShape", "footprint_of", "read_shape"]

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmtop.core.admin_api import LIMITS
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.window import CumulativeHistogram
 
@@ -95,25 +96,21 @@ class GatewayCollector(Collector):
             yield GaugeMetricFamily(
                 p + "upstream_healthy", "1 when the upstream last answered.", int(healthy)
             )
+        for spec in LIMITS:  # the one table; a limit that is off has no gauge
+            value = getattr(lim, spec.field)
+            if spec.kind != "choice" and value is not None:
+                name = spec.field.removesuffix("_s") + ("_seconds" if spec.unit == "s" else "")
+                yield GaugeMetricFamily(p + "limit_" + name, f"Limit: {spec.help}.", value)
         yield GaugeMetricFamily(
-            p + "limit_max_concurrency", "Limit: requests at the upstream.", lim.max_concurrency
+            p + "autopilot_auto",
+            "1 in auto mode (the autopilot moves the KV budget).",
+            int(lim.mode == "auto"),
         )
-        yield GaugeMetricFamily(p + "limit_max_queue", "Limit: requests waiting.", lim.max_queue)
         yield GaugeMetricFamily(
-            p + "limit_queue_timeout_seconds", "Limit: longest wait.", lim.queue_timeout_s
+            p + "in_flight_kv_blocks",
+            "Predicted KV footprint in flight (blocks).",
+            ctl.in_flight_kv_blocks,
         )
-        if lim.rate_limit_rpm is not None:
-            yield GaugeMetricFamily(
-                p + "limit_rate_limit_rpm",
-                "Limit: requests per minute per tenant.",
-                lim.rate_limit_rpm,
-            )
-        if lim.max_inflight_prompt_tokens is not None:
-            yield GaugeMetricFamily(
-                p + "limit_max_inflight_prompt_tokens",
-                "Limit: summed prompt tokens in flight.",
-                lim.max_inflight_prompt_tokens,
-            )
 
 
 def metrics_endpoint(state: GatewayState) -> Callable[[Request], Awaitable[Response]]:

@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
 
@@ -219,6 +220,7 @@ class Proxy:
         if generation:
             ctl = state.controller
             who = state.trust.identify(authorization, prio, tenant)
+            kv_blocks, shape = footprint_of(ctl, body)
             try:
                 ticket = ctl.enter(
                     who.priority,
@@ -226,6 +228,8 @@ class Proxy:
                     prompt_tokens=(
                         prompt_tokens(body) if ctl.limits.max_inflight_prompt_tokens else 0
                     ),
+                    kv_blocks=kv_blocks,
+                    shape=shape,
                 )
             except Rejected as r:
                 await self._reject(send, r)
@@ -359,7 +363,7 @@ class Proxy:
                     if not chunk:
                         break
                     if first:
-                        state.controller.record_ttft(now - t0)
+                        state.controller.record_ttft(now - t0, queue_s)
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from llmtop.core.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.handler_time import HandlerTime
 from llmtop.gateway.trust import Trust
@@ -49,7 +50,15 @@ def upstream_timeout(settings: GatewaySettings) -> aiohttp.ClientTimeout:
     )
 
 
+DEFAULT_TTFT_SLO_S = 5.0
+"""The TTFT budget --autopilot works to when ttft_slo_s is not set."""
+
+
 def limits_of(settings: GatewaySettings) -> Limits:
+    """The starting limits; --autopilot (or mode auto) also means a deadline queue and a TTFT
+    budget (5 s unless set)."""
+    auto = settings.autopilot or settings.mode == "auto"
+    policy = settings.queue_policy
     return Limits(
         max_concurrency=settings.max_concurrency,
         max_queue=settings.max_queue,
@@ -57,9 +66,11 @@ def limits_of(settings: GatewaySettings) -> Limits:
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
         max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
-        ttft_slo_s=settings.ttft_slo_s,
-        queue_policy=settings.queue_policy,
-        mode=settings.mode,
+        ttft_slo_s=(
+            DEFAULT_TTFT_SLO_S if settings.ttft_slo_s is None and auto else settings.ttft_slo_s
+        ),
+        queue_policy="deadline" if auto and settings.queue_policy == "fifo" else policy,
+        mode="auto" if auto else settings.mode,
     )
 
 
@@ -86,9 +97,9 @@ class GatewayState:
         self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
 
-    def stats(self) -> dict[str, Any]:
-        """The /admin/stats object."""
+    def stats(self) -> StatsDoc:
+        """The /admin/stats document (typed in core.admin_api)."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
-        return out
+        return cast(StatsDoc, out)

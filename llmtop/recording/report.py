@@ -12,7 +12,6 @@ difference in the limits between two polls (events missed) is reported at the la
 
 from __future__ import annotations
 
-import time as _time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -282,13 +281,6 @@ def build(
 # ---- markdown ---------------------------------------------------------------------------------
 
 
-def clock(t: float | None) -> str:
-    """An epoch time as 'YYYY-MM-DD HH:MM:SS UTC'."""
-    if t is None:
-        return fmt.NA
-    return _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(t))
-
-
 def offset(t: float | None, start: float | None) -> str:
     """'+3m05s' from the start of the run."""
     if t is None or start is None:
@@ -348,8 +340,8 @@ def to_markdown(r: Report, *, charts: bool = False) -> str:
     lines = [f"# llmtop report: {r.source}" if r.source else "# llmtop report", ""]
     version = r.meta.get("version")
     lines += [
-        f"- Start: {clock(r.start)}",
-        f"- End: {clock(r.end)} ({fmt.seconds(r.duration_s)}, {r.polls} polls)",
+        f"- Start: {fmt.utc_time(r.start)}",
+        f"- End: {fmt.utc_time(r.end)} ({fmt.seconds(r.duration_s)}, {r.polls} polls)",
     ]
     if r.meta.get("targets"):
         targets = r.meta["targets"]
@@ -362,7 +354,7 @@ def to_markdown(r: Report, *, charts: bool = False) -> str:
     lines += ["", "## Peaks", "", "| metric | peak | at |", "|---|---|---|"]
     for name, title in PEAKS.items():
         p = r.peaks[name]
-        at = fmt.NA if p.time is None else f"{clock(p.time)[11:19]} ({offset(p.time, t0)})"
+        at = fmt.NA if p.time is None else f"{fmt.utc_time(p.time)[11:19]} ({offset(p.time, t0)})"
         lines.append(f"| {title} | {_value(name, p.value)} | {at} |")
     lines += ["", "## Findings", ""]
     if not r.findings:

@@ -125,6 +125,14 @@ class AdminControls(App[int]):
                 },
             )
 
+    def action_autopilot(self) -> None:
+        """`a`: hand the KV budget to the autopilot, or take it back (mode auto <-> manual)."""
+        if self._can_change("autopilot"):
+            self._set_limits(
+                "autopilot",
+                lambda cur: {"mode": "manual" if cur.get("mode") == "auto" else "auto"},
+            )
+
     def action_queue(self, direction: int) -> None:
         what = f"queue {direction * commands.QUEUE_STEP:+d}"
         if self._can_change(what):

@@ -13,6 +13,7 @@ from llmtop.sources.collector import Collector
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.replay_app import ReplayApp
+from llmtop.tui.whatif_feed import WhatIfFeed
 
 
 def run_live(
@@ -38,6 +39,7 @@ def run_live(
         admin=AdminClient.from_settings(monitor),
         recorder=recorder,
         title=title,
+        whatif=WhatIfFeed.from_settings(monitor, health),
     )
     timer: threading.Timer | None = None
     if exit_after_s is not None:

@@ -12,11 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.incidents import GATEWAY, incidents
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
-from llmtop.tui import fmt
 from llmtop.tui.commands import label_of
+
+KV = "max_inflight_kv_blocks"
 
 Badge = Literal["OK", "DEGRADED", "CRITICAL", "DOWN", "UNKNOWN"]
 EventKind = Literal["fired", "cleared", "limit", "change", "error", "info"]
@@ -115,8 +117,11 @@ def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
     out = [LogEvent(t, "fired", f"{f.severity} {f.id}: {f.summary}") for f in fired]
     cleared = sorted(i.subject for i in found if i.kind == "finding_cleared")
     out += [LogEvent(t, "cleared", f"cleared {fid}") for fid in cleared]
+    g = cur.gateway
+    reason = g.autopilot_reason if g is not None and g.mode == "auto" else None
     changes = [
         f"{label_of(i.subject)} {limit_text(i.subject, i.old)} -> {limit_text(i.subject, i.new)}"
+        + (f" (autopilot: {reason.split(': ', 1)[-1]})" if reason and i.subject == KV else "")
         for i in found
         if i.kind == "limit_changed"
     ]

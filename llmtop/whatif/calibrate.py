@@ -28,9 +28,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from llmtop.gateway.limits import Limits
+from llmtop.core.admin_api import LIMIT_FIELDS
+from llmtop.errors import LimitError
+from llmtop.gateway.limits import Limits, validate_limits
 from llmtop.sim.config import EngineConfig
 from llmtop.sim.profiles import Profile
 from llmtop.whatif.lengths import LengthDist
@@ -93,19 +95,24 @@ class Calibration:
         )
 
 
-def _limits(d: dict[str, object] | None) -> Limits | None:
+def _limits(d: dict[str, object] | None, notes: list[str]) -> Limits | None:
+    """The gateway's limits from /admin/stats, or None when absent or not understood."""
     if d is None:
         return None
     try:
-        return Limits(
-            max_concurrency=int(d["max_concurrency"]),  # type: ignore[call-overload]
-            max_queue=int(d["max_queue"]),  # type: ignore[call-overload]
-            queue_timeout_s=float(d["queue_timeout_s"]),  # type: ignore[arg-type]
-            rate_limit_rpm=None,
-            max_inflight_prompt_tokens=d.get("max_inflight_prompt_tokens"),  # type: ignore[arg-type]
+        limits = validate_limits(
+            Limits(max_concurrency=1, max_queue=0, queue_timeout_s=1.0),
+            {k: d[k] for k in LIMIT_FIELDS if k in d},
         )
-    except (KeyError, TypeError, ValueError):
+    except LimitError as e:
+        notes.append(f"gateway limits not understood ({e.message}): predicted without them")
         return None
+    if limits.rate_limit_rpm is not None:
+        notes.append("the gateway's per-tenant rate limit is not modelled (left off)")
+        limits = replace(limits, rate_limit_rpm=None)
+    if limits.mode == "auto":
+        notes.append("autopilot on: its KV budget is held where it is now, not moved")
+    return limits
 
 
 def calibrate(
@@ -132,7 +139,7 @@ def calibrate(
     if fit.prefill_from == "prior":
         notes.append("prefill cost from a prior (prefills hidden under the decode step)")
     kv = obs.kv_capacity_tokens
-    limits = _limits(obs.gateway_limits)
+    limits = _limits(obs.gateway_limits, notes)
     return Calibration(
         profile=synthetic_profile(fit, obs.block_size, kv),
         kv_tokens=kv,

@@ -20,7 +20,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from llmtop.gateway.admission import AdmissionController, Rejected, Ticket
+from llmtop.errors import Rejected
+from llmtop.gateway.admission import AdmissionController, Ticket
+from llmtop.gateway.footprint import FootprintModel, PromptShape
 from llmtop.gateway.limits import Limits
 from llmtop.load.stats import percentile
 from llmtop.sim.engine import Engine
@@ -44,8 +46,21 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class State:
+    """What is in the system when the prediction starts ("now"): none = an empty system."""
+
+    at_engine: int
+    """Requests running or waiting at the engine (they stay there whatever the new cap)."""
+    queued: int
+    """Requests waiting in the gateway's queue."""
+    oldest_wait_s: float
+    """How long the oldest queued request has waited (the queue's ages spread from it to 0)."""
+
+
+@dataclass(frozen=True)
 class Prediction:
-    """What the model says one setting does, over the horizon (a prediction, not a measurement)."""
+    """What the model says one setting does, over the horizon (a prediction, not a measurement);
+    counts are pooled over the replicas, shares and quantiles are of the pooled requests."""
 
     candidate: Candidate
     offered: int
@@ -104,19 +119,29 @@ def predict(
     seed: int = 0,
     ttft_slo_s: float = 2.0,
     itl_slo_s: float = 0.1,
+    start: State | None = None,
+    replicas: int = 1,
     observer: Observer | None = None,
 ) -> Prediction:
     """Run one candidate in virtual time; safe on any thread (a private event loop).
 
-    `observer(t, engine, controller)` is called once a virtual second (tests scrape with it).
+    With `start`, the run begins from that state and the candidate's limits are applied to it
+    at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
+    [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
+    virtual second (tests scrape with it). `replicas` runs with different traffic seeds are
+    pooled: a prediction is the expected figure, not one draw of the arrivals.
     """
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(
-            _run(cal, candidate, horizon_s, warmup_s, seed, ttft_slo_s, itl_slo_s, observer)
-        )
+        raws = [
+            loop.run_until_complete(
+                _run(cal, candidate, horizon_s, warmup_s, seed + 1000 * r, start, observer)
+            )
+            for r in range(max(1, replicas))
+        ]
     finally:
         loop.close()
+    return _summarise(candidate, raws, ttft_slo_s, itl_slo_s)
 
 
 async def _run(
@@ -125,10 +150,9 @@ async def _run(
     horizon_s: float,
     warmup_s: float,
     seed: int,
-    ttft_slo_s: float,
-    itl_slo_s: float,
+    start: State | None,
     observer: Observer | None,
-) -> Prediction:
+) -> _Raw:
     rng = random.Random(seed)
     next_observe = 0.0
     cap_len = cal.max_model_len
@@ -136,11 +160,29 @@ async def _run(
     outputs = cal.output_len.sampler(random.Random(seed + 2), cap_len - 1)
     engine = Engine(cal.engine_config())
     now = [0.0]
+    limits = cand.limits
+    if limits is not None and start is not None:
+        # Build the present under a cap that holds it, then change the limits as PATCH does.
+        limits = replace(
+            limits,
+            max_concurrency=max(start.at_engine, 1),
+            max_inflight_prompt_tokens=None,
+            max_inflight_kv_blocks=None,
+        )
     ctl = (
-        AdmissionController(cand.limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
-        if cand.limits is not None
+        AdmissionController(limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
+        if limits is not None
         else None
     )
+    footprint = _footprint(cal, seed) if cand.limits is not None else None
+
+    def enter(p: int, out: int) -> Ticket:
+        """As the gateway's handler does: the prompt, and its predicted KV footprint."""
+        assert ctl is not None
+        assert footprint is not None
+        shape = PromptShape(p, True, out)
+        return ctl.enter(prompt_tokens=p, kv_blocks=footprint.blocks(shape), shape=shape)
+
     end = warmup_s + horizon_s
     drain_until = end + (2.0 * cand.limits.queue_timeout_s if cand.limits else 0.0) + 30.0
     rate = cal.arrival_per_s
@@ -168,7 +210,7 @@ async def _run(
             to_engine(req, t)
             return
         try:
-            req.ticket = ctl.enter(prompt_tokens=p)
+            req.ticket = enter(p, req.output)
         except Rejected:
             req.rejected = True
             return
@@ -191,6 +233,29 @@ async def _run(
             else:
                 head.rejected = True
 
+    if start is not None:
+        for _ in range(start.at_engine):
+            p = prompts.draw()
+            held = _Req(0.0, p, max(1, int(outputs.draw() * rng.random())), None, False)
+            if ctl is not None:
+                held.ticket = enter(p, held.output)
+            to_engine(held, 0.0)
+        if ctl is not None:
+            n = start.queued
+            for i in range(n):
+                now[0] = -start.oldest_wait_s * (n - i) / n
+                p = prompts.draw()
+                held = _Req(now[0], p, outputs.draw(), None, False)
+                try:
+                    held.ticket = enter(p, held.output)
+                except Rejected:
+                    continue
+                queued.append(held)
+            now[0] = 0.0
+            assert cand.limits is not None
+            ctl.set_limits(cand.limits.to_dict())
+            dispatch(0.0)
+
     while True:
         if engine.has_work():
             t0 = engine.now
@@ -212,7 +277,8 @@ async def _run(
                     req.first_s = t1
                     firsts += 1
                     if ctl is not None:
-                        ctl.record_ttft(t1 - req.enter_s)
+                        admit = req.admit_s if req.admit_s is not None else req.enter_s
+                        ctl.record_ttft(t1 - req.enter_s, queue_s=admit - req.enter_s)
             if warmup_s <= t0 < end:
                 steps.append((t1 - t0, len(result.emitted) - firsts))
             for seq in result.finished:
@@ -250,10 +316,25 @@ async def _run(
         gen1, pre1 = stats.generation_tokens, stats.num_preemptions
     assert pre0 is not None
     assert pre1 is not None
-    return _summarise(
-        cand, window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s,
-        ttft_slo_s, itl_slo_s,
-    )  # fmt: skip
+    return _Raw(window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s)
+
+
+@dataclass
+class _Raw:
+    """One replica's requests and steps in the window, and its rates."""
+
+    window: list[_Req]
+    steps: list[tuple[float, int]]
+    tok_per_s: float
+    preempt_per_min: float
+
+
+def _footprint(cal: Calibration, seed: int) -> FootprintModel:
+    """The gateway's footprint model as it stands after a while: the output quantile learned."""
+    fm = FootprintModel(cal.profile.block_size)
+    draws = sorted(cal.output_len.sampler(random.Random(seed + 3)).draw() for _ in range(200))
+    fm.output_quantile = float(draws[int(0.9 * (len(draws) - 1))])
+    return fm
 
 
 def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None:
@@ -270,14 +351,12 @@ def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None
 
 
 def _summarise(
-    cand: Candidate,
-    window: list[_Req],
-    steps: list[tuple[float, int]],
-    tok_per_s: float,
-    preempt_per_min: float,
-    ttft_slo_s: float,
-    itl_slo_s: float,
+    cand: Candidate, raws: list[_Raw], ttft_slo_s: float, itl_slo_s: float
 ) -> Prediction:
+    window = [r for raw in raws for r in raw.window]
+    steps = [s for raw in raws for s in raw.steps]
+    tok_per_s = sum(raw.tok_per_s for raw in raws) / len(raws)
+    preempt_per_min = sum(raw.preempt_per_min for raw in raws) / len(raws)
     client: list[float] = []
     engine_ttft: list[float] = []
     waits: list[float] = []

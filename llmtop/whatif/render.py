@@ -4,7 +4,7 @@ Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,14 @@ def fit_checks(obs: Observed, current: Prediction) -> list[FitCheck]:
     return checks
 
 
+def span(horizon_s: float, from_now: bool, warmup_s: float) -> str:
+    """What time a prediction covers, in words."""
+    if from_now:
+        after = f" after {warmup_s:.0f} s" if warmup_s else ""
+        return f"for the {horizon_s:.0f} s{after} from the moment the limit is applied"
+    return f"in steady state ({horizon_s:.0f} s after a {warmup_s:.0f} s warm-up)"
+
+
 def _s(v: float | None) -> str:
     if v is None:
         return "n/a"
@@ -76,6 +84,7 @@ COLUMNS = (
     "setting", "TTFT p50", "TTFT p95", "engine p95", "ITL p95", "goodput", "tok/s",
     "queue p95", "rejected", "preempt/min",
 )  # fmt: skip
+BAND_COLUMNS = ("TTFT p95 at rate -/+1 se", "tok/s at rate -/+1 se")
 
 
 def to_text(
@@ -83,10 +92,13 @@ def to_text(
     cal: Calibration,
     checks: Sequence[FitCheck],
     preds: Sequence[Prediction],
+    bands: Sequence[tuple[Prediction, Prediction]],
     *,
     horizon_s: float,
     ttft_slo_s: float,
     itl_slo_s: float,
+    from_now: bool = True,
+    warmup_s: float = 0.0,
 ) -> str:
     """The report: what was observed, the fit and its error, then the predictions' table."""
     f = cal.fit
@@ -106,11 +118,12 @@ def to_text(
     lines += [f"note: {n}" for n in cal.notes]
     lines.append("")
     lines.append(
-        f"PREDICTED over the next {horizon_s:.0f} s (a model, not a measurement;"
+        f"PREDICTED {span(horizon_s, from_now, warmup_s)} (a model, not a measurement;"
         f" goodput: TTFT <= {ttft_slo_s:g} s and mean ITL <= {itl_slo_s:g} s):"
     )
-    rows = [list(COLUMNS)]
-    for p in preds:
+    header = list(COLUMNS) + (list(BAND_COLUMNS) if bands else [])
+    rows = [header]
+    for i, p in enumerate(preds):
         lim = p.candidate.limits
         label = p.candidate.label
         if lim is not None:
@@ -123,7 +136,13 @@ def to_text(
             _s(p.itl_p95_s), _pct(p.goodput_frac), f"{p.output_tok_per_s:,.0f}",
             _s(p.queue_wait_p95_s), rejected, f"{p.preemptions_per_min:,.0f}",
         ])  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+        if bands:
+            lo, hi = bands[i]
+            rows[-1] += [
+                _range(lo.ttft_client_p95_s, hi.ttft_client_p95_s, _s),
+                _range(lo.output_tok_per_s, hi.output_tok_per_s, lambda v: f"{v or 0:,.0f}"),
+            ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         lines.append(
             "  ".join(
@@ -132,6 +151,29 @@ def to_text(
             )
         )
     return "\n".join(lines)
+
+
+def _band_json(band: tuple[Prediction, Prediction] | None) -> dict[str, Any]:
+    if band is None:
+        return {}
+    lo, hi = band
+    return {
+        "at_arrival_rate_minus_1se": {
+            "ttft_client_p95_s": lo.ttft_client_p95_s,
+            "output_tok_per_s": lo.output_tok_per_s,
+        },
+        "at_arrival_rate_plus_1se": {
+            "ttft_client_p95_s": hi.ttft_client_p95_s,
+            "output_tok_per_s": hi.output_tok_per_s,
+        },
+    }
+
+
+def _range(lo: float | None, hi: float | None, fmt: Callable[[float | None], str]) -> str:
+    if lo is None or hi is None:
+        return "n/a"
+    a, b = sorted((lo, hi))
+    return f"{fmt(a)}-{fmt(b)}"
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
@@ -162,10 +204,13 @@ def to_json(
     cal: Calibration,
     checks: Sequence[FitCheck],
     preds: Sequence[Prediction],
+    bands: Sequence[tuple[Prediction, Prediction]],
     *,
     horizon_s: float,
     ttft_slo_s: float,
     itl_slo_s: float,
+    from_now: bool = True,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """One JSON object: the window, the fit, its error, and the predictions."""
     f = cal.fit
@@ -207,6 +252,43 @@ def to_json(
             for c in checks
         ],
         "horizon_s": horizon_s,
+        "warmup_s": warmup_s,
+        "from_now": from_now,
         "slo": {"ttft_s": ttft_slo_s, "itl_s": itl_slo_s},
-        "predictions": [prediction_json(p) for p in preds],
+        "predictions": [
+            {**prediction_json(p), **_band_json(bands[i] if i < len(bands) else None)}
+            for i, p in enumerate(preds)
+        ],
     }
+
+
+def caps_around(current: int | None, suggested: int | None, limit: int = 4) -> tuple[int, ...]:
+    """Candidate caps for the what-if screen: the findings' suggestion (KV fit), half and double
+    it, and the current cap's neighbours; at most `limit`, the current cap left out (it is the
+    table's first row anyway)."""
+    base = suggested or current or 8
+    picks = [base, max(1, base // 2), base * 2]
+    if current is not None:
+        picks += [max(1, current - 1), current + 1, max(1, current // 2), current * 2]
+    out: list[int] = []
+    for c in picks:
+        if c != current and c not in out and c <= 1024:
+            out.append(c)
+    return tuple(sorted(out[:limit]))
+
+
+def preview_line(
+    obs: Observed, checks: Sequence[FitCheck], now: Prediction, new: Prediction, horizon_s: float
+) -> str:
+    """One line for the TUI's `:cap N`: the prediction beside what the window measured."""
+    lim = new.candidate.limits
+    cap = lim.max_concurrency if lim is not None else None
+    rejected = f"{new.rejected / new.offered:.0%}" if new.offered else "n/a"
+    fit = {c.name: c.error_frac for c in checks}
+    return (
+        f"PREDICTED cap {cap}, next {horizon_s:.0f} s: TTFT p95 {_s(new.ttft_client_p95_s)},"
+        f" goodput {_pct(new.goodput_frac)}, {new.output_tok_per_s:,.0f} tok/s,"
+        f" 429s {rejected} | measured now: TTFT p95 {_s(obs.gateway_ttft_p95_s)},"
+        f" {obs.generation_tok_per_s:,.0f} tok/s | fit error: tok/s"
+        f" {_err(fit.get('output tok/s'))}, TTFT p95 {_err(fit.get('client TTFT p95 (s)'))}"
+    )

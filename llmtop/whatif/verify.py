@@ -24,10 +24,10 @@ import httpx
 
 from llmtop.load.runner import OpenLoop, Runner, Shape
 from llmtop.load.stats import percentile
-from llmtop.sources.gateway import AdminClient
+from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
-from llmtop.whatif.predict import Prediction
-from llmtop.whatif.service import Analysis, Options, analyse
+from llmtop.whatif.predict import Prediction, State, predict
+from llmtop.whatif.service import Analysis, Options, analyse, state_of
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ class Row:
 
     predicted: Prediction
     measured: Measured
+    start: State
+    """The state the prediction started from (scraped right before the change)."""
 
     @property
     def ttft_p95_error(self) -> float | None:
@@ -106,6 +108,7 @@ async def verify(
         request_timeout_s=120.0,
     )
     admin = AdminClient(gateway_url, source="whatif-verify")
+    reader = GatewayReader(gateway_url, None, optional=False)
     async with runner, httpx.AsyncClient() as client:
         await runner.resolve_model()
         runner.mark_start()
@@ -117,10 +120,21 @@ async def verify(
             points, _ = await collect_window(
                 vllm_url, gateway_url, window_s=phases.window_s, interval_s=1.0
             )
-            run_opts = replace(opts, caps=tuple(caps))
+            run_opts = replace(opts, caps=tuple(caps), band=False)
             analysis = await asyncio.to_thread(analyse, points, run_opts)
-            spans: list[tuple[int, float, float, float]] = []
-            for cap in caps:
+            cal = analysis.calibration
+            spans: list[tuple[Prediction, State, float, float, float]] = []
+            for cand in analysis.predictions[1:]:
+                assert cand.candidate.limits is not None
+                cap = cand.candidate.limits.max_concurrency
+                # Predict from the state right before the change, as a person would see it.
+                now = await scrape_once(client, vllm_url, reader, 5.0)
+                start = state_of(now, cal.arrival_per_s, cal.limits)
+                predicted = await asyncio.to_thread(
+                    predict, cal, cand.candidate, horizon_s=phases.measure_s,
+                    warmup_s=phases.settle_s, seed=opts.seed, ttft_slo_s=opts.ttft_slo_s,
+                    itl_slo_s=opts.itl_slo_s, start=start, replicas=opts.replicas,
+                )  # fmt: skip
                 await admin.set_limits(max_concurrency=cap)
                 await asyncio.sleep(phases.settle_s)
                 t0, g0 = await _generated(client, vllm_url)
@@ -128,31 +142,27 @@ async def verify(
                 await asyncio.sleep(phases.measure_s)
                 t1, g1 = await _generated(client, vllm_url)
                 m1 = runner.elapsed()
-                spans.append((cap, m0, m1, (g1 - g0) / (t1 - t0)))
+                spans.append((predicted, start, m0, m1, (g1 - g0) / (t1 - t0)))
                 await asyncio.sleep(phases.tail_s)
         finally:
             runner.stop()
             with contextlib.suppress(Exception):
                 await load
             await admin.aclose()
-    by_cap = {
-        p.candidate.limits.max_concurrency: p
-        for p in analysis.predictions[1:]
-        if p.candidate.limits
-    }
     rows = []
-    for cap, m0, m1, tok_s in spans:
+    for predicted, start, m0, m1, tok_s in spans:
         mine = [r for r in runner.results if m0 <= r.offered_at_s < m1]
         ttfts = [r.ttft_s for r in mine if r.ttft_s is not None]
+        assert predicted.candidate.limits is not None
         measured = Measured(
-            cap=cap,
+            cap=predicted.candidate.limits.max_concurrency,
             offered=len(mine),
             ttft_p50_s=percentile(ttfts, 50),
             ttft_p95_s=percentile(ttfts, 95),
             output_tok_per_s=tok_s,
             rejected=sum(1 for r in mine if r.status == 429),
         )
-        rows.append(Row(by_cap[cap], measured))
+        rows.append(Row(predicted, measured, start))
     return analysis, rows
 
 

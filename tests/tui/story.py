@@ -23,6 +23,7 @@ from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import HISTORY_S, LlmtopApp
 from llmtop.tui.controls import Recorder
 from llmtop.tui.source import SnapshotSource
+from llmtop.tui.whatif_feed import WhatIfFeed
 
 STORY = Path(__file__).resolve().parents[1] / "fixtures" / "demo-story.jsonl.gz"
 
@@ -94,6 +95,7 @@ def app_at(
     clock: Callable[[], float] = lambda: 0.0,
     recorder: Recorder | None = None,
     app_class: type[LlmtopApp] = LlmtopApp,
+    whatif: WhatIfFeed | None = None,
     **monitor_kw: object,
 ) -> LlmtopApp:
     """The live screen as it stood `at_s` seconds into the story: a paused replay as its source
@@ -110,4 +112,5 @@ def app_at(
         clock=clock,
         recorder=recorder,
         history=replay.history(HISTORY_S) if history is None else history,
+        whatif=whatif,
     )

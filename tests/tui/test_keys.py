@@ -221,3 +221,19 @@ async def test_q_quits() -> None:
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_a_toggles_the_autopilot_on_the_real_gateway(
+    start_gateway: Callable[..., ServerThread],
+) -> None:
+    gw = start_gateway(NOWHERE, max_concurrency=8)
+    app = make_app(SilentSource(), admin=AdminClient(gw.url))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "auto"
+        assert "set mode manual -> auto" in log_texts(app)
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "manual"

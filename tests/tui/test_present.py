@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.rulebase import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
-from llmtop.tui import fmt
 from llmtop.tui.commands import (
     QUEUE_STEP,
     describe_change,
@@ -226,3 +226,17 @@ def test_help_explains_every_finding_the_rules_can_fire() -> None:
 
     missing = [r.id for r in RULES if f"**{r.id}**" not in HELP_TEXT]
     assert missing == []
+
+
+def test_an_autopilot_move_is_logged_with_its_reason() -> None:
+    base = Snapshot(time=1, engines=(E,))
+    g = GatewayStats(url="http://gw", up=True, mode="auto", max_inflight_kv_blocks=2907)
+    prev = replace(base, gateway=g)
+    moved = replace(
+        g,
+        max_inflight_kv_blocks=2592,
+        autopilot_reason="KV budget 2,907 -> 2,592 blocks: preempting 2.0/s",
+    )
+    cur = replace(base, time=base.time + 1, gateway=moved)
+    texts = [e.text for e in diff_events(prev, cur)]
+    assert any("2907 -> 2592 (autopilot: preempting 2.0/s)" in t for t in texts), texts

@@ -18,8 +18,8 @@ def test_the_table_matches_the_gateway_the_settings_and_the_snapshot() -> None:
     assert tuple(f.name for f in dataclasses.fields(Limits)) == LIMIT_FIELDS
     settings = {f.name for f in dataclasses.fields(GatewaySettings)}
     stats = {f.name for f in dataclasses.fields(GatewayStats)}
-    assert set(LIMIT_FIELDS) <= settings
     assert set(LIMIT_FIELDS) <= stats
+    assert set(LIMIT_FIELDS) <= settings  # every limit has a flag (llmtop gateway --help)
 
 
 def test_the_command_line_reads_the_table() -> None:
@@ -60,3 +60,23 @@ def test_a_bad_change_names_its_field(
 def test_spec_by_field_or_word() -> None:
     assert limit_spec("cap") == limit_spec("max_concurrency")
     assert limit_spec("nope") is None
+
+
+async def test_the_gateway_produces_the_typed_documents() -> None:
+    """What /admin/stats, /admin/limits and /admin/events answer is what the types declare."""
+    import httpx
+
+    from llmtop.core.admin_api import EventDoc, LimitsDoc, StatsDoc
+    from llmtop.gateway.app import create_app
+
+    app = create_app(GatewaySettings(upstream="http://127.0.0.1:9"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+        await c.patch("/admin/limits", json={"max_concurrency": 4})
+        stats = (await c.get("/admin/stats")).json()
+        limits = (await c.get("/admin/limits")).json()
+        events = (await c.get("/admin/events")).json()["events"]
+    assert set(stats) == set(StatsDoc.__annotations__)
+    assert set(limits) == set(LimitsDoc.__annotations__) == set(LIMIT_FIELDS)
+    assert set(stats["limits"]) == set(LIMIT_FIELDS)
+    assert [set(e) for e in events] == [set(EventDoc.__annotations__)]

@@ -116,3 +116,16 @@ def test_hash_key_command_prints_the_digest() -> None:
         timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, DIGEST + "\n", "")
+
+
+def test_the_documented_key_table_loads(tmp_path: Path) -> None:
+    """docs/gateway.md's config example is a working config, its hashes those of its keys."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "gateway.md").read_text()
+    example = doc.split("```toml\n[gateway]\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "config.toml"
+    path.write_text("[gateway]\n" + example)
+    s = load(GatewaySettings, config=read_config(path), environ={})
+    assert s.api_keys == (
+        ApiKey(hash_key("sk-test"), "team-a", "high"),
+        ApiKey(hash_key("sk-batch"), "batch", "low"),
+    )

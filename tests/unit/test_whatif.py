@@ -18,9 +18,9 @@ from llmtop.gateway.limits import Limits
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.calibrate import calibrate
 from llmtop.whatif.lengths import LengthDist, from_histogram
-from llmtop.whatif.predict import Candidate, candidates_for_caps, predict
+from llmtop.whatif.predict import Candidate, State, candidates_for_caps, predict
 from llmtop.whatif.render import bucketed_p95
-from llmtop.whatif.service import Options, analyse
+from llmtop.whatif.service import Options, analyse, state_of
 from llmtop.whatif.truth import Truth, measure, scrape_run
 from llmtop.whatif.window import Point, observe
 
@@ -187,7 +187,8 @@ def test_prediction_against_the_hidden_engine_in_virtual_time(
 ) -> None:
     """Caps 2 and 4 are over capacity at 4 req/s (throughput set by the step-time fit), 16 under
     it (set by the arrival rate, whose 60 s estimate carries ~6 % Poisson error)."""
-    a = analyse(h100_points, Options(caps=(2, 4, 16)))
+    steady = Options(caps=(2, 4, 16), from_now=False, warmup_s=30.0, horizon_s=120.0)
+    a = analyse(h100_points, steady)
     for p in a.predictions[1:]:
         assert p.candidate.limits is not None
         cap = p.candidate.limits.max_concurrency
@@ -197,6 +198,39 @@ def test_prediction_against_the_hidden_engine_in_virtual_time(
         assert p.output_tok_per_s == pytest.approx(tok, rel=0.10 if cap < 16 else 0.15)
         assert p.ttft_client_p95_s is not None
         assert p.ttft_client_p95_s == pytest.approx(ttft, rel=0.20 if cap < 16 else 0.5)
+
+
+def test_from_now_starts_with_the_queue_and_applies_the_cap_as_patch_does(
+    h100_points: list[Point],
+) -> None:
+    cal = calibrate(observe(h100_points))
+    tight = candidates_for_caps(cal, [2])[1]
+    state = State(at_engine=8, queued=40, oldest_wait_s=4.0)
+    # New arrivals wait behind the 40 inherited queued requests, and the engine is busy with 8
+    # from the first step: later first tokens, fewer good requests, more tokens out.
+    full = predict(cal, tight, horizon_s=10.0, warmup_s=0.0, start=state)
+    empty = predict(cal, tight, horizon_s=10.0, warmup_s=0.0)
+    assert full.ttft_client_p50_s is not None
+    assert empty.ttft_client_p50_s is not None
+    assert full.ttft_client_p50_s > empty.ttft_client_p50_s
+    assert full.goodput_frac is not None
+    assert empty.goodput_frac is not None
+    assert full.goodput_frac < empty.goodput_frac
+    assert full.output_tok_per_s > empty.output_tok_per_s
+    # A looser cap admits the inherited queue at once (set_limits dispatches it).
+    loose = predict(cal, candidates_for_caps(cal, [64])[1], horizon_s=10.0, start=state)
+    assert loose.queue_wait_p95_s is not None
+    assert loose.queue_wait_p95_s < 0.5
+
+
+def test_state_of_a_scrape(h100_points: list[Point]) -> None:
+    last = h100_points[-1]
+    gw = {**(last.gateway or {}), "queued": 10}
+    s = state_of(replace(last, gateway=gw), 4.0, Limits(8, 128, 2.0))
+    running = (last.engine.gauges["running"] or 0) + (last.engine.gauges["waiting"] or 0)
+    assert s.at_engine == round(running)
+    assert s.queued == 10
+    assert s.oldest_wait_s == 2.0  # 10 / 4 req/s = 2.5 s, but the timeout is 2 s
 
 
 # -- the report -------------------------------------------------------------------------------

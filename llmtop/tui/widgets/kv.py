@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from llmtop.core import format as fmt
 from llmtop.core.rulebase import kv_size
-from llmtop.tui import fmt
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
@@ -43,7 +43,7 @@ class KvPanel(Panel):
                     label("capacity "),
                     value(fmt.num(e.kv_capacity_tokens)),
                     label(" tok  preempt "),
-                    value(fmt.per_s(pre), "bold red" if pre else "bold"),
+                    value(fmt.rate(pre), "bold red" if pre else "bold"),
                     label("/s"),
                 ),
                 line(
