@@ -12,9 +12,9 @@ from llmtop.core.rulebase import (
     Context,
     Verdict,
     cap_action,
-    kv_fit,
     kv_peak,
     kv_pressed,
+    kv_size_now,
     up_engines,
     where,
 )
@@ -96,7 +96,8 @@ def degraded_200(ctx: Context) -> Verdict | None:
         )
         if kv_pressed(ctx, e):
             bottleneck = "kv"
-            action = cap_action(kv_fit(e), "KV cache is full", ctx)
+            size = kv_size_now(ctx, e)
+            action = cap_action(size.fits if size else None, "KV cache is full", ctx)
         elif ttft_over and (
             (queue_share is not None and queue_share >= 0.5) or (e.waiting or 0) > 0
         ):
@@ -127,24 +128,19 @@ def degraded_200(ctx: Context) -> Verdict | None:
 
 
 def kv_exhausted(ctx: Context) -> Verdict | None:
+    """The cache is full and requests wait or are preempted: cap at what it holds (`kv_size`:
+    the larger of the mean finished request and the KV each running sequence held, so a mix
+    of short chats and long prompts is sized by what fills the cache, not by the chats)."""
     for e in up_engines(ctx):
         if not kv_pressed(ctx, e):
             continue
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
-        n = kv_fit(e)
-        arithmetic = ""
+        size = kv_size_now(ctx, e)
+        n = size.fits if size is not None else None
+        arithmetic = f"; {size.arithmetic()}" if size is not None else ""
         if n is None and e.running:
-            n = max(1, int(e.running))  # no request finished yet: what fits is what runs
+            n = max(1, int(e.running))  # capacity unknown: what fits is what runs
             arithmetic = f"; the cache holds the {n} running now"
-        elif n is not None and e.mean_prompt_tokens is not None:
-            per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
-            arithmetic = (
-                f"; {fmt.count(e.kv_capacity_tokens)} KV tokens / {fmt.count(per_req)} tokens "
-                f"per request ({fmt.count(e.mean_prompt_tokens)} prompt + "
-                f"{fmt.count(e.mean_generation_tokens)} output)"
-                f"{f' in {e.kv_block_size}-token blocks' if e.kv_block_size else ''}"
-                f" = {n} sequences fit"
-            )
         summary = (
             f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
