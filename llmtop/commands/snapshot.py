@@ -8,7 +8,7 @@ over it, and prints a summary (or one JSON object with --json). Exit status: 0 o
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmtop.commands._common import flag, load
 from llmtop.commands.top import add_monitor_arguments
@@ -65,28 +65,31 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--window must be between 0.5 and 3600 seconds")
     # One look over one window: a finding fires and clears on what the window shows.
     health = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window)
-    snap = asyncio.run(_take(monitor, health, window))
+    snap, fleet = asyncio.run(_take(monitor, health, window))
     if args.json:
-        print(json.dumps(to_json(snap), indent=2))
+        print(json.dumps(to_json(snap) | fleet, indent=2))
     else:
         print(to_text(snap, window))
     return EXIT_CODES[snap.status]
 
 
-async def _take(monitor: MonitorSettings, health: HealthSettings, window: float) -> Snapshot:
+async def _take(
+    monitor: MonitorSettings, health: HealthSettings, window: float
+) -> tuple[Snapshot, dict[str, Any]]:
+    """The snapshot, and {"fleet": ...} when watching a fleet (else {})."""
     import asyncio
     import time
 
-    from llmtop.sources.collector import Collector
+    from llmtop.sources.fleet import fleet_json_of, make_collector
 
     timeout = min(5.0, max(1.0, window * 0.8))
-    collector = Collector(monitor, health, window_s=window, timeout_s=timeout)
+    collector = make_collector(monitor, health, window_s=window, timeout_s=timeout)
     try:
         start = time.monotonic()
         first = await collector.poll()
         if not any(e.up for e in first.engines):
-            return first  # nothing answers: say so now rather than after the window
+            return first, fleet_json_of(collector)  # nothing answers: say so now
         await asyncio.sleep(max(0.0, window - (time.monotonic() - start)))
-        return await collector.poll()
+        return await collector.poll(), fleet_json_of(collector)
     finally:
         await collector.aclose()

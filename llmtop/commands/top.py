@@ -24,6 +24,39 @@ def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
     flag(
         p,
         MonitorSettings,
+        "targets_file",
+        "--targets",
+        metavar="FILE",
+        help="file of engine URLs, one a line with an optional name (re-read when it changes)",
+    )
+    flag(
+        p,
+        MonitorSettings,
+        "prometheus_url",
+        "--prometheus",
+        metavar="URL",
+        help="read every vLLM replica through this Prometheus HTTP API (PromQL)",
+    )
+    flag(
+        p,
+        MonitorSettings,
+        "prometheus_selector",
+        "--selector",
+        metavar="SEL",
+        help="with --prometheus: PromQL matchers of the vLLM series, e.g. '{job=\"vllm\"}'",
+    )
+    flag(
+        p,
+        MonitorSettings,
+        "prometheus_window_s",
+        "--prometheus-window",
+        metavar="S",
+        type=float,
+        help="with --prometheus: range of rates and quantiles",
+    )
+    flag(
+        p,
+        MonitorSettings,
         "gateway_url",
         "--gateway",
         metavar="URL",
@@ -82,14 +115,14 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.commands._common import load
     from llmtop.settings import HealthSettings
     from llmtop.sources.admin import AdminClient
-    from llmtop.sources.collector import Collector
+    from llmtop.sources.fleet import make_collector
     from llmtop.sources.recording import Recorder, RecordingSource
     from llmtop.tui.app import run_tui
 
     monitor = load(MonitorSettings, args)
     health = load(HealthSettings, args)
     admin = AdminClient.from_settings(monitor)
-    collector = Collector(monitor, health)
+    collector = make_collector(monitor, health)
     recorder = Recorder.from_settings(monitor)
     if monitor.record:
         recorder.open()

@@ -23,7 +23,7 @@ from typing import Literal
 from llmtop.core import engines as vllm_names
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
-from llmtop.core.pipeline import HistoryPoint, Pipeline, history_point
+from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.series import CounterWindow, Key
@@ -240,8 +240,9 @@ def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
     return tuple(out)
 
 
-class FleetPipeline:
-    """Derives per-replica stats and findings and the fleet's; a drop-in for `Pipeline`."""
+class FleetPipeline(Pipeline):
+    """Derives per-replica stats and findings and the fleet's; a drop-in for `Pipeline` (its
+    snapshots and history are the fleet's Snapshots)."""
 
     def __init__(
         self,
@@ -251,9 +252,7 @@ class FleetPipeline:
         window_s: float | None = None,
         max_num_seqs: int | None = None,
     ) -> None:
-        self.settings = health if window_s is None else replace(health, window_s=window_s)
-        self.window_s = self.settings.window_s
-        self.max_num_seqs = max_num_seqs
+        super().__init__(health, window_s=window_s, max_num_seqs=max_num_seqs)
         self.rules = rules or FleetRules(
             kv_high_frac=self.settings.kv_high_frac,
             ttft_slo_s=self.settings.ttft_slo_s,
@@ -267,18 +266,6 @@ class FleetPipeline:
         self._fleet_health = FleetHealth(self.rules)
         self._tracks: dict[str, _Track] = {}
         self._events: deque[FleetEvent] = deque()
-        self._snapshots: deque[Snapshot] = deque()
-        self._history: deque[HistoryPoint] = deque()
-
-    @property
-    def snapshots(self) -> tuple[Snapshot, ...]:
-        """Recent snapshots, oldest first."""
-        return tuple(self._snapshots)
-
-    @property
-    def history(self) -> tuple[HistoryPoint, ...]:
-        """Recent headline numbers for charts, oldest first (~10 minutes)."""
-        return tuple(self._history)
 
     def update(self, raw: RawPoll, derived: Sequence[DerivedReplica] = ()) -> Snapshot:
         """Fold one poll in (scraped engines in `raw`, PromQL ones in `derived`)."""
@@ -318,12 +305,7 @@ class FleetPipeline:
             findings=tuple(sorted(findings, key=lambda f: _SEVERITY[f.severity])),
             status=status,
         )
-        self._snapshots.append(snap)
-        self._history.append(history_point(snap))
-        while self._snapshots and self._snapshots[0].time < t - HISTORY_S:
-            self._snapshots.popleft()
-        while self._history and self._history[0].time < t - HISTORY_S:
-            self._history.popleft()
+        self._remember(snap)
         return snap
 
     def _scraped(self, t: float, raw: RawEngine) -> list[Replica]:

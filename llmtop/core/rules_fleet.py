@@ -131,13 +131,17 @@ def replica_outlier(view: FleetView) -> Verdict | None:
             bottleneck = bottleneck or fig.bottleneck
     if not order or len(order) * 2 > len(up):
         return None  # half the fleet is no outlier: the fleet rules and each row say the rest
-    listed = "; ".join(f"{r.name}: {', '.join(found[r.key])}" for r in order[:SHOWN])
     names = ", ".join(r.name for r in order[:SHOWN])
+    if len(order) == 1:
+        summary = f"{names} stands out: {', '.join(found[order[0].key])}"
+    else:
+        listed = "; ".join(f"{r.name}: {', '.join(found[r.key])}" for r in order[:SHOWN])
+        summary = f"{names} stand out: {listed}"
     return Verdict(
-        f"{names} stand{'s' if len(order) == 1 else ''} out: {listed}",
-        f"{names} gets more than its share or serves slower: read its own findings (its row); "
-        "take it out of rotation until it recovers, and check the balancer's routing "
-        "(session affinity, prefix-aware hashing) or the replica's GPU",
+        summary,
+        f"{names}: more than a fair share of requests, or slower serving: read the replica's "
+        "own findings (its row); take it out of rotation until it recovers, and check the "
+        "balancer's routing (session affinity, prefix-aware hashing) or the replica's GPU",
         bottleneck=bottleneck,
     )
 
