@@ -33,6 +33,14 @@ from llmtop.settings import HealthSettings
 
 HISTORY_S = 600.0
 ENGINE_LABEL = "engine"
+_ONE_PER_ENGINE = "vllm:num_requests_running"
+_RESTART_KEYS: tuple[Key, ...] = (
+    ("prompt_tokens", None),
+    ("generation_tokens", None),
+    ("h:e2e", "count"),
+    ("h:ttft", "count"),
+)
+"""Counters that only a restart sends back (finished requests, tokens)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,9 @@ class _Track:
     """What the fleet remembers about one row: its window, rules and own history."""
 
     def __init__(self, settings: HealthSettings) -> None:
-        self.window = CounterWindow(keep_s=HISTORY_S)
+        # derive reads one window: keeping ten minutes of increments for each of a hundred
+        # replicas would hold ~0.5 GB of dicts for nothing
+        self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings)
         self.snapshots: deque[Snapshot] = deque()
         self.last_progress: float | None = None
@@ -141,6 +151,9 @@ def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
 
     Samples without the label (vLLM's admission_rejections_total) stay with the server only.
     """
+    running = [s for s in samples if s.name == _ONE_PER_ENGINE]
+    if len(running) < 2:
+        return {}  # one engine (the usual case): no need to look at every label
     per: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         for k, v in s.labels:
@@ -152,9 +165,9 @@ def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
 
 def _went_back(prev: dict[Key, float], now: dict[Key, float]) -> tuple[str, float, float] | None:
     """The first counter lower than at the previous poll: the engine restarted."""
-    for key, value in now.items():
-        before = prev.get(key)
-        if before is not None and value < before and key[1] in (None, "count"):
+    for key in _RESTART_KEYS:
+        before, value = prev.get(key), now.get(key)
+        if before is not None and value is not None and value < before:
             return str(key[0]).removeprefix("h:"), before, value
     return None
 
