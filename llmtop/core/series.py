@@ -92,7 +92,8 @@ class CounterWindow:
         found = [g for _, _, inc in self._window(window_s) if (g := inc.get(group))]
         if found and all(g.keys() == found[0].keys() for g in found):
             # the usual case, the same members every poll: sum column by column, in C
-            return dict(zip(found[0], map(sum, zip(*(g.values() for g in found)))))
+            sums = map(sum, zip(*(g.values() for g in found), strict=True))
+            return dict(zip(found[0], sums, strict=True))
         out: dict[Hashable, float] = {}
         for g in found:
             for member, v in g.items():
