@@ -32,6 +32,9 @@ from llmtop.core.targets import default_name
 from llmtop.settings import HealthSettings
 
 HISTORY_S = 600.0
+REPLICA_HISTORY_S = 120.0
+"""Each replica's own snapshots, for its rules' look-backs (decode-bound scans all of them):
+two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
 ENGINE_LABEL = "engine"
 _ONE_PER_ENGINE = "vllm:num_requests_running"
 _RESTART_KEYS: tuple[Key, ...] = (
@@ -393,7 +396,7 @@ class FleetPipeline(Pipeline):
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         track.snapshots.append(Snapshot(time=t, engines=(stats,), findings=findings, status=status))
-        while track.snapshots and track.snapshots[0].time < t - HISTORY_S:
+        while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
         return Replica(key=key, name=name, stats=stats, findings=findings, status=status)
 
