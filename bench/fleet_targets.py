@@ -25,6 +25,7 @@ class Payload:
 
     def __init__(self, text: str) -> None:
         self.parts: list[tuple[str, float, bool]] = []
+        self._cache: dict[tuple[int, float], bytes] = {}
         for line in text.splitlines():
             m = _SAMPLE.match(line)
             if m is None or line.startswith("#"):
@@ -35,6 +36,16 @@ class Payload:
             self.parts.append((m.group(1) + " ", float(m.group(2)), grows))
 
     def render(self, elapsed_s: float, speed: float) -> bytes:
+        """The text at a whole second (cached: replicas of one speed share it), so that this
+        process stays light next to the llmtop process being measured."""
+        key = (int(elapsed_s), speed)
+        if key not in self._cache:
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[key] = self._render(float(key[0]), speed)
+        return self._cache[key]
+
+    def _render(self, elapsed_s: float, speed: float) -> bytes:
         out = []
         for prefix, value, grows in self.parts:
             if not prefix.endswith(" "):

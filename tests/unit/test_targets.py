@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from llmtop.core.targets import Target, default_name, parse_targets, targets_from_urls
 from llmtop.errors import ConfigError
+from llmtop.sources.targets import TargetsFile
 
 
 def test_urls_names_and_comments() -> None:
@@ -38,3 +40,30 @@ def test_vllm_urls_become_targets_once() -> None:
         Target("http://g:2/metrics", "g:2"),
     )
     assert default_name("https://h/v1/metrics") == "h/v1"
+
+
+def test_the_file_is_re_read_when_it_changes_and_a_bad_edit_keeps_the_list(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "fleet.txt"
+    path.write_text("http://a:1 a\n")
+    f = TargetsFile(path)
+    assert [t.name for t in f.current()] == ["a"]
+    path.write_text("http://a:1 a\nhttp://b:1 b\n")
+    assert [t.name for t in f.current()] == ["a", "b"]
+    path.write_text("http://a:1 a\nnot a url at all\n")
+    assert [t.name for t in f.current()] == ["a", "b"]  # still watching the previous list
+    assert f.error is not None
+    assert "line 2" in f.error
+    assert "still watching the previous 2 targets" in f.error
+    path.write_text("http://c:1 c\n")
+    assert [t.name for t in f.current()] == ["c"]
+    assert f.error is None
+
+
+def test_a_bad_or_missing_file_at_start_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        TargetsFile(tmp_path / "missing.txt").current()
+    (tmp_path / "bad.txt").write_text("x\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        TargetsFile(tmp_path / "bad.txt").current()
