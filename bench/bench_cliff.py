@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core.loadstats import percentile  # noqa: E402
+from llmtop.load.stats import percentile  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 from llmtop.sim.virtual import Burst, run_burst  # noqa: E402
@@ -225,8 +225,8 @@ def cap_sweep() -> list[BurstResult]:
 
 def _serve(engine_seqs: int | None, gateway_cap: int | None, conn: Any) -> None:
     """Child process: the sim (and a gateway in front), URL sent back; runs until told."""
+    from llmtop.asgi.uvicorn_runner import ServerThread
     from llmtop.gateway.app import create_app as gateway_app
-    from llmtop.serving import ServerThread
     from llmtop.settings import GatewaySettings, SimSettings
     from llmtop.sim.server import create_app as sim_app
 
@@ -246,7 +246,7 @@ def _serve(engine_seqs: int | None, gateway_cap: int | None, conn: Any) -> None:
 
 async def _client_burst(url: str) -> list[tuple[float, float]]:
     """Send the burst through the loadgen; (TTFT, E2E) of each request."""
-    from llmtop.loadgen import ClosedLoop, Runner, Shape
+    from llmtop.load.runner import ClosedLoop, Runner, Shape
 
     shape = Shape(
         prompt_tokens=(BURST.prompt_tokens, BURST.prompt_tokens), output_tokens=BURST.max_tokens
@@ -372,7 +372,7 @@ def print_burst(results: list[BurstResult], real: dict[str, RealRun]) -> None:
         )
     if real:
         print("\nThe same burst in real time over 127.0.0.1 (sim and gateway in a child process,")
-        print("`llmtop.loadgen` client; gateway queue timeout raised to 300 s to match):\n")
+        print("`llmtop.load.runner` client; gateway queue timeout raised to 300 s to match):\n")
         slo_cols = " | ".join(f"good @ {s:.0f} s" for s in SLOS_S)
         print(
             f"| way | client TTFT p50 | p95 | max | E2E max | preemptions | {slo_cols} |"

@@ -3,11 +3,13 @@
 In one run: an instant upstream (streams four SSE chunks at once) and the gateway each in their
 own process on 127.0.0.1; the same client then measures TTFT and E2E direct and through the
 gateway, in alternating blocks, at several concurrencies; the difference is what the gateway
-adds. Then 429s per second with the queue full (over HTTP, and the admission decision alone),
-and memory per queued request (the controller alone, and the gateway process over HTTP).
+adds, printed beside the gateway's own handler time (llmtop/gateway/handler_time.py). Then
+429s per second with the queue full (over HTTP, and the admission decision alone), and memory
+per queued request (the controller alone, and the gateway process over HTTP).
 
     python bench/bench_gateway.py            # prints a markdown section
     python bench/bench_gateway.py --quick    # fewer requests
+    python bench/bench_gateway.py --concurrency 1 --repeat 5 --latency-only   # medians of 5
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import time
 import tracemalloc
@@ -62,7 +65,7 @@ async def instant_upstream(scope: dict[str, Any], receive: Any, send: Any) -> No
 def _serve(kind: str, upstream: str | None, overrides: dict[str, Any], q: Any) -> None:
     import uvicorn
 
-    from llmtop.serving import bind, url_of
+    from llmtop.asgi.uvicorn_runner import bind, url_of
 
     if kind == "upstream":
         app: Any = instant_upstream
@@ -126,8 +129,8 @@ async def one(c: httpx.AsyncClient, url: str, out: dict[str, list[float]]) -> No
         raise RuntimeError(f"{url}: status {r.status_code}")
     out["ttft"].append(first - t0)
     out["e2e"].append(end - t0)
-    if "x-llmtop-overhead-ms" in r.headers:
-        out["overhead"].append(float(r.headers["x-llmtop-overhead-ms"]) / 1000.0)
+    if "x-llmtop-handler-to-headers-ms" in r.headers:
+        out["to_headers"].append(float(r.headers["x-llmtop-handler-to-headers-ms"]) / 1000.0)
 
 
 async def block(
@@ -146,13 +149,13 @@ async def latency(up: Proc, gw: Proc, conc: int, n: int, rounds: int) -> dict[st
     """Alternate direct and gateway blocks so drift on a noisy box hits both alike; count the
     CPU the gateway process spends per request (and the upstream's, for scale)."""
     res: dict[str, Any] = {
-        k: {"ttft": [], "e2e": [], "overhead": []} for k in ("direct", "gateway")
+        k: {"ttft": [], "e2e": [], "to_headers": []} for k in ("direct", "gateway")
     }
     limits = httpx.Limits(max_connections=conc + 8, max_keepalive_connections=conc + 8)
     gw_cpu = up_cpu = 0.0
     async with httpx.AsyncClient(timeout=60, limits=limits) as c:
-        await block(c, up.url, min(n, 50), conc, {"ttft": [], "e2e": [], "overhead": []})
-        await block(c, gw.url, min(n, 50), conc, {"ttft": [], "e2e": [], "overhead": []})
+        await block(c, up.url, min(n, 50), conc, {"ttft": [], "e2e": [], "to_headers": []})
+        await block(c, gw.url, min(n, 50), conc, {"ttft": [], "e2e": [], "to_headers": []})
         for _ in range(rounds):
             t = up.cpu_s()
             await block(c, up.url, n // rounds, conc, res["direct"])
@@ -160,6 +163,11 @@ async def latency(up: Proc, gw: Proc, conc: int, n: int, rounds: int) -> dict[st
             t = gw.cpu_s()
             await block(c, gw.url, n // rounds, conc, res["gateway"])
             gw_cpu += gw.cpu_s() - t
+
+    # the handler's own time over the whole request (the warm-up included: 50 of n + 50), on a
+    # connection of its own: a pooled one may be closing after the server's keep-alive timeout
+    async with httpx.AsyncClient(timeout=60) as fresh:
+        res["whole"] = (await fresh.get(gw.url + "/admin/stats")).json()["handler_s"]
     done = rounds * (n // rounds)
     res["gw_cpu_per_req"] = gw_cpu / done
     res["up_cpu_per_req"] = up_cpu / done
@@ -242,54 +250,91 @@ def ms(v: float) -> str:
     return f"{v * 1000:.2f}"
 
 
+async def figures(up: Proc, conc: int, n: int) -> dict[str, float]:
+    """One latency measurement against a fresh gateway: every figure of a table row."""
+    gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
+    try:
+        r = await latency(up, gw, conc, n, rounds=4)
+    finally:
+        gw.stop()
+    d, g = r["direct"], r["gateway"]
+    out = {"requests": float(len(d["ttft"]))}
+    for q in (0.5, 0.99):
+        for k in ("ttft", "e2e"):
+            out[f"{k}{q}_direct"] = pct(d[k], q)
+            out[f"{k}{q}_gw"] = pct(g[k], q)
+            out[f"{k}{q}_added"] = pct(g[k], q) - pct(d[k], q)
+        out[f"to_headers{q}"] = pct(g["to_headers"], q)
+    out["handler0.5"] = r["whole"]["p50"]
+    out["handler0.95"] = r["whole"]["p95"]
+    out["gw_cpu"] = r["gw_cpu_per_req"]
+    out["up_cpu"] = r["up_cpu_per_req"]
+    return out
+
+
+def row(conc: int, runs: list[dict[str, float]]) -> str:
+    """A table row: each figure the median over the runs (one run: that run's)."""
+    f = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    added = f["e2e0.5_added"]
+    cells = [
+        str(conc) + (f" (median of {len(runs)})" if len(runs) > 1 else ""),
+        f"{f['requests']:.0f}+{f['requests']:.0f}" + (f" x{len(runs)}" if len(runs) > 1 else ""),
+        f"{ms(f['ttft0.5_direct'])} / {ms(f['ttft0.5_gw'])} / **{ms(f['ttft0.5_added'])}**",
+        f"{ms(f['ttft0.99_direct'])} / {ms(f['ttft0.99_gw'])} / **{ms(f['ttft0.99_added'])}**",
+        f"**{ms(added)}** / {ms(f['e2e0.99_added'])}",
+        f"**{ms(f['handler0.5'])}** / {ms(f['handler0.95'])}",
+        f"{f['handler0.5'] / added:.2f}" if added > 0 else "n/a",
+        f"{ms(f['to_headers0.5'])} / {ms(f['to_headers0.99'])}",
+        f"{ms(f['gw_cpu'])} ({ms(f['up_cpu'])})",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--concurrency", default="1,64,256")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs per concurrency (fresh gateway each); medians"
+    )
+    ap.add_argument("--latency-only", action="store_true", help="skip the 429 and memory parts")
     args = ap.parse_args()
     scale = 0.25 if args.quick else 1.0
     up = Proc("upstream")
-    gw = Proc("gateway", up.url, max_concurrency=4096, max_queue=4096)
     full = Proc("gateway", up.url, max_concurrency=1, max_queue=0)
     async with httpx.AsyncClient() as c:
         await c.post(full.url + "/admin/pause")
     print("## Gateway overhead (bench/bench_gateway.py)\n")
     print(
         "Instant upstream (4 SSE chunks, no think time), gateway and upstream in their own "
-        "processes, one httpx client; direct and gateway blocks alternate. "
-        "Added = gateway - direct. `x-llmtop-overhead-ms` is the gateway's own measure "
-        "(time in the gateway, queue and upstream excluded).\n"
+        "processes, one httpx client; direct and gateway blocks alternate; a fresh gateway per "
+        "run. Added = gateway - direct. Handler time is the gateway's own measure "
+        "(`/admin/stats` `handler_s`, `llmtop_gateway_handler_seconds`): the whole request in "
+        "the handler (request path, response headers, relaying the chunks), queue and "
+        "upstream waits excluded; the `x-llmtop-handler-to-headers-ms` header is the same up "
+        "to the response headers. "
+        "Load average at the start: {:.2f} {:.2f} {:.2f}.\n".format(*os.getloadavg())
     )
     print(
         "| concurrency | requests | TTFT p50 direct / gw / added ms | TTFT p99 direct / gw / "
-        "added ms | E2E p50 added ms | E2E p99 added ms | overhead header p50 / p99 ms "
+        "added ms | E2E p50 / p99 added ms | handler time p50 / p95 ms "
+        "| handler p50 / E2E added p50 | to-headers header p50 / p99 ms "
         "| gateway CPU per request (upstream's) ms |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     try:
         for conc in [int(x) for x in args.concurrency.split(",")]:
             n = int((400 if conc == 1 else 1024) * scale)
-            r = await latency(up, gw, conc, n, rounds=4)
-            d, g = r["direct"], r["gateway"]
-            row = [
-                str(conc),
-                f"{len(d['ttft'])}+{len(g['ttft'])}",
-                f"{ms(pct(d['ttft'], 0.5))} / {ms(pct(g['ttft'], 0.5))} / "
-                f"**{ms(pct(g['ttft'], 0.5) - pct(d['ttft'], 0.5))}**",
-                f"{ms(pct(d['ttft'], 0.99))} / {ms(pct(g['ttft'], 0.99))} / "
-                f"**{ms(pct(g['ttft'], 0.99) - pct(d['ttft'], 0.99))}**",
-                ms(pct(g["e2e"], 0.5) - pct(d["e2e"], 0.5)),
-                ms(pct(g["e2e"], 0.99) - pct(d["e2e"], 0.99)),
-                f"{ms(pct(g['overhead'], 0.5))} / {ms(pct(g['overhead'], 0.99))}",
-                f"{ms(r['gw_cpu_per_req'])} ({ms(r['up_cpu_per_req'])})",
-            ]
-            print("| " + " | ".join(row) + " |", flush=True)
+            runs = [await figures(up, conc, n) for _ in range(max(1, args.repeat))]
+            print(row(conc, runs), flush=True)
+        if args.latency_only:
+            return
         n429 = int(2000 * scale)
         http_rate = await rate_over_http(full.url, n429, 64, 429)
         direct_rate = await rate_over_http(up.url, n429, 64, 200)
         pure_rate = await rejections_in_process(200_000)
     finally:
-        for p in (gw, full, up):
+        for p in (full, up):
             p.stop()
     mem_pure = await queued_memory_in_process(10_000)
     mem_http, queued = await queued_memory_over_http(int(2000 * scale))

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 from llmtop.core import engines, promtext  # noqa: E402
 from llmtop.core.raw import RawEngine, RawPoll, Sample  # noqa: E402
 from llmtop.core.snapshot import GpuStats  # noqa: E402
-from llmtop.replay import ReplaySource  # noqa: E402
+from llmtop.recording.replay import ReplaySource  # noqa: E402
+from llmtop.recording.writer import Recorder, read_recording  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
-from llmtop.sources.recording import Recorder, read_recording  # noqa: E402
 
 POLLS = 3600
 BUDGET_MB = 5.0

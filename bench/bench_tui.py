@@ -33,8 +33,8 @@ def serve(engine_port: int, gateway_port: int) -> None:
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
 
+    from llmtop.asgi.uvicorn_runner import ServerThread
     from llmtop.gateway.app import create_app
-    from llmtop.serving import ServerThread
     from llmtop.settings import GatewaySettings
 
     text = FIXTURE.read_text()

@@ -1,22 +1,32 @@
 """The one exception tree of llmtop.
 
 Every error a user can cause or meet is one of these; the CLI turns each into a one-line message
-on stderr and the exit code below, never a traceback::
+on stderr and the exit code below, never a traceback. Errors carry their facts as attributes
+(the field, the target, the line, the reason), not only in the message::
 
     LlmtopError                 1  something went wrong at run time
      ├── UsageError             2  a bad flag, value or combination
      │    ├── ConfigError       2  a bad or missing config file, a bad LLMTOP_* variable
-     │    └── NotBuiltError     2  a subcommand that is not built yet
+     │    └── LimitError        2  a gateway limit with a wrong field, type or range (.field)
      ├── TargetError            3  a target (vLLM, gateway, dcgm-exporter) is down or unreachable
-     │    └── ScrapeError       3  a target answered, but not with exposition text we can read
+     │    ├── ScrapeError       3  a target answered, but not with exposition text we can read
+     │    │                        (.target, .line)
+     │    ├── GatewayReadError  3  the gateway answered, but not as its admin API should
+     │    │                        (.target, .is_gateway)
+     │    └── TooManyRequests   3  a server answered 429 to the load generator (.reason,
+     │                             .retry_after_s); the generator retries or counts it
      ├── ServeError             4  a server could not start: port in use, address refused
      ├── AdminError             5  the gateway's admin API refused a change (401, 400, down)
-     └── RecordingError         6  a recording file is missing, truncated or not a recording
+     ├── RecordingError         6  a recording file is missing, truncated or not a recording
+     └── Rejected               1  the gateway refuses a request with a 429 (.reason,
+                                   .retry_after_s); the proxy answers it, it never reaches a CLI
 
 `llmtop snapshot` also exits 1 (degraded), 2 (critical) and 3 (unknown) by design: see README.
 """
 
 from __future__ import annotations
+
+import math
 
 
 class LlmtopError(Exception):
@@ -35,8 +45,14 @@ class ConfigError(UsageError):
     """A config file or an LLMTOP_* environment variable holds a bad value."""
 
 
-class NotBuiltError(UsageError):
-    """A subcommand that exists in --help but is not built yet."""
+class LimitError(UsageError):
+    """A limit change with a wrong field, type or range; the admin API answers 400 with it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        """The limit's field name (or the unknown name given)."""
+        self.message = message
 
 
 class TargetError(LlmtopError):
@@ -44,9 +60,38 @@ class TargetError(LlmtopError):
 
     exit_code = 3
 
+    def __init__(self, message: str, *, target: str | None = None) -> None:
+        super().__init__(message)
+        self.target = target
+        """The URL that failed, when known."""
+
 
 class ScrapeError(TargetError):
     """A target answered with something that is not readable Prometheus text."""
+
+    def __init__(self, message: str, *, target: str | None = None, line: int | None = None) -> None:
+        super().__init__(message, target=target)
+        self.line = line
+        """The 1-based line of the exposition text that could not be read, when one is to blame."""
+
+
+class GatewayReadError(TargetError):
+    """The gateway answered, but not as its admin API should."""
+
+    def __init__(self, message: str, *, target: str | None = None, is_gateway: bool = False):
+        super().__init__(message, target=target)
+        self.is_gateway = is_gateway
+        """True when the answer proves an llmtop gateway is there (a 401 from its admin API)."""
+
+
+class TooManyRequests(TargetError):
+    """A 429 seen by the load generator: why (the gateway's reason), and how long to wait."""
+
+    def __init__(self, retry_after_s: float | None, reason: str | None) -> None:
+        super().__init__(reason or "429 Too Many Requests")
+        self.retry_after_s = retry_after_s
+        """Retry-After in seconds, None when the server gave none."""
+        self.reason = reason
 
 
 class ServeError(LlmtopError):
@@ -65,3 +110,20 @@ class RecordingError(LlmtopError):
     """A recording cannot be read or written."""
 
     exit_code = 6
+
+
+class Rejected(LlmtopError):
+    """A request the gateway refuses with a 429: the reason, a message naming the knob, and
+    Retry-After."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.reason = reason
+        """queue_full, rate_limited, queue_timeout, displaced, shed, ..."""
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retry_after_header(self) -> str:
+        """Whole seconds, at least 1, as the Retry-After header wants them."""
+        return str(max(1, math.ceil(self.retry_after_s)))

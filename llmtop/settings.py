@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
+from llmtop.core.thresholds import HealthSettings as HealthSettings  # re-exported: core owns it
 from llmtop.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -71,42 +72,83 @@ class MonitorSettings:
     """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
 
 
-@dataclass(frozen=True)
-class HealthSettings:
-    """Thresholds of the health rules; SLOs are what the users of the endpoint were promised."""
+GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+"""The gateway's priorities, highest first (the admission controller's own list)."""
 
-    ttft_slo_s: float = 2.0
-    """Time-to-first-token P95 above this is degraded."""
-    itl_slo_s: float = 0.1
-    """Inter-token latency P95 above this is degraded."""
-    queue_wait_slo_s: float = 5.0
-    """Gateway queue wait P95 above this is a saturated gateway."""
-    kv_high_frac: float = 0.9
-    """KV-cache usage at or above this, with preemptions or waiting, is exhaustion."""
-    error_rate_max: float = 0.01
-    """A share of failed requests below this counts as "no errors" for degraded-200."""
-    fire_after_s: float = 3.0
-    """A rule must hold this long before its finding fires."""
-    clear_after_s: float = 10.0
-    """A fired rule must stay false this long before its finding clears."""
-    window_s: float = 10.0
-    """Window of the histogram quantiles and rates."""
-    stale_after_s: float = 15.0
-    """Running requests with no token progress for this long is a hung engine or stale data."""
-    cliff_waiting_growth: float = 4.0
-    """Waiting must grow by at least this many requests over the window for a batching cliff."""
-    cliff_flat_frac: float = 0.1
-    """Decode throughput within this share of its earlier value counts as flat."""
-    decode_collapse_frac: float = 0.5
-    """Per-sequence decode rate under this share of its best (at half the running): decode-bound."""
-    prefill_dominant_frac: float = 0.5
-    """Prefill time above this share of TTFT (with TTFT over its SLO) is prefill-bound."""
-    gateway_queue_near_frac: float = 0.8
-    """A gateway queue at or above this share of max_queue is near full."""
-    gpu_mem_high_frac: float = 0.98
-    """GPU memory used at or above this share of total is nearly full (vLLM preallocates ~0.9)."""
-    critical_slo_factor: float = 4.0
-    """A latency this many times its SLO makes degraded-200 critical."""
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One row of the gateway's key table: a key's SHA-256 (never the key), its tenant and the
+    highest priority its requests may claim."""
+
+    sha256: str
+    tenant: str
+    max_priority: str = "normal"
+
+
+def _api_key(row: Any, where: str) -> ApiKey:
+    if isinstance(row, str):  # the env form: <sha256>=<tenant>[:<max_priority>]
+        digest, _, rest = row.partition("=")
+        tenant, _, prio = rest.partition(":")
+        row = {"sha256": digest, "tenant": tenant, **({"max_priority": prio} if prio else {})}
+    if not isinstance(row, Mapping):
+        raise ConfigError(f"{where}: expected a table with sha256, tenant, max_priority")
+    unknown = sorted(set(row) - {"sha256", "tenant", "max_priority"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
+    digest = str(row.get("sha256", "")).strip().lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ConfigError(
+            f"{where}: sha256 must be 64 hex digits (`llmtop gateway --hash-key` prints it)"
+        )
+    tenant = str(row.get("tenant", "")).strip()
+    if not tenant or len(tenant) > 64 or not tenant.isprintable():
+        raise ConfigError(f"{where}: tenant must be 1-64 printable characters")
+    prio = str(row.get("max_priority", "normal")).strip().lower()
+    if prio not in GATEWAY_PRIORITIES:
+        raise ConfigError(
+            f"{where}: max_priority must be one of {', '.join(GATEWAY_PRIORITIES)}, got {prio!r}"
+        )
+    return ApiKey(digest, tenant, prio)
+
+
+def parse_tenant_slos(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """Per-tenant TTFT budgets: a table `{tenant = seconds}` in the config file, or
+    `tenant=seconds,...` in the environment; each a number of seconds > 0."""
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ConfigError(f"{where}: expected tenant=seconds,..., got {value!r}")
+        items: list[tuple[Any, Any]] = [(k.strip(), v.strip()) for k, v in pairs]
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        raise ConfigError(f"{where}: expected a table of tenant = seconds, got {value!r}")
+    out = []
+    for k, v in items:
+        try:
+            seconds = float(v)
+        except (TypeError, ValueError):
+            seconds = float("nan")
+        if not str(k) or isinstance(v, bool) or not seconds > 0 or seconds == float("inf"):
+            raise ConfigError(f"{where}: {k}: expected a number of seconds > 0, got {v!r}")
+        out.append((str(k), seconds))
+    return tuple(out)
+
+
+def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
+    """The key table from the config file (an array of tables) or the env (comma-separated
+    `<sha256>=<tenant>[:<max_priority>]`); a key listed twice is an error."""
+    rows = [r for r in value.split(",") if r.strip()] if isinstance(value, str) else value
+    if not isinstance(rows, list | tuple):
+        raise ConfigError(f"{where}: expected a list of keys")
+    keys = tuple(_api_key(r, f"{where}[{i}]") for i, r in enumerate(rows))
+    seen: set[str] = set()
+    for i, k in enumerate(keys):
+        if k.sha256 in seen:
+            raise ConfigError(f"{where}[{i}]: sha256 listed twice")
+        seen.add(k.sha256)
+    return keys
 
 
 @dataclass(frozen=True)
@@ -127,6 +169,21 @@ class GatewaySettings:
     """Requests per minute per tenant (token bucket); off when unset."""
     max_inflight_prompt_tokens: int | None = None
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
+    max_inflight_kv_blocks: int | None = None
+    """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    ttft_slo_s: float | None = None
+    """TTFT budget of a request, gateway queue included; the deadline queue works to it
+    (5 s with --autopilot when unset)."""
+    queue_policy: str = "fifo"
+    """fifo, deadline, codel or lifo: how the gateway's queue meets overload (deadline with
+    --autopilot)."""
+    mode: str = "manual"
+    """auto: the autopilot moves the KV budget to hold the SLO; manual: only people do."""
+    autopilot: bool = False
+    """Start in auto mode with a deadline queue: admit by KV footprint, the budget moved by the
+    engine's signals (docs/autopilot.md)."""
+    itl_slo_s: float = 0.1
+    """Mean inter-token latency the autopilot keeps the engine under."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
     max_header_bytes: int = 64 * 1024
@@ -139,6 +196,18 @@ class GatewaySettings:
     """Bearer token the admin API requires; without it only loopback listening is allowed."""
     admin_token_file: str | None = None
     """File holding the admin token."""
+    trust_client_headers: bool = False
+    """Take x-llmtop-priority and x-llmtop-tenant from clients as sent: only behind a proxy
+    that authenticates callers and sets both; otherwise the key table decides."""
+    engine_priority: bool = False
+    """Stamp vLLM's `priority` field (high -1, normal 0, low 1) on admitted generation requests,
+    for a vLLM started with --scheduling-policy priority: the gateway's order holds inside it."""
+    api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"parse": parse_api_keys})
+    """Key table: tenant and highest priority per API key, keys stored as SHA-256 hex."""
+    tenant_ttft_slo_s: tuple[tuple[str, float], ...] = field(
+        default=(), metadata={"parse": parse_tenant_slos}
+    )
+    """Per-tenant TTFT budgets for the deadline queue, over ttft_slo_s (`{batch = 60}`)."""
 
 
 @dataclass(frozen=True)
@@ -262,12 +331,14 @@ def load(
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         tp = hints[f.name]
+        # a field with its own parser (a table of rows) skips the generic coercion
+        parse = f.metadata.get("parse") or (lambda v, where, tp=tp: _coerce(v, tp, where))
         if flags is not None and flags.get(f.name) is not None:
-            values[f.name] = _coerce(flags[f.name], tp, f"--{f.name.replace('_', '-')}")
+            values[f.name] = parse(flags[f.name], f"--{f.name.replace('_', '-')}")
         elif env_name(f) in environ:
-            values[f.name] = _coerce(environ[env_name(f)], tp, env_name(f))
+            values[f.name] = parse(environ[env_name(f)], env_name(f))
         elif f.name in table:
-            values[f.name] = _coerce(table[f.name], tp, f"config [{section}] {f.name}")
+            values[f.name] = parse(table[f.name], f"config [{section}] {f.name}")
     return cls(**values)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -4,4 +4,15 @@ These modules import only argparse and settings at top level, so `llmtop --help`
 each `run` imports the heavy machinery it needs.
 """
 
-NAMES: tuple[str, ...] = ("top", "demo", "sim", "gateway", "snapshot", "load", "replay", "report")
+NAMES: tuple[str, ...] = (
+    "top",
+    "demo",
+    "sim",
+    "gateway",
+    "snapshot",
+    "load",
+    "replay",
+    "report",
+    "whatif",
+    "serve",
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from llmtop import settings
@@ -22,6 +23,16 @@ def flag(
     parser.add_argument(
         *names, dest=name, default=None, help=f"{help} {settings.describe(cls, name)}", **kwargs
     )
+
+
+Flag = tuple[str, str, str, dict[str, Any]]
+"""(settings field, option, help, argparse keywords): one row of a command's flag table."""
+
+
+def flags(parser: argparse.ArgumentParser, cls: type[Any], table: Iterable[Flag]) -> None:
+    """Add a table of settings-backed flags (see `flag`)."""
+    for name, option, help, kwargs in table:
+        flag(parser, cls, name, option, help=help, **kwargs)
 
 
 def load(cls: type[T], args: argparse.Namespace) -> T:

@@ -1,43 +1,38 @@
 """`llmtop snapshot`: one-shot health check for scripts and cron.
 
-Scrapes every target at the start and at the end of the window, derives rates and quantiles
-over it, and prints a summary (or one JSON object with --json). Exit status: 0 ok, 1 degraded,
-2 critical, 3 unknown or unreachable.
+Polls every target at the monitor interval across the window, then prints the last poll's
+figures and verdict, with any finding that held only earlier (or one JSON object with --json).
+Exit status: 0 ok, 1 degraded, 2 critical, 3 unknown or unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
 
 from llmtop.commands._common import flag, load
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
-if TYPE_CHECKING:
-    from llmtop.core.snapshot import Snapshot
-
-HELP = "one-shot health check: scrape twice over a window, print findings (exit 0/1/2/3)"
+HELP = "one-shot health check: poll across a window, print the verdict (exit 0/1/2/3)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_monitor_arguments(p)
     p.add_argument(
-        "--window",
-        type=float,
-        default=5.0,
+        "--window", type=float, default=5.0, metavar="S", help="seconds to watch (default: 5)"
+    )
+    flag(
+        p,
+        MonitorSettings,
+        "interval_s",
+        "--interval",
         metavar="S",
-        help="seconds between the two scrapes (default: 5)",
+        type=float,
+        help="seconds between polls",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     flag(
-        p,
-        HealthSettings,
-        "ttft_slo_s",
-        "--ttft-slo",
-        metavar="S",
-        type=float,
-        help="TTFT p95 SLO in seconds",
+        p, HealthSettings, "ttft_slo_s", "--ttft-slo", metavar="S", type=float, help="TTFT p95 SLO"
     )
     flag(
         p,
@@ -53,43 +48,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
-    from dataclasses import replace
 
+    from llmtop.core.lookback import MAX_WINDOW_S
     from llmtop.core.summary import EXIT_CODES, to_json, to_text
     from llmtop.errors import UsageError
+    from llmtop.sources.fleet import is_fleet, take_fleet_snapshot
+    from llmtop.sources.snapshot import take_snapshot
 
     monitor = load(MonitorSettings, args)
-    health = load(HealthSettings, args)
     window = float(args.window)
-    if not 0.5 <= window <= 3600:
-        raise UsageError("--window must be between 0.5 and 3600 seconds")
-    # One look over one window: a finding fires and clears on what the window shows.
-    health = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window)
-    snap, fleet = asyncio.run(_take(monitor, health, window))
-    if args.json:
-        print(json.dumps(to_json(snap) | fleet, indent=2))
+    if not 0.5 <= window <= MAX_WINDOW_S:
+        raise UsageError(f"--window must be between 0.5 and {MAX_WINDOW_S:g} seconds")
+    if not 0.1 <= monitor.interval_s <= MAX_WINDOW_S:
+        raise UsageError(f"--interval must be between 0.1 and {MAX_WINDOW_S:g} seconds")
+    health = load(HealthSettings, args)
+    if is_fleet(monitor):  # several engines: each replica's figures and findings too
+        report, fleet = asyncio.run(take_fleet_snapshot(monitor, health, window))
     else:
-        print(to_text(snap, window))
-    return EXIT_CODES[snap.status]
-
-
-async def _take(
-    monitor: MonitorSettings, health: HealthSettings, window: float
-) -> tuple[Snapshot, dict[str, Any]]:
-    """The snapshot, and {"fleet": ...} when watching a fleet (else {})."""
-    import asyncio
-    import time
-
-    from llmtop.sources.fleet import fleet_json_of, make_collector
-
-    timeout = min(5.0, max(1.0, window * 0.8))
-    collector = make_collector(monitor, health, window_s=window, timeout_s=timeout)
-    try:
-        start = time.monotonic()
-        first = await collector.poll()
-        if not any(e.up for e in first.engines):
-            return first, fleet_json_of(collector)  # nothing answers: say so now
-        await asyncio.sleep(max(0.0, window - (time.monotonic() - start)))
-        return await collector.poll(), fleet_json_of(collector)
-    finally:
-        await collector.aclose()
+        report, fleet = asyncio.run(take_snapshot(monitor, health, window)), {}
+    print(json.dumps(to_json(report) | fleet, indent=2) if args.json else to_text(report))
+    return EXIT_CODES[report.status]

@@ -1,12 +1,27 @@
-"""Units for people: one place that turns numbers into text for the TUI, snapshot and reports.
+"""Units for people: the one place that turns numbers and times into text, for the TUI, the
+snapshot, the findings and the report.
 
-Every function takes None (or a non-finite float) for unknown and prints "n/a", so a missing
-value is never shown as 0.
+Every function takes None for unknown and prints "n/a", so a missing value is never shown as 0
+(the sentence forms also take NaN and infinities as unknown). Two families: sentence forms with
+a space before the unit ('850 ms', '14.2 GiB') for findings, the snapshot and the report, and
+compact forms for the TUI's narrow panels ('850ms', '14.2G', '1.2k').
+
+Time zones. Three clocks run in llmtop, and only one is ever shown as a time of day:
+- wall time, epoch seconds (`time.time`): Snapshot.time, recordings, the gateway's events. On a
+  screen (the event log, the replay timeline) it is shown as the viewer's local HH:MM:SS
+  (`local_clock`), like top and journalctl; in a document (the report, the snapshot JSON) it is
+  UTC and says so (`utc_time` '... UTC', `utc_iso` '...Z'), so a pasted report reads the same
+  in every zone. Epoch seconds travel unchanged on the wire and in files. A default file name
+  (`llmtop-YYYYmmdd-HHMMSS.jsonl.gz`, the `r` key) is local time, like the screen it came from.
+- monotonic time (`time.monotonic`): intervals, ages, the demo's t=; shown only as durations.
+- virtual time (the sim's clock): the model's own; shown only as durations.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from datetime import datetime, timezone
 
 NA = "n/a"
 
@@ -76,3 +91,95 @@ def celsius(v: float | None) -> str:
 def mhz(v: float | None) -> str:
     """A clock: '1,410 MHz'."""
     return NA if _unknown(v) or v is None else f"{v:,.0f} MHz"
+
+
+# ---- time of day (see the time-zone policy above) -------------------------------------------
+
+
+def local_clock(t: float) -> str:
+    """An epoch time as the viewer's local HH:MM:SS (screens)."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def utc_time(t: float | None) -> str:
+    """An epoch time as 'YYYY-MM-DD HH:MM:SS UTC' (the report)."""
+    if t is None:
+        return NA
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def utc_iso(t: float) -> str:
+    """An epoch time as ISO 8601 UTC, second resolution (the snapshot JSON)."""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- compact forms for the TUI's panels -----------------------------------------------------
+
+
+def dur(s: float | None) -> str:
+    """Seconds as 850ms, 1.23s, 12.3s, 2m05s."""
+    if s is None:
+        return NA
+    if s < 0:
+        s = 0.0
+    if s < 1.0:
+        return f"{s * 1000:.0f}ms"
+    if s < 10.0:
+        return f"{s:.2f}s"
+    if s < 100.0:
+        return f"{s:.1f}s"
+    m, sec = divmod(round(s), 60)
+    return f"{m}m{sec:02d}s"
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    """A count or rate with k/M suffixes: 950, 1.2k, 38.8k, 1.5M."""
+    if x is None:
+        return NA
+    ax = abs(x)
+    if ax >= 1e6:
+        return f"{x / 1e6:.{digits}f}M"
+    if ax >= 1e4:
+        return f"{x / 1e3:.0f}k" if ax >= 1e5 else f"{x / 1e3:.{digits}f}k"
+    if ax >= 1000:
+        return f"{x / 1e3:.{digits}f}k"
+    if ax >= 100 or float(x).is_integer():
+        return f"{x:.0f}"
+    return f"{x:.{digits}f}"
+
+
+def integer(x: float | None) -> str:
+    """A whole count (running, waiting, limits)."""
+    return NA if x is None else f"{x:.0f}"
+
+
+def pct(v: float | None) -> str:
+    """A fraction as a percentage: 0.934 -> 93%."""
+    return NA if v is None else f"{v * 100:.0f}%"
+
+
+def gib_short(b: float | None) -> str:
+    """Bytes as GiB with one decimal (70.1G)."""
+    return NA if b is None else f"{b / 2**30:.1f}G"
+
+
+def rate(x: float | None) -> str:
+    """An events-per-second rate without its unit: 0, 0.25, 2.1, 12."""
+    if x is None:
+        return NA
+    if x == 0:
+        return "0"
+    if abs(x) < 10:
+        return f"{x:.2f}".rstrip("0").rstrip(".") if abs(x) < 1 else f"{x:.1f}"
+    return f"{x:.0f}"
+
+
+def age(s: float | None) -> str:
+    """How old the data is: 0.4s, 12s, 3m."""
+    if s is None:
+        return NA
+    if s < 10:
+        return f"{max(s, 0.0):.1f}s"
+    if s < 120:
+        return f"{s:.0f}s"
+    return f"{s / 60:.0f}m"

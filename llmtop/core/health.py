@@ -36,7 +36,7 @@ from llmtop.core.rules_engine import (
     vllm_admission,
 )
 from llmtop.core.snapshot import Finding
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 __all__ = ["RULES", "Context", "HealthState", "Rule", "Verdict"]
 

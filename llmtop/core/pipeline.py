@@ -3,44 +3,26 @@
 Pure and deterministic: time comes only from `RawPoll.time`, so feeding the same RawPolls to a
 fresh Pipeline yields the same Snapshots (recording and replay rely on it). It keeps, per
 engine URL, a reset-aware counter window (`series.CounterWindow`), the rules' hysteresis state
-(`health.HealthState`), and ~10 minutes of history:
-
-- `pipeline.snapshots`: the recent Snapshots, oldest first (what the rules look back on);
-- `pipeline.history`: a tuple of `HistoryPoint` (time, decode_tok_per_s, prompt_tok_per_s,
-  ttft_p95_s, kv_cache_usage_frac, running, waiting, gateway_in_flight, gateway_queued), oldest
-  first, engines summed (KV and TTFT: the worst engine), for the TUI's charts. None = unknown.
+(`health.HealthState`), and ~10 minutes of Snapshots (`pipeline.snapshots`, oldest first: what
+the rules look back on).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from llmtop.core import engines as vllm_names
+from llmtop.core.admin_api import LIMITS
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 HISTORY_S = 600.0
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One poll's headline numbers for the charts; None = unknown at that poll."""
-
-    time: float
-    decode_tok_per_s: float | None
-    prompt_tok_per_s: float | None
-    ttft_p95_s: float | None
-    kv_cache_usage_frac: float | None
-    running: float | None
-    waiting: float | None
-    gateway_in_flight: int | None
-    gateway_queued: int | None
 
 
 class _EngineTrack:
@@ -69,17 +51,11 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
-        self._history: deque[HistoryPoint] = deque()
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
         """Recent snapshots, oldest first."""
         return tuple(self._snapshots)
-
-    @property
-    def history(self) -> tuple[HistoryPoint, ...]:
-        """Recent headline numbers for charts, oldest first (~10 minutes)."""
-        return tuple(self._history)
 
     def update(self, raw: RawPoll) -> Snapshot:
         """Fold one poll in and return its Snapshot."""
@@ -144,11 +120,8 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
-        self._history.append(history_point(snap))
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
-        while self._history and self._history[0].time < snap.time - HISTORY_S:
-            self._history.popleft()
 
 
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:
@@ -169,6 +142,11 @@ def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Stat
     if findings:
         return "degraded"
     return "ok"
+
+
+def _str(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) else None
 
 
 def _num(d: dict[str, Any], key: str) -> float | None:
@@ -197,11 +175,19 @@ def gateway_stats(
     counters: dict[Key, float] = {(f"rej:{k}", None): v for k, v in rejections.items()}
     if "timed_out" in outcomes:
         counters[("rej:queue_timeout", None)] = float(outcomes["timed_out"])
+    for k, v in _dict(data, "upstream_errors").items():
+        if isinstance(v, int | float):
+            counters[(f"up:{k}", None)] = float(v)
     window.add(t, counters)
     rejected_per_s: dict[str, float] = {}
+    upstream_errors_per_s: dict[str, float] = {}
     for (name, _), _v in counters.items():
         r = window.rate((name, None), window_s)
-        if r is not None:
+        if r is None:
+            continue
+        if name.startswith("up:"):
+            upstream_errors_per_s[name.removeprefix("up:")] = r
+        else:
             rejected_per_s[name.removeprefix("rej:")] = r
     limits = _dict(data, "limits")
     wait, ttft, upstream = (
@@ -212,6 +198,8 @@ def gateway_stats(
     all_outcomes = dict(outcomes)
     for k, v in rejections.items():
         all_outcomes[f"rejected:{k}"] = int(v)
+    parse = {"int": _int, "float": _num, "choice": _str}
+    limit_values: dict[str, Any] = {s.field: parse[s.kind](limits, s.field) for s in LIMITS}
     paused = data.get("paused")
     healthy = upstream.get("healthy")
     return GatewayStats(
@@ -224,11 +212,8 @@ def gateway_stats(
             for k, v in _dict(data, "queued_by_priority").items()
             if isinstance(v, int | float)
         },
-        max_concurrency=_int(limits, "max_concurrency"),
-        max_queue=_int(limits, "max_queue"),
-        queue_timeout_s=_num(limits, "queue_timeout_s"),
-        rate_limit_rpm=_num(limits, "rate_limit_rpm"),
-        max_inflight_prompt_tokens=_int(limits, "max_inflight_prompt_tokens"),
+        **limit_values,
+        autopilot_reason=_str(_dict(data, "autopilot"), "reason"),
         paused=paused if isinstance(paused, bool) else None,
         outcomes=all_outcomes,
         rejected_per_s=rejected_per_s,
@@ -237,31 +222,7 @@ def gateway_stats(
         ttft_p50_s=_num(ttft, "p50"),
         ttft_p95_s=_num(ttft, "p95"),
         upstream_healthy=healthy if isinstance(healthy, bool) else None,
-    )
-
-
-def _sum(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _max(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def history_point(snap: Snapshot) -> HistoryPoint:
-    """A snapshot's headline numbers: rates and counts summed, KV and TTFT the worst engine."""
-    up = [e for e in snap.engines if e.up]
-    g = snap.gateway if snap.gateway is not None and snap.gateway.up else None
-    return HistoryPoint(
-        time=snap.time,
-        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
-        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
-        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
-        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
-        running=_sum([e.running for e in up]),
-        waiting=_sum([e.waiting for e in up]),
-        gateway_in_flight=None if g is None else g.in_flight,
-        gateway_queued=None if g is None else g.queued,
+        upstream_errors_per_s=upstream_errors_per_s,
+        oldest_queued_s=_num(data, "oldest_queued_s"),
+        oldest_unanswered_s=_num(data, "oldest_unanswered_s"),
     )

@@ -55,7 +55,7 @@ def _shown(line: str) -> str:
 
 
 def _bad_line(lineno: int, line: str, why: str = "not Prometheus text") -> ScrapeError:
-    return ScrapeError(f"{why} at line {lineno}: {_shown(line)!r}")
+    return ScrapeError(f"{why} at line {lineno}: {_shown(line)!r}", line=lineno)
 
 
 def parse(text: str, keep: Keep | None = None) -> tuple[Sample, ...]:

@@ -5,11 +5,20 @@ and what it is (`Rule`), plus helpers the rule modules share. Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from llmtop.core.snapshot import Bottleneck, EngineStats, GatewayStats, GpuStats, Severity, Snapshot
-from llmtop.settings import HealthSettings
+from llmtop.core.snapshot import (
+    Bottleneck,
+    EngineStats,
+    Finding,
+    GatewayStats,
+    GpuStats,
+    Severity,
+    Snapshot,
+)
+from llmtop.core.thresholds import HealthSettings
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,31 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
         f"{why}: cap concurrency at ~{n}: press - or :cap {n} (gateway max_concurrency), "
         f"or restart vLLM with --max-num-seqs {n}"
     )
+
+
+_CAP_ADVICE = re.compile(r"press - or :cap (\d+)\b")
+"""The instruction `cap_action` writes when a lower gateway cap is the fix."""
+_SEVERITY_RANK = {"critical": 0, "warning": 1}
+
+
+def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
+    """The cap the findings tell the user to type now, and the finding that says so.
+
+    Read from the action itself (the `:cap N` that `cap_action` writes), so the demo's banner
+    and `--apply-cap auto` follow exactly what the screen shows: the most severe finding that
+    advises a cap, the oldest first among equals (the order the screen lists them). None when
+    none does: nothing is wrong, the gateway cap is already at or below the suggestion, or
+    traffic goes around the gateway.
+    """
+    ranked = sorted(
+        findings,
+        key=lambda f: (_SEVERITY_RANK.get(f.severity, 2), f.since if f.since is not None else 0.0),
+    )
+    for f in ranked:
+        m = _CAP_ADVICE.search(f.action)
+        if m:
+            return int(m.group(1)), f
+    return None
 
 
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmtop.core import format as fmt
+from llmtop.core.aggregate import combine
 from llmtop.core.rulebase import Context, Verdict, kv_fit, up_engines
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
@@ -52,10 +53,11 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
     if headroom and fit is not None and g.max_concurrency is not None:
         headroom = g.max_concurrency < fit
     if headroom:
-        e = engines[0]
+        kv = combine(engines)  # several engines: the fullest cache
         bound = f" (up to ~{fit}: what the KV cache holds at this request size)" if fit else ""
         action = (
-            f"the engine has headroom (KV {fmt.frac(e.kv_cache_usage_frac)}, 0 waiting): raise "
+            f"the engine has headroom (KV {fmt.frac(kv.kv_cache_usage_frac if kv else None)},"
+            " 0 waiting): raise "
             f"max_concurrency a step with + and watch TTFT{bound}"
         )
     else:

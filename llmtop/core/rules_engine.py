@@ -5,6 +5,7 @@ cliff, decode- and prefill-bound, vLLM's own admission. Each is a pure check ove
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from llmtop.core import format as fmt
 from llmtop.core.rulebase import (
@@ -55,8 +56,13 @@ def _itl_tail_from_prefill(e: EngineStats, itl_slo_s: float) -> bool:
 
 def degraded_200(ctx: Context) -> Verdict | None:
     s = ctx.settings
+    # the gateway sees a stuck request at once; vLLM's TTFT histogram only once it is answered
+    g = ctx.gateway
+    stuck = g.oldest_unanswered_s if g is not None and g.up else None
+    stuck_over = stuck is not None and stuck > s.ttft_slo_s
     for e in up_engines(ctx):
-        ttft_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        p95_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        ttft_over = p95_over or stuck_over
         itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
         if not (ttft_over or itl_over):
             continue
@@ -65,11 +71,20 @@ def degraded_200(ctx: Context) -> Verdict | None:
         if done > 0 and errors / done > s.error_rate_max:
             continue  # failing, not "200 OK but degraded"
         parts = []
-        if ttft_over:
+        if p95_over:
             parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.ttft_slo_s)})")
+        if stuck_over:
+            parts.append(
+                f"a request at the engine has waited {fmt.seconds(stuck)} for its first token "
+                f"(SLO {fmt.seconds(s.ttft_slo_s)})"
+            )
         if itl_over:
             parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.itl_slo_s)})")
-        worst = max((e.ttft_p95_s or 0.0) / s.ttft_slo_s, (e.itl_p95_s or 0.0) / s.itl_slo_s)
+        worst = max(
+            (e.ttft_p95_s or 0.0) / s.ttft_slo_s,
+            (stuck or 0.0) / s.ttft_slo_s,
+            (e.itl_p95_s or 0.0) / s.itl_slo_s,
+        )
         severity: Severity = "critical" if worst >= s.critical_slo_factor else "warning"
         load = f"{fmt.count(e.running)} running, {fmt.count(e.waiting)} waiting"
         summary = f"{where(ctx, e)}{', '.join(parts)} with ~0 errors; {load}"
@@ -140,8 +155,12 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     return None
 
 
-def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | None:
-    """The engine's stats from the snapshot closest to `ago_s` before now (at least half)."""
+def _past(
+    ctx: Context, url: str, ago_s: float, known: Callable[[EngineStats], bool]
+) -> tuple[float, EngineStats] | None:
+    """The engine's stats from the snapshot closest to `ago_s` before now (at least half)
+    among those where `known` holds: a first poll has no rates yet, and unknown is not a
+    reason to look no further (a snapshot's first poll is exactly its window ago)."""
     best: tuple[float, EngineStats] | None = None
     for snap in reversed(ctx.history):
         dt = ctx.time - snap.time
@@ -150,15 +169,24 @@ def _past(ctx: Context, url: str, ago_s: float) -> tuple[float, EngineStats] | N
         if best is not None and dt - ago_s > abs(best[0] - ago_s):
             break  # only further from `ago_s` from here on
         for e in snap.engines:
-            if e.url == url and e.up and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s)):
+            if (
+                e.url == url
+                and e.up
+                and known(e)
+                and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s))
+            ):
                 best = (dt, e)
     return best
+
+
+def _cliff_inputs(e: EngineStats) -> bool:
+    return e.waiting is not None and e.decode_tok_per_s is not None
 
 
 def batching_cliff(ctx: Context) -> Verdict | None:
     s = ctx.settings
     for e in up_engines(ctx):
-        past = _past(ctx, e.url, s.window_s)
+        past = _past(ctx, e.url, s.window_s, _cliff_inputs)
         if past is None or e.waiting is None or e.decode_tok_per_s is None:
             continue
         dt, then = past
@@ -272,14 +300,47 @@ def stale_data(ctx: Context) -> Verdict | None:
     return None
 
 
+VLLM_REFUSAL_FLAGS = {
+    "max_num_queued_reqs": "--max-num-queued-reqs",
+    "max_num_queued_tokens": "--max-num-queued-tokens",
+    "engine_queue_full": "--max-num-queued-reqs",
+    "engine_token_backlog": "--max-num-queued-tokens",
+}
+"""vLLM's refusal reasons (its metric's, or the gateway's names for its 503s) -> its flag."""
+
+
 def vllm_admission(ctx: Context) -> Verdict | None:
+    """vLLM refuses work itself (503): from its own counter (0.32+) or the gateway's count."""
+    g = ctx.gateway
+    seen_by_gateway = {
+        k: v
+        for k, v in (g.upstream_errors_per_s if g is not None and g.up else {}).items()
+        if k in VLLM_REFUSAL_FLAGS and v
+    }
     for e in up_engines(ctx):
-        if not e.admission_rejections_per_s:
+        reasons = {k: v for k, v in e.admission_rejections_by_reason_per_s.items() if v}
+        rate = e.admission_rejections_per_s or sum(seen_by_gateway.values())
+        if not rate:
             continue
-        return Verdict(
-            f"{where(ctx, e)}vLLM rejects {fmt.per_s(e.admission_rejections_per_s)} requests "
-            "itself (--max-num-queued-reqs/-tokens)",
-            "queue in the llmtop gateway instead (priorities, timeouts, live limits), "
-            "or raise vLLM's --max-num-queued-reqs",
-        )
+        return _refusal(f"{where(ctx, e)}vLLM", rate, reasons or seen_by_gateway, seen_by_gateway)
+    if seen_by_gateway and not up_engines(ctx):
+        return _refusal("vLLM", sum(seen_by_gateway.values()), seen_by_gateway, seen_by_gateway)
     return None
+
+
+def _refusal(
+    who: str, rate: float, reasons: dict[str, float], seen_by_gateway: dict[str, float]
+) -> Verdict:
+    flags = sorted({VLLM_REFUSAL_FLAGS[r] for r in reasons if r in VLLM_REFUSAL_FLAGS})
+    flag = "/".join(flags) or "--max-num-queued-reqs/-tokens"
+    passed = (
+        f"; the gateway passed {fmt.per_s(sum(seen_by_gateway.values()))} of them on as 503 "
+        "(not its own 429s)"
+        if seen_by_gateway
+        else ""
+    )
+    return Verdict(
+        f"{who} rejects {fmt.per_s(rate)} requests itself with 503 ({flag}){passed}",
+        "queue in the llmtop gateway instead (priorities, timeouts, live limits): keep its "
+        f"max_concurrency at or below vLLM's --max-num-seqs, or raise vLLM's {flag}",
+    )

@@ -39,6 +39,8 @@ class EngineStats:
     finished_per_s: dict[str, float] = field(default_factory=dict)
     """Finished requests per second by finished_reason (stop, length, abort, error, ...)."""
     admission_rejections_per_s: float | None = None
+    admission_rejections_by_reason_per_s: dict[str, float] = field(default_factory=dict)
+    """vLLM's own 503s per second by reason (max_num_queued_reqs, max_num_queued_tokens)."""
     prefix_cache_hit_frac: float | None = None
     mean_prompt_tokens: float | None = None
     mean_generation_tokens: float | None = None
@@ -63,6 +65,14 @@ class EngineStats:
     """Mean time in vLLM's waiting queue over the window."""
     prefill_time_mean_s: float | None = None
     """Mean prefill time (scheduled -> first token) over the window."""
+    waiting_deferred: float | None = None
+    """Waiting for a transient reason, not capacity: LoRA budget, KV transfer, blocked
+    (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=deferred}`)."""
+    prompt_cache_hit_frac: float | None = None
+    """Share of prompt tokens served from the local prefix cache over the window
+    (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
+    prompt_computed_tok_per_s: float | None = None
+    """Prompt tokens actually prefilled per second (`source=local_compute`)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,13 @@ class GatewayStats:
     queue_timeout_s: float | None = None
     rate_limit_rpm: float | None = None
     max_inflight_prompt_tokens: int | None = None
+    max_inflight_kv_blocks: int | None = None
+    ttft_slo_s: float | None = None
+    queue_policy: str | None = None
+    mode: str | None = None
+    """auto: the autopilot moves the KV budget; manual: people do."""
+    autopilot_reason: str | None = None
+    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     paused: bool | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""
@@ -90,6 +107,14 @@ class GatewayStats:
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     upstream_healthy: bool | None = None
+    upstream_errors_per_s: dict[str, float] = field(default_factory=dict)
+    """Upstream failures per second by reason: engine_queue_full / engine_token_backlog are
+    vLLM's own 503 refusals (--max-num-queued-reqs/-tokens), apart from engine faults."""
+    oldest_queued_s: float | None = None
+    """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
+    oldest_unanswered_s: float | None = None
+    """Age since arrival of the oldest request at the engine still without a first byte: a
+    stuck request shows here at once, in the TTFT histograms only once it is answered."""
 
 
 @dataclass(frozen=True)
@@ -136,3 +161,57 @@ class Snapshot:
     """Why no GPU is shown ("no NVIDIA GPU visible"), when none is."""
     findings: tuple[Finding, ...] = ()
     status: Status = "unknown"
+
+
+@dataclass(frozen=True)
+class WindowFinding:
+    """A finding across the polls of a window: when it held, and what the rules said last."""
+
+    finding: Finding
+    """As the rules stated it at the poll `last_s`: its summary's figures are that poll's."""
+    first_s: float
+    """Seconds after the window's first poll that it first held."""
+    last_s: float
+    """Seconds after the window's first poll that it last held."""
+    held_polls: int
+    """How many of the window's polls it held at."""
+
+
+@dataclass(frozen=True)
+class KvPeak:
+    """An engine's highest KV usage over the window: what `kv-exhausted` reads, with its poll."""
+
+    frac: float
+    at_s: float
+    """Seconds after the window's first poll."""
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    """`llmtop snapshot`: polls across a window, and a verdict that says which poll it is from.
+
+    The figures, the status and `findings` are the last poll's (its rates and quantiles span
+    the whole window, and the rules there look back over the window's polls); `earlier` holds
+    the findings that held at an earlier poll and not at the last, each with its own figures.
+    """
+
+    last: Snapshot
+    start: float
+    """Time of the first poll (seconds since the epoch)."""
+    polls: int
+    interval_s: float
+    """The poll interval asked for (the monitor's)."""
+    findings: tuple[WindowFinding, ...] = ()
+    earlier: tuple[WindowFinding, ...] = ()
+    kv_peaks: dict[str, KvPeak] = field(default_factory=dict)
+    """Engine URL -> its KV peak over the window (engines with a known KV usage only)."""
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first poll to the last."""
+        return self.last.time - self.start
+
+    @property
+    def status(self) -> Status:
+        """The last poll's status: the verdict the exit code follows."""
+        return self.last.status

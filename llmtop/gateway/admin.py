@@ -9,12 +9,13 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from llmtop.core.admin_api import EventDoc, EventsDoc
 from llmtop.gateway.admission import LimitError
 from llmtop.gateway.state import GatewayState
 
@@ -72,7 +73,8 @@ def admin_routes(state: GatewayState) -> list[BaseRoute]:
         return JSONResponse(state.stats())
 
     async def events(request: Request) -> Response:
-        return JSONResponse({"events": list(ctl.events)})
+        doc: EventsDoc = {"events": [cast(EventDoc, e) for e in ctl.events]}
+        return JSONResponse(doc)
 
     async def pause(request: Request) -> Response:
         ctl.set_paused(True, source=_source(request))

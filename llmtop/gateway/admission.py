@@ -8,20 +8,27 @@ Every request that `enter`s ends in exactly one outcome: completed, rejected (wi
 timed_out, cancelled or upstream_error; so offered == sum(outcomes) + in_flight + queued.
 
 Ordering is strict: the head of the queue (highest priority, then oldest) goes first, and when
-the token budget does not fit the head, nobody behind it jumps ahead (no starvation of long
+the token or KV budget does not fit the head, nobody behind it jumps ahead (no starvation of long
 prompts). A prompt larger than the whole budget is admitted alone, when nothing is in flight.
+
+Queue policies (limits.queue_policy): fifo waits up to queue_timeout_s; deadline gives each
+request a TTFT budget (ttft_slo_s less the engine's recent TTFT), refuses at arrival one whose
+predicted start (backlog ahead / measured drain rate) is past it, and takes a waiter out when
+its budget is gone; codel and lifo are Fail at Scale's controlled delay and adaptive LIFO, kept
+for the comparison in bench/bench_autopilot.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from llmtop.errors import Rejected
+from llmtop.gateway.footprint import FootprintModel, PromptShape
 from llmtop.gateway.limits import LimitError, Limits, validate_limits
 from llmtop.gateway.ratelimit import TenantRateLimiter
 from llmtop.gateway.window import CumulativeHistogram, RateWindow, SampleWindow
@@ -41,28 +48,29 @@ __all__ = [
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 """Highest first; the header x-llmtop-priority takes one of these."""
 OUTCOMES: tuple[str, ...] = ("completed", "rejected", "timed_out", "cancelled", "upstream_error")
-REJECT_REASONS: tuple[str, ...] = ("queue_full", "displaced", "shed", "rate_limited")
+REJECT_REASONS: tuple[str, ...] = (
+    "queue_full",
+    "displaced",
+    "shed",
+    "rate_limited",
+    "ttft_budget",
+)
+AUTOPILOT = "autopilot"
+"""The source of the autopilot's own changes; any other source changing a lever it moves
+switches the mode to manual."""
+LEVERS = ("max_concurrency", "max_inflight_kv_blocks", "max_inflight_prompt_tokens")
+DRAIN_WINDOW_S = 10
+"""Seconds of completions the deadline queue's drain rate (KV blocks freed per second) spans."""
+ENGINE_TTFT_GAIN = 0.1
+"""Smoothing of the engine-side TTFT estimate per sample (about the last 10 first tokens)."""
+CODEL_SHORT = 0.25
+"""codel/lifo: a congested queue's timeout, as a share of the TTFT budget."""
 _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 _QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
 
 
 UNKNOWN_DRAIN_RETRY_S = 5.0
 """Retry-After when no request has completed recently (no drain rate to estimate from)."""
-
-
-class Rejected(Exception):
-    """A request refused with a 429: the reason, a message naming the knob, and Retry-After."""
-
-    def __init__(self, reason: str, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-    @property
-    def retry_after_header(self) -> str:
-        """Whole seconds, at least 1, as the Retry-After header wants them."""
-        return str(max(1, math.ceil(self.retry_after_s)))
 
 
 class Ticket:
@@ -74,9 +82,12 @@ class Ticket:
         "_key",
         "_result",
         "admitted_at",
+        "deadline",
         "enqueued_at",
+        "kv_blocks",
         "priority",
         "prompt_tokens",
+        "shape",
         "state",
         "tenant",
     )
@@ -91,6 +102,9 @@ class Ticket:
         self.admitted_at: float | None = None
         self.state = _QUEUED
         self.tenant: str | None = None
+        self.kv_blocks = 0
+        self.deadline: float | None = None
+        self.shape: PromptShape | None = None
         self._key = 0
         self._future: asyncio.Future[Rejected | None] | None = None
         self._result: Rejected | None = None
@@ -158,6 +172,7 @@ class AdmissionController:
         self.queued = 0
         self.in_flight = 0
         self.in_flight_prompt_tokens = 0
+        self.in_flight_kv_blocks = 0
         self.offered = 0
         self.paused = False
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
@@ -166,6 +181,16 @@ class AdmissionController:
             TenantRateLimiter(limits.rate_limit_rpm) if limits.rate_limit_rpm is not None else None
         )
         self._drain = RateWindow(10)
+        self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
+        self._empty_since = clock()
+        self.engine_ttft_s = 0.0
+        """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
+        self.footprint: FootprintModel | None = None
+        """Set by the owner when KV-footprint admission is used; learns from admissions."""
+        self.tenant_ttft_slo_s: dict[str, float] = {}
+        """Per-tenant TTFT budgets (the gateway's config), over limits.ttft_slo_s."""
+        self.autopilot: dict[str, Any] | None = None
+        """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
         self.queue_wait = SampleWindow(window_s)
         self.ttft = SampleWindow(window_s)
         self.queue_wait_hist = CumulativeHistogram()
@@ -179,24 +204,49 @@ class AdmissionController:
     # -- arrival -------------------------------------------------------------------------------
 
     def enter(
-        self, priority: str = "normal", *, tenant: str | None = None, prompt_tokens: int = 0
+        self,
+        priority: str = "normal",
+        *,
+        tenant: str | None = None,
+        prompt_tokens: int = 0,
+        kv_blocks: int = 0,
+        shape: PromptShape | None = None,
+        ttft_slo_s: float | None = None,
     ) -> Ticket:
-        """Admit at once, queue, or raise Rejected; await `ticket.wait()` when it is queued."""
+        """Admit at once, queue, or raise Rejected; await `ticket.wait()` when it is queued.
+
+        `kv_blocks` is the request's predicted KV footprint (footprint.py); `ttft_slo_s`
+        overrides the limits' TTFT budget for this request (a tenant's own SLO)."""
         if priority not in _RANK:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
         now = self._clock()
         self.offered += 1
         ticket = Ticket(self, priority, prompt_tokens, now)
         ticket.tenant = tenant
+        ticket.kv_blocks = kv_blocks
+        ticket.shape = shape
         lim = self._limits
         if self._rate is not None:
             wait_s = self._rate.check(tenant or "", now)
             if wait_s > 0:
                 msg = f"rate limited: over {lim.rate_limit_rpm:g} requests/min (rate_limit_rpm)"
                 raise self._reject(ticket, Rejected("rate_limited", msg, wait_s))
-        if self.queued == 0 and self._fits(prompt_tokens):
+        if self.queued == 0 and self._fits(prompt_tokens, kv_blocks):
             self._start(ticket, now)
             return ticket
+        slo = ttft_slo_s
+        if slo is None:
+            slo = self.tenant_ttft_slo_s.get(tenant or "", lim.ttft_slo_s)
+        if slo is not None and lim.queue_policy != "fifo":
+            budget = self.queue_budget_s(slo)
+            ticket.deadline = now + budget
+            wait = self.predict_wait_s(priority, kv_blocks, now)
+            if lim.queue_policy == "deadline" and wait is not None and wait > budget:
+                msg = (
+                    f"over the TTFT budget: predicted start in {wait:.1f}s, budget {budget:.1f}s"
+                    f" of {slo:g}s (ttft_slo_s); capacity expected in {wait - budget:.1f}s"
+                )
+                raise self._reject(ticket, Rejected("ttft_budget", msg, wait - budget))
         if self.queued >= lim.max_queue:
             victim = self._newest_below(priority)
             if victim is None:
@@ -235,21 +285,62 @@ class AdmissionController:
 
     # -- the queue -----------------------------------------------------------------------------
 
-    def _fits(self, prompt_tokens: int) -> bool:
-        if self.paused or self.in_flight >= self._limits.max_concurrency:
+    def drain_rate(self) -> float | None:
+        """Requests finished per second lately (None before the first)."""
+        return self._drain.rate(self._clock())
+
+    def queue_budget_s(self, slo_s: float) -> float:
+        """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""
+        return max(0.0, slo_s - self.engine_ttft_s)
+
+    def predict_wait_s(self, priority: str, kv_blocks: int, now: float) -> float | None:
+        """When a request arriving now would start: the backlog ahead of it (same or higher
+        priority) beyond what the limits have free, over the measured drain rate. None when
+        nothing has drained lately (no rate to go by)."""
+        lim = self._limits
+        rank = _RANK[priority]
+        ahead = [t for p in PRIORITIES[: rank + 1] for t in self._queues[p].values()]
+        waits = [0.0]
+        need = len(ahead) + 1 - (lim.max_concurrency - self.in_flight)
+        if need > 0:
+            rate = self._drain.rate(now)
+            if not rate:
+                return None
+            waits.append(need / rate)
+        if lim.max_inflight_kv_blocks is not None:
+            blocks = sum(t.kv_blocks for t in ahead) + kv_blocks
+            need_b = blocks - (lim.max_inflight_kv_blocks - self.in_flight_kv_blocks)
+            if need_b > 0:
+                rate_b = self._drain_blocks.rate(now)
+                if not rate_b:
+                    return None
+                waits.append(need_b / rate_b)
+        return max(waits)
+
+    def _fits(self, prompt_tokens: int, kv_blocks: int) -> bool:
+        lim = self._limits
+        if self.paused or self.in_flight >= lim.max_concurrency:
             return False
-        budget = self._limits.max_inflight_prompt_tokens
-        return (
-            budget is None
-            or self.in_flight == 0
-            or self.in_flight_prompt_tokens + prompt_tokens <= budget
-        )
+        if self.in_flight == 0:
+            return True
+        budget = lim.max_inflight_prompt_tokens
+        if budget is not None and self.in_flight_prompt_tokens + prompt_tokens > budget:
+            return False
+        kv = lim.max_inflight_kv_blocks
+        return kv is None or self.in_flight_kv_blocks + kv_blocks <= kv
+
+    def congested(self, now: float) -> bool:
+        """codel's test: the queue has not been empty for a whole TTFT budget."""
+        slo = self._limits.ttft_slo_s
+        interval = self.queue_budget_s(slo) if slo is not None else self._limits.queue_timeout_s
+        return self.queued > 0 and now - self._empty_since > interval
 
     def _head(self) -> Ticket | None:
+        lifo = self._limits.queue_policy == "lifo" and self.congested(self._clock())
         for p in PRIORITIES:
             q = self._queues[p]
             if q:
-                return next(iter(q.values()))
+                return q[next(reversed(q))] if lifo else next(iter(q.values()))
         return None
 
     def _newest_below(self, priority: str) -> Ticket | None:
@@ -265,12 +356,17 @@ class AdmissionController:
     def _unqueue(self, ticket: Ticket) -> None:
         del self._queues[ticket.priority][ticket._key]
         self.queued -= 1
+        if self.queued == 0:
+            self._empty_since = self._clock()
 
     def _start(self, ticket: Ticket, now: float) -> None:
         ticket.state = _IN_FLIGHT
         ticket.admitted_at = now
         self.in_flight += 1
         self.in_flight_prompt_tokens += ticket.prompt_tokens
+        self.in_flight_kv_blocks += ticket.kv_blocks
+        if self.footprint is not None and ticket.shape is not None:
+            self.footprint.admitted(ticket.shape)
         wait = now - ticket.enqueued_at
         self.queue_wait.add(now, wait)
         self.queue_wait_hist.observe(wait)
@@ -279,7 +375,7 @@ class AdmissionController:
         while self.queued:
             head = self._head()
             assert head is not None
-            if not self._fits(head.prompt_tokens):
+            if not self._fits(head.prompt_tokens, head.kv_blocks):
                 return
             self._unqueue(head)
             self._start(head, now)
@@ -298,7 +394,7 @@ class AdmissionController:
         """End a queued request with a 429 (displaced, shed, queue_timeout) and wake its waiter."""
         ticket.state = _DONE
         ticket._result = rejection
-        if rejection.reason == "queue_timeout":
+        if rejection.reason in ("queue_timeout", "ttft_budget"):
             self.outcomes["timed_out"] += 1
         else:
             self.outcomes["rejected"] += 1
@@ -324,8 +420,10 @@ class AdmissionController:
         ticket.state = _DONE
         self.in_flight -= 1
         self.in_flight_prompt_tokens -= ticket.prompt_tokens
+        self.in_flight_kv_blocks -= ticket.kv_blocks
         self.outcomes[outcome] += 1
         self._drain.add(now)
+        self._drain_blocks.add(now, ticket.kv_blocks)
         self._dispatch(now)
 
     def expire(self, now: float | None = None) -> int:
@@ -345,22 +443,69 @@ class AdmissionController:
                 msg = f"queue timeout: waited {waited:.1f}s >= {timeout:g}s (queue_timeout_s)"
                 self._finish(ticket, Rejected("queue_timeout", msg, self.retry_after_s(now)))
                 gone += 1
+        if self._limits.queue_policy != "fifo":
+            gone += self._expire_budgets(now)
+        if gone:
+            self._dispatch(now)
         return gone
+
+    def _expire_budgets(self, now: float) -> int:
+        """deadline: take out the waiters whose TTFT budget is gone; codel/lifo: while the
+        queue is congested, those queued longer than a short share of it."""
+        short = self.congested(now) and self._limits.queue_policy in ("codel", "lifo")
+        late: list[Ticket] = []
+        for q in self._queues.values():
+            for t in q.values():
+                if t.deadline is None:
+                    continue
+                end = t.deadline
+                if short:
+                    end = min(end, t.enqueued_at + CODEL_SHORT * (t.deadline - t.enqueued_at))
+                if now >= end:
+                    late.append(t)
+        for t in late:
+            waited = now - t.enqueued_at
+            self._unqueue(t)
+            self.queue_wait.add(now, waited)
+            self.queue_wait_hist.observe(waited)
+            msg = (
+                f"TTFT budget gone: waited {waited:.1f}s, no start in sight within"
+                f" ttft_slo_s {self._limits.ttft_slo_s:g}s"
+            )
+            self._finish(t, Rejected("ttft_budget", msg, self.retry_after_s(now)))
+        return len(late)
 
     # -- live changes --------------------------------------------------------------------------
 
-    def set_limits(self, changes: Mapping[str, object], source: str = "admin") -> Limits:
-        """Apply a change at once (LimitError names a bad field; nothing changes then)."""
+    def set_limits(
+        self, changes: Mapping[str, object], source: str = "admin", reason: str | None = None
+    ) -> Limits:
+        """Apply a change at once (LimitError names a bad field; nothing changes then).
+
+        In auto mode, a change to a lever the autopilot moves (LEVERS) from anyone but the
+        autopilot switches the mode to manual, and the event says so."""
         new = validate_limits(self._limits, changes)
         old = self._limits
+        if source != AUTOPILOT and old.mode == "auto" and "mode" not in changes:
+            moved = [f for f in LEVERS if f in changes and getattr(new, f) != getattr(old, f)]
+            if moved:
+                new = validate_limits(new, {"mode": "manual"})
+                reason = reason or f"{', '.join(moved)} set by {source}: autopilot off (manual)"
         self._limits = new
         wall = self._wall()
         for field, value in new.to_dict().items():
             before = getattr(old, field)
             if value != before:
-                self.events.append(
-                    {"time": wall, "field": field, "old": before, "new": value, "source": source}
-                )
+                event: dict[str, Any] = {
+                    "time": wall,
+                    "field": field,
+                    "old": before,
+                    "new": value,
+                    "source": source,
+                }
+                if reason is not None:
+                    event["reason"] = reason
+                self.events.append(event)
         if new.rate_limit_rpm is None:
             self._rate = None
         elif self._rate is None:
@@ -401,10 +546,14 @@ class AdmissionController:
 
     # -- observation ---------------------------------------------------------------------------
 
-    def record_ttft(self, seconds: float) -> None:
-        """A time to first token measured by the proxy (arrival to first upstream byte)."""
+    def record_ttft(self, seconds: float, queue_s: float | None = None) -> None:
+        """A time to first token measured by the proxy (arrival to first upstream byte); with
+        the time it queued, the engine's share updates the deadline queue's estimate."""
         self.ttft.add(self._clock(), seconds)
         self.ttft_hist.observe(seconds)
+        if queue_s is not None:
+            engine_s = max(0.0, seconds - queue_s)
+            self.engine_ttft_s += ENGINE_TTFT_GAIN * (engine_s - self.engine_ttft_s)
 
     def queued_by_priority(self) -> dict[str, int]:
         return {p: len(q) for p, q in self._queues.items()}
@@ -427,5 +576,9 @@ class AdmissionController:
             "ttft_s": {"p50": t50, "p95": t95},
             "window_s": self.window_s,
             "paused": self.paused,
+            "in_flight_kv_blocks": self.in_flight_kv_blocks,
+            "engine_ttft_s": self.engine_ttft_s,
+            "mode": self._limits.mode,
+            "autopilot": self.autopilot,
             "limits": self._limits.to_dict(),
         }

@@ -20,8 +20,10 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from llmtop.errors import ConfigError
+from llmtop.gateway import pilot
 from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
+from llmtop.gateway.handler_time import TimedResponse
 from llmtop.gateway.metrics import metrics_endpoint
 from llmtop.gateway.proxy import Proxy, describe_error
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
@@ -52,6 +54,7 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         auto_decompress=False,
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         trust_env=False,
+        response_class=TimedResponse,
         # a response header as long as the longest request header block we take (64 KiB by
         # default), not aiohttp's 8 KiB: a long Set-Cookie must not turn into a 502
         max_line_size=settings.max_header_bytes,
@@ -127,17 +130,20 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         raise ConfigError(f"gateway: max_body_bytes must be >= 1, got {settings.max_body_bytes}")
     token = read_token(settings.admin_token, settings.admin_token_file)
     state = GatewayState(settings=settings, controller=controller, admin_token=token)
+    controller_of_budget = pilot.attach(state)  # the autopilot (docs/autopilot.md)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.session = make_session(settings)
         task = asyncio.ensure_future(_housekeeping(state))
+        autopilot = asyncio.ensure_future(pilot.run(state, controller_of_budget))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for t in (task, autopilot):
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
             await state.session.close()
 
     async def healthz(request: Request) -> Response:

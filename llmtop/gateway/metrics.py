@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llmtop.core.admin_api import LIMITS
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.window import CumulativeHistogram
 
@@ -70,6 +71,28 @@ class GatewayCollector(Collector):
         for reason, n in ctl.rejections.items():
             rejections.add_metric([reason], n)
         yield rejections
+        upstream = CounterMetricFamily(
+            p + "upstream_errors",
+            "Upstream failures by reason (engine_queue_full/engine_token_backlog: vLLM's own "
+            "503 refusals; engine_error, unreachable, timeout, ...) and upstream status.",
+            labels=["reason", "status"],
+        )
+        for (reason, status), n in sorted(self.state.upstream_errors.counts.items()):
+            upstream.add_metric([reason, status], n)
+        yield upstream
+        now = self.state.clock()
+        waiting = self.state.unanswered
+        yield GaugeMetricFamily(
+            p + "oldest_queued_seconds",
+            "Age of the oldest request waiting in the gateway now (0 when none).",
+            waiting.oldest_queued_s(now) or 0.0,
+        )
+        yield GaugeMetricFamily(
+            p + "oldest_unanswered_seconds",
+            "Age (since arrival) of the oldest request at the engine still without a first "
+            "byte (0 when none): a stuck request shows here before any TTFT histogram.",
+            waiting.oldest_admitted_s(now) or 0.0,
+        )
         yield _hist(
             p + "queue_wait_seconds", "Time requests waited in the queue.", ctl.queue_wait_hist
         )
@@ -78,31 +101,38 @@ class GatewayCollector(Collector):
             "Time from arrival at the gateway to the first upstream byte.",
             ctl.ttft_hist,
         )
+        yield _hist(
+            p + "handler_seconds",
+            "The request handler's own time per proxied request answered in full (request path, "
+            "response headers, relaying the chunks); queue and upstream waits excluded.",
+            self.state.handler_time.hist,
+        )
+        yield CounterMetricFamily(
+            p + "priority_clamped",
+            "Requests that claimed a priority above their API key's highest (run at it).",
+            self.state.trust.clamped,
+        )
         yield GaugeMetricFamily(p + "paused", "1 while admission is paused.", int(ctl.paused))
         healthy = self.state.upstream.healthy
         if healthy is not None:
             yield GaugeMetricFamily(
                 p + "upstream_healthy", "1 when the upstream last answered.", int(healthy)
             )
+        for spec in LIMITS:  # the one table; a limit that is off has no gauge
+            value = getattr(lim, spec.field)
+            if spec.kind != "choice" and value is not None:
+                name = spec.field.removesuffix("_s") + ("_seconds" if spec.unit == "s" else "")
+                yield GaugeMetricFamily(p + "limit_" + name, f"Limit: {spec.help}.", value)
         yield GaugeMetricFamily(
-            p + "limit_max_concurrency", "Limit: requests at the upstream.", lim.max_concurrency
+            p + "autopilot_auto",
+            "1 in auto mode (the autopilot moves the KV budget).",
+            int(lim.mode == "auto"),
         )
-        yield GaugeMetricFamily(p + "limit_max_queue", "Limit: requests waiting.", lim.max_queue)
         yield GaugeMetricFamily(
-            p + "limit_queue_timeout_seconds", "Limit: longest wait.", lim.queue_timeout_s
+            p + "in_flight_kv_blocks",
+            "Predicted KV footprint in flight (blocks).",
+            ctl.in_flight_kv_blocks,
         )
-        if lim.rate_limit_rpm is not None:
-            yield GaugeMetricFamily(
-                p + "limit_rate_limit_rpm",
-                "Limit: requests per minute per tenant.",
-                lim.rate_limit_rpm,
-            )
-        if lim.max_inflight_prompt_tokens is not None:
-            yield GaugeMetricFamily(
-                p + "limit_max_inflight_prompt_tokens",
-                "Limit: summed prompt tokens in flight.",
-                lim.max_inflight_prompt_tokens,
-            )
 
 
 def metrics_endpoint(state: GatewayState) -> Callable[[Request], Awaitable[Response]]:

@@ -3,7 +3,7 @@ through admission, and streams the answer back chunk by chunk.
 
 Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
 only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (aiohttp's `iter_any`, content encoding left alone). A watcher task waits for
+as they arrive (aiohttp's `readany`, content encoding left alone). A watcher task waits for
 the client's http.disconnect while the request is queued or streaming, so a client that
 leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 from typing import Any
 
@@ -21,8 +20,11 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.engine_priority import stamp
+from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
+from llmtop.gateway.upstream_errors import REFUSALS, classify
 
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
 """POST to these goes through admission; everything else is forwarded at once."""
@@ -128,15 +130,6 @@ def describe_error(e: BaseException) -> str:
     return type(e).__name__
 
 
-def _tenant(tenant: bytes | None, authorization: bytes | None) -> str:
-    """The x-llmtop-tenant header, else a hash of the bearer key (never the key), else ''."""
-    if tenant:
-        return tenant.decode("latin-1")
-    if authorization:
-        return "key:" + hashlib.sha256(authorization).hexdigest()[:16]
-    return ""
-
-
 class Proxy:
     """The catch-all ASGI endpoint of the gateway."""
 
@@ -164,8 +157,7 @@ class Proxy:
         t0 = state.clock()
         settings = state.settings
         forward: list[tuple[bytes, bytes]] = []
-        priority = b"normal"
-        tenant = authorization = None
+        priority = tenant = authorization = None
         drop = _DROP_REQUEST
         header_bytes = 0
         for name, value in scope["headers"]:
@@ -207,8 +199,8 @@ class Proxy:
             await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
         generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
-        prio = priority.decode("latin-1")
-        if generation and prio not in PRIORITIES:
+        prio = None if priority is None else priority.decode("latin-1")
+        if generation and prio is not None and prio not in PRIORITIES:
             await send_error(
                 send,
                 400,
@@ -229,16 +221,23 @@ class Proxy:
         ticket: Ticket | None = None
         if generation:
             ctl = state.controller
-            limits = ctl.limits
+            who = state.trust.identify(authorization, prio, tenant)
+            kv_blocks, shape = footprint_of(ctl, body)
             try:
                 ticket = ctl.enter(
-                    prio,
-                    tenant=_tenant(tenant, authorization) if limits.rate_limit_rpm else None,
-                    prompt_tokens=(prompt_tokens(body) if limits.max_inflight_prompt_tokens else 0),
+                    who.priority,
+                    tenant=who.tenant,
+                    prompt_tokens=(
+                        prompt_tokens(body) if ctl.limits.max_inflight_prompt_tokens else 0
+                    ),
+                    kv_blocks=kv_blocks,
+                    shape=shape,
                 )
             except Rejected as r:
                 await self._reject(send, r)
                 return
+            if settings.engine_priority:
+                body = stamp(body, ticket.priority)
         work = asyncio.ensure_future(
             self._admit_and_forward(scope["method"], url, headers, body, ticket, t0, send)
         )
@@ -284,22 +283,30 @@ class Proxy:
     ) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         queue_s = 0.0
-        if ticket is not None and not ticket.admitted:
-            try:
-                await ticket.wait()
-            except Rejected as r:
-                await self._reject(send, r, ticket.queue_wait_s)
-                return
-            queue_s = ticket.queue_wait_s
-        outcome = "upstream_error"
+        waiting = self.state.unanswered
+        key = id(ticket)
         try:
-            outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
-        except (asyncio.CancelledError, OSError):
-            outcome = "cancelled"
-            raise
-        finally:
+            if ticket is not None and not ticket.admitted:
+                waiting.queued(key, t0)
+                try:
+                    await ticket.wait()
+                except Rejected as r:
+                    await self._reject(send, r, ticket.queue_wait_s)
+                    return
+                queue_s = ticket.queue_wait_s
             if ticket is not None:
-                ticket.release(outcome)
+                waiting.admitted(key, t0)
+            outcome = "upstream_error"
+            try:
+                outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
+            except (asyncio.CancelledError, OSError):
+                outcome = "cancelled"
+                raise
+            finally:
+                if ticket is not None:
+                    ticket.release(outcome)
+        finally:
+            waiting.answered(key)
 
     async def _forward(
         self,
@@ -328,13 +335,20 @@ class Proxy:
             )
         except asyncio.TimeoutError as e:
             state.upstream.failed(f"upstream timed out: {describe_error(e)}")
+            state.upstream_errors.record("timeout")
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error"
         except aiohttp.ClientError as e:
             reason = f"upstream unreachable: {describe_error(e)}"
             state.upstream.failed(reason)
+            state.upstream_errors.record("unreachable")
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error"
+        # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
+        # building and writing the request are ours (TimedResponse times only the wait)
+        upstream_s = getattr(response, "headers_wait_s", None)
+        if upstream_s is None:  # a session without TimedResponse (never the app's own)
+            upstream_s = clock() - t_send
         whole = False  # the body read to its end: the connection may go back to the pool
         try:
             status = response.status
@@ -342,25 +356,36 @@ class Proxy:
                 state.upstream.failed(f"upstream returned {status}")
                 if ticket is not None:
                     return await self._wrap_5xx(response, send)
+                state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            t_resp = clock()
-            overhead_ms = ((t_resp - t0) - queue_s - (t_resp - t_send)) * 1000.0
             out = [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE]
             out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
-            out.append((b"x-llmtop-overhead-ms", f"{overhead_ms:.3f}".encode()))
+            if ticket is not None:
+                out.append((b"x-llmtop-priority", ticket.priority.encode()))
+            so_far = clock() - t0 - queue_s - upstream_s
+            out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
             await send({"type": "http.response.start", "status": status, "headers": out})
             sse = response.content_type == "text/event-stream"
             first = ticket is not None and status == 200
+            content = response.content
             try:
-                async for chunk in response.content.iter_any():
+                while True:
+                    t_wait = clock()
+                    chunk = await content.readany()
+                    now = clock()
+                    upstream_s += now - t_wait
+                    if not chunk:
+                        break
                     if first:
-                        state.controller.record_ttft(clock() - t0)
+                        state.controller.record_ttft(now - t0, queue_s)
+                        state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)
+                state.upstream_errors.record("mid_response")
                 if not sse:  # a cut body must not look whole: end without its last chunk
                     return "upstream_error"
                 err = error_body(502, reason, "upstream_error").decode()
@@ -369,6 +394,8 @@ class Proxy:
                 return "upstream_error"
             whole = True
             await send({"type": "http.response.body", "body": b""})
+            end = clock()
+            state.handler_time.observe(end, end - t0 - queue_s - upstream_s)
             return "upstream_error" if status >= 500 else "completed"
         finally:
             # close, not release, unless the body was read to its end: a request cut short
@@ -387,11 +414,25 @@ class Proxy:
                 if len(snippet) > 2048:
                     break
         text = snippet[:500].decode("utf-8", "replace").strip()
+        why = classify(response.status, snippet)
+        self.state.upstream_errors.record(why, response.status)
+        if why in REFUSALS:  # vLLM shed load: retryable, as vLLM meant it, not a fault
+            await send_error(
+                send,
+                503,
+                f"the engine refused the request ({REFUSALS[why]}): {text}",
+                "engine_overloaded",
+                headers=[(b"retry-after", b"1")],
+                reason=why,
+                upstream_status=response.status,
+            )
+            return "upstream_error"
         await send_error(
             send,
             502,
             f"upstream returned {response.status}: {text}",
             "upstream_error",
             upstream_status=response.status,
+            reason=why,
         )
         return "upstream_error"

@@ -30,8 +30,8 @@ def check_exposure(host: str, token: str | None) -> None:
 
 def run_gateway(settings: GatewaySettings) -> None:
     """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
+    from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
     from llmtop.gateway.app import create_app
-    from llmtop.serving import parse_listen, serve_forever
 
     host, port = parse_listen(settings.listen)
     token = read_token(settings.admin_token, settings.admin_token_file)

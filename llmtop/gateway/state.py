@@ -6,11 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from llmtop.core.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.gateway.handler_time import HandlerTime
+from llmtop.gateway.trust import Trust
+from llmtop.gateway.unanswered import Unanswered
+from llmtop.gateway.upstream_errors import UpstreamErrors
 from llmtop.settings import GatewaySettings
 
 
@@ -47,13 +52,27 @@ def upstream_timeout(settings: GatewaySettings) -> aiohttp.ClientTimeout:
     )
 
 
+DEFAULT_TTFT_SLO_S = 5.0
+"""The TTFT budget --autopilot works to when ttft_slo_s is not set."""
+
+
 def limits_of(settings: GatewaySettings) -> Limits:
+    """The starting limits; --autopilot (or mode auto) also means a deadline queue and a TTFT
+    budget (5 s unless set)."""
+    auto = settings.autopilot or settings.mode == "auto"
+    policy = settings.queue_policy
     return Limits(
         max_concurrency=settings.max_concurrency,
         max_queue=settings.max_queue,
         queue_timeout_s=settings.queue_timeout_s,
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
+        max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
+        ttft_slo_s=(
+            DEFAULT_TTFT_SLO_S if settings.ttft_slo_s is None and auto else settings.ttft_slo_s
+        ),
+        queue_policy="deadline" if auto and settings.queue_policy == "fifo" else policy,
+        mode="auto" if auto else settings.mode,
     )
 
 
@@ -68,14 +87,30 @@ class GatewayState:
     upstream: UpstreamHealth = field(init=False)
     session: aiohttp.ClientSession | None = None
     """The upstream client, opened and closed by the app's lifespan."""
+    handler_time: HandlerTime = field(default_factory=HandlerTime)
+    """The handler's own time per proxied request (llmtop/gateway/handler_time.py)."""
     base_url: str = field(init=False)
+    trust: Trust = field(init=False)
+    """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
+    upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
+    unanswered: Unanswered = field(default_factory=Unanswered)
+    """Requests without a first byte yet: the age of the oldest queued and the oldest at the
+    engine, which TTFT histograms only show once they are answered."""
+    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
 
     def __post_init__(self) -> None:
         self.base_url = self.settings.upstream.rstrip("/")
+        s = self.settings
+        self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
 
-    def stats(self) -> dict[str, Any]:
-        """The /admin/stats object."""
+    def stats(self) -> StatsDoc:
+        """The /admin/stats document (typed in core.admin_api)."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
-        return out
+        out["handler_s"] = self.handler_time.quantiles(self.clock())
+        out["upstream_errors"] = self.upstream_errors.by_reason()
+        now = self.clock()
+        out["oldest_queued_s"] = self.unanswered.oldest_queued_s(now)
+        out["oldest_unanswered_s"] = self.unanswered.oldest_admitted_s(now)
+        return cast(StatsDoc, out)

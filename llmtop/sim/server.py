@@ -300,3 +300,11 @@ def create_app(settings: SimSettings) -> Starlette:
 def _report_crash(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("llmtop sim: the engine loop stopped", exc_info=task.exception())
+
+
+def run_sim(settings: SimSettings) -> None:
+    """Serve the sim in the foreground until Ctrl-C (`llmtop sim`); ServeError for a busy port."""
+    from llmtop.asgi.uvicorn_runner import serve_forever
+
+    app = create_app(settings)
+    serve_forever(app, settings.host, settings.port, banner=banner(app.state.engine))

@@ -8,12 +8,15 @@ the GPUs are read as the plain collector reads them.
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from typing import Any
 
 from llmtop.core.fleet import DerivedReplica, Fleet, FleetPipeline
 from llmtop.core.fleet_json import fleet_json
+from llmtop.core.lookback import assess
 from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.snapshot import Snapshot, WindowSnapshot
 from llmtop.core.targets import Target, targets_from_urls
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
@@ -110,6 +113,40 @@ def make_collector(monitor: MonitorSettings, health: HealthSettings, **kwargs: A
     if is_fleet(monitor):
         return FleetCollector(monitor, health, **kwargs)
     return Collector(monitor, health, **kwargs)
+
+
+async def take_fleet_snapshot(
+    monitor: MonitorSettings, health: HealthSettings, window_s: float
+) -> tuple[WindowSnapshot, dict[str, Any]]:
+    """`llmtop snapshot` of a fleet: poll at the interval across the window, then the window's
+    verdict (as for one engine) and {"fleet": every replica with its figures and findings}.
+
+    Through Prometheus there are no scraped engines to judge: the verdict is the fleet's own
+    last Snapshot (servers as engines, fleet and replica findings).
+    """
+    judged = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window_s)
+    collector = FleetCollector(monitor, judged, timeout_s=min(5.0, max(1.0, window_s * 0.8)))
+    polls: list[RawPoll] = []
+    try:
+        start = time.monotonic()
+        while True:
+            snap = await collector.poll()
+            assert collector.last_raw is not None
+            polls.append(collector.last_raw)
+            elapsed = time.monotonic() - start
+            if elapsed >= window_s or (len(polls) == 1 and not any(e.up for e in snap.engines)):
+                break
+            await asyncio.sleep(min(monitor.interval_s, window_s - elapsed))
+    finally:
+        await collector.aclose()
+    fleet = collector.fleet
+    if collector.prometheus is not None:
+        report = WindowSnapshot(
+            last=snap, start=polls[0].time, polls=len(polls), interval_s=monitor.interval_s
+        )
+    else:
+        report = assess(polls, health, monitor.interval_s)
+    return report, ({"fleet": fleet_json(fleet)} if fleet is not None else {})
 
 
 def fleet_json_of(collector: Collector) -> dict[str, Any]:

@@ -42,10 +42,12 @@ async def fetch_text(
     """
     async with client.stream("GET", url) as resp:
         if resp.status_code != 200:
-            raise ScrapeError(f"HTTP {resp.status_code} from {url}")
+            raise ScrapeError(f"HTTP {resp.status_code} from {url}", target=url)
         ctype = resp.headers.get("content-type", "")
         if "html" in ctype.lower():
-            raise ScrapeError(f"{url} answered with an HTML page, not {what} (wrong port?)")
+            raise ScrapeError(
+                f"{url} answered with an HTML page, not {what} (wrong port?)", target=url
+            )
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.aiter_bytes():

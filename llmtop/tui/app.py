@@ -22,15 +22,15 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from llmtop.core.aggregate import combine
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
-from llmtop.tui.controls import AdminControls, Recorder, one_line
+from llmtop.sources.gateway import AdminClient
+from llmtop.tui.controls import Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
     LogEvent,
     View,
-    combine,
     diff_events,
     is_stale,
     throughput_chart,
@@ -38,6 +38,8 @@ from llmtop.tui.present import (
 )
 from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.source import SnapshotSource
+from llmtop.tui.whatif import WhatIfControls
+from llmtop.tui.whatif_feed import WhatIfFeed
 from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.eventlog import EventLog
@@ -60,7 +62,7 @@ CHART_EVERY_S = 5.0
 """Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""
 
 
-class LlmtopApp(AdminControls):
+class LlmtopApp(WhatIfControls):
     """Health at a glance, the bottleneck named, admission limits one key away."""
 
     CSS_PATH = "app.tcss"
@@ -77,6 +79,8 @@ class LlmtopApp(AdminControls):
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
         Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
+        Binding("a", "autopilot", "auto"),
+        Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
@@ -94,8 +98,10 @@ class LlmtopApp(AdminControls):
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
         history: Sequence[Snapshot] = (),
+        whatif: WhatIfFeed | None = None,
     ) -> None:
         super().__init__()
+        self.whatif = whatif
         self.source = source
         self.monitor = monitor
         self.health = health
@@ -157,7 +163,8 @@ class LlmtopApp(AdminControls):
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
 
     async def on_unmount(self) -> None:
-        for close in (self.source.aclose, self.admin.aclose if self.admin else None):
+        closes = (self.source.aclose, self.admin.aclose if self.admin else None)
+        for close in (*closes, self.whatif.aclose if self.whatif else None):
             if close is None:
                 continue
             with contextlib.suppress(Exception):  # closing never turns an exit into a traceback
@@ -293,20 +300,3 @@ class LlmtopApp(AdminControls):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-
-def run_tui(
-    source: SnapshotSource,
-    *,
-    monitor: MonitorSettings,
-    health: HealthSettings,
-    admin: AdminClient | None,
-    recorder: Recorder | None = None,
-    title: str | None = None,
-) -> int:
-    """Run the TUI in the terminal until `q`; returns the exit code."""
-    app = LlmtopApp(
-        source, monitor=monitor, health=health, admin=admin, recorder=recorder, title=title
-    )
-    result = app.run()
-    return int(result or 0) if app.return_code is None else app.return_code

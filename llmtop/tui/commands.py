@@ -10,23 +10,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmtop.core.admin_api import LIMITS, limit_spec
 from llmtop.errors import UsageError
 
 QUEUE_STEP = 8
 """How much `]` and `[` change max_queue."""
 
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    # word: (limit field, kind, may be off)
-    "cap": ("max_concurrency", "int", False),
-    "queue": ("max_queue", "int", False),
-    "timeout": ("queue_timeout_s", "float", False),
-    "rpm": ("rate_limit_rpm", "float", True),
-    "tokens": ("max_inflight_prompt_tokens", "int", True),
+    # word: (limit field, kind, may be off), from the one table of limits
+    s.word: (s.field, s.kind, s.may_be_off)
+    for s in LIMITS
 }
 ALIASES = {"concurrency": "cap", "max_concurrency": "cap", "max_queue": "queue", "q": "queue"}
 ACTIONS = ("pause", "resume")
 
-USAGE = "commands: cap N · queue N · timeout S · rpm N|off · tokens N|off · pause · resume"
+USAGE = "commands: " + " · ".join(
+    [
+        *(
+            f"{s.word} {'|'.join(s.choices)}"
+            if s.kind == "choice"
+            else f"{s.word} {'S' if s.unit == 's' else 'N'}{'|off' if s.may_be_off else ''}"
+            for s in LIMITS
+        ),
+        *ACTIONS,
+    ]
+)
 
 
 def parse_command(text: str) -> dict[str, Any] | str:
@@ -45,6 +53,8 @@ def parse_command(text: str) -> dict[str, Any] | str:
     raw = words[1].lower()
     if may_be_off and raw in ("off", "none", "0"):
         return {field: None}
+    if kind == "choice":
+        return {field: raw}  # the gateway names the allowed words if it is not one
     try:
         number: float = int(raw) if kind == "int" else float(raw)
     except ValueError:
@@ -80,14 +90,14 @@ def step_queue(current: int | None, direction: int) -> int:
 
 def label_of(field: str) -> str:
     """The command word of a limit field: max_concurrency -> cap."""
-    return next((k for k, v in COMMANDS.items() if v[0] == field), field)
+    spec = limit_spec(field)
+    return field if spec is None else spec.word
 
 
 def describe_change(changes: dict[str, Any]) -> str:
     """'cap 8, queue 64' for the timeline and the status line."""
-    names = {v[0]: k for k, v in COMMANDS.items()}
     parts = []
     for k, v in changes.items():
         shown = "off" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
-        parts.append(f"{names.get(k, k)} {shown}")
+        parts.append(f"{label_of(k)} {shown}")
     return ", ".join(parts)

@@ -19,7 +19,7 @@ from textual.widgets import Footer, Input
 from llmtop.core.snapshot import GatewayStats, Snapshot
 from llmtop.errors import LlmtopError
 from llmtop.settings import MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui import commands
 from llmtop.tui.present import LogEvent, limit_text
 from llmtop.tui.screens.confirm import ConfirmScreen
@@ -94,7 +94,7 @@ class AdminControls(App[int]):
 
     def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         async def change(admin: AdminClient) -> str:
-            current = await admin.get_limits()
+            current = dict(await admin.get_limits())
             changes = step(current)
             new = await admin.set_limits(**changes)
             self._show_limits(new)
@@ -123,6 +123,14 @@ class AdminControls(App[int]):
                 lambda cur: {
                     "max_concurrency": commands.step_concurrency(cur.get("max_concurrency"), delta)
                 },
+            )
+
+    def action_autopilot(self) -> None:
+        """`a`: hand the KV budget to the autopilot, or take it back (mode auto <-> manual)."""
+        if self._can_change("autopilot"):
+            self._set_limits(
+                "autopilot",
+                lambda cur: {"mode": "manual" if cur.get("mode") == "auto" else "auto"},
             )
 
     def action_queue(self, direction: int) -> None:

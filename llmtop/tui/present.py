@@ -1,19 +1,24 @@
 """Pure view logic of the TUI: what the badge says, where the queue is, what changed.
 
 No textual import here, so it is tested without a screen. The app turns each Snapshot into a
-`View` (one immutable value the panels render) and diffs consecutive snapshots into `LogEvent`s
-for the incident timeline.
+`View` (one immutable value the panels render) and words the incidents between consecutive
+snapshots (core.incidents) as `LogEvent`s; several engines are combined by core.aggregate.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
+from llmtop.core import format as fmt
+from llmtop.core.aggregate import combine
+from llmtop.core.incidents import GATEWAY, incidents
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
-from llmtop.tui import fmt
+from llmtop.tui.commands import label_of
+
+KV = "max_inflight_kv_blocks"
 
 Badge = Literal["OK", "DEGRADED", "CRITICAL", "DOWN", "UNKNOWN"]
 EventKind = Literal["fired", "cleared", "limit", "change", "error", "info"]
@@ -76,51 +81,6 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
     )
 
 
-def _sum(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _max(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def combine(engines: Sequence[EngineStats]) -> EngineStats | None:
-    """One engine as is; several as one: counts and rates summed, usage and latencies the worst."""
-    if not engines:
-        return None
-    if len(engines) == 1:
-        return engines[0]
-    up = [e for e in engines if e.up] or list(engines)
-    first = up[0]
-    cap = [e.kv_capacity_tokens for e in up]
-    return replace(
-        first,
-        url=f"{len(engines)} engines",
-        up=any(e.up for e in engines),
-        error="; ".join(e.error for e in engines if e.error) or None,
-        running=_sum([e.running for e in up]),
-        waiting=_sum([e.waiting for e in up]),
-        waiting_capacity=_sum([e.waiting_capacity for e in up]),
-        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
-        kv_capacity_tokens=None if any(c is None for c in cap) else sum(c or 0 for c in cap),
-        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
-        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
-        decode_tok_per_s_per_seq=_max([e.decode_tok_per_s_per_seq for e in up]),
-        preemptions_per_s=_sum([e.preemptions_per_s for e in up]),
-        ttft_p50_s=_max([e.ttft_p50_s for e in up]),
-        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
-        ttft_p99_s=_max([e.ttft_p99_s for e in up]),
-        itl_p50_s=_max([e.itl_p50_s for e in up]),
-        itl_p95_s=_max([e.itl_p95_s for e in up]),
-        itl_p99_s=_max([e.itl_p99_s for e in up]),
-        e2e_p95_s=_max([e.e2e_p95_s for e in up]),
-        queue_time_p50_s=_max([e.queue_time_p50_s for e in up]),
-        queue_time_p95_s=_max([e.queue_time_p95_s for e in up]),
-    )
-
-
 def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:
     """One phrase saying where requests wait: the answer the Sequences panel leads with."""
     waiting = engine.waiting if engine is not None and engine.up else None
@@ -137,15 +97,6 @@ def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> 
     return "queue in the GATEWAY"
 
 
-_LIMITS: tuple[tuple[str, str], ...] = (
-    ("max_concurrency", "cap"),
-    ("max_queue", "queue"),
-    ("queue_timeout_s", "timeout"),
-    ("rate_limit_rpm", "rpm"),
-    ("max_inflight_prompt_tokens", "tokens"),
-)
-
-
 def limit_text(name: str, value: object) -> str:
     """A limit's value as shown in the log and the gateway panel (off for None)."""
     if value is None:
@@ -158,43 +109,36 @@ def limit_text(name: str, value: object) -> str:
 
 
 def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
-    """What changed between two polls: findings fired/cleared, limits, pause, targets down/up."""
-    out: list[LogEvent] = []
+    """The event log's lines for what changed between two polls (core.incidents): findings
+    fired (most severe first) and cleared, targets down/up, engines restarted, limits, pause."""
+    found = incidents(prev, cur)
     t = cur.time
-    before = {f.id: f for f in prev.findings} if prev is not None else {}
-    after = {f.id: f for f in cur.findings}
-    for f in sorted_findings(f for f in cur.findings if f.id not in before):
-        out.append(LogEvent(t, "fired", f"{f.severity} {f.id}: {f.summary}"))
-    for fid in sorted(set(before) - set(after)):
-        out.append(LogEvent(t, "cleared", f"cleared {fid}"))
-    if prev is None:
-        return out
-    pe, ce = {e.url: e for e in prev.engines}, cur.engines
-    for e in ce:
-        old = pe.get(e.url)
-        if old is not None and old.up and not e.up:
-            out.append(LogEvent(t, "error", f"engine {e.url} down: {e.error or 'no answer'}"))
-        elif old is not None and not old.up and e.up:
-            out.append(LogEvent(t, "info", f"engine {e.url} back up"))
-    pg, cg = prev.gateway, cur.gateway
-    if pg is not None and cg is not None and pg.up and cg.up:
-        changes = [
-            f"{label} {limit_text(name, getattr(pg, name))}"
-            f" -> {limit_text(name, getattr(cg, name))}"
-            for name, label in _LIMITS
-            if getattr(pg, name) != getattr(cg, name)
-        ]
-        if changes:
+    fired = sorted_findings(i.finding for i in found if i.kind == "finding_fired" and i.finding)
+    out = [LogEvent(t, "fired", f"{f.severity} {f.id}: {f.summary}") for f in fired]
+    cleared = sorted(i.subject for i in found if i.kind == "finding_cleared")
+    out += [LogEvent(t, "cleared", f"cleared {fid}") for fid in cleared]
+    g = cur.gateway
+    reason = g.autopilot_reason if g is not None and g.mode == "auto" else None
+    changes = [
+        f"{label_of(i.subject)} {limit_text(i.subject, i.old)} -> {limit_text(i.subject, i.new)}"
+        + (f" (autopilot: {reason.split(': ', 1)[-1]})" if reason and i.subject == KV else "")
+        for i in found
+        if i.kind == "limit_changed"
+    ]
+    for i in found:
+        where = "gateway" if i.subject == GATEWAY else f"engine {i.subject}"
+        if i.kind == "target_down":
+            out.append(LogEvent(t, "error", f"{where} down: {i.detail}"))
+        elif i.kind == "target_up":
+            out.append(LogEvent(t, "info", f"{where} back up"))
+        elif i.kind == "engine_restarted":
+            out.append(LogEvent(t, "info", f"{where} restarted: {i.old} -> {i.new}"))
+        elif i.kind == "limit_changed" and changes:
             out.append(LogEvent(t, "limit", "limits: " + ", ".join(changes)))
-        if pg.paused is not None and cg.paused is not None and pg.paused != cg.paused:
-            out.append(
-                LogEvent(t, "limit", "admission PAUSED" if cg.paused else "admission resumed")
-            )
-    elif pg is not None and cg is not None and pg.up != cg.up:
-        if cg.up:
-            out.append(LogEvent(t, "info", "gateway back up"))
-        else:
-            out.append(LogEvent(t, "error", f"gateway down: {cg.error or 'no answer'}"))
+            changes = []
+        elif i.kind in ("paused", "resumed"):
+            text = "admission PAUSED" if i.kind == "paused" else "admission resumed"
+            out.append(LogEvent(t, "limit", text))
     return out
 
 

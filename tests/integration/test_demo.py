@@ -1,22 +1,30 @@
 """`llmtop demo --headless`: the compressed story end to end in a real process — findings fire
-before the cap, clear after it, the gateway's queue holds the excess, and nothing is left behind."""
+before the cap, the cap applied is the one the finding suggested, the gateway's queue holds the
+excess after it, and nothing is left behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from llmtop.commands.demo import parse_cap
+from llmtop.demo.headless import describe_cap, parse_cap
+from llmtop.demo.scenarios import get_scenario
 from llmtop.errors import UsageError
-from llmtop.scenarios import get_scenario
+from llmtop.recording.reader import read_recording
+from llmtop.recording.replay import ReplaySource
+from llmtop.settings import HealthSettings
 
 STORY_FINDINGS = {"kv-exhausted", "degraded-200"}
 """The findings the quick story is about: KV cache full, TTFT over the SLO with 0 errors."""
+CAP_ADVICE = re.compile(r":cap (\d+)\b")
 
 
 def port_free(url: str) -> bool:
@@ -26,14 +34,18 @@ def port_free(url: str) -> bool:
 
 
 @pytest.mark.slow
-def test_headless_quick_story_fires_then_clears_after_the_cap() -> None:
+def test_headless_quick_story_applies_the_cap_the_finding_suggests(tmp_path: Path) -> None:
+    """`--apply-cap auto@T`: at T the gateway gets the cap the active finding's action names
+    at that poll (read back from the recording of the run), and the engine recovers under it."""
     scenario = get_scenario("quick")
     cap_at = scenario.cap_at_s
     assert cap_at is not None
+    path = tmp_path / "quick.jsonl.gz"
     out = subprocess.run(
         [
             sys.executable, "-m", "llmtop", "demo", "--headless", "--scenario", "quick",
-            "--duration", "38", "--apply-cap", f"8@{cap_at:g}", "--json",
+            "--duration", "38", "--apply-cap", f"auto@{cap_at:g}", "--json",
+            "--record", str(path),
         ],
         capture_output=True,
         text=True,
@@ -42,34 +54,53 @@ def test_headless_quick_story_fires_then_clears_after_the_cap() -> None:
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     doc: dict[str, Any] = json.loads(out.stdout)
+    assert doc["apply_cap"] == {"max_concurrency": "auto", "at_s": cap_at}
     events = doc["events"]
     fired = {e["id"]: e["t"] for e in events if e["kind"] == "finding_fired"}
     cleared = {e["id"]: e["t"] for e in events if e["kind"] == "finding_cleared"}
     (cap,) = [e for e in events if e["kind"] == "cap_applied"]
-    assert cap["max_concurrency"] == 8
+    n = cap["max_concurrency"]
     assert cap["t"] >= cap_at
+    assert cap["from"] == 256
     story = {f for f, t in fired.items() if f in STORY_FINDINGS and t < cap["t"]}
     assert story, f"none of {STORY_FINDINGS} fired before the cap: {fired}"
-    for f in story:
-        assert f in cleared, f"{f} did not clear after the cap: {events}"
-        assert cleared[f] > cap["t"]
-    fired_kv = next(e for e in events if e["kind"] == "finding_fired" and e["id"] in story)
-    assert ":cap 8" in fired_kv["action"] or "cap" in fired_kv["action"]
+
+    # The findings at the poll the cap followed, from the recording of the run through the rules
+    rec = read_recording(path)
+    health = dataclasses.replace(HealthSettings(), **scenario.health)
+    snaps = ReplaySource(rec, health).snapshots()
+    caps = [s.gateway.max_concurrency if s.gateway else None for s in snaps]
+    first_capped = caps.index(n)
+    assert caps[first_capped - 1] == 256
+    then = {f.id: f for f in snaps[first_capped - 1].findings}
+    # the recorded run showed the same findings there (replay is the live computation)
+    assert set(then) == {f["id"] for f in rec.findings(first_capped - 1)}
+    assert cap["finding"] in then, (cap, then)
+    assert cap["action"] == then[cap["finding"]].action
+    assert [int(m) for m in CAP_ADVICE.findall(cap["action"])] == [n], cap["action"]
+    # the most severe advice leads: never a warning's cap while a critical advises another
+    critical = [
+        int(m.group(1))
+        for f in then.values()
+        if f.severity == "critical" and (m := CAP_ADVICE.search(f.action))
+    ]
+    if critical:
+        assert n in critical
+
     figures = [e for e in events if e["kind"] == "figures"]
-    before = [f for f in figures if f["t"] < cap["t"] and f["t"] > 6]
-    # Once the story's findings have cleared, the engine holds at most the cap and nothing
-    # waits inside it: the waiting room is the gateway's queue.
-    recovered = max(cleared[f] for f in story)
-    after = [f for f in figures if f["t"] >= recovered]
+    before = [f for f in figures if 6 < f["t"] < cap["t"]]
+    after = [f for f in figures if f["t"] >= cap["t"] + 10]
     assert before
-    assert after, f"no figures after {recovered} s: {figures}"
+    assert after, f"no figures 10 s after the cap: {figures}"
     assert max(f["waiting"] or 0 for f in before) > 0
-    assert all(f["gateway_max_concurrency"] == 8 for f in after)
     for f in after:
-        # At most the cap inside the engine (a request can sit in vLLM's waiting queue for a
-        # step after the gateway admits it); the excess waits in the gateway instead.
-        assert (f["running"] or 0) + (f["waiting"] or 0) <= 8, f
+        assert f["gateway_max_concurrency"] == n
+        # at most the cap inside the engine; the excess waits in the gateway
+        assert (f["running"] or 0) + (f["waiting"] or 0) <= n, f
         assert (f["gateway_queued"] or 0) > (f["waiting"] or 0), f
+    assert after[-1]["ttft_p95_s"] is not None
+    assert after[-1]["ttft_p95_s"] < HealthSettings().ttft_slo_s
+    assert any(cleared.get(f, 0) > cap["t"] for f in story), (cleared, cap)
     assert doc["load"]["errors"] == 0
     assert doc["load"]["ok"] > 0
     assert port_free(doc["sim_url"])
@@ -80,7 +111,11 @@ def test_parse_cap() -> None:
     quick = get_scenario("quick")
     assert parse_cap("8@60", quick) == (8, 60.0)
     assert parse_cap("8", quick) == (8, quick.cap_at_s)
-    for bad in ("x@1", "0@5", "8@-1", "8@soon"):
+    assert parse_cap("auto@60", quick) == (None, 60.0)
+    assert parse_cap("auto", quick) == (None, quick.cap_at_s)
+    assert describe_cap((None, 60.0)) == "at 60 s, the cap the active finding suggests"
+    assert describe_cap((8, 60.0)) == "cap 8 at 60 s"
+    for bad in ("x@1", "0@5", "8@-1", "8@soon", "auto@soon", "automatic@5"):
         with pytest.raises(UsageError):
             parse_cap(bad, quick)
     with pytest.raises(UsageError, match="no cap time"):
@@ -118,7 +153,7 @@ def test_stack_and_load_thread_stop_cleanly() -> None:
     import threading
     import time
 
-    from llmtop.demo import LoadThread, start_stack
+    from llmtop.demo.stack import LoadThread, start_stack
     from llmtop.settings import HealthSettings
 
     before = {t.name for t in threading.enumerate()}

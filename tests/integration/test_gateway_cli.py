@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from llmtop.serving import ServerThread
 
 
 def free_port() -> int:

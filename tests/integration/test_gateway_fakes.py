@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
@@ -22,7 +22,8 @@ Send = Callable[[dict[str, Any]], Any]
 class FakeUpstream:
     """An OpenAI-ish SSE upstream; each request's JSON body picks its behaviour:
     tag (recorded in arrival order), chunks, hold_after (chunks sent before waiting on the
-    gate), hang (never answers), status (answer with that status)."""
+    gate), hang (never answers), status (answer with that status), think_s (a pause before
+    the headers and before each chunk)."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -80,6 +81,9 @@ class FakeUpstream:
         if "status" in opts:
             await _json(send, opts["status"], {"detail": "boom"})
             return
+        think_s = float(opts.get("think_s", 0.0))
+        if think_s:
+            await asyncio.sleep(think_s)
         await send(
             {
                 "type": "http.response.start",
@@ -92,6 +96,8 @@ class FakeUpstream:
                 # the gate is a threading.Event set from the test's thread: poll it
                 while not self.gate.is_set():  # noqa: ASYNC110
                     await asyncio.sleep(0.005)
+            if think_s:
+                await asyncio.sleep(think_s)
             chunk = f'data: {{"i": {i}}}\n\n'.encode()
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.integration.test_gateway_fakes import (
     FakeUpstream,
     RawUpstream,

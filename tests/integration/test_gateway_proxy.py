@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.integration.test_gateway_fakes import (
     FakeUpstream,
     accounted,
@@ -38,7 +38,8 @@ async def test_streams_chunk_by_chunk_with_gateway_headers(
     ):
         assert r.status_code == 200
         assert float(r.headers["x-llmtop-queue-ms"]) == 0.0
-        assert float(r.headers["x-llmtop-overhead-ms"]) >= 0.0
+        assert float(r.headers["x-llmtop-handler-to-headers-ms"]) >= 0.0
+        assert r.headers["x-llmtop-priority"] == "normal"
         chunks = r.aiter_raw()
         first = await asyncio.wait_for(chunks.__anext__(), 5)
         # the upstream is still holding the rest: the first chunk was not buffered
@@ -114,7 +115,7 @@ async def test_priority_order_high_first_fifo_within(
     upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
 ) -> None:
     fake, url = upstream
-    gw = start_gateway(url, max_concurrency=1)
+    gw = start_gateway(url, max_concurrency=1, trust_client_headers=True)
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         tasks = [asyncio.ensure_future(c.post("/v1/completions", json=gen("first", hold_after=0)))]
         await wait_stats(c, lambda s: s["in_flight"] == 1)
@@ -228,7 +229,7 @@ async def test_rate_limit_per_tenant(
     upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
 ) -> None:
     _, url = upstream
-    gw = start_gateway(url, rate_limit_rpm=6.0)
+    gw = start_gateway(url, rate_limit_rpm=6.0, trust_client_headers=True)
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         a1 = await c.post("/v1/completions", json=gen(), headers={"x-llmtop-tenant": "a"})
         a2 = await c.post("/v1/completions", json=gen(), headers={"x-llmtop-tenant": "a"})
@@ -245,7 +246,7 @@ async def test_burst_accounting_returns_to_zero(
     upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
 ) -> None:
     fake, url = upstream
-    gw = start_gateway(url, max_concurrency=2, max_queue=4)
+    gw = start_gateway(url, max_concurrency=2, max_queue=4, trust_client_headers=True)
     prios = ["high", "normal", "low"]
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         burst = [
@@ -275,7 +276,7 @@ async def test_pause_holds_the_queue_and_shrinking_it_sheds(
 ) -> None:
     fake, url = upstream
     fake.gate.set()
-    gw = start_gateway(url, max_concurrency=4, max_queue=10)
+    gw = start_gateway(url, max_concurrency=4, max_queue=10, trust_client_headers=True)
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         assert (await c.post("/admin/pause")).json() == {"paused": True}
         high = asyncio.ensure_future(
@@ -306,3 +307,24 @@ async def test_pause_holds_the_queue_and_shrinking_it_sheds(
     assert [e["field"] for e in events] == ["paused", "max_queue", "paused"]
     assert s["rejections"]["shed"] == 2
     accounted(s)
+
+
+async def test_handler_time_leaves_out_the_upstream(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    _, url = upstream
+    gw = start_gateway(url)
+    think_s = 0.05  # before the headers and before each of 3 chunks: 0.2 s of upstream time
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        t0 = asyncio.get_running_loop().time()
+        r = await c.post("/v1/completions", json=gen(think_s=think_s))
+        e2e = asyncio.get_running_loop().time() - t0
+        s = await wait_stats(c, lambda s: s["handler_s"]["p50"] is not None)
+        metrics = (await c.get("/metrics")).text
+    assert r.status_code == 200
+    assert e2e >= 4 * think_s
+    to_headers = float(r.headers["x-llmtop-handler-to-headers-ms"]) / 1000.0
+    whole = s["handler_s"]["p50"]
+    # the handler's own time is there, and none of the upstream's pauses is in it
+    assert 0.0 < to_headers <= whole < think_s
+    assert "llmtop_gateway_handler_seconds_count 1.0" in metrics

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.sim.engine import Engine
 from tests.integration.test_gateway_fakes import wait_stats
 
@@ -82,7 +82,7 @@ async def test_engine_never_sees_more_than_max_concurrency(
 
 async def test_high_priority_waits_less_than_low(start_sim: Start, start_gateway: Start) -> None:
     sim = start_sim(profile="fast")
-    gw = start_gateway(sim.url, max_concurrency=1)
+    gw = start_gateway(sim.url, max_concurrency=1, trust_client_headers=True)
     async with httpx.AsyncClient(base_url=gw.url, timeout=30) as c:
         first = asyncio.ensure_future(c.post("/v1/completions", json=body(120)))
         await wait_stats(c, lambda s: s["in_flight"] == 1)

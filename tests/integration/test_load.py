@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from llmtop.core.loadstats import Slo, summarize
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import TargetError
-from llmtop.loadgen import ClosedLoop, OpenLoop, Runner, Shape, stop_after
-from llmtop.serving import ServerThread
+from llmtop.load.runner import ClosedLoop, OpenLoop, Runner, Shape, stop_after
+from llmtop.load.stats import Slo, summarize
 
 
 def scripted_app(

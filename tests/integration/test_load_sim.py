@@ -10,9 +10,9 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.loadstats import Slo, percentile, summarize
-from llmtop.loadgen import ClosedLoop, Runner, Shape
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.load.runner import ClosedLoop, Runner, Shape
+from llmtop.load.stats import Slo, percentile, summarize
 
 
 def ttft_buckets(text: str) -> list[tuple[float, float]]:

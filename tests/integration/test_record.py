@@ -10,15 +10,15 @@ import gzip
 from collections.abc import Callable
 from pathlib import Path
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import GpuStats, Snapshot
-from llmtop.replay import ReplaySource
-from llmtop.serving import ServerThread
+from llmtop.recording.replay import ReplaySource
+from llmtop.recording.writer import Recorder, RecordingSource, read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
 from llmtop.sources.collector import Collector
+from llmtop.sources.gateway import AdminClient
 from llmtop.sources.gpu import FakeGpuBackend
-from llmtop.sources.recording import Recorder, RecordingSource, read_recording
 
 TOKEN = "tok-3f9a1c77d2e04b5a"
 GPU = GpuStats(index=0, name="fake", util_frac=0.5, processes=("vllm",))

@@ -1,28 +1,47 @@
-"""`llmtop snapshot` end to end against real servers on 127.0.0.1: exit codes and --json schema."""
+"""`llmtop snapshot` end to end against real servers on 127.0.0.1: exit codes, the --json schema,
+an idle simulated engine, and a batching cliff on a simulated engine under growing load."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from llmtop.serving import ServerThread
+from llmtop.core import format as fmt
+from llmtop.core.summary import EXIT_CODES
 
 ENGINE_KEYS = {
-    "url", "up", "model", "running", "waiting", "kv_cache_usage_frac", "kv_capacity_tokens",
+    "url", "up", "model", "running", "waiting", "waiting_capacity", "kv_cache_usage_frac",
+    "kv_cache_usage_peak_frac", "kv_cache_usage_peak_s", "kv_capacity_tokens",
     "prompt_tok_per_s", "decode_tok_per_s", "preemptions_per_s", "ttft_p50_s", "ttft_p95_s",
     "ttft_p99_s", "itl_p95_s", "e2e_p95_s", "queue_time_p95_s", "error",
 }  # fmt: skip
-FINDING_KEYS = {"id", "severity", "bottleneck", "summary", "action"}
+FINDING_KEYS = {
+    "id", "severity", "bottleneck", "summary", "action", "first_s", "last_s", "held_polls",
+}  # fmt: skip
+TOP_KEYS = {
+    "time", "window", "status", "engines", "gateway", "gpus", "gpu_error", "findings",
+    "earlier_findings",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These engines are simulated: a real GPU on the test machine is not theirs."""
+    monkeypatch.setenv("LLMTOP_NVML", "false")
 
 
 def steady_text(t: float) -> str:
@@ -94,14 +113,18 @@ def test_degraded_real_capture_exits_critical_with_the_schema(
 ) -> None:
     idle = (fixtures_dir / "metrics-idle.txt").read_text()
     load = (fixtures_dir / "metrics-load.txt").read_text()
-    vllm = serve_app(engine_app(lambda n: idle if n == 1 else load))
+    # /metrics call 1 is the warm-up read, 2 the window's first poll, 3 its last
+    vllm = serve_app(engine_app(lambda n: idle if n <= 2 else load))
     gw = serve_app(gateway_app())
     code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", gw.url, "--json")
     data = json.loads(out)
     assert code == 2
     assert data["status"] == "critical"
-    assert set(data) == {"time", "status", "engines", "gateway", "gpus", "gpu_error", "findings"}
+    assert set(data) == TOP_KEYS
     assert time.strptime(data["time"], "%Y-%m-%dT%H:%M:%SZ")
+    assert time.strptime(data["window"]["start"], "%Y-%m-%dT%H:%M:%SZ")
+    assert data["window"]["polls"] == 2  # a window shorter than the interval: both ends
+    assert data["window"]["span_s"] >= 0.6
     (engine,) = data["engines"]
     assert set(engine) == ENGINE_KEYS
     assert engine["model"] == "tinyllm"
@@ -177,20 +200,94 @@ def test_dcgm_gpus_in_the_json(
     assert code == 1
 
 
-def test_bad_window_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["snapshot", "--window", "0", "--gateway", "off"]) == 2
-    assert "--window" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--window", "0"], "--window"),
+        (["--window", "301"], "--window"),  # the pipeline keeps 10 minutes; half of it at most
+        (["--window", "5", "--interval", "0"], "--interval"),
+    ],
+)
+def test_bad_window_or_interval_is_a_usage_error(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["snapshot", *flags, "--gateway", "off"]) == 2
+    captured = capsys.readouterr()
+    assert named in captured.err
+    assert captured.out == ""
 
 
-def test_against_the_live_sim(
+def test_idle_sim_is_ok_and_exits_zero(
     start_sim: Callable[..., ServerThread], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("llmtop.sim.server")
+    # Idle: up with its core metrics (so not unknown), nothing running, nothing waiting, KV
+    # empty, no GPU watched: no rule holds, so the status is ok and the exit code 0.
     sim = start_sim(profile="fast")
     code, out = snapshot(capsys, "--vllm", sim.url, "--gateway", "off", "--json")
     data = json.loads(out)
-    assert set(data["engines"][0]) == ENGINE_KEYS
-    assert data["engines"][0]["up"] is True
-    assert data["engines"][0]["kv_capacity_tokens"] > 0
-    assert code in (0, 1, 2)  # an idle sim answers with its core metrics: never "unknown"
-    assert data["status"] != "unknown"
+    (engine,) = data["engines"]
+    assert set(engine) == ENGINE_KEYS
+    assert (engine["up"], engine["running"], engine["waiting"]) == (True, 0, 0)
+    assert engine["kv_capacity_tokens"] == 4096
+    assert (data["findings"], data["earlier_findings"]) == ([], [])
+    assert data["status"] == "ok"
+    assert code == 0
+
+
+@pytest.fixture
+def growing_queue(start_sim: Callable[..., ServerThread]) -> Iterator[str]:
+    """A simulated engine with 4 seats offered 2 requests/s that each hold a seat ~9 s.
+
+    It serves ~0.45 requests/s, so the queue grows by ~1.5 a second while the 4 running
+    sequences decode at the same rate: a batching cliff. The load is `llmtop load` in its own
+    process, bounded in requests and time.
+    """
+    sim = start_sim(profile="seed", max_num_seqs=4)
+    load = subprocess.Popen(
+        [
+            sys.executable, "-m", "llmtop", "load", "--url", sim.url, "--rate", "2",
+            "--burstiness", "100", "--requests", "90", "--duration", "45",
+            "--prompt-tokens", "64", "--output-tokens", "300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while waiting(sim.url) < 2:  # the seats are full and the queue has started
+            assert load.poll() is None, "llmtop load exited early"
+            assert time.monotonic() < deadline, "the sim never queued"
+            time.sleep(0.25)
+        yield sim.url
+    finally:
+        load.terminate()
+        load.wait(10)
+
+
+def waiting(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_waiting{")
+    )
+
+
+def test_growing_queue_with_flat_decode_is_a_batching_cliff(
+    growing_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window", "15"])
+    text = capsys.readouterr().out
+    assert "batching-cliff [queue]" in text, text
+    assert code in (1, 2), text
+    code = main(
+        ["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window", "15", "--json"]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == EXIT_CODES[data["status"]] != 0
+    cliff = next(f for f in data["findings"] if f["id"] == "batching-cliff")
+    # The finding is the last poll's, and its figures are the printed ones.
+    (engine,) = data["engines"]
+    assert cliff["last_s"] == data["window"]["span_s"] >= 15.0
+    assert f"-> {fmt.count(engine['waiting'])} in" in cliff["summary"]
+    assert f"decode stays at {fmt.tok_per_s(engine['decode_tok_per_s'])}" in cliff["summary"]

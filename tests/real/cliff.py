@@ -300,8 +300,8 @@ def markdown(direct: Phase, capped: Phase, info: dict[str, Any]) -> str:
 async def _main(argv: list[str]) -> int:
     import os
 
+    from llmtop.asgi.uvicorn_runner import ServerThread
     from llmtop.gateway.app import create_app
-    from llmtop.serving import ServerThread
     from llmtop.settings import GatewaySettings
 
     p = argparse.ArgumentParser(description="the cliff and its fix on a real vLLM")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.real.cliff import WATCHED, Phase, experiment, markdown
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1200)]

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.real.vllm_client import MODEL, completion_body, scrape
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]

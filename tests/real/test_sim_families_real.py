@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.real.vllm_client import completion_body
 from tests.unit.test_sim_exports_real_families import (
     missing_or_different,

@@ -3,7 +3,8 @@
 The collector's HTTP transport is teed, so the oracle recomputes running, waiting, KV usage, the
 token rates and the TTFT quantile from exactly the bodies llmtop parsed, with prometheus_client
 and a PromQL-style quantile written independently in vllm_client.py. A second test runs the
-`llmtop snapshot` command itself during a burst and brackets its figures by raw scrapes.
+`llmtop snapshot` command itself during a burst, brackets its figures by raw scrapes, and checks
+that its verdict holds on the figures it printed.
 """
 
 from __future__ import annotations
@@ -174,9 +175,17 @@ async def test_snapshot_command_during_a_burst(idle_vllm: str) -> None:
     ) / (after.time - before.time)
     assert engine["decode_tok_per_s"] == pytest.approx(outer, rel=0.5)
     assert code in (1, 2), out  # degraded or critical: a burst this size overloads the server
-    # The verdict agrees with the numbers it printed (the rule reads the last scrape).
-    ids = {f["id"] for f in out["findings"]}
-    pressed = engine["kv_cache_usage_frac"] >= 0.9 and (
-        engine["waiting"] > 0 or (engine["preemptions_per_s"] or 0) > 0
+    # The verdict agrees with the figures it printed: findings are the last poll's, whose
+    # figures these are, and kv-exhausted reads the KV peak over the window (printed with the
+    # poll it was seen at) and the requests waiting for capacity (vLLM >= 0.20) or waiting.
+    assert out["window"]["polls"] >= 2
+    assert all(f["last_s"] == out["window"]["span_s"] for f in out["findings"]), out
+    peak = engine["kv_cache_usage_peak_frac"]
+    assert peak >= engine["kv_cache_usage_frac"]
+    assert 0.0 <= engine["kv_cache_usage_peak_s"] <= out["window"]["span_s"]
+    waiting = (
+        engine["waiting_capacity"] if engine["waiting_capacity"] is not None else engine["waiting"]
     )
+    pressed = peak >= 0.9 and (waiting > 0 or (engine["preemptions_per_s"] or 0) > 0)
+    ids = {f["id"] for f in out["findings"]}
     assert ("kv-exhausted" in ids) == pressed, out

@@ -285,9 +285,18 @@ class FaultUpstream:
     def close(self) -> None:
         async def stop() -> None:
             self._server.close()
-            for t in list(self._handlers):
-                t.cancel()
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+            # A connection accepted just before the close may not have started its handler yet:
+            # end every task on this loop, not only the registered handlers, so none is left
+            # pending when the loop closes (its coroutine would be destroyed mid-await).
+            me = asyncio.current_task()
+            for _ in range(3):
+                await asyncio.sleep(0)
+                rest = [t for t in asyncio.all_tasks() if t is not me]
+                if not rest:
+                    break
+                for t in rest:
+                    t.cancel()
+                await asyncio.gather(*rest, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.reliability._support import FIGURES, Fault, FaultUpstream, LoopProbe
 
 

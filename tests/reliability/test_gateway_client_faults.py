@@ -146,7 +146,10 @@ async def test_limits_changed_every_100ms_under_load(
     gateway: Callable[..., Gateway], fault_upstream: Callable[..., FaultUpstream]
 ) -> None:
     up = fault_upstream(quick_stream)
-    gw = gateway(up.url, max_concurrency=4, max_queue=8, queue_timeout_s=1.0)
+    # trusted headers: the churn covers priorities and displacement too
+    gw = gateway(
+        up.url, max_concurrency=4, max_queue=8, queue_timeout_s=1.0, trust_client_headers=True
+    )
     base = baseline(gw.probe, (up.port,))
     rng = random.Random(20261129)
     codes: Counter[int] = Counter()

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.snapshot import GpuStats
-from llmtop.serving import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gpu import NvmlBackend

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.reliability._support import FIGURES, FaultUpstream
 from tests.reliability.conftest import Gateway
 

@@ -32,13 +32,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import AdminError
 from llmtop.gateway.app import create_app
-from llmtop.serving import ServerThread
+from llmtop.recording.writer import Recorder
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
 from llmtop.sources.collector import Collector
-from llmtop.sources.recording import Recorder
+from llmtop.sources.gateway import AdminClient
 from tests.reliability._support import FIGURES, FaultUpstream
 
 TOKEN = "tok-3f9a1c7e5b2d4a60"

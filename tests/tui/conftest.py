@@ -1,4 +1,5 @@
-"""TUI test helpers: a pinned clock and time zone, scripted apps, waiting on admin workers."""
+"""TUI test helpers: a pinned clock and time zone, apps on the replayed demo story, a target that
+never answers, waiting on admin workers."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from llmtop.core.pipeline import Pipeline
+from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.snapshot import Snapshot
-from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.settings import HealthSettings
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.scripted import GATEWAY_URL, upto
-from llmtop.tui.source import ScriptedSource, SnapshotSource
+from llmtop.tui.source import SnapshotSource
+from tests.tui import story
 
 
 @pytest.fixture(autouse=True)
@@ -31,28 +34,48 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def make_app(
     source: SnapshotSource | None = None,
     *,
-    phase: str = "kv-exhausted",
+    moment: str = "kv-exhausted",
     admin: AdminClient | None = None,
     read_only: bool = False,
     interval_s: float = 1.0,
     history: Sequence[Snapshot] | None = None,
     **kw: Any,
 ) -> LlmtopApp:
-    """An app on scripted data (the story up to `phase`) with a frozen age clock."""
-    story = upto(phase)
-    return LlmtopApp(
-        source or ScriptedSource([story[-1]]),
-        monitor=MonitorSettings(
-            gateway_url=admin.base_url if admin else GATEWAY_URL,
-            interval_s=interval_s,
-            read_only=read_only,
-        ),
-        health=HealthSettings(),
+    """The screen at one of the story's moments (tests/tui/story.py), a frozen age clock."""
+    return story.app_at(
+        story.MOMENTS[moment],
+        source=source,
+        history=history,
         admin=admin,
-        clock=kw.pop("clock", lambda: 0.0),
-        history=story if history is None else history,
+        read_only=read_only,
+        interval_s=interval_s,
         **kw,
     )
+
+
+class SilentSource:
+    """A target that never answers: each poll waits until the app shuts down."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        """Polls the app began (and is still waiting on)."""
+        self.closed = False
+
+    async def poll(self) -> Snapshot:
+        self.started += 1
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def down_snapshot(
+    url: str = "http://127.0.0.1:8000", error: str = "connection refused"
+) -> Snapshot:
+    """A poll whose scrape of `url` failed, through the pipeline and its rules."""
+    raw = RawPoll(time=story.start(), engines=(RawEngine(url, None, error=error),))
+    return Pipeline(HealthSettings()).update(raw)
 
 
 async def settle(app: LlmtopApp, pilot: Pilot[Any], timeout_s: float = 10.0) -> None:

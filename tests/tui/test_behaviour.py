@@ -7,7 +7,6 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,22 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from llmtop.core.snapshot import EngineStats, Snapshot
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.core.snapshot import Snapshot
 from llmtop.errors import ScrapeError
-from llmtop.serving import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.scripted import upto
-from llmtop.tui.source import ScriptedSource
 from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.panel import Panel
-from tests.tui.conftest import log_texts, make_app, settle
+from tests.tui import story
+from tests.tui.conftest import SilentSource, down_snapshot, log_texts, make_app, settle
 
 SIZE = (80, 24)
 
 
 def header_text(app: LlmtopApp) -> str:
-    return app.query_one("#header").render().plain  # type: ignore[union-attr]
+    return str(app.query_one("#header").render().plain)  # type: ignore[union-attr]
 
 
 async def wait_for(pilot: Any, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -44,20 +42,19 @@ async def wait_for(pilot: Any, check: Callable[[], bool], timeout_s: float = 10.
 
 
 async def test_a_source_that_never_answers_does_not_freeze_the_keys() -> None:
-    source = ScriptedSource(upto("healthy")[-1:], delay_s=3600)
+    source = SilentSource()
     app = make_app(source, history=[])
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await wait_for(pilot, lambda: source.started == 1)
         assert "waiting for the first poll" in header_text(app)
         await pilot.press("question_mark")
         assert type(app.screen).__name__ == "HelpScreen"
         await pilot.press("escape", "q")
-    assert source.polls == 0
     assert source.closed
 
 
 class FailingSource:
-    """Answers once, then raises like a target gone bad."""
+    """Answers once (the story's healthy moment), then raises like a target gone bad."""
 
     def __init__(self) -> None:
         self.polls = 0
@@ -65,7 +62,7 @@ class FailingSource:
     async def poll(self) -> Snapshot:
         self.polls += 1
         if self.polls == 1:
-            return upto("healthy")[-1]
+            return story.upto(story.MOMENTS["healthy"])[-1]
         raise ScrapeError("http://10.0.0.7:8000/metrics: not Prometheus text (line 1: '<html>')")
 
     async def aclose(self) -> None:
@@ -89,11 +86,12 @@ async def test_a_failing_source_is_shown_and_the_data_marked_stale() -> None:
 
 async def test_old_data_is_marked_stale_after_two_intervals() -> None:
     now = [0.0]
-    source = ScriptedSource(upto("healthy")[-1:], delay_s=3600)
-    app = make_app(source, phase="healthy", clock=lambda: now[0], interval_s=0.1)
+    app = make_app(SilentSource(), moment="healthy", clock=lambda: now[0], interval_s=0.1)
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()
         await pilot.pause()
+        assert app.snapshot is not None
+        assert app.snapshot.status == "ok"  # what the rules said at that moment
         assert " OK " in header_text(app)
         assert "STALE" not in header_text(app)
         now[0] = 0.5
@@ -102,25 +100,24 @@ async def test_old_data_is_marked_stale_after_two_intervals() -> None:
 
 
 async def test_a_dead_target_says_down_and_why() -> None:
-    down = Snapshot(
-        time=upto("healthy")[-1].time,
-        engines=(EngineStats(url="http://127.0.0.1:8000", up=False, error="connection refused"),),
-        status="unknown",
-    )
-    app = make_app(ScriptedSource([down]), history=[down])
+    down = down_snapshot()
+    app = make_app(SilentSource(), history=[down])
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()
         await pilot.pause()
         assert header_text(app).startswith(" DOWN ")
         findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
-        assert "DOWN  http://127.0.0.1:8000: connection refused" in findings
+        # the rules' target-down finding carries the scrape's error
+        (f,) = down.findings
+        assert f"{f.id} [{f.bottleneck}] {f.summary}" in findings
+        assert "connection refused" in f.summary
         kv = app.query_one("#kv", Panel).render().plain  # type: ignore[union-attr]
         assert "n/a" in kv
         assert "0%" not in kv
 
 
-async def test_80x24_shows_every_panel_and_the_action() -> None:
-    app = make_app(phase="kv-exhausted")
+async def test_80x24_shows_every_panel_and_each_finding_with_its_action() -> None:
+    app = make_app(moment="kv-exhausted")
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()
         await pilot.pause()
@@ -133,13 +130,17 @@ async def test_80x24_shows_every_panel_and_the_action() -> None:
                 lines = panel.render().plain.splitlines()  # type: ignore[union-attr]
                 assert all(len(line) <= r.width - 2 for line in lines), (panel.id, lines)
         assert not app.query_one("#charts").display
-        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
-        assert "kv-exhausted" in findings
-        assert "→ cap concurrency" in findings
+        text = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        shown = " ".join(text.split())  # the panel wraps long lines
+        assert app.snapshot is not None
+        assert app.snapshot.findings  # the rules fire at this moment of the story
+        for f in app.snapshot.findings:
+            assert f"{f.id} [{f.bottleneck}] {' '.join(f.summary.split())}" in shown
+            assert f"→ {' '.join(f.action.split())}" in shown
 
 
 async def test_charts_use_the_space_at_200x50() -> None:
-    app = make_app(phase="after-cap")
+    app = make_app(moment="after-cap")
     async with app.run_test(size=(200, 50)) as pilot:
         await app.first_snapshot.wait()
         await pilot.pause()
@@ -152,12 +153,13 @@ async def test_charts_use_the_space_at_200x50() -> None:
         xs = ttft.data.series[0].xs
         assert len(xs) <= 2 * ttft.size.width
         assert xs[-1] == 0.0
-        assert xs[0] <= -0.95 * (len(upto("after-cap")) - 1)
+        span = app.history[-1].time - app.history[0].time
+        assert xs[0] <= -0.95 * span
 
 
 def test_no_color_renders_in_grey(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    app = make_app(phase="kv-exhausted")
+    app = make_app(moment="kv-exhausted")
     assert app.no_color
 
     async def run() -> str:
@@ -216,8 +218,3 @@ async def test_the_real_collector_and_gateway_drive_the_screen(
         assert shows_cap_9()
         gateway_panel = app.query_one("#gateway", Panel).render().plain  # type: ignore[union-attr]
         assert "/9" in gateway_panel
-
-
-def test_scripted_state_is_marked_up() -> None:
-    snap = replace(upto("healthy")[-1])
-    assert snap.engines[0].up

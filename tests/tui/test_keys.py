@@ -7,14 +7,12 @@ from typing import Any
 
 import httpx
 
-from llmtop.serving import ServerThread
-from llmtop.sources.admin import AdminClient
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.commands import QUEUE_STEP
 from llmtop.tui.screens.confirm import ConfirmScreen
-from llmtop.tui.scripted import upto
-from llmtop.tui.source import ScriptedSource
 from llmtop.tui.widgets.commandline import CommandLine
-from tests.tui.conftest import log_texts, make_app, notes, settle
+from tests.tui.conftest import SilentSource, log_texts, make_app, notes, settle
 
 NOWHERE = "http://127.0.0.1:9"
 SIZE = (80, 24)
@@ -39,10 +37,8 @@ async def test_plus_minus_and_brackets_change_the_real_gateway(
     start_gateway: Callable[..., ServerThread],
 ) -> None:
     gw = start_gateway(NOWHERE, max_concurrency=8, max_queue=128)
-    story = upto("kv-exhausted")
     # a source that never answers: the screen runs on the preloaded story, keys still work
-    slow = ScriptedSource([story[-1]], delay_s=3600)
-    app = make_app(slow, admin=AdminClient(gw.url), history=story)
+    app = make_app(SilentSource(), admin=AdminClient(gw.url))
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()
         await pilot.press("plus", "plus")
@@ -225,3 +221,19 @@ async def test_q_quits() -> None:
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+async def test_a_toggles_the_autopilot_on_the_real_gateway(
+    start_gateway: Callable[..., ServerThread],
+) -> None:
+    gw = start_gateway(NOWHERE, max_concurrency=8)
+    app = make_app(SilentSource(), admin=AdminClient(gw.url))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "auto"
+        assert "set mode manual -> auto" in log_texts(app)
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert (await limits_of(gw))["mode"] == "manual"

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Snapshot
-from llmtop.sources.recording import Recorder, RecordingSource
-from llmtop.tui.scripted import upto
+from llmtop.recording.reader import read_recording
+from llmtop.recording.writer import Recorder, RecordingSource
+from llmtop.settings import HealthSettings
+from tests.tui import story
 from tests.tui.conftest import make_app
 
 
-class FakeCollector:
-    """Stands in for the Collector: scripted snapshots and a RawPoll for each."""
+class RecordedCollector:
+    """Stands in for the Collector: the story's recorded polls through a Pipeline, in order."""
 
     def __init__(self) -> None:
-        self.snaps = upto("healthy")
+        self.pipeline = Pipeline(HealthSettings())
         self.i = 0
         self.last_raw: RawPoll | None = None
 
     async def poll(self) -> Snapshot:
-        snap = self.snaps[min(self.i, len(self.snaps) - 1)]
+        self.last_raw = story.recording().raw(self.i)
         self.i += 1
-        self.last_raw = RawPoll(time=snap.time + self.i)
-        return snap
+        return self.pipeline.update(self.last_raw)
 
     async def aclose(self) -> None:
         pass
@@ -32,7 +34,8 @@ class FakeCollector:
 async def test_r_records_polls_to_a_file(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     recorder = Recorder(path, interval_s=0.05)
-    source = RecordingSource(FakeCollector(), recorder)
+    collector = RecordedCollector()
+    source = RecordingSource(collector, recorder)
     app = make_app(source, history=[], interval_s=0.05, recorder=recorder)
     async with app.run_test(size=(80, 24)) as pilot:
         await app.first_snapshot.wait()
@@ -46,5 +49,9 @@ async def test_r_records_polls_to_a_file(tmp_path: Path) -> None:
         await pilot.pause()
         assert not recorder.recording
         assert "REC" not in app.query_one("#header").render().plain  # type: ignore[union-attr]
-    lines = path.read_text().splitlines()
-    assert len(lines) >= 4  # a header line, then one line a poll
+    rec = read_recording(path)
+    assert len(rec) >= 3
+    # what was written is what the collector read while `r` was on, poll for poll
+    first = story.recording().index_at(rec.times[0])
+    assert rec.times == story.recording().times[first : first + len(rec)]
+    assert rec.raw(len(rec) - 1) == story.recording().raw(first + len(rec) - 1)

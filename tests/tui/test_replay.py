@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from llmtop.replay import ReplaySource
+from llmtop.recording.replay import ReplaySource
+from llmtop.recording.writer import read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.recording import read_recording
-from llmtop.tui.screens.replay import ReplayApp
+from llmtop.tui.replay_app import ReplayApp
 from llmtop.tui.widgets.timeline import Timeline
+from tests.tui import story
 from tests.tui.conftest import log_texts, notes
 from tests.unit.test_report import CAP_AT, T0, URL, write_scripted
 
@@ -161,18 +162,20 @@ def test_replay_snapshot_at_the_kv_exhaustion(recording: Path, snap_compare: Any
     assert snap_compare(app, terminal_size=SIZE, run_before=to_the_incident)
 
 
-def test_replay_snapshot_of_the_recorded_story(fixtures_dir: Path, snap_compare: Any) -> None:
-    """The demo story, recorded headless, at the KV exhaustion before the cap.
+def test_replay_snapshot_of_the_recorded_story(snap_compare: Any) -> None:
+    """The demo story, recorded headless, at the KV exhaustion before the cap (seeked to with
+    the keys, 10 s a press).
 
     120x42 leaves room for every y tick of the charts: where two ticks share a row, plotext
     picks the label by hash order, which changes from run to run.
     """
-    app = make_replay(fixtures_dir / "recording-story.jsonl.gz")
+    app = make_replay(story.STORY)
+    presses = int(story.MOMENTS["kv-exhausted"] // 10)
 
-    async def to_the_cliff(pilot: Any) -> None:
+    async def to_the_incident(pilot: Any) -> None:
         await ready(app, pilot)
-        for _ in range(12):
+        for _ in range(presses):
             await pilot.press("right")
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(120, 42), run_before=to_the_cliff)
+    assert snap_compare(app, terminal_size=(120, 42), run_before=to_the_incident)

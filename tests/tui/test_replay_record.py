@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmtop.serving import ServerThread
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.recording.writer import Recorder, RecordingSource, read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gpu import FakeGpuBackend
-from llmtop.sources.recording import Recorder, RecordingSource, read_recording
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.header import StatusHeader
 

@@ -1,6 +1,9 @@
-"""Snapshot tests (pytest-textual-snapshot): the screen in each scripted state, deterministic.
+"""Snapshot tests (pytest-textual-snapshot): the screen at moments of the recorded demo, replayed.
 
-Scripted snapshots, a frozen age clock and TZ=UTC make every render the same; update with
+Each render is the live screen fed by a paused replay of tests/fixtures/demo-story.jsonl.gz
+(tests/tui/story.py): the numbers are the recorded run's and the findings are what the current
+rules compute from them, so a rule change shows here as a changed snapshot. A frozen age clock
+and TZ=UTC make every render the same; update with
 `pytest tests/tui/test_snapshots.py --snapshot-update` and look at the SVGs before committing.
 """
 
@@ -12,12 +15,11 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from llmtop.core.snapshot import EngineStats, Snapshot
-from llmtop.sources.admin import AdminClient
+from llmtop.core.rulebase import suggested_cap
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.scripted import upto
-from llmtop.tui.source import ScriptedSource
-from tests.tui.conftest import make_app
+from tests.tui import story
+from tests.tui.conftest import SilentSource, down_snapshot, make_app
 
 SnapCompare = Callable[..., bool]
 
@@ -30,44 +32,43 @@ def _ready(app: LlmtopApp) -> Callable[[Pilot[Any]], Any]:
     return run_before
 
 
-@pytest.mark.parametrize("phase", ["healthy", "batching-cliff", "kv-exhausted", "after-cap"])
-def test_states_at_80x24(snap_compare: SnapCompare, phase: str) -> None:
-    app = make_app(phase=phase)
+@pytest.mark.parametrize("moment", list(story.MOMENTS))
+def test_moments_at_80x24(snap_compare: SnapCompare, moment: str) -> None:
+    app = make_app(moment=moment)
     assert snap_compare(app, terminal_size=(80, 24), run_before=_ready(app))
 
 
 def test_after_cap_at_120x36_with_charts(snap_compare: SnapCompare) -> None:
-    app = make_app(phase="after-cap")
+    app = make_app(moment="after-cap")
     assert snap_compare(app, terminal_size=(120, 36), run_before=_ready(app))
 
 
 def test_target_down_read_only(snap_compare: SnapCompare) -> None:
-    down = Snapshot(
-        time=upto("healthy")[-1].time,
-        engines=(EngineStats(url="http://127.0.0.1:8000", up=False, error="connection refused"),),
-        status="unknown",
-    )
-    app = make_app(ScriptedSource([down]), history=[down], read_only=True)
+    down = down_snapshot()
+    app = make_app(SilentSource(), history=[down], read_only=True)
     assert snap_compare(app, terminal_size=(80, 24), run_before=_ready(app))
 
 
 def test_help_screen(snap_compare: SnapCompare) -> None:
-    app = make_app(phase="healthy")
+    app = make_app(moment="healthy")
     assert snap_compare(
         app, press=["question_mark"], terminal_size=(80, 24), run_before=_ready(app)
     )
 
 
 def test_command_line_open(snap_compare: SnapCompare) -> None:
-    # the line only opens here: nothing is sent to this (absent) gateway
-    app = make_app(phase="kv-exhausted", admin=AdminClient("http://127.0.0.1:9"))
+    # typing the cap the finding on screen suggests; the line only opens here: nothing is sent
+    # to this (absent) gateway
+    app = make_app(moment="kv-exhausted", admin=AdminClient("http://127.0.0.1:9"))
+    advice = suggested_cap(story.upto(story.MOMENTS["kv-exhausted"])[-1].findings)
+    assert advice is not None
     assert snap_compare(
-        app, press=["colon", *"cap 8"], terminal_size=(80, 24), run_before=_ready(app)
+        app, press=["colon", *f"cap {advice[0]}"], terminal_size=(80, 24), run_before=_ready(app)
     )
 
 
 def test_pause_question(snap_compare: SnapCompare) -> None:
-    app = make_app(phase="after-cap")
+    app = make_app(moment="after-cap")
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await app.first_snapshot.wait()

@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import AdminError
-from llmtop.serving import ServerThread
 from llmtop.settings import MonitorSettings
-from llmtop.sources.admin import AdminClient
+from llmtop.sources.gateway import AdminClient
 
 TOKEN = "s3cret-admin-token"
 NOWHERE = "http://127.0.0.1:9"

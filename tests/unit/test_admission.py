@@ -143,7 +143,13 @@ async def test_high_priority_displaces_the_newest_lower_waiter() -> None:
     with pytest.raises(Rejected) as e2:
         ctl.enter("low")
     assert e2.value.reason == "queue_full"
-    assert ctl.rejections == {"queue_full": 1, "displaced": 1, "shed": 0, "rate_limited": 0}
+    assert ctl.rejections == {
+        "queue_full": 1,
+        "displaced": 1,
+        "shed": 0,
+        "rate_limited": 0,
+        "ttft_budget": 0,
+    }
     accounted(ctl)
 
 

@@ -8,7 +8,15 @@ import math
 import pytest
 
 from llmtop.core import format as fmt
-from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
+from llmtop.core.snapshot import (
+    EngineStats,
+    Finding,
+    GatewayStats,
+    GpuStats,
+    Snapshot,
+    WindowFinding,
+    WindowSnapshot,
+)
 from llmtop.core.summary import EXIT_CODES, to_json, to_text
 
 
@@ -49,7 +57,7 @@ def test_other_units() -> None:
     assert (fmt.watts(287.4), fmt.celsius(71.2), fmt.mhz(1410)) == ("287 W", "71 °C", "1,410 MHz")
 
 
-def _snap() -> Snapshot:
+def _snap() -> WindowSnapshot:
     engine = EngineStats(
         url="http://e",
         up=True,
@@ -63,13 +71,21 @@ def _snap() -> Snapshot:
         decode_tok_per_s=70.6,
         ttft_p95_s=math.inf,
     )
-    return Snapshot(
+    finding = Finding("kv-exhausted", "critical", "kv", "KV full", "cap concurrency at ~3")
+    last = Snapshot(
         time=1_796_000_000.0,
         engines=(engine, EngineStats(url="http://down", up=False, error="connection refused")),
         gateway=GatewayStats(url="http://gw", up=True, in_flight=8, max_concurrency=8, queued=3),
         gpus=(GpuStats(index=0, name="H100", temp_c=70, throttle_reasons=("sw_power_cap",)),),
-        findings=(Finding("kv-exhausted", "critical", "kv", "KV full", "cap concurrency at ~3"),),
+        findings=(finding,),
         status="critical",
+    )
+    return WindowSnapshot(
+        last=last,
+        start=last.time - 5.0,
+        polls=6,
+        interval_s=1.0,
+        findings=(WindowFinding(finding, first_s=3.0, last_s=5.0, held_polls=3),),
     )
 
 
@@ -93,20 +109,26 @@ def test_json_is_strict_and_complete() -> None:
             "bottleneck": "kv",
             "summary": "KV full",
             "action": "cap concurrency at ~3",
+            "first_s": 3.0,
+            "last_s": 5.0,
+            "held_polls": 3,
         }
     ]
+    assert data["earlier_findings"] == []
+    assert data["window"]["span_s"] == 5.0
 
 
 def test_text_summary() -> None:
-    text = to_text(_snap(), 5.0)
+    text = to_text(_snap())
     assert "status CRITICAL" in text
     assert "m (vLLM 0.32.0)" in text
-    assert "waiting 42 (42 for KV)" in text
+    assert "waiting 42 (42 for capacity)" in text
     assert "DOWN: connection refused" in text
     assert "in flight 8/8" in text
     assert "throttled: sw_power_cap" in text
     assert "CRITICAL kv-exhausted [kv] KV full" in text
     assert "-> cap concurrency at ~3" in text
+    assert "held from +3.0 s to +5.0 s (3 of 6 polls)" in text
 
 
 def test_exit_codes() -> None:

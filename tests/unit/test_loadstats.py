@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core.loadstats import (
+from llmtop.errors import UsageError
+from llmtop.load.stats import (
     RequestResult,
     Slo,
     format_table,
@@ -23,7 +24,6 @@ from llmtop.core.loadstats import (
     to_json,
     verdict,
 )
-from llmtop.errors import UsageError
 
 
 def ok(ttft: float, gaps: tuple[float, ...] = (0.03, 0.03), **kw: object) -> RequestResult:

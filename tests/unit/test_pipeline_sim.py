@@ -15,13 +15,12 @@ from llmtop.core import promtext
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.settings import HealthSettings
+from llmtop.sim.dcgm import DcgmTelemetry
+from llmtop.sim.engine import Engine, EngineConfig
+from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.profiles import get_profile
 from llmtop.sources.dcgm import DCGM_KEEP, parse_dcgm
 from llmtop.sources.vllm import VLLM_KEEP
-
-sim_engine = pytest.importorskip("llmtop.sim.engine")
-sim_metrics = pytest.importorskip("llmtop.sim.metrics")
-sim_dcgm = pytest.importorskip("llmtop.sim.dcgm")
-sim_profiles = pytest.importorskip("llmtop.sim.profiles")
 
 URL = "http://sim"
 
@@ -34,13 +33,13 @@ def run_sim(
     until: float,
 ) -> list[RawPoll]:
     """Drive the engine; scrape /metrics and dcgm text once per virtual second."""
-    profile = sim_profiles.get_profile("seed")
-    cfg = sim_engine.EngineConfig.from_profile(
+    profile = get_profile("seed")
+    cfg = EngineConfig.from_profile(
         profile, kv_tokens=kv_tokens, max_num_seqs=max_num_seqs, max_model_len=4096
     )
-    engine = sim_engine.Engine(cfg, now=0.0)
-    renderer = sim_metrics.MetricsRenderer(engine, "sim-model", 0.0)
-    dcgm = sim_dcgm.DcgmTelemetry(engine, 0.0)
+    engine = Engine(cfg, now=0.0)
+    renderer = MetricsRenderer(engine, "sim-model", 0.0)
+    dcgm = DcgmTelemetry(engine, 0.0)
     pending = sorted(arrivals)
     polls: list[RawPoll] = []
     t = 1.0
@@ -96,11 +95,8 @@ def test_kv_exhaustion_is_found_with_the_fit() -> None:
 
 def test_sim_captures_idle_then_load(fixtures_dir: Path) -> None:
     """The sim's committed captures (tests/fixtures/sim-metrics-*.txt) read like vLLM's."""
-    load_file = fixtures_dir / "sim-metrics-load.txt"
-    if not load_file.exists():
-        pytest.skip("no sim capture")
     idle = promtext.parse((fixtures_dir / "sim-metrics-idle.txt").read_text(), VLLM_KEEP)
-    load = promtext.parse(load_file.read_text(), VLLM_KEEP)
+    load = promtext.parse((fixtures_dir / "sim-metrics-load.txt").read_text(), VLLM_KEEP)
     p = Pipeline(HealthSettings(fire_after_s=0.0), window_s=30.0)
     assert p.update(RawPoll(time=0.0, engines=(RawEngine(URL, idle),))).status == "unknown"
     snap = p.update(RawPoll(time=30.0, engines=(RawEngine(URL, load),)))

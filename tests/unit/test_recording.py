@@ -14,7 +14,7 @@ from llmtop.core import engines, promtext
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.snapshot import Finding, GpuStats
 from llmtop.errors import RecordingError
-from llmtop.sources.recording import Recorder, read_recording
+from llmtop.recording.writer import Recorder, read_recording
 
 TOKEN = "s3cr3t-admin-token-1234"
 URL = "http://127.0.0.1:8000"

@@ -12,9 +12,9 @@ import pytest
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.snapshot import Finding
 from llmtop.errors import RecordingError
-from llmtop.replay import SPEEDS, ReplaySource
+from llmtop.recording.replay import SPEEDS, ReplaySource
+from llmtop.recording.writer import Recorder, read_recording
 from llmtop.settings import HealthSettings
-from llmtop.sources.recording import Recorder, read_recording
 from tests.unit.test_report import CAP_AT, T0, scripted_polls, write_scripted
 
 

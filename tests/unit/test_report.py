@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from llmtop.cli import main
-from llmtop.core import report
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
-from llmtop.sources.recording import Recorder
+from llmtop.recording import report
+from llmtop.recording.writer import Recorder
 
 T0 = 1_764_439_200.0
 URL = "http://127.0.0.1:8000"

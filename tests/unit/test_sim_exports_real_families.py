@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.engines import sample_names
-from llmtop.serving import ServerThread
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "metrics-load.txt"
 

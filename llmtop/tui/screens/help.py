@@ -19,6 +19,9 @@ HELP_TEXT = f"""\
 - `:`: a command line for exact values: `cap 8`, `queue 64`, `timeout 20`, `rpm 600`,
   `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes)
 - `p`: pause / resume admission (asks first)
+- `w`: what-if: PREDICTED TTFT, goodput, tok/s and 429s for caps around the findings'
+  suggestion, from the live engine's metrics, with the fit's own error (Esc closes). Typing
+  `:cap N` shows the prediction for N beside the measured figures before Enter applies it
 - `r`: start / stop recording (when started with a recorder)
 - `?`: this help (Esc closes); `q` or ctrl+c: quit
 - In `llmtop replay`: space play/pause, `,` / `.` step one poll, left/right seek, Home/End,

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import LogEvent
 
 KIND_STYLE = {
@@ -48,7 +48,7 @@ class EventLog(Widget):
         for i, ev in enumerate(shown):
             if i:
                 out.append("\n")
-            out.append(fmt.clock(ev.time), style="dim")
+            out.append(fmt.local_clock(ev.time), style="dim")
             out.append(" ")
             out.append(ev.text, style=KIND_STYLE.get(ev.kind, ""))
         out.no_wrap = True

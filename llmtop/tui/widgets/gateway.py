@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import View, limit_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 
 class GatewayPanel(Panel):
-    """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused."""
+    """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
+    the mode in the title, and in auto mode the KV budget and the cause of the last move."""
 
     TITLE = "Gateway"
 
@@ -22,7 +23,7 @@ class GatewayPanel(Panel):
             return Text(f"DOWN: {g.error or 'no answer'}", style="bold red")
         rejected = {k: v for k, v in g.rejected_per_s.items() if v}
         r429 = (
-            "  ".join(f"{k} {fmt.per_s(v)}" for k, v in sorted(rejected.items()))
+            "  ".join(f"{k} {fmt.rate(v)}" for k, v in sorted(rejected.items()))
             if rejected
             else "0"
         )
@@ -36,6 +37,24 @@ class GatewayPanel(Panel):
             if g.paused
             else value("n/a" if g.paused is None else "admitting", "green")
         )
+        auto = g.mode == "auto"
+        self.border_title = f"{self.TITLE} · {g.mode or 'n/a'}" + (" · PAUSED" if g.paused else "")
+        if auto:
+            # The full move ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s") is in the event
+            # log; here the budget and the cause of the last move, cut to the panel's width.
+            cause = (g.autopilot_reason or "waiting for the engine's KV size").split(": ", 1)[-1]
+            budget = limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)
+            limits = line(label("budget "), value(f"{budget} blk"), label(f"  {cause}"))
+            limits.truncate(max(10, self.content_size.width), overflow="ellipsis")
+        else:
+            limits = line(
+                label("timeout "),
+                value(limit_text("queue_timeout_s", g.queue_timeout_s)),
+                label("  rpm "),
+                value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
+                "  ",
+                state,
+            )
         return Text("\n").join(
             [
                 line(
@@ -45,18 +64,11 @@ class GatewayPanel(Panel):
                     value(f"{fmt.integer(g.queued)}/{fmt.integer(g.max_queue)}"),
                 ),
                 line(
-                    label("timeout "),
-                    value(limit_text("queue_timeout_s", g.queue_timeout_s)),
-                    label("  rpm "),
-                    value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
-                    "  ",
-                    state,
-                ),
-                line(
                     label("429/s "),
                     value(r429, "bold red" if rejected else "bold"),
                     label("  wait p95 "),
                     value(fmt.dur(g.queue_wait_p95_s), wait_style),
                 ),
+                limits,
             ]
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from llmtop.core import format as fmt
 from llmtop.core.snapshot import GpuStats
-from llmtop.tui import fmt
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
@@ -37,7 +37,7 @@ class GpuPanel(Panel):
             label(f"{g.index} "),
             value(fmt.pct(util).rjust(4), "bold green" if util and util > 0.5 else "bold"),
             label(" mem "),
-            value(f"{fmt.gib(g.mem_used_bytes)}/{fmt.gib(g.mem_total_bytes)}"),
+            value(f"{fmt.gib_short(g.mem_used_bytes)}/{fmt.gib_short(g.mem_total_bytes)}"),
             label(" bw "),
             value(fmt.pct(g.mem_bw_util_frac)),
             label(" "),

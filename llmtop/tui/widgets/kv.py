@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from llmtop.core import format as fmt
 from llmtop.core.rulebase import kv_fit
-from llmtop.tui import fmt
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
@@ -20,17 +20,20 @@ class KvPanel(Panel):
         if e is None or not e.up:
             return Text("n/a (engine down)", style="dim")
         usage = e.kv_cache_usage_frac
-        width = max(self.size.width - 8, 8)
+        cached = e.prompt_cache_hit_frac
+        # the prefix cache's share of prompt tokens, when it serves any (vLLM >= 0.16)
+        hit = [label(" cached "), value(fmt.pct(cached))] if cached else []
+        width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
         pre = e.preemptions_per_s
         fits = kv_fit(e)  # the same arithmetic as the kv-exhausted finding
         return Text("\n").join(
             [
-                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4))),
+                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4)), *hit),
                 line(
                     label("capacity "),
                     value(fmt.num(e.kv_capacity_tokens)),
                     label(" tok  preempt "),
-                    value(fmt.per_s(pre), "bold red" if pre else "bold"),
+                    value(fmt.rate(pre), "bold red" if pre else "bold"),
                     label("/s"),
                 ),
                 line(

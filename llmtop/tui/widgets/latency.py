@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
@@ -33,7 +33,7 @@ class LatencyPanel(Panel):
                 value(fmt.dur(p50).rjust(6), ""),
                 value(fmt.dur(p95).rjust(7), _slo_style(p95, slo) if slo else "bold"),
                 value(fmt.dur(p99).rjust(7), ""),
-                label(f"  slo {fmt.dur(slo)}" if slo else ""),
+                label(f" slo {fmt.dur(slo)}" if slo else ""),
             )
 
         return Text("\n").join(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui import fmt
+from llmtop.core import format as fmt
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
@@ -32,7 +32,7 @@ class ThroughputPanel(Panel):
                     label("per seq "),
                     value(fmt.num(e.decode_tok_per_s_per_seq).rjust(6)),
                     label(" tok/s  done "),
-                    value(fmt.per_s(finished)),
+                    value(fmt.rate(finished)),
                     label(" req/s"),
                 ),
             ]

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from llmtop.replay import Playhead
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(t))
+from llmtop.core import format as fmt
+from llmtop.recording.replay import Playhead
 
 
 def _span(s: float) -> str:
@@ -22,7 +17,7 @@ def _span(s: float) -> str:
 
 
 class Timeline(Widget):
-    """One line: PLAY/PAUSED, speed, the poll's UTC time, offset / length, a bar, poll n/N."""
+    """One line: PLAY/PAUSED, speed, the poll's local time, offset / length, a bar, poll n/N."""
 
     DEFAULT_CSS = """
     Timeline {
@@ -45,7 +40,7 @@ class Timeline(Widget):
         left = Text.assemble(
             state,
             (f" x{p.speed:g}", "bold"),
-            f"  {_clock(p.time)} UTC",
+            f"  {fmt.local_clock(p.time)} UTC",
             (f"  +{_span(p.time - p.start)} / {_span(p.end - p.start)}", "dim"),
             "  ",
         )

@@ -1,0 +1,224 @@
+"""How right is `llmtop whatif`? Its CPU cost, and its accuracy against the sim as ground truth.
+
+1. CPU: `analyse` (calibrate + five candidates) on a scraped window, in CPU seconds.
+2. Virtual (no sockets, seconds): a known sim profile behind the real admission code is scraped
+   as /metrics and /admin/stats would be; the what-if calibrates on those scrapes only and
+   predicts three caps; the known engine is then run at each cap with SEEDS different traffic
+   seeds. Error = prediction vs the mean of the seeds; "truth spread" = the seeds' own range,
+   the noise floor any prediction of one run faces.
+3. With --real: the same over sockets. `llmtop sim` and `llmtop gateway` run as child processes,
+   `llmtop.load.runner` offers Poisson traffic to the gateway; the what-if calibrates from /metrics
+   and /admin/stats, predicts, then each cap is applied (PATCH /admin/limits) and measured
+   (llmtop/whatif/verify.py). Several minutes, bounded.
+
+    python bench/bench_whatif.py [--real] [--measure S] [--scenario NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmtop.gateway.limits import Limits  # noqa: E402
+from llmtop.sim.profiles import get_profile  # noqa: E402
+from llmtop.whatif.lengths import LengthDist  # noqa: E402
+from llmtop.whatif.service import Options, analyse  # noqa: E402
+from llmtop.whatif.truth import Truth, measure, scrape_run  # noqa: E402
+
+SEEDS = (11, 12, 13, 14, 15)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A sim the predictor knows nothing about, and the traffic and caps to try on it."""
+
+    name: str
+    profile: str
+    kv_tokens: int | None
+    rate_per_s: float
+    prompt_tokens: tuple[int, int]
+    output_tokens: int
+    start_cap: int
+    caps: tuple[int, ...]
+    queue_timeout_s: float = 10.0
+
+    def truth(self) -> Truth:
+        lo, hi = self.prompt_tokens
+        return Truth(
+            get_profile(self.profile),
+            self.kv_tokens,
+            self.rate_per_s,
+            LengthDist(((lo - 1, hi),), (1.0,), 1.0, (lo + hi) / 2),
+            LengthDist.fixed(self.output_tokens),
+            Limits(self.start_cap, 128, self.queue_timeout_s),
+        )
+
+    def sim_args(self) -> list[str]:
+        args = ["--profile", self.profile]
+        if self.kv_tokens is not None:
+            args += ["--kv-tokens", str(self.kv_tokens)]
+        return args
+
+
+SCENARIOS = (
+    Scenario("h100-8b", "h100-8b", None, 2.0, (256, 1536), 256, 8, (4, 8, 16)),
+    Scenario("seed-kv8000", "seed", 8000, 0.6, (512, 1024), 256, 4, (2, 4, 16)),
+)
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.0%}"
+
+
+def sec(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+# -- 1 and 2: virtual ---------------------------------------------------------------------------
+
+
+def cpu_five(sc: Scenario, opts: Options) -> float:
+    """CPU seconds of `analyse` with five candidates (current + four caps); best of three."""
+    points = scrape_run(sc.truth(), 30.0)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.process_time()
+        a = analyse(points, replace(opts, caps=(2, 4, 8, 16)))
+        best = min(best, time.process_time() - t0)
+        assert len(a.predictions) == 5
+    return best
+
+
+CALIBRATION_SEEDS = (100, 101, 102)
+STEADY = Options(from_now=False, warmup_s=30.0, horizon_s=120.0, band=False, replicas=2)
+"""The virtual truth is run from empty to steady state, so the predictions are too."""
+
+
+def virtual(sc: Scenario, window_s: float, horizon_s: float) -> None:
+    """Three calibration windows (different traffic), each predicting every cap; the truth at
+    each cap is the mean of SEEDS runs of the known engine."""
+    print(
+        f"**{sc.name}** (`llmtop sim {' '.join(sc.sim_args())}`, {sc.rate_per_s:g} req/s Poisson,"
+        f" prompts {sc.prompt_tokens[0]}-{sc.prompt_tokens[1]}, {sc.output_tokens} out, queue"
+        f" timeout {sc.queue_timeout_s:g} s; calibrated at cap {sc.start_cap} over"
+        f" {window_s:.0f} s of simulated scrapes; truth: {horizon_s:.0f} s at each cap,"
+        f" {len(SEEDS)} traffic seeds).\n"
+    )
+    print(
+        "| window | arrivals seen (req/s) | fit error: tok/s, client TTFT p95 | cap |"
+        " predicted TTFT p95 | true p95 | error | true spread | predicted tok/s | true tok/s |"
+        " error | true spread | preempt/min predicted / true |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    truth: dict[int, tuple[list[float], list[float], float]] = {}
+    for cap in sc.caps:
+        runs = [measure(sc.truth(), cap, horizon_s, 30.0, s) for s in SEEDS]
+        pre = sum(r.preemptions_per_min for r in runs) / len(runs)
+        truth[cap] = (
+            [r.ttft_client_p95_s or 0.0 for r in runs],
+            [r.output_tok_per_s for r in runs],
+            pre,
+        )
+    for seed in CALIBRATION_SEEDS:
+        a = analyse(scrape_run(sc.truth(), window_s, seed=seed), replace(STEADY, caps=sc.caps))
+        o = a.observed
+        fit = {c.name: c.error_frac for c in a.checks}
+        head = (
+            f"seed {seed} | {o.arrival_per_s:.2f} ± {o.arrival_error_per_s or 0:.2f} |"
+            f" {pct(fit.get('output tok/s'))}, {pct(fit.get('client TTFT p95 (s)'))}"
+        )
+        for p in a.predictions[1:]:
+            assert p.candidate.limits is not None
+            cap = p.candidate.limits.max_concurrency
+            ttfts, toks, pre = truth[cap]
+            t_mean, k_mean = sum(ttfts) / len(ttfts), sum(toks) / len(toks)
+            pt = p.ttft_client_p95_s
+            print(
+                f"| {head} | {cap} | {sec(pt)} | {sec(t_mean)} |"
+                f" {pct((pt - t_mean) / t_mean if pt else None)} |"
+                f" {sec(min(ttfts))}-{sec(max(ttfts))} | {p.output_tok_per_s:,.0f} |"
+                f" {k_mean:,.0f} | {pct((p.output_tok_per_s - k_mean) / k_mean)} |"
+                f" {min(toks):,.0f}-{max(toks):,.0f} | {p.preemptions_per_min:,.0f} / {pre:,.0f} |"
+            )
+            head = " | |"
+    print()
+
+
+# -- 3: real time over sockets ------------------------------------------------------------------
+
+
+def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
+    from llmtop.whatif.verify import Phases, Traffic, serve_stack, verify
+
+    phases = Phases(**phases_kw)
+    traffic = Traffic(sc.rate_per_s, sc.prompt_tokens, sc.output_tokens, seed=1)
+    gw_args = ["--max-concurrency", str(sc.start_cap), "--queue-timeout", str(sc.queue_timeout_s)]
+    with serve_stack(sc.sim_args(), gw_args) as (sim, gw):
+        t0 = time.monotonic()
+        analysis, rows = asyncio.run(verify(sim, gw, sc.caps, traffic, phases, Options()))
+        took = time.monotonic() - t0
+    checks = ", ".join(f"{c.name} {pct(c.error_frac)}" for c in analysis.checks)
+    o = analysis.observed
+    checks += f"; arrivals {o.arrival_per_s:.2f} ± {o.arrival_error_per_s or 0:.2f} req/s"
+    print(f"**{sc.name}** over sockets ({took:.0f} s wall; calibrated at cap {sc.start_cap} over"
+          f" {phases.window_s:.0f} s; each cap measured over {phases.measure_s:.0f} s after"
+          f" {phases.settle_s:.0f} s). Fit error: {checks}.\n")  # fmt: skip
+    print("| cap | predicted TTFT p95 | measured | error | predicted tok/s | measured | error |"
+          " requests measured (their Poisson noise) | 429s predicted / measured |"
+          " at the change: engine / gateway queue |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        p, m = r.predicted, r.measured
+        rej = f"{p.rejected / p.offered:.0%}" if p.offered else "n/a"
+        mrej = f"{m.rejected / m.offered:.0%}" if m.offered else "n/a"
+        noise = f"±{1 / m.offered**0.5:.0%}" if m.offered else "n/a"
+        print(
+            f"| {m.cap} | {sec(p.ttft_client_p95_s)} | {sec(m.ttft_p95_s)} |"
+            f" {pct(r.ttft_p95_error)} | {p.output_tok_per_s:,.0f} | {m.output_tok_per_s:,.0f} |"
+            f" {pct(r.tok_error)} | {m.offered} ({noise}) | {rej} / {mrej} |"
+            f" {r.start.at_engine} / {r.start.queued} |"
+        )
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--real", action="store_true", help="also run over sockets (minutes)")
+    parser.add_argument("--no-virtual", action="store_true")
+    parser.add_argument("--scenario", choices=[s.name for s in SCENARIOS], action="append")
+    parser.add_argument("--window", type=float, default=30.0, help="calibration window (s)")
+    parser.add_argument("--measure", type=float, default=40.0, help="real: seconds per cap")
+    parser.add_argument("--horizon", type=float, default=120.0, help="virtual truth horizon")
+    args = parser.parse_args()
+    chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
+    print("## What-if accuracy (bench/bench_whatif.py)\n")
+    plain = cpu_five(SCENARIOS[0], Options(band=False))
+    banded = cpu_five(SCENARIOS[0], Options())
+    print(
+        "CPU of `analyse` (calibration + 5 candidates: the current cap and caps 2, 4, 8, 16;"
+        f" the command's defaults, 60 s from now), {SCENARIOS[0].name} at"
+        f" {SCENARIOS[0].rate_per_s:g} req/s, best of 3: {plain:.2f} CPU s;"
+        f" with the arrival-rate band (two more runs a candidate): {banded:.2f} CPU s.\n"
+    )
+    if not args.no_virtual:
+        print("### Virtual time: calibrated from scraped /metrics, against the known engine\n")
+        for sc in chosen:
+            virtual(sc, args.window, args.horizon)
+    if args.real:
+        print("### Over sockets: `llmtop sim` + `llmtop gateway` + `llmtop.load.runner`\n")
+        for sc in chosen:
+            real(sc, {"window_s": args.window, "measure_s": args.measure,
+                      "tail_s": sc.queue_timeout_s + 2.0})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

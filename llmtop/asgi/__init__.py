@@ -1,0 +1,1 @@
+"""Running ASGI apps (the sim, the gateway) on uvicorn: `uvicorn_runner`."""

@@ -1,0 +1,47 @@
+"""The health rules' thresholds as plain values: a frozen dataclass core reads and never loads.
+
+The config loader (llmtop.settings) fills it from flags, LLMTOP_* variables and the [health]
+table of the config file; core only receives the values, so core imports no loader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Thresholds of the health rules; SLOs are what the users of the endpoint were promised."""
+
+    ttft_slo_s: float = 2.0
+    """Time-to-first-token P95 above this is degraded."""
+    itl_slo_s: float = 0.1
+    """Inter-token latency P95 above this is degraded."""
+    queue_wait_slo_s: float = 5.0
+    """Gateway queue wait P95 above this is a saturated gateway."""
+    kv_high_frac: float = 0.9
+    """KV-cache usage at or above this, with preemptions or waiting, is exhaustion."""
+    error_rate_max: float = 0.01
+    """A share of failed requests below this counts as "no errors" for degraded-200."""
+    fire_after_s: float = 3.0
+    """A rule must hold this long before its finding fires."""
+    clear_after_s: float = 10.0
+    """A fired rule must stay false this long before its finding clears."""
+    window_s: float = 10.0
+    """Window of the histogram quantiles and rates."""
+    stale_after_s: float = 15.0
+    """Running requests with no token progress for this long is a hung engine or stale data."""
+    cliff_waiting_growth: float = 4.0
+    """Waiting must grow by at least this many requests over the window for a batching cliff."""
+    cliff_flat_frac: float = 0.1
+    """Decode throughput within this share of its earlier value counts as flat."""
+    decode_collapse_frac: float = 0.5
+    """Per-sequence decode rate under this share of its best (at half the running): decode-bound."""
+    prefill_dominant_frac: float = 0.5
+    """Prefill time above this share of TTFT (with TTFT over its SLO) is prefill-bound."""
+    gateway_queue_near_frac: float = 0.8
+    """A gateway queue at or above this share of max_queue is near full."""
+    gpu_mem_high_frac: float = 0.98
+    """GPU memory used at or above this share of total is nearly full (vLLM preallocates ~0.9)."""
+    critical_slo_factor: float = 4.0
+    """A latency this many times its SLO makes degraded-200 critical."""

@@ -1,0 +1,256 @@
+"""`llmtop demo`: the simulated engine, the gateway in front of it, a scenario's load, and a
+monitor, all in this one process so that quitting leaves no orphan and frees every port.
+
+The sim and the gateway each run on their own thread and event loop (`ServerThread`, port 0:
+free ports, printed). The load is a `ScenarioDriver`: closed-loop streams against the gateway
+whose concurrency follows the scenario's phases. With a screen the load runs on a `LoadThread`
+(demo.interactive); the headless run drives load and polls in one loop (demo.headless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.demo.scenarios import Phase, Scenario
+from llmtop.load.runner import ClosedLoop, Runner, Shape
+from llmtop.load.stats import RequestResult
+from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings, SimSettings
+
+GATEWAY_QUEUE = 512
+"""The demo gateway's max_queue: room for every stream of every scenario, so the cap queues."""
+GATEWAY_QUEUE_TIMEOUT_S = 180.0
+"""Long enough that the story's 4,000-token prompts wait in the gateway instead of timing out."""
+LOAD_REQUEST_CAP = 1_000_000
+"""The demo's load is bounded by its duration or the user's q; this is the backstop."""
+
+
+@dataclass
+class Stack:
+    """The servers of one demo; `stop` is idempotent and frees both ports."""
+
+    scenario: Scenario
+    sim: ServerThread
+    gateway: ServerThread
+    engine_max_num_seqs: int
+    monitor: MonitorSettings
+    health: HealthSettings
+
+    def stop(self) -> None:
+        """Gateway first (it holds connections to the sim), then the sim."""
+        self.gateway.stop()
+        self.sim.stop()
+
+    def banner(self) -> str:
+        """What was started where, for the terminal before the TUI takes it."""
+        s = self.scenario
+        return "\n".join(
+            [
+                f"llmtop demo: scenario '{s.name}' ({s.description})",
+                f"  simulated vLLM ({s.sim.get('profile', 'seed')}) {self.sim.url}"
+                f"  (/v1, /metrics, /dcgm/metrics)",
+                f"  llmtop gateway        {self.gateway.url}  (max_concurrency"
+                f" {self.engine_max_num_seqs} = the engine's own --max-num-seqs: no cap yet)",
+                f"  load                  {', '.join(s.stream_names())} -> the gateway",
+                f"  try: llmtop load --url {self.gateway.url} --concurrency 4 --requests 8",
+            ]
+        )
+
+
+def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | None = None) -> Stack:
+    """Start the sim (the scenario's profile) and an uncapped gateway on free ports."""
+    from llmtop.gateway.app import create_app as gateway_app
+    from llmtop.sim.profiles import get_profile
+    from llmtop.sim.server import create_app as sim_app
+
+    sim_settings = SimSettings(port=0, **scenario.sim)
+    max_seqs = sim_settings.max_num_seqs or get_profile(sim_settings.profile).max_num_seqs
+    sim = ServerThread(sim_app(sim_settings)).start()
+    try:
+        gw_settings = GatewaySettings(
+            upstream=sim.url,
+            listen="127.0.0.1:0",
+            max_concurrency=max_seqs,
+            max_queue=GATEWAY_QUEUE,
+            queue_timeout_s=GATEWAY_QUEUE_TIMEOUT_S,
+        )
+        gateway = ServerThread(gateway_app(gw_settings)).start()
+    except BaseException:
+        sim.stop()
+        raise
+    monitor = MonitorSettings(
+        vllm_urls=(sim.url,),
+        gateway_url=gateway.url,
+        dcgm_url=f"{sim.url}/dcgm/metrics",
+        nvml=False,
+        record=record,
+    )
+    health = dataclasses.replace(health, **scenario.health)
+    return Stack(scenario, sim, gateway, max_seqs, monitor, health)
+
+
+@contextlib.contextmanager
+def demo_stack(
+    scenario: Scenario, health: HealthSettings, *, record: str | None = None
+) -> Iterator[Stack]:
+    """`start_stack`, quiet server logs unless LLMTOP_DEBUG=1, and stop it on the way out."""
+    stack = start_stack(scenario, health, record=record)
+    # Cutting the load at the end makes the servers meet closed sockets mid-request; asyncio and
+    # uvicorn log each one on stderr, which is noise in a demo and scribbles over the TUI.
+    # LLMTOP_DEBUG=1 keeps them. (Set after start_stack: configuring uvicorn resets the levels.)
+    if not os.environ.get("LLMTOP_DEBUG"):
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+class ScenarioDriver:
+    """A scenario's streams as closed loops against `url`, resized at each phase change."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        url: str,
+        *,
+        seed: int = 0,
+        keep_results: bool = True,
+        on_phase: Callable[[float, int, Phase], None] | None = None,
+        on_result: Callable[[RequestResult], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        # Connections for every stream at its peak at once: a shrinking stream's last requests
+        # overlap the next phase's, and a request waiting for a pooled connection would count
+        # that wait as TTFT.
+        peak = sum(
+            max(s.concurrency for p in scenario.phases for s in p.streams if s.name == name)
+            for name in scenario.stream_names()
+        )
+        self.runner = Runner(
+            url,
+            max_requests=LOAD_REQUEST_CAP,
+            max_connections=peak + 8,
+            retry_429=True,
+            seed=seed,
+            keep_results=keep_results,
+            on_result=self._record,
+        )
+        self.counts = {"ok": 0, "rejected": 0, "error": 0, "http_error": 0, "cut": 0}
+        self._on_phase = on_phase
+        self._on_result = on_result
+        self.phase_index = -1
+        self._loops: dict[str, ClosedLoop] = {}
+        """The current loop of each stream (a new one when a phase changes its shape)."""
+        self._all: list[ClosedLoop] = []
+
+    @property
+    def results(self) -> list[RequestResult]:
+        """The results kept so far (none when keep_results is off: an endless demo)."""
+        return self.runner.results
+
+    def _record(self, r: RequestResult) -> None:
+        self.counts[r.outcome] += 1
+        if self._on_result is not None:
+            self._on_result(r)
+
+    def stop(self) -> None:
+        """End the load: no new requests, those in flight are cut."""
+        self.runner.stop()
+
+    async def run(self, duration_s: float | None = None) -> None:
+        """Drive the phases until stopped (or `duration_s`); closes the client on the way out."""
+        runner = self.runner
+        try:
+            await runner.resolve_model()
+            runner.mark_start()
+            while not runner.stopped.is_set():
+                t = runner.elapsed()
+                if duration_s is not None and t >= duration_s:
+                    break
+                self._apply(t)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(runner.stopped.wait(), 0.25)
+        finally:
+            runner.stop()
+            for loop in self._all:
+                await loop.wait()
+            await runner.aclose()
+
+    def _apply(self, t: float) -> None:
+        i, phase = self.scenario.at(t)
+        if i == self.phase_index:
+            return
+        self.phase_index = i
+        on = {s.name: s for s in phase.streams}
+        for name in self.scenario.stream_names():
+            s = on.get(name)
+            loop = self._loops.get(name)
+            if s is not None:
+                shape = Shape(s.prompt_tokens, s.output_tokens, priority=s.priority)
+                if loop is None or loop.shape != shape:
+                    if loop is not None:
+                        loop.set_concurrency(0)
+                    loop = self._loops[name] = ClosedLoop(self.runner, shape)
+                    self._all.append(loop)
+                loop.set_concurrency(s.concurrency)
+            elif loop is not None:
+                loop.set_concurrency(0)
+        if self._on_phase is not None:
+            self._on_phase(t, i, phase)
+
+
+class LoadThread:
+    """A ScenarioDriver on its own thread and event loop (the TUI owns the main one)."""
+
+    def __init__(self, scenario: Scenario, url: str, *, seed: int = 0) -> None:
+        self._scenario = scenario
+        self._url = url
+        self._seed = seed
+        self._driver: ScenarioDriver | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="demo-load", daemon=True)
+
+    def _main(self) -> None:
+        async def go() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._driver = ScenarioDriver(
+                self._scenario, self._url, seed=self._seed, keep_results=False
+            )
+            self._ready.set()
+            await self._driver.run()
+
+        try:
+            asyncio.run(go())
+        except BaseException as e:  # reported by the caller, never a traceback on the TUI
+            self.error = e
+        finally:
+            self._ready.set()
+
+    @property
+    def sent(self) -> int:
+        """Requests sent so far."""
+        return self._driver.runner.issued if self._driver is not None else 0
+
+    def start(self) -> LoadThread:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cut the load and wait for the thread; safe to call twice."""
+        loop, driver = self._loop, self._driver
+        if loop is not None and driver is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(driver.stop)
+        self._thread.join(timeout_s)

@@ -1,0 +1,326 @@
+"""Recordings: every poll's raw inputs as compact JSON lines, gzip-compressed for a ``.gz`` name.
+
+A recording keeps what llmtop *read* (a `RawPoll` per poll: the filtered samples, the gateway's
+stats, GPU readings, limit changes) and, for reference, the findings the live run showed. Replay
+and report feed the polls to a fresh `Pipeline`, so an improved rule re-runs over an old incident.
+
+Format (version 1), one JSON object per line::
+
+    {"llmtop_recording": 1, "version": "0.1.0", "started": 1764400000.0,
+     "interval_s": 1.0, "targets": {"vllm": [...], "gateway": "...", "dcgm": null}}
+    {"time": ..., "kf": 1, "engines": [{"url": ..., "samples": [[name, {labels}, value], ...]}],
+     "gateway": {...}, "gpus": [...], "events": [...], "findings": [...]}
+    {"time": ..., "engines": [{"url": ..., "delta": [[index, value], ...]}], ...}
+
+Samples are delta-encoded per engine against that engine's previous poll (only changed values,
+by index), with a keyframe (``"kf": 1``, full samples) every `KEYFRAME_EVERY` polls, so a seek
+decodes at most that many lines. An engine whose series set changed is written in full. A new
+header line starts a new segment (appending to an existing file). The gzip stream is flushed
+after every line, so a killed process leaves a file readable up to its last poll.
+
+Secrets are never written: the admin token (and any value in `secrets`) is redacted from each
+line's bytes, keys that name credentials are dropped, and user:password@ is cut from URLs.
+
+Writing, from the TUI, `llmtop --record` or `llmtop demo --headless --record`::
+
+    recorder = Recorder.from_settings(monitor_settings)   # path = settings.record (may be None)
+    recorder.open()                 # or open(path); appends; RecordingError when it cannot
+    recorder.write(raw, findings)   # after each poll: collector.last_raw, snapshot.findings
+    recorder.toggle()               # the `r` key: stop, or start (default name when no path)
+    recorder.close()
+
+or wrap the Collector: ``RecordingSource(collector, recorder)`` is a
+SnapshotSource that records `collector.last_raw` and the findings after every poll.
+
+Reading: ``recording = read_recording(path)``; ``recording.raw(i)``, ``iter(recording)``,
+``recording.times``, ``recording.warnings`` (a truncated tail is tolerated and counted there).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import re
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmtop import __version__
+from llmtop.core.raw import RawPoll, Sample
+from llmtop.errors import RecordingError
+from llmtop.recording.reader import FORMAT_VERSION, Recording, read_recording
+
+if TYPE_CHECKING:
+    from llmtop.core.snapshot import Finding, Snapshot
+    from llmtop.settings import MonitorSettings
+
+KEYFRAME_EVERY = 60
+"""Polls between keyframes: a minute at the default 1 s refresh."""
+REDACTED = "[redacted]"
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(token|authorization|api[_-]?key|secret|password|passwd|cookie)$", re.I
+)
+"""Keys dropped from the gateway's JSON and events (not `prompt_tokens`: whole words only)."""
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+# ---- pure helpers: scrubbing and encoding -------------------------------------------
+
+
+def scrub(value: Any) -> Any:
+    """A copy of JSON-like data without credential-named keys or user:password@ in URLs."""
+    if isinstance(value, Mapping):
+        return {str(k): scrub(v) for k, v in value.items() if not _SECRET_KEY.search(str(k))}
+    if isinstance(value, list | tuple):
+        return [scrub(v) for v in value]
+    if isinstance(value, str):
+        return _USERINFO.sub("", value)
+    return value
+
+
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "severity": f.severity,
+        "bottleneck": f.bottleneck,
+        "summary": f.summary,
+        "since": f.since,
+    }
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+class Encoder:
+    """RawPoll -> one recording line (a dict), delta-encoding samples against the last poll."""
+
+    def __init__(self, keyframe_every: int = KEYFRAME_EVERY) -> None:
+        self.keyframe_every = max(1, keyframe_every)
+        self._count = 0
+        self._prev: dict[str, tuple[Sample, ...]] = {}
+
+    def encode(self, raw: RawPoll, findings: Iterable[Finding] = ()) -> dict[str, Any]:
+        """The line for `raw`; every `keyframe_every`-th line (the first included) is full."""
+        keyframe = self._count % self.keyframe_every == 0
+        self._count += 1
+        if keyframe:
+            self._prev = {}
+        d = raw.to_dict()
+        samples_of = [e.pop("samples") for e in d["engines"]]
+        d = scrub(d)  # samples are names and numbers only; their labels stay as scraped
+        for e_dict, samples in zip(d["engines"], samples_of, strict=True):
+            e_dict["samples"] = samples
+        for e_dict, engine in zip(d["engines"], raw.engines, strict=True):
+            samples = engine.samples
+            prev = self._prev.get(engine.url)
+            if samples is None:
+                self._prev.pop(engine.url, None)
+                continue
+            self._prev[engine.url] = samples
+            if prev is not None and len(prev) == len(samples):
+                changed: list[list[float]] = []
+                for i, (p, s) in enumerate(zip(prev, samples, strict=True)):
+                    if p.name != s.name or p.labels != s.labels:
+                        break
+                    if not _same(p.value, s.value):
+                        changed.append([i, s.value])
+                else:
+                    del e_dict["samples"]
+                    e_dict["delta"] = changed
+        line = {k: v for k, v in d.items() if v not in (None, [], {})}
+        line["time"] = raw.time
+        if keyframe:
+            line["kf"] = 1
+        found = [scrub(_finding_dict(f)) for f in findings]  # summaries quote URLs
+        if found:
+            line["findings"] = found
+        return line
+
+
+def header(interval_s: float, targets: Mapping[str, Any], started: float) -> dict[str, Any]:
+    """The first line of a recording segment (targets scrubbed of credentials)."""
+    return {
+        "llmtop_recording": FORMAT_VERSION,
+        "version": __version__,
+        "started": started,
+        "interval_s": interval_s,
+        "targets": scrub(dict(targets)),
+    }
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret (plain or JSON-escaped) replaced by [redacted]."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+            escaped = json.dumps(secret)[1:-1]
+            if escaped != secret:
+                text = text.replace(escaped, REDACTED)
+    return text
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Appends polls to a recording file; `toggle` is the TUI's `r` key. Not thread-safe."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        interval_s: float = 1.0,
+        targets: Mapping[str, Any] | None = None,
+        secrets: Iterable[str | None] = (),
+        keyframe_every: int = KEYFRAME_EVERY,
+    ) -> None:
+        self.path: Path | None = Path(path) if path is not None else None
+        self.interval_s = interval_s
+        self.targets = dict(targets or {})
+        self._secrets = tuple(s for s in secrets if s)
+        self._keyframe_every = keyframe_every
+        self._file: gzip.GzipFile | io.BufferedWriter | None = None
+        self._encoder = Encoder(keyframe_every)
+        self.polls_written = 0
+        """Polls written since the last open."""
+        self.error: str | None = None
+        """Why the last write failed (recording stopped), if it did."""
+
+    @classmethod
+    def from_settings(cls, monitor: MonitorSettings) -> Recorder:
+        """A recorder for a monitoring run: its targets, interval and admin token (redacted)."""
+        from llmtop.settings import read_token
+
+        token = read_token(monitor.admin_token, monitor.admin_token_file)
+        return cls(
+            monitor.record,
+            interval_s=monitor.interval_s,
+            targets={
+                "vllm": list(monitor.vllm_urls),
+                "gateway": monitor.gateway_url,
+                "dcgm": monitor.dcgm_url,
+            },
+            secrets=(token, monitor.admin_token),
+        )
+
+    @property
+    def recording(self) -> bool:
+        """True while polls are being written."""
+        return self._file is not None
+
+    def open(self, path: str | Path | None = None) -> Path:
+        """Start appending to `path` (or the recorder's path, or a timestamped default)."""
+        self.close()
+        if path is not None:
+            self.path = Path(path)
+        if self.path is None:
+            self.path = Path(time.strftime("llmtop-%Y%m%d-%H%M%S.jsonl.gz"))
+        try:
+            if self.path.suffix == ".gz":
+                self._file = gzip.open(self.path, "ab", compresslevel=6)  # noqa: SIM115 (kept open)
+            else:
+                self._file = self.path.open("ab")
+                if self.path.stat().st_size and not _ends_with_newline(self.path):
+                    self._file.write(b"\n")
+        except OSError as e:
+            self._file = None
+            raise RecordingError(f"cannot record to {self.path}: {e.strerror or e}") from None
+        self._encoder = Encoder(self._keyframe_every)
+        self.polls_written = 0
+        self._write_line(header(self.interval_s, self.targets, time.time()))
+        return self.path
+
+    def write(self, raw: RawPoll | None, findings: Iterable[Finding] = ()) -> None:
+        """Append one poll; a no-op while not recording or before the first poll (raw None)."""
+        if self._file is None or raw is None:
+            return
+        self._write_line(self._encoder.encode(raw, findings))
+        self.polls_written += 1
+
+    def toggle(self) -> bool:
+        """Start or stop recording; returns True when now recording."""
+        if self.recording:
+            self.close()
+            return False
+        self.open()
+        return True
+
+    def close(self) -> None:
+        """Finish the file (gzip trailer included); safe to call twice."""
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError as e:
+                raise RecordingError(f"cannot finish {self.path}: {e.strerror or e}") from None
+
+    def _write_line(self, line: dict[str, Any]) -> None:
+        assert self._file is not None
+        text = redact(json.dumps(line, separators=(",", ":")), self._secrets)
+        try:
+            self._file.write(text.encode() + b"\n")
+            if isinstance(self._file, gzip.GzipFile):
+                self._file.flush(zlib.Z_SYNC_FLUSH)
+            else:
+                self._file.flush()
+        except OSError as e:
+            self.close()
+            raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+
+class _Collector(Protocol):
+    last_raw: RawPoll | None
+
+    async def poll(self) -> Snapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class RecordingSource:
+    """A Collector whose every poll also goes to a Recorder: the TUI's source under --record.
+
+    A write that fails (disk full) stops the recording and is kept in `recorder.error`; the
+    poll itself still succeeds, so monitoring goes on.
+    """
+
+    def __init__(self, collector: _Collector, recorder: Recorder) -> None:
+        self.collector = collector
+        self.recorder = recorder
+
+    async def poll(self) -> Snapshot:
+        """Poll the collector, then record its RawPoll and the findings shown."""
+        snap = await self.collector.poll()
+        try:
+            self.recorder.write(self.collector.last_raw, snap.findings)
+        except RecordingError as e:
+            self.recorder.error = str(e)
+        return snap
+
+    async def aclose(self) -> None:
+        """Close the collector and finish the recording file."""
+        try:
+            await self.collector.aclose()
+        finally:
+            self.recorder.close()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+__all__ = [
+    "Encoder",
+    "Recorder",
+    "Recording",
+    "RecordingSource",
+    "read_recording",
+    "redact",
+    "scrub",
+]

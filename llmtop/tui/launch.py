@@ -1,0 +1,68 @@
+"""The TUI's wiring, once for every command that opens it: `top` and `demo` get the live app
+(collector -> recorder -> app, with the admin client), `replay` gets the app on a recording."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from llmtop.recording.replay import open_replay
+from llmtop.recording.writer import Recorder, RecordingSource
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.fleet import make_collector
+from llmtop.sources.gateway import AdminClient
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.replay_app import ReplayApp
+from llmtop.tui.whatif_feed import WhatIfFeed
+
+
+def run_live(
+    monitor: MonitorSettings,
+    health: HealthSettings,
+    *,
+    max_num_seqs: int | None = None,
+    title: str | None = None,
+    exit_after_s: float | None = None,
+    app_class: type[LlmtopApp] = LlmtopApp,
+) -> int:
+    """Poll the targets in the TUI until `q` (or `exit_after_s`); every poll goes through the
+    recorder, which writes when --record or the `r` key opened it. Returns the exit code.
+    `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
+    collector = make_collector(monitor, health, max_num_seqs=max_num_seqs)
+    recorder = Recorder.from_settings(monitor)
+    if monitor.record:
+        recorder.open()
+    app = app_class(
+        RecordingSource(collector, recorder),
+        monitor=monitor,
+        health=health,
+        admin=AdminClient.from_settings(monitor),
+        recorder=recorder,
+        title=title,
+        whatif=WhatIfFeed.from_settings(monitor, health),
+    )
+    timer: threading.Timer | None = None
+    if exit_after_s is not None:
+        timer = threading.Timer(exit_after_s, lambda: app.call_from_thread(app.exit, 0))
+        timer.daemon = True
+        timer.start()
+    try:
+        result = app.run()
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return int(result or 0) if app.return_code is None else app.return_code
+
+
+def run_replay(path: str, health: HealthSettings, *, speed: float, paused: bool) -> int:
+    """Open the TUI on a recording (read-only); warnings about the file go to stderr first."""
+    import sys
+
+    source, monitor, warnings = open_replay(path, health, speed=speed, paused=paused)
+    for warning in warnings:
+        sys.stderr.write(f"llmtop: warning: {warning}\n")
+    app = ReplayApp(
+        source, monitor=monitor, health=health, title=f"llmtop replay: {Path(path).name}"
+    )
+    result = app.run()
+    return int(result or 0) if app.return_code is None else app.return_code

@@ -1,0 +1,71 @@
+"""The `w` screen: predictions for a few caps around the findings' suggestion, from the live
+engine, refreshed every few seconds on a worker thread; every figure labelled a prediction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from llmtop.errors import LlmtopError
+from llmtop.tui.whatif_feed import WhatIfFeed
+
+REFRESH_S = 5.0
+
+
+class WhatIfScreen(ModalScreen[None]):
+    """The what-if table; Esc, q or w close it."""
+
+    DEFAULT_CSS = """
+    WhatIfScreen { align: center middle; }
+    WhatIfScreen > VerticalScroll {
+        width: 100%;
+        height: 100%;
+        border: round $accent;
+        border-title-align: center;
+        background: $surface;
+        padding: 0 1;
+    }
+    WhatIfScreen #whatif-body { width: auto; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,w", "close", "close"),
+    ]
+
+    def __init__(self, feed: WhatIfFeed, caps: Callable[[], tuple[int, ...]]) -> None:
+        super().__init__()
+        self.feed = feed
+        self.caps = caps
+        """Asked at each refresh: the candidates follow the findings as they change."""
+        self.text = "what-if: starting..."
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as box:
+            box.border_title = "what-if: PREDICTIONS from the live engine (Esc closes)"
+            yield Static(self.text, id="whatif-body")
+
+    def on_mount(self) -> None:
+        self.feed.start()
+        self.refresh_predictions()
+        self.set_interval(REFRESH_S, self.refresh_predictions)
+
+    def refresh_predictions(self) -> None:
+        self.run_worker(self._update(), group="whatif", exclusive=True, exit_on_error=False)
+
+    async def _update(self) -> None:
+        try:
+            analysis = await self.feed.analyse(self.caps(), band=True)
+        except LlmtopError as e:
+            self.text = str(e)
+        else:
+            self.text = analysis.text()
+        self.query_one("#whatif-body", Static).update(self.text)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,98 @@
+"""The TUI's what-if hook: `w` opens the what-if screen, and while the `:` command line holds
+`cap N` a line above it shows the prediction for N beside what is measured now, before Enter
+applies it. Mixed into `LlmtopApp`; without a live feed (replays, tests) both say so."""
+
+from __future__ import annotations
+
+from textual.widgets import Input, Static
+
+from llmtop.core.aggregate import combine
+from llmtop.core.rulebase import kv_fit
+from llmtop.errors import LlmtopError
+from llmtop.tui import commands
+from llmtop.tui.controls import AdminControls
+from llmtop.tui.screens.whatif import WhatIfScreen
+from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
+from llmtop.whatif.render import caps_around, preview_line
+
+
+class WhatIfPreview(Static):
+    """One line above the command line: the prediction for the cap being typed."""
+
+    DEFAULT_CSS = """
+    WhatIfPreview {
+        display: none;
+        height: auto;
+        padding: 0 1;
+        background: $boost;
+        color: $text-accent;
+    }
+    """
+
+
+class WhatIfControls(AdminControls):
+    """`w` and the `:cap N` preview; the app sets `whatif` (None: not live)."""
+
+    whatif: WhatIfFeed | None = None
+
+    def candidate_caps(self) -> tuple[int, ...]:
+        """Caps around the KV-fit suggestion and the current cap, from the latest snapshot."""
+        snap = self.snapshot
+        current = snap.gateway.max_concurrency if snap and snap.gateway else None
+        engine = combine(snap.engines) if snap else None
+        return caps_around(current, kv_fit(engine) if engine is not None else None)
+
+    def action_whatif(self) -> None:
+        if self.whatif is None:
+            self.notify("what-if needs a live engine (not a replay)", severity="warning")
+            return
+        self.push_screen(WhatIfScreen(self.whatif, self.candidate_caps))
+
+    def _preview(self) -> WhatIfPreview:
+        found = list(self.screen_stack[0].query(WhatIfPreview))
+        if found:
+            return found[0]
+        preview = WhatIfPreview(id="whatif-preview")
+        self.screen_stack[0].mount(preview, before="#cmdline")
+        return preview
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "cmdline" or self.whatif is None:
+            return
+        try:
+            parsed = commands.parse_command(event.value) if event.value.strip() else None
+        except LlmtopError:
+            parsed = None
+        preview = self._preview()
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("max_concurrency"), int):
+            preview.display = False
+            return
+        cap = parsed["max_concurrency"]
+        preview.display = True
+        preview.update(f"what-if: predicting cap {cap}...")
+        self.run_worker(self._predict(cap), group="whatif-preview", exclusive=True)
+
+    async def _predict(self, cap: int) -> None:
+        feed = self.whatif
+        assert feed is not None
+        preview = self._preview()
+        try:
+            a = await feed.analyse((cap,))
+        except LlmtopError as e:
+            preview.update(str(e))
+            return
+        preview.update(
+            preview_line(a.observed, a.checks, a.predictions[0], a.predictions[-1], HORIZON_S)
+        )
+
+    def hide_preview(self) -> None:
+        """The command line closed: the preview goes with it."""
+        for preview in self.screen_stack[0].query(WhatIfPreview) if self.screen_stack else ():
+            preview.display = False
+
+    # Textual calls each class's handler along the MRO: these run beside AdminControls' own.
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.hide_preview()
+
+    def on_command_line_closed(self) -> None:
+        self.hide_preview()

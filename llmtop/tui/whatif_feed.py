@@ -1,0 +1,110 @@
+"""The TUI's what-if source: its own rolling window of scrapes (the what-if reads histogram
+buckets the dashboard's poll drops), started the first time a prediction is asked for, and
+predictions computed on a worker thread so the UI never waits on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+import httpx
+
+from llmtop.errors import LlmtopError, UsageError
+from llmtop.settings import HealthSettings, MonitorSettings, read_token
+from llmtop.sources.gateway import GatewayReader
+from llmtop.whatif.collect import scrape_once
+from llmtop.whatif.service import Analysis, Options, analyse
+from llmtop.whatif.window import Point
+
+WINDOW_S = 30.0
+"""Seconds of scrapes the TUI's what-if calibrates on."""
+INTERVAL_S = 2.0
+MIN_POINTS = 4
+"""Scrapes needed before a first prediction (~6 s): early ones say how little they saw."""
+HORIZON_S = 60.0
+
+
+class WhatIfFeed:
+    """Scrapes one engine (and the gateway) every INTERVAL_S while the app runs, once started."""
+
+    def __init__(
+        self,
+        vllm_url: str,
+        gateway_url: str | None,
+        token: str | None,
+        health: HealthSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        points: Iterable[Point] = (),
+        live: bool = True,
+    ) -> None:
+        self.vllm_url = vllm_url
+        self.health = health
+        self._reader = GatewayReader(gateway_url, token, optional=True) if gateway_url else None
+        self._clock = clock
+        self.points: deque[Point] = deque(points)
+        self.live = live
+        """False: never scrape, predict from `points` only (tests, screenshots)."""
+        self.error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    @classmethod
+    def from_settings(cls, monitor: MonitorSettings, health: HealthSettings) -> WhatIfFeed | None:
+        """The feed for the first engine; None when no engine is configured."""
+        if not monitor.vllm_urls:
+            return None
+        token = read_token(monitor.admin_token, monitor.admin_token_file)
+        return cls(monitor.vllm_urls[0], monitor.gateway_url, token, health)
+
+    def start(self) -> None:
+        """Begin scraping (idempotent); the first prediction is possible ~6 s later."""
+        if self._task is None and self.live:
+            self._task = asyncio.ensure_future(self._run())
+
+    @property
+    def seconds_seen(self) -> float:
+        return self.points[-1].t - self.points[0].t if len(self.points) >= 2 else 0.0
+
+    async def _run(self) -> None:
+        self._client = httpx.AsyncClient(timeout=INTERVAL_S)
+        while True:
+            try:
+                point = await scrape_once(self._client, self.vllm_url, self._reader, INTERVAL_S)
+            except LlmtopError as e:
+                self.error = str(e)
+            else:
+                self.error = None
+                self.points.append(point)
+                while self.points and point.t - self.points[0].t > WINDOW_S:
+                    self.points.popleft()
+            await asyncio.sleep(INTERVAL_S)
+
+    async def analyse(self, caps: tuple[int, ...], *, band: bool = False) -> Analysis:
+        """Predict the current limits and `caps` on a worker thread; UsageError until ready."""
+        self.start()
+        if len(self.points) < MIN_POINTS:
+            why = f": {self.error}" if self.error else ""
+            raise UsageError(
+                f"what-if: collecting metrics ({self.seconds_seen:.0f} s of {WINDOW_S:.0f}){why}"
+            )
+        opts = Options(
+            caps=caps,
+            horizon_s=HORIZON_S,
+            band=band,
+            ttft_slo_s=self.health.ttft_slo_s,
+            itl_slo_s=self.health.itl_slo_s,
+        )
+        return await asyncio.to_thread(analyse, list(self.points), opts)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._client is not None:
+            await self._client.aclose()

@@ -1,0 +1,198 @@
+"""What `llmtop whatif` does: collect a window, calibrate, predict every candidate, render.
+
+`analyse` is the pure half (points in, report out: the TUI can call it on a worker thread with
+points it already has); `run_whatif` adds the scraping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from llmtop.errors import UsageError
+from llmtop.gateway.limits import Limits
+from llmtop.whatif.calibrate import Calibration, calibrate
+from llmtop.whatif.predict import Candidate, Prediction, State, candidates_for_caps, predict
+from llmtop.whatif.render import FitCheck, fit_checks, to_json, to_text
+from llmtop.whatif.window import Observed, Point, observe
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to predict and how; the defaults are the command's."""
+
+    caps: tuple[int, ...] = ()
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    horizon_s: float = 60.0
+    warmup_s: float = 0.0
+    from_now: bool = True
+    """Start from the state of the last scrape (the limits applied then); False: from an empty
+    system, in steady state after `warmup_s`."""
+    seed: int = 0
+    ttft_slo_s: float = 2.0
+    itl_slo_s: float = 0.1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    replicas: int = 4
+    """Runs pooled per prediction (different traffic seeds): the expected figure, not one draw."""
+    band: bool = True
+    """Also predict at the arrival rate +- its standard error."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The window, the fit, its error and the predictions (current setting first)."""
+
+    observed: Observed
+    calibration: Calibration
+    checks: list[FitCheck]
+    predictions: list[Prediction]
+    options: Options
+    bands: list[tuple[Prediction, Prediction]] = field(default_factory=list)
+    """Per prediction: the same at the arrival rate one standard error lower, and higher."""
+
+    def text(self) -> str:
+        o = self.options
+        return to_text(
+            self.observed, self.calibration, self.checks, self.predictions, self.bands,
+            horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+            from_now=o.from_now, warmup_s=o.warmup_s,
+        )  # fmt: skip
+
+    def json(self) -> str:
+        o = self.options
+        return json.dumps(
+            to_json(
+                self.observed, self.calibration, self.checks, self.predictions, self.bands,
+                horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
+                from_now=o.from_now, warmup_s=o.warmup_s,
+            ),
+            indent=2,
+        )  # fmt: skip
+
+
+def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
+    """The current setting, then each cap with the max_queue / timeout changes applied."""
+    out = candidates_for_caps(cal, opts.caps)
+    if opts.max_queue is None and opts.queue_timeout_s is None:
+        return out
+
+    def changed(lim: Limits) -> Limits:
+        return replace(
+            lim,
+            max_queue=lim.max_queue if opts.max_queue is None else opts.max_queue,
+            queue_timeout_s=(
+                lim.queue_timeout_s if opts.queue_timeout_s is None else opts.queue_timeout_s
+            ),
+        )
+
+    head, rest = out[0], out[1:]
+    if head.limits is not None and not opts.caps:
+        return [head, Candidate("current, changed", changed(head.limits))]
+    return [head, *(Candidate(c.label, changed(c.limits)) for c in rest if c.limits is not None)]
+
+
+def state_of(point: Point, arrival_per_s: float, limits: Limits | None) -> State:
+    """The system at one scrape: at the engine (running + waiting) and in the gateway's queue;
+    the oldest queued request arrived queued / rate seconds ago (FIFO), at most the timeout."""
+    g = point.engine.gauges
+    at_engine = round((g.get("running") or 0.0) + (g.get("waiting") or 0.0))
+    queued = int((point.gateway or {}).get("queued") or 0)
+    oldest = queued / arrival_per_s if arrival_per_s > 0 else 0.0
+    if limits is not None:
+        oldest = min(oldest, limits.queue_timeout_s)
+    return State(at_engine, queued, oldest)
+
+
+def fit_window(points: Sequence[Point], opts: Options) -> tuple[Observed, Calibration]:
+    """The window summarised and the engine model fitted to it."""
+    obs = observe(points)
+    if obs.arrival_per_s <= 0:
+        raise UsageError("no requests arrived in the window: nothing to predict from")
+    cal = calibrate(
+        obs, max_num_seqs=opts.max_num_seqs, max_num_batched_tokens=opts.max_num_batched_tokens
+    )
+    return obs, cal
+
+
+def analyse(points: Sequence[Point], opts: Options) -> Analysis:
+    """Calibrate on the window and predict every candidate (pure; about a second of CPU).
+
+    With `opts.band`, each candidate is also run at the arrival rate one standard error below
+    and above the estimate (a shorter horizon), so the table shows how much the rate's own
+    sampling error moves the answer.
+    """
+    obs, cal = fit_window(points, opts)
+    cands = candidates(cal, opts)
+    start = state_of(points[-1], cal.arrival_per_s, cal.limits) if opts.from_now else None
+
+    def run(
+        c: Candidate, horizon_s: float, at: Calibration = cal, replicas: int = opts.replicas
+    ) -> Prediction:
+        return predict(
+            at, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
+            ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s, start=start,
+            replicas=replicas,
+        )  # fmt: skip
+
+    preds = [run(c, opts.horizon_s) for c in cands]
+    bands: list[tuple[Prediction, Prediction]] = []
+    err = obs.arrival_error_per_s
+    if opts.band and err:
+        rate = cal.arrival_per_s
+        low = replace(cal, arrival_per_s=max(rate - err, rate * 0.1))
+        high = replace(cal, arrival_per_s=rate + err)
+        half = max(5.0, opts.horizon_s / 2)
+        few = max(1, opts.replicas // 2)
+        bands = [(run(c, half, low, few), run(c, half, high, few)) for c in cands]
+    # The fit's own error: the current setting, replayed (preds[0]), against the window.
+    return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands)
+
+
+def validate(opts: Options, *, window_s: float, interval_s: float) -> None:
+    """UsageError (one line) for values the what-if cannot work with."""
+    if not 2.0 <= window_s <= 3600.0:
+        raise UsageError("--window must be between 2 and 3600 seconds")
+    if not 0.2 <= interval_s <= window_s / 2:
+        raise UsageError("--interval must be at least 0.2 s and at most half the window")
+    if not 5.0 <= opts.horizon_s <= 3600.0:
+        raise UsageError("--horizon must be between 5 and 3600 seconds")
+    if opts.max_queue is not None and opts.max_queue < 0:
+        raise UsageError("--max-queue must be at least 0")
+    if opts.queue_timeout_s is not None and not opts.queue_timeout_s > 0:
+        raise UsageError("--queue-timeout must be above 0")
+    if opts.max_num_seqs < 1:
+        raise UsageError("--max-num-seqs must be at least 1")
+    if opts.max_num_batched_tokens is not None and opts.max_num_batched_tokens < 1:
+        raise UsageError("--max-num-batched-tokens must be at least 1")
+    if opts.ttft_slo_s <= 0 or opts.itl_slo_s <= 0:
+        raise UsageError("the SLOs must be above 0")
+
+
+def run_whatif(
+    vllm_url: str,
+    gateway_url: str | None,
+    opts: Options,
+    *,
+    window_s: float,
+    interval_s: float = 1.0,
+    token_file: str | None = None,
+) -> Analysis:
+    """Scrape the targets over the window, then `analyse`."""
+    import os
+
+    from llmtop.settings import read_token
+    from llmtop.whatif.collect import collect_window
+
+    token = read_token(os.environ.get("LLMTOP_ADMIN_TOKEN"), token_file)
+
+    points, _ = asyncio.run(
+        collect_window(vllm_url, gateway_url, window_s=window_s, interval_s=interval_s, token=token)
+    )
+    try:
+        return analyse(points, opts)
+    except (ValueError, ArithmeticError) as e:  # a window the model cannot take: say so
+        raise UsageError(f"what-if cannot model this window: {e}") from None

@@ -1,0 +1,222 @@
+"""IO: prove a prediction against what then happens. Drive a gateway with open-loop traffic
+(`llmtop.load.runner`), calibrate from the engine's /metrics and the gateway's /admin/stats only,
+predict each cap, then apply each cap (PATCH /admin/limits) and measure it.
+
+Per cap: set it, wait `settle_s`, then measure over `measure_s`: client TTFT of the requests
+offered in that span (loadgen: offer -> first token, gateway queue included) and output tok/s
+from the engine's generation counter; then hold the cap `tail_s` more so the measured requests
+finish under it. bench/bench_whatif.py and tests/integration/test_whatif_sim.py use this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import httpx
+
+from llmtop.load.runner import OpenLoop, Runner, Shape
+from llmtop.load.stats import percentile
+from llmtop.sources.gateway import AdminClient, GatewayReader
+from llmtop.whatif.collect import collect_window, scrape_once
+from llmtop.whatif.predict import Prediction, State, predict
+from llmtop.whatif.service import Analysis, Options, analyse, state_of
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The load offered to the gateway: Poisson arrivals, uniform prompt lengths."""
+
+    rate_per_s: float
+    prompt_tokens: tuple[int, int]
+    output_tokens: int
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Seconds of each part of the run."""
+
+    warmup_s: float = 15.0
+    window_s: float = 30.0
+    settle_s: float = 10.0
+    measure_s: float = 30.0
+    tail_s: float = 12.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one cap did (client side and the engine's counter)."""
+
+    cap: int
+    offered: int
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    output_tok_per_s: float
+    rejected: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One cap: the prediction beside the measurement."""
+
+    predicted: Prediction
+    measured: Measured
+    start: State
+    """The state the prediction started from (scraped right before the change)."""
+
+    @property
+    def ttft_p95_error(self) -> float | None:
+        p, m = self.predicted.ttft_client_p95_s, self.measured.ttft_p95_s
+        return None if p is None or not m else (p - m) / m
+
+    @property
+    def tok_error(self) -> float | None:
+        p, m = self.predicted.output_tok_per_s, self.measured.output_tok_per_s
+        return None if not m else (p - m) / m
+
+
+async def _generated(client: httpx.AsyncClient, vllm_url: str) -> tuple[float, float]:
+    p = await scrape_once(client, vllm_url, None, 5.0)
+    return p.t, p.engine.counters.get("generation_tokens", 0.0)
+
+
+async def verify(
+    vllm_url: str,
+    gateway_url: str,
+    caps: Sequence[int],
+    traffic: Traffic,
+    phases: Phases,
+    opts: Options,
+) -> tuple[Analysis, list[Row]]:
+    """Calibrate, predict each cap, then apply and measure each; the rows in `caps` order."""
+    total_s = phases.warmup_s + phases.window_s + 5.0
+    total_s += len(caps) * (phases.settle_s + phases.measure_s + phases.tail_s)
+    shape = Shape(prompt_tokens=traffic.prompt_tokens, output_tokens=traffic.output_tokens)
+    runner = Runner(
+        gateway_url,
+        max_requests=int(traffic.rate_per_s * total_s * 2) + 100,
+        max_connections=1000,
+        seed=traffic.seed,
+        request_timeout_s=120.0,
+    )
+    admin = AdminClient(gateway_url, source="whatif-verify")
+    reader = GatewayReader(gateway_url, None, optional=False)
+    async with runner, httpx.AsyncClient() as client:
+        await runner.resolve_model()
+        runner.mark_start()
+        load = asyncio.ensure_future(
+            OpenLoop(runner, shape, traffic.rate_per_s, 1.0, seed=traffic.seed).run()
+        )
+        try:
+            await asyncio.sleep(phases.warmup_s)
+            points, _ = await collect_window(
+                vllm_url, gateway_url, window_s=phases.window_s, interval_s=1.0
+            )
+            run_opts = replace(opts, caps=tuple(caps), band=False)
+            analysis = await asyncio.to_thread(analyse, points, run_opts)
+            cal = analysis.calibration
+            spans: list[tuple[Prediction, State, float, float, float]] = []
+            for cand in analysis.predictions[1:]:
+                assert cand.candidate.limits is not None
+                cap = cand.candidate.limits.max_concurrency
+                # Predict from the state right before the change, as a person would see it.
+                now = await scrape_once(client, vllm_url, reader, 5.0)
+                start = state_of(now, cal.arrival_per_s, cal.limits)
+                predicted = await asyncio.to_thread(
+                    predict, cal, cand.candidate, horizon_s=phases.measure_s,
+                    warmup_s=phases.settle_s, seed=opts.seed, ttft_slo_s=opts.ttft_slo_s,
+                    itl_slo_s=opts.itl_slo_s, start=start, replicas=opts.replicas,
+                )  # fmt: skip
+                await admin.set_limits(max_concurrency=cap)
+                await asyncio.sleep(phases.settle_s)
+                t0, g0 = await _generated(client, vllm_url)
+                m0 = runner.elapsed()
+                await asyncio.sleep(phases.measure_s)
+                t1, g1 = await _generated(client, vllm_url)
+                m1 = runner.elapsed()
+                spans.append((predicted, start, m0, m1, (g1 - g0) / (t1 - t0)))
+                await asyncio.sleep(phases.tail_s)
+        finally:
+            runner.stop()
+            with contextlib.suppress(Exception):
+                await load
+            await admin.aclose()
+    rows = []
+    for predicted, start, m0, m1, tok_s in spans:
+        mine = [r for r in runner.results if m0 <= r.offered_at_s < m1]
+        ttfts = [r.ttft_s for r in mine if r.ttft_s is not None]
+        assert predicted.candidate.limits is not None
+        measured = Measured(
+            cap=predicted.candidate.limits.max_concurrency,
+            offered=len(mine),
+            ttft_p50_s=percentile(ttfts, 50),
+            ttft_p95_s=percentile(ttfts, 95),
+            output_tok_per_s=tok_s,
+            rejected=sum(1 for r in mine if r.status == 429),
+        )
+        rows.append(Row(predicted, measured, start))
+    return analysis, rows
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up in {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def serve_stack(sim_args: Sequence[str], gateway_args: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """`llmtop sim` and `llmtop gateway` in front of it, as child processes on free 127.0.0.1
+    ports; (sim URL, gateway URL); both terminated on exit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmtop", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        procs.append(proc)
+        return proc
+
+    try:
+        sim_port, gw_port = _free_port(), _free_port()
+        sim = f"http://127.0.0.1:{sim_port}"
+        _wait_http(sim + "/health", start("sim", "--port", str(sim_port), *sim_args))
+        gw = f"http://127.0.0.1:{gw_port}"
+        listen = f"127.0.0.1:{gw_port}"
+        proc = start("gateway", "--upstream", sim, "--listen", listen, *gateway_args)
+        _wait_http(gw + "/admin/stats", proc)
+        yield sim, gw
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)

@@ -1,0 +1,54 @@
+"""The demo's line on top reads the active finding's cap at every poll (replayed demo story)."""
+
+from __future__ import annotations
+
+import re
+
+from llmtop.core.rulebase import suggested_cap
+from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
+from llmtop.tui.widgets.panel import Panel
+from tests.tui import story
+
+SIZE = (100, 30)
+CAP = re.compile(r":cap (\d+)\b")
+
+
+def banner_text(app: DemoApp) -> str:
+    return str(app.query_one(DemoBanner).render())
+
+
+async def test_the_line_follows_the_finding_shown_as_the_story_moves() -> None:
+    app = story.app_at(story.MOMENTS["healthy"], app_class=DemoApp)
+    assert isinstance(app, DemoApp)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.pause()
+        assert "nothing to fix now" in banner_text(app)
+        said: list[int] = []
+        for moment in ("batching-cliff", "kv-exhausted"):
+            snap = story.upto(story.MOMENTS[moment])[-1]
+            app.feed(snap)
+            await pilot.pause()
+            line = banner_text(app)
+            (n,) = [int(m) for m in CAP.findall(line)]
+            # the number is the one the findings panel shows in the leading finding's action
+            findings = " ".join(app.query_one("#findings", Panel).render().plain.split())  # type: ignore[union-attr]
+            advice = suggested_cap(snap.findings)
+            assert advice is not None
+            assert f"{advice[1].id} suggests it now" in line
+            assert f"press - or :cap {n} " in findings
+            said.append(n)
+        # the cliff's 500-token chats fit ~50; the 4,000-token prompts fit far fewer
+        assert said[0] != said[1]
+        app.feed(story.upto(story.MOMENTS["after-cap"])[-1])
+        await pilot.pause()
+        assert ":cap" not in banner_text(app)  # capped: no finding asks for a lower cap
+
+
+def test_fix_line_without_findings_and_without_advice() -> None:
+    healthy = story.upto(story.MOMENTS["healthy"])[-1]
+    assert "nothing to fix" in fix_line(healthy.findings)
+    after = story.upto(story.MOMENTS["after-cap"])[-1]
+    assert after.findings
+    assert suggested_cap(after.findings) is None
+    assert "no cap to type now" in fix_line(after.findings)

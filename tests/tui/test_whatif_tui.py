@@ -1,0 +1,89 @@
+"""The what-if in the TUI: `:cap N` previews the prediction before Enter, `w` opens the table.
+
+The feed is filled from a known sim profile scraped in virtual time (llmtop/whatif/truth.py),
+so no engine is needed; the prediction still runs on a worker thread as it does live.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from llmtop.gateway.limits import Limits
+from llmtop.settings import HealthSettings
+from llmtop.sim.profiles import get_profile
+from llmtop.sources.gateway import AdminClient
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.screens.whatif import WhatIfScreen
+from llmtop.tui.whatif import WhatIfPreview
+from llmtop.tui.whatif_feed import WhatIfFeed
+from llmtop.whatif.lengths import LengthDist
+from llmtop.whatif.truth import Truth, scrape_run
+from llmtop.whatif.window import Point
+from tests.tui.conftest import make_app
+
+SIZE = (120, 30)
+
+
+@pytest.fixture(scope="module")
+def points() -> list[Point]:
+    truth = Truth(
+        get_profile("h100-8b"),
+        None,
+        4.0,
+        LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
+        LengthDist.fixed(128),
+        Limits(8, 128, 5.0),
+    )
+    return scrape_run(truth, 30.0)
+
+
+def feed_of(points: list[Point]) -> WhatIfFeed:
+    return WhatIfFeed("http://127.0.0.1:9", None, None, HealthSettings(), points=points, live=False)
+
+
+async def wait_text(pilot: Pilot[Any], read: Any, want: str, timeout_s: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = str(read())
+        if want in text or time.monotonic() > deadline:
+            return text
+        await pilot.pause(0.1)
+
+
+async def test_typing_cap_n_previews_the_prediction_before_enter(points: list[Point]) -> None:
+    app: LlmtopApp = make_app(admin=AdminClient("http://127.0.0.1:9"), whatif=feed_of(points))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("colon", *"cap 2")
+        preview = app.query_one(WhatIfPreview)
+        text = await wait_text(pilot, lambda: preview.render(), "PREDICTED cap 2")
+        assert preview.display
+        assert "PREDICTED cap 2, next 60 s: TTFT p95" in text
+        assert "fit error" in text
+        assert "measured now" in text
+        await pilot.press("escape")
+        assert not preview.display
+
+
+async def test_w_opens_the_table_and_replays_say_they_cannot(points: list[Point]) -> None:
+    app: LlmtopApp = make_app(whatif=feed_of(points))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("w")
+        screen = app.screen
+        assert isinstance(screen, WhatIfScreen)
+        text = await wait_text(pilot, lambda: screen.text, "PREDICTED")
+        assert "fit error" in text
+        assert "current (cap 8" in text
+        assert "TTFT p95 at rate -/+1 se" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, WhatIfScreen)
+    bare: LlmtopApp = make_app()
+    async with bare.run_test(size=SIZE) as pilot:
+        await bare.first_snapshot.wait()
+        await pilot.press("w")
+        assert not isinstance(bare.screen, WhatIfScreen)

@@ -1,0 +1,381 @@
+"""Autopilot admission on a fake clock: footprints, the /metrics reader, the KV budget, the
+deadline queue, the mode switch and the controller's moves."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected
+from llmtop.gateway.controller import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
+from llmtop.gateway.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
+from llmtop.gateway.kvinfo import EngineSignals, parse_scrape, quantile, signals
+from llmtop.sim.engine import Engine, EngineConfig
+from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.profiles import get_profile
+from tests.unit.test_admission import FakeClock, accounted, settle
+
+
+def make(clock: FakeClock, **kw: object) -> AdmissionController:
+    base: dict[str, object] = {"max_concurrency": 1024, "max_queue": 64, "queue_timeout_s": 30.0}
+    base.update(kw)
+    return AdmissionController(Limits(**base), clock=clock, wall_clock=lambda: 5.0)  # type: ignore[arg-type]
+
+
+def sig(**kw: object) -> EngineSignals:
+    base: dict[str, object] = {
+        "interval_s": 1.0,
+        "capacity_blocks": 1000,
+        "block_size": 16,
+        "preempt_per_s": 0.0,
+        "waiting": 0.0,
+        "running": 0.0,
+        "kv_usage": 0.5,
+        "prompt_tokens": 0.0,
+        "ttft_p95_s": None,
+        "itl_p95_s": None,
+        "itl_mean_s": None,
+        "gen_tokens": (),
+    }
+    base.update(kw)
+    return EngineSignals(**base)  # type: ignore[arg-type]
+
+
+# -- footprint ----------------------------------------------------------------------------------
+
+
+def test_shape_exact_for_token_ids_estimated_for_text() -> None:
+    ids = read_shape(json.dumps({"prompt": list(range(100)), "max_tokens": 20}).encode())
+    assert (ids.tokens, ids.exact, ids.max_tokens) == (100, True, 20)
+    chat = read_shape(
+        json.dumps({"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 9}).encode()
+    )
+    assert (chat.tokens, chat.exact, chat.max_tokens) == (100, False, 9)
+    assert read_shape(b"not json") == read_shape(b"[1]")
+
+
+def test_blocks_are_prompt_plus_expected_output_in_whole_blocks() -> None:
+    fm = FootprintModel(block_size=16)
+    shape = read_shape(json.dumps({"prompt": [1] * 4000, "max_tokens": 256}).encode())
+    assert fm.blocks(shape) == 266  # ceil(4256 / 16)
+    no_max = read_shape(json.dumps({"prompt": [1] * 16}).encode())
+    assert fm.blocks(no_max) == 1 + DEFAULT_OUTPUT_TOKENS // 16
+
+
+def test_text_estimate_is_corrected_by_the_engines_count() -> None:
+    fm = FootprintModel()
+    shape = read_shape(json.dumps({"prompt": "y" * 4000}).encode())  # estimate 1,000 tokens
+    assert fm.prompt_tokens(shape) == 1000
+    for _ in range(3):
+        fm.admitted(shape)
+        fm.learn(1500.0, (), None)  # the engine counted 1.5x what we guessed
+    assert fm.ratio == pytest.approx(1.5)
+    assert fm.prompt_tokens(shape) == 1500
+    exact = read_shape(json.dumps({"prompt": [1] * 50}).encode())
+    assert fm.prompt_tokens(exact) == 50  # token ids are never corrected
+
+
+def test_output_quantile_is_learned_and_capped_by_max_tokens() -> None:
+    fm = FootprintModel()
+    fm.learn(0.0, ((100.0, 0.0), (200.0, 90.0), (500.0, 100.0), (float("inf"), 100.0)), 16)
+    assert fm.output_quantile == pytest.approx(200.0)
+    assert fm.expected_output(None) == 200
+    assert fm.expected_output(50) == 50
+    assert fm.expected_output(1000) == 200
+
+
+# -- /metrics ---------------------------------------------------------------------------------
+
+
+def test_reads_capacity_and_preemptions_from_the_sims_real_metrics() -> None:
+    eng = Engine(EngineConfig.from_profile(get_profile("seed")))
+    render = MetricsRenderer(eng, "m", 0.0).render
+    first = parse_scrape(render())
+    assert (first.num_gpu_blocks, first.block_size) == (2425, 16)
+    assert first.capacity_tokens == 38_800
+    for _ in range(64):
+        eng.add_request(4000, 64)
+    while eng.has_work():
+        eng.step()
+    second = parse_scrape(render())
+    s = signals(second, first, 10.0)
+    assert s.preempt_per_s == pytest.approx(eng.stats.num_preemptions / 10.0)
+    assert eng.stats.num_preemptions > 0
+    assert s.prompt_tokens == 64 * 4000
+    assert s.ttft_p95_s is not None
+    assert s.ttft_p95_s > 1.0
+    assert s.gen_tokens[-1][1] == 64
+
+
+def test_quantile_interpolates_inside_the_bucket() -> None:
+    b = ((1.0, 0.0), (2.0, 50.0), (4.0, 100.0), (float("inf"), 100.0))
+    assert quantile(b, 0.5) == pytest.approx(2.0)
+    assert quantile(b, 0.75) == pytest.approx(3.0)
+    assert quantile((), 0.5) is None
+
+
+# -- KV budget and the deadline queue ---------------------------------------------------------
+
+
+async def test_eight_long_prompts_and_eighty_short_chats_both_fit_the_cache() -> None:
+    clock = FakeClock()
+    fm = FootprintModel(16)
+    for prompt, out, n in ((4000, 256, 8), (200, 150, 80)):
+        ctl = make(clock, max_inflight_kv_blocks=2425)
+        shape = read_shape(json.dumps({"prompt": [1] * prompt, "max_tokens": out}).encode())
+        tickets = [ctl.enter(kv_blocks=fm.blocks(shape)) for _ in range(n)]
+        assert all(t.admitted for t in tickets)
+        extra = ctl.enter(kv_blocks=fm.blocks(shape) * (2425 // fm.blocks(shape) - n + 1))
+        assert not extra.admitted  # one more than the cache holds waits
+        extra.cancel()
+        accounted(ctl)
+
+
+async def test_deadline_queue_refuses_at_once_with_when_capacity_is_expected() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=2, ttft_slo_s=5.0, queue_policy="deadline")
+    running = [ctl.enter(), ctl.enter()]
+    for t in running:  # a drain rate: 2 completions over 2 s
+        clock.advance(1.0)
+        t.release()
+    running = [ctl.enter(), ctl.enter()]
+    queued = []
+    refused: Rejected | None = None
+    for _ in range(20):
+        try:
+            queued.append(ctl.enter())
+        except Rejected as e:
+            refused = e
+            break
+    # drained 2/s: the 11th in line would start in 5.5 s, past the 5 s budget
+    assert len(queued) == 10
+    assert not any(t.admitted for t in queued)
+    assert refused is not None
+    r = refused
+    assert r.reason == "ttft_budget"
+    assert "capacity expected in" in r.message
+    assert "ttft_slo_s" in r.message
+    assert r.retry_after_s > 0
+    assert ctl.rejections["ttft_budget"] >= 1
+    for t in running:
+        t.release()
+    await settle()
+    for t in queued:
+        if t.admitted:
+            t.release()
+    accounted(ctl)
+
+
+async def test_a_waiter_whose_budget_passed_leaves_the_queue() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=1, ttft_slo_s=5.0, queue_policy="deadline")
+    first = ctl.enter()
+    late = ctl.enter()  # no drain rate yet: queued, not refused
+    waiter = asyncio.ensure_future(late.wait())
+    clock.advance(4.9)
+    assert ctl.expire() == 0
+    clock.advance(0.2)
+    assert ctl.expire() == 1
+    with pytest.raises(Rejected) as e:
+        await waiter
+    assert e.value.reason == "ttft_budget"
+    assert ctl.outcomes["timed_out"] == 1
+    first.release()
+    accounted(ctl)
+
+
+async def test_fifo_policy_keeps_todays_behaviour() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=1, ttft_slo_s=5.0)  # queue_policy fifo by default
+    first = ctl.enter()
+    second = ctl.enter()
+    clock.advance(10.0)
+    assert ctl.expire() == 0
+    assert second.queued
+    first.release()
+    await settle()
+    assert second.admitted
+    second.release()
+    accounted(ctl)
+
+
+# -- mode ---------------------------------------------------------------------------------------
+
+
+async def test_a_manual_change_of_a_lever_switches_to_manual_and_says_so() -> None:
+    ctl = make(FakeClock(), mode="auto", max_inflight_kv_blocks=100)
+    ctl.set_limits({"max_inflight_kv_blocks": 90}, source=AUTOPILOT, reason="preempting 1.0/s")
+    assert ctl.limits.mode == "auto"
+    assert ctl.events[-1]["reason"] == "preempting 1.0/s"
+    ctl.set_limits({"max_queue": 10}, source="oncall")  # not a lever: stays auto
+    assert ctl.limits.mode == "auto"
+    ctl.set_limits({"max_concurrency": 8}, source="oncall")
+    assert ctl.limits.mode == "manual"
+    mode_event = next(e for e in ctl.events if e["field"] == "mode")
+    assert mode_event["new"] == "manual"
+    assert "autopilot off" in mode_event["reason"]
+    ctl.set_limits({"mode": "auto"}, source="oncall")
+    assert ctl.limits.mode == "auto"
+    assert ctl.stats()["mode"] == "auto"
+
+
+# -- the controller -----------------------------------------------------------------------------
+
+
+def test_starts_at_the_cache_and_raises_the_ceiling_in_auto_mode() -> None:
+    ctl = make(FakeClock(), max_concurrency=8, mode="auto")
+    pilot = Autopilot()
+    drive(ctl, pilot, sig(), 0.0)
+    assert ctl.limits.max_inflight_kv_blocks == 1000
+    assert ctl.limits.max_concurrency == AUTO_MAX_CONCURRENCY
+    assert ctl.autopilot is not None
+    assert "start at the KV cache" in ctl.autopilot["reason"]
+    assert all(e["source"] == AUTOPILOT for e in ctl.events)
+
+
+def test_manual_mode_moves_nothing() -> None:
+    ctl = make(FakeClock(), max_inflight_kv_blocks=500)
+    pilot = Autopilot()
+    for t in range(5):
+        drive(ctl, pilot, sig(preempt_per_s=3.0), float(t))
+    assert ctl.limits.max_inflight_kv_blocks == 500
+    assert not ctl.events
+    assert ctl.autopilot is not None
+    assert ctl.autopilot["reason"].startswith("manual")
+
+
+def plant(budget: int, held: float, cap: int = 1000) -> tuple[int, float]:
+    """A steady load that always fills the budget: (blocks in flight, KV use)."""
+    return budget, min(1.0, held * budget / cap)
+
+
+def test_steady_load_settles_without_oscillation() -> None:
+    pilot = Autopilot()
+    budgets = []
+    for t in range(300):
+        b = pilot.applied or 1000
+        in_flight, use = plant(b, held=0.8)
+        pilot.step(
+            float(t), sig(kv_usage=use), in_flight_blocks=in_flight, queued=5, in_flight=b // 10
+        )
+        budgets.append(pilot.applied)
+    assert budgets[-1] == budgets[-200]  # no move in the last 200 steps
+    assert budgets[-1] == pytest.approx(overcommit(1000, 0.8, 10, 0.92), rel=0.03)
+    last = budgets[-1]
+    assert last is not None
+    assert last > 1000  # small requests part-way through: past the cache
+    ups = [b - a for a, b in itertools.pairwise(budgets) if a and b and b > a]
+    assert max(ups) <= 0.05 * 1000  # up slowly
+
+
+def test_down_fast_on_preemption_then_a_ceiling_below_it() -> None:
+    pilot = Autopilot()
+    pilot.step(0.0, sig(), in_flight_blocks=0, queued=0)
+    pilot.reset(1400)
+    move = pilot.step(1.0, sig(preempt_per_s=0.4, kv_usage=1.0), in_flight_blocks=1300, queued=9)
+    assert move is not None
+    assert move.new == round(1300 * 0.95)
+    assert "preempting 0.4/s" in move.reason
+    for t in range(2, 20):  # plenty of headroom signalled, but the ceiling holds it below 1,300
+        pilot.step(
+            float(t),
+            sig(kv_usage=0.5),
+            in_flight_blocks=pilot.applied or 0,
+            queued=9,
+            in_flight=100,
+        )
+    assert pilot.applied is not None
+    assert 1200 < pilot.applied < 1300
+    for t in range(20, 200):  # ...and is forgotten slowly: it probes above it again
+        pilot.step(
+            float(t),
+            sig(kv_usage=0.5),
+            in_flight_blocks=pilot.applied or 0,
+            queued=9,
+            in_flight=100,
+        )
+    assert pilot.applied > 1300
+
+
+def test_heavier_mix_follows_down_at_once() -> None:
+    pilot = Autopilot()
+    pilot.step(0.0, sig(), in_flight_blocks=0, queued=0)
+    for t in range(1, 60):  # light mix: 75 % of the footprint held -> budget above the cache
+        b = pilot.applied or 1000
+        pilot.step(
+            float(t), sig(kv_usage=0.75 * b / 1000), in_flight_blocks=b, queued=3, in_flight=b // 10
+        )
+    high = pilot.applied
+    assert high is not None
+    assert high > 1150
+    for t in range(60, 75):  # the mix turns to long prompts: nearly all of the footprint held
+        b = pilot.applied or 1000
+        pilot.step(
+            float(t),
+            sig(kv_usage=min(1.0, b / 1000)),
+            in_flight_blocks=b,
+            queued=3,
+            in_flight=b // 10,
+        )
+    assert pilot.applied is not None
+    assert pilot.applied <= 1000 < high
+
+
+def test_few_large_requests_get_no_overcommit_many_small_ones_do() -> None:
+    # the real vLLM of scripts/real-vllm: 32 blocks, 600 + 1,000 tokens = 13 blocks a request
+    assert overcommit(32, 0.69, 13.0, 0.92) < 39  # a third request would preempt at its end
+    assert overcommit(2425, 0.79, 22.0, 0.92) > 1.1 * 2425  # 200/150 chat: ~1.13x the cache
+
+
+def test_no_overcommit_before_any_request_has_finished() -> None:
+    pilot = Autopilot()
+    pilot.step(0.0, sig(), in_flight_blocks=0, queued=0)
+    for t in range(1, 30):  # a burst's newcomers hold little of their footprint yet
+        b = pilot.applied or 1000
+        pilot.step(
+            float(t),
+            sig(kv_usage=0.4 * b / 1000),
+            in_flight_blocks=b,
+            queued=40,
+            in_flight=b // 10,
+            turned_over=False,
+        )
+    assert pilot.applied == 1000
+
+
+async def test_a_tenants_own_budget_refuses_sooner() -> None:
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=1, ttft_slo_s=30.0, queue_policy="deadline")
+    ctl.tenant_ttft_slo_s = {"chat": 2.0}
+    first = ctl.enter(tenant="batch")
+    clock.advance(1.0)
+    first.release()  # a drain rate: one a second
+    running = ctl.enter(tenant="batch")
+    waiting = [ctl.enter(tenant="batch") for _ in range(3)]  # 3 ahead: ~4 s to start
+    with pytest.raises(Rejected) as e:
+        ctl.enter(tenant="chat")  # its own 2 s budget
+    assert e.value.reason == "ttft_budget"
+    assert "of 2s" in e.value.message
+    later = ctl.enter(tenant="batch")  # 30 s for everyone else: queued
+    assert later.queued
+    for t in [*waiting, later]:
+        t.cancel()
+    running.release()
+    accounted(ctl)
+
+
+def test_tenant_budgets_parse_from_the_file_and_the_environment() -> None:
+    from llmtop.errors import ConfigError
+    from llmtop.settings import GatewaySettings, load
+
+    env = {"LLMTOP_TENANT_TTFT_SLO_S": "chat=2, batch=60"}
+    got = load(GatewaySettings, environ=env).tenant_ttft_slo_s
+    assert got == (("chat", 2.0), ("batch", 60.0))
+    table = {"gateway": {"tenant_ttft_slo_s": {"chat": 3}}}
+    assert load(GatewaySettings, config=table, environ={}).tenant_ttft_slo_s == (("chat", 3.0),)
+    for bad in ("chat", "chat=0", "chat=x"):
+        with pytest.raises(ConfigError, match="LLMTOP_TENANT_TTFT_SLO_S"):
+            load(GatewaySettings, environ={"LLMTOP_TENANT_TTFT_SLO_S": bad})
