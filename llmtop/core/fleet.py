@@ -29,7 +29,7 @@ from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, Finding, Snapshot, Status
 from llmtop.core.targets import default_name
-from llmtop.settings import HealthSettings
+from llmtop.core.thresholds import HealthSettings
 
 HISTORY_S = 600.0
 REPLICA_HISTORY_S = 120.0
