@@ -62,6 +62,14 @@ class MonitorSettings:
     """File holding the admin token; read once at start."""
     record: str | None = None
     """Append every poll to this recording file (JSON lines, gzip when it ends in .gz)."""
+    targets_file: str | None = field(default=None, metadata=_env("LLMTOP_TARGETS"))
+    """File of engine URLs (one a line, an optional name after), re-read when it changes."""
+    prometheus_url: str | None = field(default=None, metadata=_env("LLMTOP_PROMETHEUS"))
+    """Read every replica through this Prometheus-compatible API instead of scraping them."""
+    prometheus_selector: str | None = None
+    """PromQL matchers picking the vLLM series, e.g. '{job="vllm"}'."""
+    prometheus_window_s: float = 60.0
+    """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
 
 
 GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
@@ -199,6 +207,9 @@ class GatewaySettings:
     trust_client_headers: bool = False
     """Take x-llmtop-priority and x-llmtop-tenant from clients as sent: only behind a proxy
     that authenticates callers and sets both; otherwise the key table decides."""
+    engine_priority: bool = False
+    """Stamp vLLM's `priority` field (high -1, normal 0, low 1) on admitted generation requests,
+    for a vLLM started with --scheduling-policy priority: the gateway's order holds inside it."""
     api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"parse": parse_api_keys})
     """Key table: tenant and highest priority per API key, keys stored as SHA-256 hex."""
     tenant_ttft_slo_s: tuple[tuple[str, float], ...] = field(

@@ -14,4 +14,5 @@ NAMES: tuple[str, ...] = (
     "replay",
     "report",
     "whatif",
+    "serve",
 )

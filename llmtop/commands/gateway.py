@@ -78,6 +78,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         const=True,
         help="take x-llmtop-priority and x-llmtop-tenant as sent (behind an authenticating proxy)",
     )
+    flag(
+        p,
+        g,
+        "engine_priority",
+        "--engine-priority",
+        action="store_const",
+        const=True,
+        help="stamp vLLM's priority field from the gateway's (vLLM with --scheduling-policy "
+        "priority)",
+    )
     p.add_argument(
         "--hash-key",
         action="store_true",

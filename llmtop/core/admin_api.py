@@ -224,6 +224,12 @@ class StatsDoc(TypedDict, total=False):
     upstream: UpstreamDoc
     handler_s: QuantilesDoc
     """The gateway's own time per request (handler time), p50 and p95."""
+    upstream_errors: dict[str, int]
+    """Upstream failures by reason (engine_queue_full: vLLM's own 503; engine_error, ...)."""
+    oldest_queued_s: float | None
+    """Age of the oldest request waiting in the gateway now (None: none waits)."""
+    oldest_unanswered_s: float | None
+    """Age since arrival of the oldest request at the engine without a first byte yet."""
     replicas: list[ReplicaDoc]
     shared: SharedDoc
     share_slots: int | None

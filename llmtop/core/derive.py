@@ -12,6 +12,8 @@ cumulative means when no request finished inside the window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llmtop.core.engines import EngineScrape
 from llmtop.core.series import (
     CounterWindow,
@@ -98,17 +100,20 @@ def derive_engine(
     per_seq = decode / running if decode is not None and running else None
     span = window.span_s(window_s)
     finished: dict[str, float] = {}
+    refused: dict[str, float] = {}
     if span:
         for name in scrape.counters:
-            if name.startswith("finished:"):
+            kind, _, reason = name.partition(":")
+            if kind in ("finished", "admission"):
                 d = delta(name)
                 if d is not None:
-                    finished[name.removeprefix("finished:")] = d / span
+                    (finished if kind == "finished" else refused)[reason] = d / span
 
     hits, queries = delta("prefix_hits"), delta("prefix_queries")
     if not queries:
         hits, queries = scrape.counters.get("prefix_hits"), scrape.counters.get("prefix_queries")
     prefix_frac = hits / queries if hits is not None and queries else None
+    cache_frac = _cache_share(scrape, delta)
 
     def h(key: str) -> _Hist:
         return _Hist(window, key, window_s)
@@ -144,6 +149,7 @@ def derive_engine(
         preemptions_per_s=rate("preemptions"),
         finished_per_s=finished,
         admission_rejections_per_s=rate("admission_rejections"),
+        admission_rejections_by_reason_per_s=refused,
         prefix_cache_hit_frac=prefix_frac,
         mean_prompt_tokens=mean_prompt,
         mean_generation_tokens=mean_gen,
@@ -164,4 +170,21 @@ def derive_engine(
         ttft_mean_s=ttft.mean(),
         queue_time_mean_s=queue.mean(),
         prefill_time_mean_s=prefill.mean(),
+        waiting_deferred=scrape.waiting_deferred,
+        prompt_cache_hit_frac=cache_frac,
+        prompt_computed_tok_per_s=rate("prompt_source:local_compute"),
     )
+
+
+def _cache_share(scrape: EngineScrape, delta: Callable[[str], float | None]) -> float | None:
+    """Cache-hit share of the prompt tokens by source over the window (else since start)."""
+    sources = [k for k in scrape.counters if k.startswith("prompt_source:")]
+    if not sources:
+        return None
+    hit_key = "prompt_source:local_cache_hit"
+    deltas = {k: delta(k) for k in sources}
+    total = sum(d for d in deltas.values() if d is not None)
+    if total > 0 and deltas.get(hit_key) is not None:
+        return (deltas[hit_key] or 0.0) / total
+    total = sum(scrape.counters[k] for k in sources)
+    return scrape.counters.get(hit_key, 0.0) / total if total > 0 else None

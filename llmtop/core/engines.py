@@ -36,6 +36,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "admission_rejections": ("vllm:admission_rejections_total",),
 }
 FINISHED = "vllm:request_success_total"
+PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+"""0.16+: prompt tokens by source (local_compute, local_cache_hit, external_kv_transfer)."""
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
@@ -54,7 +56,7 @@ MEAN_ONLY = frozenset({"prompt_len", "generation_len"})
 
 def sample_names() -> frozenset[str]:
     """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list)."""
-    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED}
+    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE}
     for group in (GAUGES, COUNTERS):
         for alternatives in group.values():
             names.update(alternatives)
@@ -82,7 +84,8 @@ class EngineScrape:
     gauges: dict[str, float | None]
     waiting_capacity: float | None
     counters: dict[str, float]
-    """Counter name (or ``finished:<reason>``, ``admission:<reason>``) -> cumulative value."""
+    """Counter name (or ``finished:<reason>``, ``admission:<reason>``, ``prompt_source:<source>``)
+    -> cumulative value."""
     histograms: dict[str, Histogram]
     kv_capacity_tokens: int | None
     kv_block_size: int | None
@@ -91,6 +94,8 @@ class EngineScrape:
     """Any vllm:* series at all (False: --disable-log-stats, or not a vLLM)."""
     names_used: dict[str, str] = field(default_factory=dict)
     """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
+    waiting_deferred: float | None = None
+    """Waiting for a transient reason: LoRA budget, KV transfer, blocked (vLLM >= 0.20)."""
 
 
 def _label(labels: tuple[tuple[str, str], ...], key: str) -> str | None:
@@ -128,12 +133,8 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
             gauges[key] = _weighted_mean(found, blocks)
         else:
             gauges[key] = sum(s.value for s in found)
-    waiting_capacity = None
-    if WAITING_BY_REASON in by_name:
-        cap = [
-            s.value for s in by_name[WAITING_BY_REASON] if _label(s.labels, "reason") == "capacity"
-        ]
-        waiting_capacity = sum(cap) if cap else None
+    waiting_capacity = _by_reason(by_name, "capacity")
+    waiting_deferred = _by_reason(by_name, "deferred")
 
     counters: dict[str, float] = {}
     for key, alternatives in COUNTERS.items():
@@ -149,6 +150,10 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
     for s in by_name.get(FINISHED, ()):
         reason = _label(s.labels, "finished_reason") or "unknown"
         counters[f"finished:{reason}"] = counters.get(f"finished:{reason}", 0.0) + s.value
+    for s in by_name.get(PROMPT_BY_SOURCE, ()):
+        source = _label(s.labels, "source") or "unknown"
+        key = f"prompt_source:{source}"
+        counters[key] = counters.get(key, 0.0) + s.value
 
     histograms: dict[str, Histogram] = {}
     for key, alternatives in HISTOGRAMS.items():
@@ -174,7 +179,16 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
         model=model,
         has_vllm=any(s.name.startswith(VLLM_PREFIX) for s in samples),
         names_used=used,
+        waiting_deferred=waiting_deferred,
     )
+
+
+def _by_reason(by_name: dict[str, list[Sample]], reason: str) -> float | None:
+    """`num_requests_waiting_by_reason{reason}` summed over engines; None when not exported."""
+    found = [
+        s.value for s in by_name.get(WAITING_BY_REASON, ()) if _label(s.labels, "reason") == reason
+    ]
+    return sum(found) if found else None
 
 
 def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:

@@ -175,11 +175,19 @@ def gateway_stats(
     counters: dict[Key, float] = {(f"rej:{k}", None): v for k, v in rejections.items()}
     if "timed_out" in outcomes:
         counters[("rej:queue_timeout", None)] = float(outcomes["timed_out"])
+    for k, v in _dict(data, "upstream_errors").items():
+        if isinstance(v, int | float):
+            counters[(f"up:{k}", None)] = float(v)
     window.add(t, counters)
     rejected_per_s: dict[str, float] = {}
+    upstream_errors_per_s: dict[str, float] = {}
     for (name, _), _v in counters.items():
         r = window.rate((name, None), window_s)
-        if r is not None:
+        if r is None:
+            continue
+        if name.startswith("up:"):
+            upstream_errors_per_s[name.removeprefix("up:")] = r
+        else:
             rejected_per_s[name.removeprefix("rej:")] = r
     limits = _dict(data, "limits")
     wait, ttft, upstream = (
@@ -215,6 +223,9 @@ def gateway_stats(
         ttft_p50_s=_num(ttft, "p50"),
         ttft_p95_s=_num(ttft, "p95"),
         upstream_healthy=healthy if isinstance(healthy, bool) else None,
+        upstream_errors_per_s=upstream_errors_per_s,
+        oldest_queued_s=_num(data, "oldest_queued_s"),
+        oldest_unanswered_s=_num(data, "oldest_unanswered_s"),
         replicas=_replicas(data.get("replicas")),
         shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
         shared_live_gateways=_int(shared, "live_gateways"),

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from llmtop.core import format as fmt
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
@@ -67,24 +68,145 @@ def where(ctx: Context, e: EngineStats) -> str:
     return f"{e.url}: " if len(ctx.engines) > 1 else ""
 
 
-def kv_fit(e: EngineStats) -> int | None:
-    """Sequences that fit in the KV cache at the mean request size.
+SIZE_LOOKBACK_S = 60.0
+"""How far back `kv_size` looks for the most KV a running sequence held: long enough to span
+a long prompt's life (its prefill, its answer), so one wave of them finishing does not make a
+few short chats the measure of a slot."""
 
+
+@dataclass(frozen=True)
+class KvHeld:
+    """What each running sequence held at one poll: usage x capacity / running."""
+
+    usage_frac: float
+    running: float
+    tokens: float
+    ago_s: float
+
+
+@dataclass(frozen=True)
+class KvSize:
+    """What one concurrency slot costs in KV tokens, and how many slots the cache holds."""
+
+    capacity_tokens: int
+    block_size: int | None
+    prompt_tokens: float | None
+    """Mean prompt of the requests that finished in the window (None before any did)."""
+    output_tokens: float | None
+    held: KvHeld | None
+    """The most a running sequence held over `SIZE_LOOKBACK_S` (None when nothing ran)."""
+    per_request_tokens: float
+    fits: int
+
+    @property
+    def by_held(self) -> bool:
+        """Sized by what running sequences held (larger than the finished requests' mean)."""
+        return self.held is not None and self.per_request_tokens == math.ceil(self.held.tokens)
+
+    def basis(self) -> str:
+        """Where the size per request comes from: the mean, or what running sequences held."""
+        if self.by_held and self.held is not None:
+            h = self.held
+            when = "now" if h.ago_s < 0.5 else f"{h.ago_s:.0f} s ago"
+            share = f"{h.usage_frac * 100:.1f}%"  # to a tenth: whole percents can move a block
+            held = f"{share} of the cache held by {fmt.count(h.running)} running"
+            return f"{held} {when}"
+        return f"{fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
+
+    def division(self) -> str:
+        """Capacity / size per request, in blocks when known: the sum behind `fits`."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return (
+            f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
+            f"tokens per request{blocks}"
+        )
+
+    def arithmetic(self) -> str:
+        """The sum that gives `fits` with its inputs, so the printed figures produce it."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return (
+            f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
+            f"tokens per request ({self.basis()}){blocks} = {self.fits} sequences fit"
+        )
+
+
+def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
+    """The most KV per running sequence at this poll and the earlier ones of the lookback."""
+    polls: list[tuple[EngineStats, float]] = [(e, 0.0)]
+    if now is not None:
+        for snap in reversed(history):
+            if snap.time < now - SIZE_LOOKBACK_S:
+                break
+            polls += [(p, now - snap.time) for p in snap.engines if p.url == e.url and p.up]
+    best: KvHeld | None = None
+    for p, ago in polls:
+        cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
+        if cap is None or usage is None or not running or running <= 0:
+            continue
+        tokens = usage * cap / running
+        if best is None or tokens > best.tokens:
+            best = KvHeld(usage, running, tokens, max(0.0, ago))
+    return best
+
+
+def kv_size(
+    e: EngineStats, history: Sequence[Snapshot] = (), now: float | None = None
+) -> KvSize | None:
+    """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
+
+    A slot costs the larger of two figures. The mean prompt + output of the requests that
+    finished in the window counts each request once, but a cap is filled by whatever is running,
+    and long prompts run longest. In the recorded demo story (8 chats beside 24 x 4,000-token
+    prompts) the window's mean fell under 1,000 tokens (a cap of 39) while each running sequence
+    held ~4,200 (9 fit); in `demo --scenario quick` the mean's cap of 11 left the cache at
+    88-93% with a request always waiting for memory. The KV each running sequence actually
+    held (usage x capacity / running, the most over the last `SIZE_LOOKBACK_S` at any poll)
+    weighs requests by how long they stay.
+    The larger wins: a sequence still writing its answer holds less than it will, so neither
+    overstates what the traffic seen costs. (A high quantile of vLLM's request_prompt_tokens
+    histogram was the other way: its buckets go 1-2-5, so 4,000-token prompts land in
+    (2,000, 5,000] and an interpolated p95 says ~4,850, a cap of 7 where 9 fit.) The size used
+    is printed with its inputs (`arithmetic`), so the figures next to a finding give its number.
     vLLM allocates whole blocks and keeps one back (the null block), so with the block size
-    known this is (blocks - 1) / ceil(tokens per request / block size): with 128-token blocks and
-    1,000-token requests the token-only count said 4, and a cap of 4 still preempted on a real
-    vLLM 0.32 while 3 did not. Without a block size it falls back to capacity / tokens.
+    known the count is (blocks - 1) / ceil(tokens per request / block size): with 128-token
+    blocks and 1,000-token requests the token-only count said 4, and a cap of 4 still preempted
+    on a real vLLM 0.32 while 3 did not. Without a block size: capacity / tokens.
+    None when the capacity is unknown or nothing has run or finished.
     """
-    if e.kv_capacity_tokens is None or e.mean_prompt_tokens is None:
+    cap = e.kv_capacity_tokens
+    if cap is None or cap <= 0:
         return None
-    per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
-    if per_req <= 0:
+    held = _held(e, history, now)
+    mean = (
+        e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
+        if e.mean_prompt_tokens is not None
+        else None
+    )
+    candidates = [v for v in (mean, held.tokens if held else None) if v is not None and v > 0]
+    if not candidates:
         return None
+    per_req = math.ceil(max(candidates))  # whole tokens, as printed: the figures give `fits`
     block = e.kv_block_size
     if block and block > 0:
-        usable_blocks = e.kv_capacity_tokens // block - 1
-        return max(1, usable_blocks // math.ceil(per_req / block))
-    return max(1, math.floor(e.kv_capacity_tokens / per_req))
+        fits = max(1, (cap // block - 1) // math.ceil(per_req / block))
+    else:
+        fits = max(1, math.floor(cap / per_req))
+    prompt = e.mean_prompt_tokens if mean is not None else None
+    output = e.mean_generation_tokens if mean is not None else None
+    return KvSize(cap, block, prompt, output, held, per_req, fits)
+
+
+def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
+    """`kv_size` at the rules' poll, looking back through their history."""
+    return kv_size(e, ctx.history, ctx.time)
+
+
+def kv_fit(
+    e: EngineStats, history: Sequence[Snapshot] = (), now: float | None = None
+) -> int | None:
+    """Sequences that fit in the KV cache (`kv_size`); None when unknown."""
+    size = kv_size(e, history, now)
+    return size.fits if size is not None else None
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
-from llmtop.core.rulebase import Context, Verdict, kv_fit, up_engines
+from llmtop.core.rulebase import Context, KvSize, Verdict, kv_size_now, up_engines
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
 THROTTLE_POWER = frozenset({"sw_power_cap", "hw_power_brake"})
@@ -46,15 +46,18 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
         and not e.preemptions_per_s
         for e in engines
     )
-    # The KV arithmetic bounds the headroom: with the cap at what the cache holds at the mean
-    # request size, a step up is the preemptions coming back, whatever the gauge says now.
-    fits = [n for n in (kv_fit(e) for e in engines) if n is not None]
-    fit = sum(fits) if len(fits) == len(engines) and fits else None
+    # The KV arithmetic bounds the headroom, with the same sizing as kv-exhausted (`kv_size`),
+    # so the two never disagree: at what the cache holds per running sequence, a step up is the
+    # preemptions coming back, whatever the gauge says now.
+    sizes = [kv_size_now(ctx, e) for e in engines]
+    known = [z for z in sizes if z is not None]
+    fit = sum(z.fits for z in known) if known and len(known) == len(engines) else None
     if headroom and fit is not None and g.max_concurrency is not None:
         headroom = g.max_concurrency < fit
+    basis = _basis(known) if fit is not None else ""
     if headroom:
         kv = combine(engines)  # several engines: the fullest cache
-        bound = f" (up to ~{fit}: what the KV cache holds at this request size)" if fit else ""
+        bound = f" (up to ~{fit}: {basis})" if fit else ""
         action = (
             f"the engine has headroom (KV {fmt.frac(kv.kv_cache_usage_frac if kv else None)},"
             " 0 waiting): raise "
@@ -63,7 +66,7 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
     else:
         full = (
             f"the cap ({g.max_concurrency}) is what the KV cache holds at this request size "
-            f"(~{fit})"
+            f"(~{fit}: {basis})"
             if fit is not None and g.max_concurrency is not None and g.max_concurrency >= fit
             else "the engine is full"
         )
@@ -72,6 +75,13 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
             "the offered load (rate limit); raising max_concurrency would only move the queue"
         )
     return Verdict(summary, action, severity="critical" if rejected > 0 else "warning")
+
+
+def _basis(sizes: list[KvSize]) -> str:
+    """The division behind the bound, for one engine; the sum's parts for several."""
+    if len(sizes) == 1:
+        return f"{sizes[0].division()}, {sizes[0].basis()}"
+    return " + ".join(str(z.fits) for z in sizes) + " across the engines"
 
 
 def gateway_paused(ctx: Context) -> Verdict | None:

@@ -12,9 +12,9 @@ from llmtop.core.rulebase import (
     Context,
     Verdict,
     cap_action,
-    kv_fit,
     kv_peak,
     kv_pressed,
+    kv_size_now,
     up_engines,
     where,
 )
@@ -56,8 +56,13 @@ def _itl_tail_from_prefill(e: EngineStats, itl_slo_s: float) -> bool:
 
 def degraded_200(ctx: Context) -> Verdict | None:
     s = ctx.settings
+    # the gateway sees a stuck request at once; vLLM's TTFT histogram only once it is answered
+    g = ctx.gateway
+    stuck = g.oldest_unanswered_s if g is not None and g.up else None
+    stuck_over = stuck is not None and stuck > s.ttft_slo_s
     for e in up_engines(ctx):
-        ttft_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        p95_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        ttft_over = p95_over or stuck_over
         itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
         if not (ttft_over or itl_over):
             continue
@@ -66,11 +71,20 @@ def degraded_200(ctx: Context) -> Verdict | None:
         if done > 0 and errors / done > s.error_rate_max:
             continue  # failing, not "200 OK but degraded"
         parts = []
-        if ttft_over:
+        if p95_over:
             parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.ttft_slo_s)})")
+        if stuck_over:
+            parts.append(
+                f"a request at the engine has waited {fmt.seconds(stuck)} for its first token "
+                f"(SLO {fmt.seconds(s.ttft_slo_s)})"
+            )
         if itl_over:
             parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.itl_slo_s)})")
-        worst = max((e.ttft_p95_s or 0.0) / s.ttft_slo_s, (e.itl_p95_s or 0.0) / s.itl_slo_s)
+        worst = max(
+            (e.ttft_p95_s or 0.0) / s.ttft_slo_s,
+            (stuck or 0.0) / s.ttft_slo_s,
+            (e.itl_p95_s or 0.0) / s.itl_slo_s,
+        )
         severity: Severity = "critical" if worst >= s.critical_slo_factor else "warning"
         load = f"{fmt.count(e.running)} running, {fmt.count(e.waiting)} waiting"
         summary = f"{where(ctx, e)}{', '.join(parts)} with ~0 errors; {load}"
@@ -82,7 +96,8 @@ def degraded_200(ctx: Context) -> Verdict | None:
         )
         if kv_pressed(ctx, e):
             bottleneck = "kv"
-            action = cap_action(kv_fit(e), "KV cache is full", ctx)
+            size = kv_size_now(ctx, e)
+            action = cap_action(size.fits if size else None, "KV cache is full", ctx)
         elif ttft_over and (
             (queue_share is not None and queue_share >= 0.5) or (e.waiting or 0) > 0
         ):
@@ -113,24 +128,19 @@ def degraded_200(ctx: Context) -> Verdict | None:
 
 
 def kv_exhausted(ctx: Context) -> Verdict | None:
+    """The cache is full and requests wait or are preempted: cap at what it holds (`kv_size`:
+    the larger of the mean finished request and the KV each running sequence held, so a mix
+    of short chats and long prompts is sized by what fills the cache, not by the chats)."""
     for e in up_engines(ctx):
         if not kv_pressed(ctx, e):
             continue
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
-        n = kv_fit(e)
-        arithmetic = ""
+        size = kv_size_now(ctx, e)
+        n = size.fits if size is not None else None
+        arithmetic = f"; {size.arithmetic()}" if size is not None else ""
         if n is None and e.running:
-            n = max(1, int(e.running))  # no request finished yet: what fits is what runs
+            n = max(1, int(e.running))  # capacity unknown: what fits is what runs
             arithmetic = f"; the cache holds the {n} running now"
-        elif n is not None and e.mean_prompt_tokens is not None:
-            per_req = e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
-            arithmetic = (
-                f"; {fmt.count(e.kv_capacity_tokens)} KV tokens / {fmt.count(per_req)} tokens "
-                f"per request ({fmt.count(e.mean_prompt_tokens)} prompt + "
-                f"{fmt.count(e.mean_generation_tokens)} output)"
-                f"{f' in {e.kv_block_size}-token blocks' if e.kv_block_size else ''}"
-                f" = {n} sequences fit"
-            )
         summary = (
             f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
@@ -286,14 +296,47 @@ def stale_data(ctx: Context) -> Verdict | None:
     return None
 
 
+VLLM_REFUSAL_FLAGS = {
+    "max_num_queued_reqs": "--max-num-queued-reqs",
+    "max_num_queued_tokens": "--max-num-queued-tokens",
+    "engine_queue_full": "--max-num-queued-reqs",
+    "engine_token_backlog": "--max-num-queued-tokens",
+}
+"""vLLM's refusal reasons (its metric's, or the gateway's names for its 503s) -> its flag."""
+
+
 def vllm_admission(ctx: Context) -> Verdict | None:
+    """vLLM refuses work itself (503): from its own counter (0.32+) or the gateway's count."""
+    g = ctx.gateway
+    seen_by_gateway = {
+        k: v
+        for k, v in (g.upstream_errors_per_s if g is not None and g.up else {}).items()
+        if k in VLLM_REFUSAL_FLAGS and v
+    }
     for e in up_engines(ctx):
-        if not e.admission_rejections_per_s:
+        reasons = {k: v for k, v in e.admission_rejections_by_reason_per_s.items() if v}
+        rate = e.admission_rejections_per_s or sum(seen_by_gateway.values())
+        if not rate:
             continue
-        return Verdict(
-            f"{where(ctx, e)}vLLM rejects {fmt.per_s(e.admission_rejections_per_s)} requests "
-            "itself (--max-num-queued-reqs/-tokens)",
-            "queue in the llmtop gateway instead (priorities, timeouts, live limits), "
-            "or raise vLLM's --max-num-queued-reqs",
-        )
+        return _refusal(f"{where(ctx, e)}vLLM", rate, reasons or seen_by_gateway, seen_by_gateway)
+    if seen_by_gateway and not up_engines(ctx):
+        return _refusal("vLLM", sum(seen_by_gateway.values()), seen_by_gateway, seen_by_gateway)
     return None
+
+
+def _refusal(
+    who: str, rate: float, reasons: dict[str, float], seen_by_gateway: dict[str, float]
+) -> Verdict:
+    flags = sorted({VLLM_REFUSAL_FLAGS[r] for r in reasons if r in VLLM_REFUSAL_FLAGS})
+    flag = "/".join(flags) or "--max-num-queued-reqs/-tokens"
+    passed = (
+        f"; the gateway passed {fmt.per_s(sum(seen_by_gateway.values()))} of them on as 503 "
+        "(not its own 429s)"
+        if seen_by_gateway
+        else ""
+    )
+    return Verdict(
+        f"{who} rejects {fmt.per_s(rate)} requests itself with 503 ({flag}){passed}",
+        "queue in the llmtop gateway instead (priorities, timeouts, live limits): keep its "
+        f"max_concurrency at or below vLLM's --max-num-seqs, or raise vLLM's {flag}",
+    )

@@ -39,6 +39,8 @@ class EngineStats:
     finished_per_s: dict[str, float] = field(default_factory=dict)
     """Finished requests per second by finished_reason (stop, length, abort, error, ...)."""
     admission_rejections_per_s: float | None = None
+    admission_rejections_by_reason_per_s: dict[str, float] = field(default_factory=dict)
+    """vLLM's own 503s per second by reason (max_num_queued_reqs, max_num_queued_tokens)."""
     prefix_cache_hit_frac: float | None = None
     mean_prompt_tokens: float | None = None
     mean_generation_tokens: float | None = None
@@ -63,6 +65,14 @@ class EngineStats:
     """Mean time in vLLM's waiting queue over the window."""
     prefill_time_mean_s: float | None = None
     """Mean prefill time (scheduled -> first token) over the window."""
+    waiting_deferred: float | None = None
+    """Waiting for a transient reason, not capacity: LoRA budget, KV transfer, blocked
+    (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=deferred}`)."""
+    prompt_cache_hit_frac: float | None = None
+    """Share of prompt tokens served from the local prefix cache over the window
+    (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
+    prompt_computed_tok_per_s: float | None = None
+    """Prompt tokens actually prefilled per second (`source=local_compute`)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,14 @@ class GatewayStats:
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     upstream_healthy: bool | None = None
+    upstream_errors_per_s: dict[str, float] = field(default_factory=dict)
+    """Upstream failures per second by reason: engine_queue_full / engine_token_backlog are
+    vLLM's own 503 refusals (--max-num-queued-reqs/-tokens), apart from engine faults."""
+    oldest_queued_s: float | None = None
+    """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
+    oldest_unanswered_s: float | None = None
+    """Age since arrival of the oldest request at the engine still without a first byte: a
+    stuck request shows here at once, in the TTFT histograms only once it is answered."""
     replicas: tuple[ReplicaStats, ...] = ()
     """The upstream replicas behind this gateway (one when it fronts a single engine)."""
     shared_status: str | None = None

@@ -71,6 +71,28 @@ class GatewayCollector(Collector):
         for reason, n in ctl.rejections.items():
             rejections.add_metric([reason], n)
         yield rejections
+        upstream = CounterMetricFamily(
+            p + "upstream_errors",
+            "Upstream failures by reason (engine_queue_full/engine_token_backlog: vLLM's own "
+            "503 refusals; engine_error, unreachable, timeout, ...) and upstream status.",
+            labels=["reason", "status"],
+        )
+        for (reason, status), n in sorted(self.state.upstream_errors.counts.items()):
+            upstream.add_metric([reason, status], n)
+        yield upstream
+        now = self.state.clock()
+        waiting = self.state.unanswered
+        yield GaugeMetricFamily(
+            p + "oldest_queued_seconds",
+            "Age of the oldest request waiting in the gateway now (0 when none).",
+            waiting.oldest_queued_s(now) or 0.0,
+        )
+        yield GaugeMetricFamily(
+            p + "oldest_unanswered_seconds",
+            "Age (since arrival) of the oldest request at the engine still without a first "
+            "byte (0 when none): a stuck request shows here before any TTFT histogram.",
+            waiting.oldest_admitted_s(now) or 0.0,
+        )
         yield _hist(
             p + "queue_wait_seconds", "Time requests waited in the queue.", ctl.queue_wait_hist
         )

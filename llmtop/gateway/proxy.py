@@ -21,9 +21,11 @@ from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
 from llmtop.gateway.balancer import Replica
+from llmtop.gateway.engine_priority import stamp
 from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
+from llmtop.gateway.upstream_errors import REFUSALS, classify
 
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
 """POST to these goes through admission; everything else is forwarded at once."""
@@ -238,6 +240,8 @@ class Proxy:
             except Rejected as r:
                 await self._reject(send, r)
                 return
+            if settings.engine_priority:
+                body = stamp(body, ticket.priority)
         work = asyncio.ensure_future(
             self._admit_and_forward(scope["method"], target, headers, body, ticket, t0, send)
         )
@@ -283,22 +287,32 @@ class Proxy:
     ) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         queue_s = 0.0
-        if ticket is not None and not ticket.admitted:
-            try:
-                await ticket.wait()
-            except Rejected as r:
-                await self._reject(send, r, ticket.queue_wait_s)
-                return
-            queue_s = ticket.queue_wait_s
-        outcome = "upstream_error"
+        waiting = self.state.unanswered
+        key = id(ticket)
         try:
-            outcome = await self._forward(method, target, headers, body, ticket, t0, queue_s, send)
-        except (asyncio.CancelledError, OSError):
-            outcome = "cancelled"
-            raise
-        finally:
+            if ticket is not None and not ticket.admitted:
+                waiting.queued(key, t0)
+                try:
+                    await ticket.wait()
+                except Rejected as r:
+                    await self._reject(send, r, ticket.queue_wait_s)
+                    return
+                queue_s = ticket.queue_wait_s
             if ticket is not None:
-                ticket.release(outcome)
+                waiting.admitted(key, t0)
+            outcome = "upstream_error"
+            try:
+                outcome = await self._forward(
+                    method, target, headers, body, ticket, t0, queue_s, send
+                )
+            except (asyncio.CancelledError, OSError):
+                outcome = "cancelled"
+                raise
+            finally:
+                if ticket is not None:
+                    ticket.release(outcome)
+        finally:
+            waiting.answered(key)
 
     async def _forward(
         self,
@@ -366,13 +380,15 @@ class Proxy:
         except asyncio.TimeoutError as e:
             reason = f"upstream timed out: {describe_error(e)}"
             state.upstream.failed(reason)
+            state.upstream_errors.record("timeout")
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error", reason
         except aiohttp.ClientError as e:
             reason = f"upstream unreachable: {describe_error(e)}"
             state.upstream.failed(reason)
             if may_retry and isinstance(e, aiohttp.ClientConnectorError):
-                return _RETRY, reason
+                return _RETRY, reason  # nothing was sent: another replica may take it
+            state.upstream_errors.record("unreachable")
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error", reason
         # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
@@ -388,6 +404,7 @@ class Proxy:
                 state.upstream.failed(failed)
                 if ticket is not None:
                     return await self._wrap_5xx(response, send), failed
+                state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
             out = [(n, v) for n, v in response.raw_headers if n.lower() not in _DROP_RESPONSE]
@@ -410,11 +427,13 @@ class Proxy:
                         break
                     if first:
                         state.controller.record_ttft(now - t0, queue_s)
+                        state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)
+                state.upstream_errors.record("mid_response")
                 if not sse:  # a cut body must not look whole: end without its last chunk
                     return "upstream_error", reason
                 err = error_body(502, reason, "upstream_error").decode()
@@ -443,11 +462,25 @@ class Proxy:
                 if len(snippet) > 2048:
                     break
         text = snippet[:500].decode("utf-8", "replace").strip()
+        why = classify(response.status, snippet)
+        self.state.upstream_errors.record(why, response.status)
+        if why in REFUSALS:  # vLLM shed load: retryable, as vLLM meant it, not a fault
+            await send_error(
+                send,
+                503,
+                f"the engine refused the request ({REFUSALS[why]}): {text}",
+                "engine_overloaded",
+                headers=[(b"retry-after", b"1")],
+                reason=why,
+                upstream_status=response.status,
+            )
+            return "upstream_error"
         await send_error(
             send,
             502,
             f"upstream returned {response.status}: {text}",
             "upstream_error",
             upstream_status=response.status,
+            reason=why,
         )
         return "upstream_error"

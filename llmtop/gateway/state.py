@@ -16,6 +16,8 @@ from llmtop.gateway.balancer import Balancer
 from llmtop.gateway.handler_time import HandlerTime
 from llmtop.gateway.shared import LocalLimits, SharedLimits
 from llmtop.gateway.trust import Trust
+from llmtop.gateway.unanswered import Unanswered
+from llmtop.gateway.upstream_errors import UpstreamErrors
 from llmtop.settings import GatewaySettings
 
 
@@ -103,6 +105,11 @@ class GatewayState:
     """Limits shared with other gateways (gateway/shared.py); local when alone."""
     trust: Trust = field(init=False)
     """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
+    upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
+    unanswered: Unanswered = field(default_factory=Unanswered)
+    """Requests without a first byte yet: the age of the oldest queued and the oldest at the
+    engine, which TTFT histograms only show once they are answered."""
+    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -133,4 +140,8 @@ class GatewayState:
         out["replicas"] = self.balancer.to_list()
         out["shared"] = self.shared.status()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
+        out["upstream_errors"] = self.upstream_errors.by_reason()
+        now = self.clock()
+        out["oldest_queued_s"] = self.unanswered.oldest_queued_s(now)
+        out["oldest_unanswered_s"] = self.unanswered.oldest_admitted_s(now)
         return cast(StatsDoc, out)

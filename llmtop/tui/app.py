@@ -263,6 +263,7 @@ class LlmtopApp(WhatIfControls):
             queue_wait_slo_s=self.health.queue_wait_slo_s,
             read_only=self.monitor.read_only,
             poll_error=self.poll_error,
+            history=tuple(self.history),  # the KV panel sizes a slot over the last minute
         )
 
     def _render_all(self, *, charts: bool) -> None:

@@ -121,6 +121,7 @@ def predict(
     itl_slo_s: float = 0.1,
     start: State | None = None,
     replicas: int = 1,
+    expected_count: bool = True,
     observer: Observer | None = None,
 ) -> Prediction:
     """Run one candidate in virtual time; safe on any thread (a private event loop).
@@ -129,13 +130,23 @@ def predict(
     at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
     [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
     virtual second (tests scrape with it). `replicas` runs with different traffic seeds are
-    pooled: a prediction is the expected figure, not one draw of the arrivals.
+    pooled, and `expected_count` gives each the expected number of arrivals: a prediction is
+    the expected figure, not one draw of the traffic.
     """
     loop = asyncio.new_event_loop()
     try:
         raws = [
             loop.run_until_complete(
-                _run(cal, candidate, horizon_s, warmup_s, seed + 1000 * r, start, observer)
+                _run(
+                    cal,
+                    candidate,
+                    horizon_s,
+                    warmup_s,
+                    seed + 1000 * r,
+                    start,
+                    expected_count,
+                    observer,
+                )
             )
             for r in range(max(1, replicas))
         ]
@@ -151,6 +162,7 @@ async def _run(
     warmup_s: float,
     seed: int,
     start: State | None,
+    expected_count: bool,
     observer: Observer | None,
 ) -> _Raw:
     rng = random.Random(seed)
@@ -186,7 +198,8 @@ async def _run(
     end = warmup_s + horizon_s
     drain_until = end + (2.0 * cand.limits.queue_timeout_s if cand.limits else 0.0) + 30.0
     rate = cal.arrival_per_s
-    next_arrival = rng.expovariate(rate) if rate > 0 else math.inf
+    arrivals = iter(_arrival_times(rng, rate, end, expected_count))
+    next_arrival = next(arrivals, math.inf)
     queued: deque[_Req] = deque()
     window: list[_Req] = []
     steps: list[tuple[float, int]] = []  # (duration, decode tokens) of the steps in the window
@@ -267,7 +280,7 @@ async def _run(
             t1 = engine.now
             while next_arrival < t1 and next_arrival < end:
                 arrive(next_arrival)
-                next_arrival += rng.expovariate(rate)
+                next_arrival = next(arrivals, math.inf)
             now[0] = t1
             firsts = 0
             for seq in result.emitted:
@@ -297,7 +310,7 @@ async def _run(
                 t1 = next_arrival
                 engine.advance_to(t1)
                 arrive(t1)
-                next_arrival += rng.expovariate(rate)
+                next_arrival = next(arrivals, math.inf)
             now[0] = t1
         if ctl is not None:
             if now[0] - last_expire >= EXPIRE_EVERY_S:
@@ -317,6 +330,25 @@ async def _run(
     assert pre0 is not None
     assert pre1 is not None
     return _Raw(window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s)
+
+
+def _arrival_times(rng: random.Random, rate: float, end: float, expected: bool) -> list[float]:
+    """Poisson arrivals on [0, end). With `expected`, given their expected count: a Poisson
+    process conditioned on its count is that many uniform times, so the burstiness stays and
+    only the count's own sampling noise (the rate is already an estimate) is taken out of the
+    prediction. Without, a plain Poisson process (the ground truth's traffic)."""
+    if rate <= 0:
+        return []
+    if not expected:
+        out: list[float] = []
+        t = rng.expovariate(rate)
+        while t < end:
+            out.append(t)
+            t += rng.expovariate(rate)
+        return out
+    mean = rate * end
+    n = int(mean) + (1 if rng.random() < mean - int(mean) else 0)
+    return sorted(rng.uniform(0.0, end) for _ in range(n))
 
 
 @dataclass

@@ -192,4 +192,7 @@ def run_whatif(
     points, _ = asyncio.run(
         collect_window(vllm_url, gateway_url, window_s=window_s, interval_s=interval_s, token=token)
     )
-    return analyse(points, opts)
+    try:
+        return analyse(points, opts)
+    except (ValueError, ArithmeticError) as e:  # a window the model cannot take: say so
+        raise UsageError(f"what-if cannot model this window: {e}") from None

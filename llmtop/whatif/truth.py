@@ -72,6 +72,7 @@ def scrape_run(truth: Truth, window_s: float, seed: int = 100) -> list[Point]:
         horizon_s=window_s,
         warmup_s=window_s,
         seed=seed,
+        expected_count=False,
         observer=observe,
     )
     return points
@@ -86,4 +87,5 @@ def measure(truth: Truth, cap: int, horizon_s: float, warmup_s: float, seed: int
         horizon_s=horizon_s,
         warmup_s=warmup_s,
         seed=seed,
+        expected_count=False,
     )

@@ -10,6 +10,7 @@ import pytest
 from llmtop.core.health import Context, HealthState
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
 from llmtop.settings import HealthSettings
+from tests.kvprinted import printed_fit
 
 URL = "http://e"
 S = HealthSettings()  # fire after 3 s, clear after 10 s, window 10 s
@@ -203,7 +204,8 @@ def test_cap_advice_says_when_traffic_goes_around_the_gateway() -> None:
     e = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)
     f = next(f for f in run([(e, gw, ())] * 5)[-1] if f.id == "kv-exhausted")
     assert "vLLM runs 8 but the gateway has 0 in flight" in f.action
-    assert "point clients at the gateway (cap ~29)" in f.action
+    # the 8 running hold 97% of the cache (4,705 tokens each): 8 fit, not the mean's 29
+    assert "point clients at the gateway (cap ~8)" in f.action
     assert "press -" not in f.action
 
 
@@ -267,16 +269,114 @@ def test_gateway_saturated(gw: dict[str, object], severity: str) -> None:
 
 
 def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> None:
-    # 38,800 tokens / (1,000 + 300) per request: 29 fit. Below that a step up is advised, with
-    # the bound named; at it, the engine is full by the arithmetic even with the gauge at 45%
-    e = healthy(running=8)
+    # 38,800 tokens / (1,000 + 300) per request: 29 fit by the mean. Below that a step up is
+    # advised, with the bound and its division named; at it, the engine is full by the
+    # arithmetic even with the gauge at 20%
+    e = healthy(running=8, kv_cache_usage_frac=0.2)  # 970 tokens held each: the mean is larger
     below = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=8), ())] * 5)[-1]
     f = next(f for f in below if f.id == "gateway-saturated")
-    assert "raise max_concurrency a step with + and watch TTFT (up to ~29:" in f.action
+    assert (
+        "raise max_concurrency a step with + and watch TTFT "
+        "(up to ~29: 38,800 KV tokens / 1,300 tokens per request, 1,000 prompt + 300 output)"
+    ) in f.action
     at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=29), ())] * 5)[-1]
     f = next(f for f in at if f.id == "gateway-saturated")
-    assert "the cap (29) is what the KV cache holds at this request size (~29)" in f.action
+    assert "the cap (29) is what the KV cache holds at this request size (~29:" in f.action
     assert "add capacity" in f.action
+
+
+def test_gateway_headroom_is_sized_by_what_running_sequences_hold() -> None:
+    # Mixed traffic after a cap: the requests that finished in the window were short chats
+    # (mean 552 + 256) while the 9 running, long prompts, hold 88% of the cache. The bound is
+    # what they hold (3,794 tokens each: 10 fit in 16-token blocks), not the chats' ~47
+    e = healthy(
+        running=9,
+        kv_cache_usage_frac=0.88,
+        kv_block_size=16,
+        mean_prompt_tokens=552,
+        mean_generation_tokens=256,
+    )
+    polls = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=9), ())] * 5)
+    f = next(f for f in polls[-1] if f.id == "gateway-saturated")
+    assert (
+        "(up to ~10: 38,800 KV tokens / 3,794 tokens per request in 16-token blocks, "
+        "88.0% of the cache held by 9 running now)" in f.action
+    )
+    assert "~47" not in f.action
+
+
+def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() -> None:
+    # The quick demo's case: chats and 1,800-token prompts. The window's finished requests
+    # average 1,733 tokens (11 fit) but the 10 running hold 94% of 20,480 tokens, 1,926 each:
+    # at 11 the cache kept preempting. The cap names 10, and the printed figures give 10.
+    e = healthy(
+        running=10,
+        waiting=1,
+        waiting_capacity=1,
+        kv_cache_usage_frac=0.94,
+        kv_capacity_tokens=20_480,
+        kv_block_size=16,
+        preemptions_per_s=0.4,
+        mean_prompt_tokens=1_621,
+        mean_generation_tokens=112,
+    )
+    f = next(f for f in run([e] * 6)[-1] if f.id == "kv-exhausted")
+    assert ":cap 10 " in f.action
+    assert "1,926 tokens per request (94.0% of the cache held by 10 running now)" in f.summary
+    assert printed_fit(f.summary) == (10, 10)
+
+
+def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
+    # A wave of long prompts finishes and refills: at the poll after it, KV per running sequence
+    # is low (prefills only begun) and the window's mean is the chats'. The most held in the
+    # last 60 s still sizes the slot, so the advice does not jump to the chats' figure; older
+    # than that, it no longer counts.
+    long = healthy(
+        running=9,
+        kv_cache_usage_frac=0.98,
+        kv_block_size=16,
+        mean_prompt_tokens=4_000,
+        mean_generation_tokens=256,
+        waiting=5,
+        waiting_capacity=5,
+        preemptions_per_s=1.0,
+    )
+    refill = replace(long, kv_cache_usage_frac=0.93, running=16, mean_prompt_tokens=600)
+    polls = run([long] * 4 + [refill] * 30)
+    f = next(f for f in polls[20] if f.id == "kv-exhausted")
+    # 0.98 x 38,800 / 9 = 4,225 held 17 s before: 38,800 / 4,225 in blocks = 9, not 17 or 44
+    assert "= 9 sequences fit" in f.summary
+    assert "(98.0% of the cache held by 9 running 17 s ago)" in f.summary
+    assert printed_fit(f.summary) == (9, 9)
+    late = run([long] * 4 + [refill] * 70)[-1]
+    f = next(f for f in late if f.id == "kv-exhausted")
+    assert "(93.0% of the cache held by 16 running now)" in f.summary
+    assert printed_fit(f.summary) == (17, 17)
+
+
+def test_kv_exhausted_and_gateway_saturated_name_the_same_size() -> None:
+    # One sizing for both rules: while kv-exhausted says N fit, gateway-saturated never
+    # advises raising the cap past N, at any cap and any mix
+    for usage, running, prompt in ((0.95, 9, 600), (0.97, 16, 4_000), (0.92, 12, 1_500)):
+        e = healthy(
+            running=running,
+            waiting=4,
+            waiting_capacity=4,
+            kv_cache_usage_frac=usage,
+            kv_block_size=16,
+            preemptions_per_s=0.5,
+            mean_prompt_tokens=prompt,
+            mean_generation_tokens=256,
+        )
+        for cap in (4, 8, 16, 32, 64):
+            gw = gateway(queue_wait_p95_s=12.0, max_concurrency=cap, in_flight=cap)
+            last = {f.id: f for f in run([(e, gw, ())] * 5)[-1]}
+            kv, sat = last["kv-exhausted"], last["gateway-saturated"]
+            n = printed_fit(kv.summary)[1]
+            assert f"~{n}" in kv.action, (cap, kv.action)
+            assert "raise max_concurrency" not in sat.action
+            if cap >= n:
+                assert f"(~{n}:" in sat.action, (n, sat.action)
 
 
 def test_gateway_saturated_with_full_engine_says_add_capacity() -> None:

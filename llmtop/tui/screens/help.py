@@ -36,7 +36,8 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 - **Findings**: the active problems, most severe first: which resource binds, the evidence,
   and (after the arrow) what to do.
 - **KV cache**: usage of the engine's KV cache, its capacity in tokens, preemptions per second
-  (requests evicted and recomputed) and how many average requests fit.
+  (requests evicted and recomputed) and how many requests fit at what size (the mean prompt +
+  output, or `held`: what running sequences held), the number kv-exhausted suggests.
 - **Sequences**: where the queue is. `engine run/wait` is vLLM's running and waiting
   requests; `gateway fly/queue` is in flight/cap and queued/max in the llmtop gateway. A queue
   in the ENGINE inflates TTFT for everyone; a queue in the GATEWAY protects the engine.
@@ -54,7 +55,12 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 
 ## Findings
 - **kv-exhausted**: the KV cache is full and requests are preempted or waiting for memory.
-  Lower the gateway cap (`-` or `:cap N`) so fewer sequences share the cache.
+  Lower the gateway cap (`-` or `:cap N`) so fewer sequences share the cache. N = KV tokens /
+  tokens per request, in whole blocks. Per request is the larger of the mean prompt + output
+  of the requests that finished, and the KV each running sequence held (usage x capacity /
+  running, the most in the last minute): with short chats beside long prompts the mean is the
+  chats', while the cache is filled by the long prompts, which stay longest. The finding
+  prints the figures it used.
 - **degraded-200**: requests succeed (200 OK) but TTFT/ITL are over the SLO. The users suffer
   while error-rate alerts stay green. Look at the other findings for the cause.
 - **batching-cliff**: more sequences run than the engine batches efficiently: TTFT and ITL
@@ -64,7 +70,8 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 - **prefill-bound**: long prompts dominate; prefill stalls decodes. Cap in-flight prompt tokens
   (`:tokens N`) or enable chunked prefill.
 - **gateway-saturated**: the gateway queue is long or its wait exceeds the SLO, or it is
-  answering 429s. Raise the cap only if the engine has headroom, else add capacity.
+  answering 429s. Raise the cap only if the engine has headroom, and no higher than what the
+  KV cache holds, sized as kv-exhausted sizes it; else add capacity.
 - **vllm-admission-rejecting**: vLLM's own admission limit (`--max-num-queued-reqs`) is
   answering 503s. Let the gateway queue instead, or raise the limit.
 - **gateway-paused**: admission is paused: requests wait, then time out. `p` resumes.

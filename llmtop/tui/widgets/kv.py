@@ -1,11 +1,11 @@
-"""KV cache: how full, how big, whether it is preempting, how many average requests fit."""
+"""KV cache: how full, how big, whether it is preempting, how many requests fit at what size."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from llmtop.core import format as fmt
-from llmtop.core.rulebase import kv_fit
+from llmtop.core.rulebase import kv_size
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
@@ -20,12 +20,28 @@ class KvPanel(Panel):
         if e is None or not e.up:
             return Text("n/a (engine down)", style="dim")
         usage = e.kv_cache_usage_frac
-        width = max(self.size.width - 8, 8)
+        cached = e.prompt_cache_hit_frac
+        # the prefix cache's share of prompt tokens, when it serves any (vLLM >= 0.16)
+        hit = [label(" cached "), value(fmt.pct(cached))] if cached else []
+        width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
         pre = e.preemptions_per_s
-        fits = kv_fit(e)  # the same arithmetic as the kv-exhausted finding
+        # the same sizing as the kv-exhausted finding (the larger of the mean request and what
+        # each running sequence held over the last minute)
+        size = kv_size(e, view.history, view.snapshot.time)
+        basis: list[Text] = []
+        if size is not None and size.by_held:
+            basis = [label(" ("), value("held", ""), label(")")]
+        elif size is not None:
+            basis = [
+                label(" ("),
+                value(fmt.num(e.mean_prompt_tokens, 0), ""),
+                label("+"),
+                value(fmt.num(e.mean_generation_tokens, 0), ""),
+                label(")"),
+            ]
         return Text("\n").join(
             [
-                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4))),
+                line(bar(usage, width), " ", value(fmt.pct(usage).rjust(4)), *hit),
                 line(
                     label("capacity "),
                     value(fmt.num(e.kv_capacity_tokens)),
@@ -35,12 +51,11 @@ class KvPanel(Panel):
                 ),
                 line(
                     label("fits ~"),
-                    value(fmt.num(fits, 0) if fits is not None else "n/a"),
-                    label(" avg req ("),
-                    value(fmt.num(e.mean_prompt_tokens, 0), ""),
-                    label("+"),
-                    value(fmt.num(e.mean_generation_tokens, 0), ""),
-                    label(" tok)"),
+                    value(fmt.num(size.fits, 0) if size is not None else "n/a"),
+                    label(" at "),
+                    value(fmt.num(size.per_request_tokens) if size else "n/a", ""),
+                    label(" tok/req"),
+                    *basis,
                 ),
             ]
         )

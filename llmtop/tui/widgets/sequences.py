@@ -28,12 +28,19 @@ class SequencesPanel(Panel):
         rows = [Text(where, style=where_style)]
         if e is not None and e.up:
             waiting = e.waiting
+            # vLLM >= 0.20 says why: deferred (LoRA budget, KV transfer) is not a capacity wait
+            deferred = (
+                [label(" ("), value(fmt.integer(e.waiting_deferred)), label(" deferred)")]
+                if e.waiting_deferred
+                else []
+            )
             rows.append(
                 line(
                     label("engine  run "),
                     value(fmt.integer(e.running).rjust(4)),
                     label("  wait "),
                     value(fmt.integer(waiting), "bold yellow" if waiting else "bold"),
+                    *deferred,
                 )
             )
         else:

@@ -1,0 +1,1 @@
+"""`llmtop serve`: right-size vLLM from the model and the memory, and run it behind the gateway."""

@@ -1,0 +1,49 @@
+"""vLLM's waiting reasons and prefix-cache share on the panels an on-call engineer reads:
+shown when vLLM reports them, left off (no layout change) when it does not."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from llmtop.core.snapshot import Snapshot
+from llmtop.tui.widgets.panel import Panel
+from tests.tui import story
+from tests.tui.conftest import make_app
+
+
+class OneSnapshot:
+    """The story's KV-exhaustion poll with the engine's fields replaced."""
+
+    def __init__(self, **engine: Any) -> None:
+        snap = story.snapshots()[story.index_at(story.MOMENTS["kv-exhausted"])]
+        e = dataclasses.replace(snap.engines[0], **engine)
+        self.snapshot = dataclasses.replace(snap, engines=(e, *snap.engines[1:]))
+
+    async def poll(self) -> Snapshot:
+        return self.snapshot
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def panel_texts(**engine: Any) -> tuple[str, str]:
+    app = make_app(OneSnapshot(**engine), history=[])
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.3)
+        kv = app.query_one("#kv", Panel).render().plain
+        seqs = app.query_one("#sequences", Panel).render().plain
+        await pilot.press("q")
+    return kv, seqs
+
+
+async def test_deferred_waiting_and_prompt_cache_share_are_shown() -> None:
+    kv, seqs = await panel_texts(waiting_deferred=3.0, prompt_cache_hit_frac=0.37)
+    assert "(3 deferred)" in seqs
+    assert "cached 37%" in kv
+
+
+async def test_nothing_added_when_vllm_does_not_report_them() -> None:
+    kv, seqs = await panel_texts(waiting_deferred=0.0, prompt_cache_hit_frac=None)
+    assert "deferred" not in seqs
+    assert "cached" not in kv
