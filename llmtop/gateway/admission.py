@@ -219,11 +219,13 @@ class AdmissionController:
         kv_blocks: int = 0,
         shape: PromptShape | None = None,
         ttft_slo_s: float | None = None,
+        rate_checked: bool = False,
     ) -> Ticket:
         """Admit at once, queue, or raise Rejected; await `ticket.wait()` when it is queued.
 
         `kv_blocks` is the request's predicted KV footprint (footprint.py); `ttft_slo_s`
-        overrides the limits' TTFT budget for this request (a tenant's own SLO)."""
+        overrides the limits' TTFT budget for this request (a tenant's own SLO);
+        `rate_checked`: the tenant's rate was checked elsewhere (in Redis, for all gateways)."""
         if priority not in _RANK:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
         now = self._clock()
@@ -233,7 +235,7 @@ class AdmissionController:
         ticket.kv_blocks = kv_blocks
         ticket.shape = shape
         lim = self._limits
-        if self._rate is not None:
+        if self._rate is not None and not rate_checked:
             wait_s = self._rate.check(tenant or "", now)
             if wait_s > 0:
                 msg = f"rate limited: over {lim.rate_limit_rpm:g} requests/min (rate_limit_rpm)"
@@ -273,6 +275,14 @@ class AdmissionController:
         if ticket.state == _QUEUED and self.on_demand is not None:
             self.on_demand()
         return ticket
+
+    def refuse(self, reason: str, message: str, retry_after_s: float) -> Rejected:
+        """Count a request refused before admission's own checks (a rate limit held in Redis)
+        as offered and rejected; the exception to raise."""
+        self.offered += 1
+        self.outcomes["rejected"] += 1
+        self.rejections[reason] += 1
+        return Rejected(reason, message, retry_after_s)
 
     async def acquire(
         self, priority: str = "normal", *, tenant: str | None = None, prompt_tokens: int = 0

@@ -227,7 +227,14 @@ class Proxy:
             ctl = state.controller
             who = state.trust.identify(authorization, prio, tenant)
             kv_blocks, shape = footprint_of(ctl, body)
+            rpm = ctl.limits.rate_limit_rpm
+            shared_rate = None  # the rate limit held in Redis, when there is one that answers
+            if rpm is not None and state.shared.backend == "redis":
+                shared_rate = await state.shared.rate_check(who.tenant or "", rpm)
             try:
+                if shared_rate:
+                    msg = f"rate limited: over {rpm:g} requests/min (rate_limit_rpm, all gateways)"
+                    raise ctl.refuse("rate_limited", msg, shared_rate)
                 ticket = ctl.enter(
                     who.priority,
                     tenant=who.tenant,
@@ -236,6 +243,7 @@ class Proxy:
                     ),
                     kv_blocks=kv_blocks,
                     shape=shape,
+                    rate_checked=shared_rate is not None,
                 )
             except Rejected as r:
                 await self._reject(send, r)

@@ -77,6 +77,32 @@ return {g_s, g_b, live, held_s + r_s, held_b + r_b, ver}
 """
 
 
+# KEYS: the tenant's bucket. ARGV: rpm. The token bucket of ratelimit.py, held in Redis: at most
+# one second's worth of requests (at least one). Returns the wait in seconds ("0": go), a string.
+RATE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local rate = tonumber(ARGV[1]) / 60
+local cap = math.max(1, rate)
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or cap
+local at = tonumber(b[2]) or now
+tokens = math.min(cap, tokens + math.max(0, now - at) * rate)
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+elseif rate <= 0 then
+  wait = 86400
+else
+  wait = math.min((1 - tokens) / rate, 86400)
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens),
+           'at', string.format('%.6f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.min(cap / math.max(rate, 1e-9), 86400) * 1000) + 1000)
+return string.format('%.6f', wait)
+"""
+
+
 def fallback_share(limit: int | None, live: int) -> int | None:
     """One gateway's share of a limit while Redis is away: limit / live gateways, at least 1."""
     if limit is None:
@@ -92,6 +118,8 @@ class SharedLimits(Protocol):
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None: ...
 
     async def publish(self, ctl: AdmissionController) -> None: ...
+
+    async def rate_check(self, tenant: str, rpm: float) -> float | None: ...
 
     async def close(self) -> None: ...
 
@@ -110,6 +138,9 @@ class LocalLimits:
 
     async def publish(self, ctl: AdmissionController) -> None:
         return None
+
+    async def rate_check(self, tenant: str, rpm: float) -> float | None:
+        return None  # admission's own token buckets decide
 
     async def close(self) -> None:
         return None
@@ -139,6 +170,8 @@ class RedisLimits:
             retry=Retry(NoBackoff(), 0),
         )
         self._sync = self._redis.register_script(SYNC_LUA)
+        self._rate = self._redis.register_script(RATE_LUA)
+        self._prefix = prefix
         self._wake = asyncio.Event()
         self._version = -1
         self.slots: int | None = 0
@@ -243,6 +276,18 @@ class RedisLimits:
             self._version = int(ver)
         except Exception as e:  # stays local until Redis is back
             self._fall_back(ctl, e)
+
+    async def rate_check(self, tenant: str, rpm: float) -> float | None:
+        """Charge the tenant's bucket held in Redis (shared by all gateways): 0.0 to go, else
+        seconds to wait; None when Redis does not answer (admission's own buckets decide)."""
+        if self.connected is False:
+            return None
+        try:
+            wait = await self._rate(keys=[f"{self._prefix}rate:{tenant}"], args=[rpm])
+        except Exception:  # Redis away: the sync loop notices and says so
+            self.wake()
+            return None
+        return float(wait)
 
     def _fall_back(self, ctl: AdmissionController, e: BaseException) -> None:
         if self.connected is not False:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
+import httpx
 import redis.asyncio as aioredis
 
 from llmtop.gateway.admission import AdmissionController, Limits
@@ -126,3 +128,41 @@ async def test_redis_gone_falls_back_to_a_share_and_rejoins() -> None:
                 task.cancel()
             for _, s_, _ in gws:
                 await s_.close()
+
+
+async def test_two_gateway_apps_share_the_rate_limit_and_the_limits(
+    start_sim: Any, start_gateway: Any
+) -> None:
+    """Through the apps: a tenant's rate counts across gateways, an admin change on one
+    reaches the other, and the stats say where the limits live."""
+    with redis_server() as server:
+        sim = start_sim(profile="fast")
+        kw = {"redis_url": server.url, "rate_limit_rpm": 60.0, "trust_client_headers": True}
+        g1, g2 = start_gateway(sim.url, **kw), start_gateway(sim.url, **kw)
+        body = {"model": "llmtop-sim", "prompt": "hi", "max_tokens": 1}
+        head = {"x-llmtop-tenant": "acme"}
+        async with httpx.AsyncClient(timeout=10) as c:
+            first = await c.post(f"{g1.url}/v1/completions", json=body, headers=head)
+            second = await c.post(f"{g2.url}/v1/completions", json=body, headers=head)
+            other = await c.post(f"{g2.url}/v1/completions", json=body)
+            assert first.status_code == 200
+            assert second.status_code == 429  # 60/min is one a second, for all gateways
+            assert "all gateways" in second.json()["error"]["message"]
+            assert other.status_code == 200  # another tenant has its own bucket
+            r = await c.patch(f"{g1.url}/admin/limits", json={"max_queue": 9})
+            assert r.status_code == 200
+
+            async def followed() -> bool:
+                doc: dict[str, Any] = (await c.get(f"{g2.url}/admin/limits")).json()
+                return doc["max_queue"] == 9
+
+            deadline = asyncio.get_running_loop().time() + 3
+            while not await followed():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
+            s2 = (await c.get(f"{g2.url}/admin/stats")).json()
+        assert s2["shared"]["backend"] == "redis"
+        assert s2["shared"]["status"] == "ok"
+        assert s2["shared"]["live_gateways"] == 2
+        assert s2["rejections"]["rate_limited"] == 1
+        assert s2["offered"] == sum(s2["outcomes"].values()) + s2["in_flight"] + s2["queued"]
