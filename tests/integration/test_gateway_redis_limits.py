@@ -154,7 +154,7 @@ async def test_two_gateway_apps_share_the_rate_limit_and_the_limits(
 
             async def followed() -> bool:
                 doc: dict[str, Any] = (await c.get(f"{g2.url}/admin/limits")).json()
-                return doc["max_queue"] == 9
+                return bool(doc["max_queue"] == 9)
 
             deadline = asyncio.get_running_loop().time() + 3
             while not await followed():
