@@ -127,6 +127,15 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         controller = AdmissionController(limits_of(settings), clock=clock or time.monotonic)
     except LimitError as e:
         raise ConfigError(f"gateway: {e.message}") from None
+    if settings.eject_s < 0 or settings.lease_ttl_s <= 0:
+        raise ConfigError(
+            f"gateway: eject_s must be >= 0 and lease_ttl_s > 0, got {settings.eject_s:g}"
+            f" and {settings.lease_ttl_s:g}"
+        )
+    if settings.replica_max_concurrency is not None and settings.replica_max_concurrency < 1:
+        raise ConfigError(
+            f"gateway: replica_max_concurrency must be >= 1, got {settings.replica_max_concurrency}"
+        )
     if settings.max_body_bytes < 1:
         raise ConfigError(f"gateway: max_body_bytes must be >= 1, got {settings.max_body_bytes}")
     token = read_token(settings.admin_token, settings.admin_token_file)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from yarl import URL
 
-from llmtop.gateway.admission import LEVERS, AdmissionController
+from llmtop.gateway.admission import LEVERS, AdmissionController, LimitError
 
 RENEW_S = 0.25
 """A record is renewed at least this often (and at once when the demand changes)."""
@@ -259,7 +259,10 @@ class RedisLimits:
             for lever in LEVERS:  # each gateway's autopilot moves its own
                 changes.pop(lever, None)
         if changes:
-            ctl.set_limits(changes, source="redis")
+            try:
+                ctl.set_limits(changes, source="redis")
+            except LimitError as e:  # a newer gateway's limit, say: keep ours, say why
+                self.last_error = f"limits in Redis not applied: {e.message}"
         paused = bool(doc.get("paused", False))
         if paused != ctl.paused:
             ctl.set_paused(paused, source="redis")
