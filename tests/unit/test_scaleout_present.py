@@ -23,7 +23,7 @@ def test_replicas_and_shared_limits_reach_the_title() -> None:
     g = gateway_stats("http://gw", STATS, 1.0, CounterWindow(), 10.0)
     assert [(r.in_flight, r.ok) for r in g.replicas] == [(3, True), (0, False)]
     assert g.shared_status == "ok"
-    assert scaleout_text(g) == "3|0x · redis 7/8 ×3"
+    assert scaleout_text(g) == "3|0x redis 7/8×3"
 
 
 def test_fallback_is_said_and_a_plain_gateway_adds_nothing() -> None:
