@@ -307,7 +307,8 @@ class Proxy:
                     return
                 queue_s = ticket.queue_wait_s
             if ticket is not None:
-                waiting.admitted(key, t0)
+                # the engine's part only: time queued in the gateway is not the engine's delay
+                waiting.admitted(key, t0 + queue_s)
             outcome = "upstream_error"
             try:
                 outcome = await self._forward(
