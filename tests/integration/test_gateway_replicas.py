@@ -35,11 +35,17 @@ async def test_spread_and_a_refused_connection_goes_elsewhere(
     assert s["outcomes"]["completed"] == 12
     reps = replicas(s)
     assert reps[dead]["state"] == "ejected"
-    assert reps[dead]["failures"] == 1  # tried once, then out for eject_s
+    failures = reps[dead]["failures"]  # those picked at once, before the first refusal
+    assert failures >= 1
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        more = await asyncio.gather(*(c.post("/v1/completions", json=BODY) for _ in range(6)))
+        assert [r.status_code for r in more] == [200] * 6
+        s = (await c.get("/admin/stats")).json()
+    assert replicas(s)[dead]["failures"] == failures  # ejected: not tried again for eject_s
     assert reps[dead]["last_error"] == "upstream unreachable: ConnectError"
     assert reached(engine_of(a)) > 0
     assert reached(engine_of(b)) > 0
-    assert reached(engine_of(a)) + reached(engine_of(b)) == 12
+    assert reached(engine_of(a)) + reached(engine_of(b)) == 18
 
 
 async def test_ejected_replica_returns_after_its_health_probe(
