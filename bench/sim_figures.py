@@ -1,6 +1,6 @@
-"""The figures of docs/sim.md, in virtual time: profile table, calibration, figure 4, `fast`'s steps.
+"""The figures of docs/sim.md in virtual time: profiles, calibration, figure 4, `fast`'s steps.
 
-    python bench/sim_figures.py      # a few CPU seconds; prints the figures
+python bench/sim_figures.py      # a few CPU seconds; prints the figures
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def engine(profile: str) -> Engine:
 
 def decode_rate(seq: Sequence) -> float:
     """Tokens per second after the first one (as tests/unit/test_sim_calibration.py)."""
-    assert seq.finished_s is not None and seq.first_token_s is not None
+    assert seq.finished_s is not None
+    assert seq.first_token_s is not None
     return (seq.num_output - 1) / (seq.finished_s - seq.first_token_s)
 
 
@@ -35,17 +36,19 @@ def aggregate(profile: str, n: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    print("| profile | KV tokens | max_model_len | one stream tok/s | 64 streams tok/s | preemptions |")
+    print("| profile | KV tokens | max_model_len | 1 stream tok/s | 64 streams | preempted |")
     for name in PROFILES:
         cfg = EngineConfig.from_profile(get_profile(name))
         one = decode_rate(run_burst(engine(name), Burst(1, 512, 256))[0])
         agg, pre = aggregate(name, 64)
-        print(f"| {name} | {cfg.kv_tokens:,} | {cfg.max_model_len:,} | {one:.1f} | {agg:,.0f} | {pre} |")
+        row = [name, f"{cfg.kv_tokens:,}", f"{cfg.max_model_len:,}", f"{one:.1f}", f"{agg:,.0f}"]
+        print("| " + " | ".join([*row, str(pre)]) + " |")
 
     eng = engine("seed")
     burst = run_burst(eng, Burst(32, 4000, 256))
     worst = max(s.ttft_s or 0.0 for s in burst)
-    print(f"seed, 32 x 4,000+256: largest TTFT {worst:.1f} s, {eng.stats.num_preemptions} preemptions")
+    pre = eng.stats.num_preemptions
+    print(f"seed, 32 x 4,000+256: largest TTFT {worst:.1f} s, {pre} preemptions")
     lone = run_burst(engine("seed"), Burst(1, 4000, 256))[0].ttft_s or 0.0
     capped = run_burst(engine("seed"), Burst(32, 4000, 256), max_at_engine=8)
     later = [s.ttft_s or 0.0 for s in capped if s.arrival_s > 0]
@@ -65,7 +68,9 @@ def main() -> None:
         fast.step()
         steps += 1
     step_s = (fast.now - t0) / steps
-    print(f"fast: decode step with 16 streams (64-token prompts) {step_s * 1e3:.2f} ms ({16 / step_s:,.0f} tok/s)")
+    rate = 16 / step_s
+    ms = step_s * 1e3
+    print(f"fast: 16 streams of 64-token prompts: decode step {ms:.2f} ms ({rate:,.0f} tok/s)")
     fast = engine("fast")
     fast.add_request(2047, 1)
     t0 = fast.now
