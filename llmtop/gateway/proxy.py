@@ -295,7 +295,7 @@ class Proxy:
                     return
                 queue_s = ticket.queue_wait_s
             if ticket is not None:
-                waiting.admitted(key, t0)
+                waiting.admitted(key, t0 + queue_s)  # its age at the engine: from admission
             outcome = "upstream_error"
             try:
                 outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
