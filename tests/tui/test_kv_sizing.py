@@ -57,7 +57,7 @@ def test_after_the_cap_the_gateway_does_not_advise_raising_past_what_the_cache_h
     snap = story.upto(story.MOMENTS["after-cap"])[-1]
     (sat,) = [f for f in snap.findings if f.id == "gateway-saturated"]
     assert "raise max_concurrency" not in sat.action
-    assert "the cap (9) is what the KV cache holds at this request size (~8:" in sat.action
+    assert "the cap (9) is above what the KV cache holds at this request size (~8:" in sat.action
     assert "(90% target of 38,800)" in sat.action
 
 

@@ -285,6 +285,9 @@ def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> N
     at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=26), ())] * 5)[-1]
     f = next(f for f in at if f.id == "gateway-saturated")
     assert "the cap (26) is what the KV cache holds at this request size (~26:" in f.action
+    above = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=30), ())] * 5)[-1]
+    f = next(f for f in above if f.id == "gateway-saturated")
+    assert "the cap (30) is above what the KV cache holds at this request size (~26:" in f.action
     assert "add capacity" in f.action
 
 
