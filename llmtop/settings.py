@@ -62,6 +62,14 @@ class MonitorSettings:
     """File holding the admin token; read once at start."""
     record: str | None = None
     """Append every poll to this recording file (JSON lines, gzip when it ends in .gz)."""
+    targets_file: str | None = field(default=None, metadata=_env("LLMTOP_TARGETS"))
+    """File of engine URLs (one a line, an optional name after), re-read when it changes."""
+    prometheus_url: str | None = field(default=None, metadata=_env("LLMTOP_PROMETHEUS"))
+    """Read every replica through this Prometheus-compatible API instead of scraping them."""
+    prometheus_selector: str | None = None
+    """PromQL matchers picking the vLLM series, e.g. '{job="vllm"}'."""
+    prometheus_window_s: float = 60.0
+    """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
 
 
 GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
@@ -148,7 +156,15 @@ class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
 
     upstream: str = "http://127.0.0.1:8000"
-    """Base URL of the engine."""
+    """Base URL of the engine; several replicas comma-separated (or --upstream repeated)."""
+    replica_max_concurrency: int | None = None
+    """Requests allowed at each replica at once; off when unset (max_concurrency is the whole)."""
+    eject_s: float = 5.0
+    """Seconds a replica that refused, timed out or 5xx'd gets no traffic (then /health decides)."""
+    redis_url: str | None = field(default=None, metadata=_env("LLMTOP_REDIS"))
+    """Redis holding the limits several gateways share (redis://host:port/db); off when unset."""
+    lease_ttl_s: float = 3.0
+    """Seconds a gateway's Redis lease outlives its last renewal (a dead gateway's slots return)."""
     listen: str = "127.0.0.1:9000"
     """host:port to listen on."""
     max_concurrency: int = 8

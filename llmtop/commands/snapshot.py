@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.core.lookback import MAX_WINDOW_S
     from llmtop.core.summary import EXIT_CODES, to_json, to_text
     from llmtop.errors import UsageError
+    from llmtop.sources.fleet import is_fleet, take_fleet_snapshot
     from llmtop.sources.snapshot import take_snapshot
 
     monitor = load(MonitorSettings, args)
@@ -60,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--window must be between 0.5 and {MAX_WINDOW_S:g} seconds")
     if not 0.1 <= monitor.interval_s <= MAX_WINDOW_S:
         raise UsageError(f"--interval must be between 0.1 and {MAX_WINDOW_S:g} seconds")
-    report = asyncio.run(take_snapshot(monitor, load(HealthSettings, args), window))
-    print(json.dumps(to_json(report), indent=2) if args.json else to_text(report))
+    health = load(HealthSettings, args)
+    if is_fleet(monitor):  # several engines: each replica's figures and findings too
+        report, fleet = asyncio.run(take_fleet_snapshot(monitor, health, window))
+    else:
+        report, fleet = asyncio.run(take_snapshot(monitor, health, window)), {}
+    print(json.dumps(to_json(report) | fleet, indent=2) if args.json else to_text(report))
     return EXIT_CODES[report.status]

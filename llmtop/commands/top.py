@@ -17,6 +17,16 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("dcgm_url", "--dcgm", "dcgm-exporter /metrics URL for remote GPUs", {"metavar": "URL"}),
     ("admin_token_file", "--admin-token-file",
      "file with the gateway admin token (or LLMTOP_ADMIN_TOKEN)", {"metavar": "F"}),
+    ("targets_file", "--targets",
+     "file of engine URLs, one a line with an optional name (re-read when it changes)",
+     {"metavar": "FILE"}),
+    ("prometheus_url", "--prometheus",
+     "read every vLLM replica through this Prometheus HTTP API (PromQL)", {"metavar": "URL"}),
+    ("prometheus_selector", "--selector",
+     "with --prometheus: PromQL matchers of the vLLM series, e.g. '{job=\"vllm\"}'",
+     {"metavar": "SEL"}),
+    ("prometheus_window_s", "--prometheus-window",
+     "with --prometheus: range of rates and quantiles", {"metavar": "S", "type": float}),
 )  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval", "seconds between polls", {"metavar": "S", "type": float}),

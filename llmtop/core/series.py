@@ -27,6 +27,8 @@ class CounterWindow:
         self._prev: dict[Key, float] | None = None
         self._prev_time: float | None = None
         self._steps: deque[Step] = deque()
+        self._last_window: tuple[float, Step, list[Step]] | None = None
+        """(window_s, latest step, its window): one derive asks for the same window ~25 times."""
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
         """Record one scrape's cumulative values at time `t` (seconds)."""
@@ -52,13 +54,18 @@ class CounterWindow:
         """The steps that start inside the window (at least the latest one), oldest first."""
         if not self._steps:
             return []
-        cutoff = self._steps[-1][1] - window_s - 1e-9
+        latest = self._steps[-1]
+        memo = self._last_window
+        if memo is not None and memo[0] == window_s and memo[1] is latest:
+            return memo[2]
+        cutoff = latest[1] - window_s - 1e-9
         out: list[Step] = []
         for step in reversed(self._steps):
             if step[0] < cutoff and out:
                 break
             out.append(step)
         out.reverse()
+        self._last_window = (window_s, latest, out)
         return out
 
     def span_s(self, window_s: float) -> float | None:
@@ -82,9 +89,14 @@ class CounterWindow:
 
     def group(self, group: str, window_s: float) -> dict[Hashable, float]:
         """Summed increments of every member of `group` over the window."""
+        found = [g for _, _, inc in self._window(window_s) if (g := inc.get(group))]
+        if found and all(g.keys() == found[0].keys() for g in found):
+            # the usual case, the same members every poll: sum column by column, in C
+            sums = map(sum, zip(*(g.values() for g in found), strict=True))
+            return dict(zip(found[0], sums, strict=True))
         out: dict[Hashable, float] = {}
-        for _, _, inc in self._window(window_s):
-            for member, v in inc.get(group, {}).items():
+        for g in found:
+            for member, v in g.items():
                 out[member] = out.get(member, 0.0) + v
         return out
 

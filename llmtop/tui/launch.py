@@ -9,7 +9,7 @@ from pathlib import Path
 from llmtop.recording.replay import open_replay
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.collector import Collector
+from llmtop.sources.fleet import make_collector
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.replay_app import ReplayApp
@@ -28,7 +28,7 @@ def run_live(
     """Poll the targets in the TUI until `q` (or `exit_after_s`); every poll goes through the
     recorder, which writes when --record or the `r` key opened it. Returns the exit code.
     `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
-    collector = Collector(monitor, health, max_num_seqs=max_num_seqs)
+    collector = make_collector(monitor, health, max_num_seqs=max_num_seqs)
     recorder = Recorder.from_settings(monitor)
     if monitor.record:
         recorder.open()

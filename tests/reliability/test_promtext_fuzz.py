@@ -148,3 +148,35 @@ def test_any_body_from_a_target_is_an_error_field_never_a_raise() -> None:
     finally:
         loop.close()
     FIGURES["inputs"] += tried
+
+
+def _outcome(text: str, keep: promtext.Keep) -> str:
+    try:
+        return repr(promtext.parse(text, keep))  # repr: NaN compares equal to itself
+    except ScrapeError as e:
+        return f"error: {e}"
+
+
+def test_fast_path_equals_exact_path() -> None:
+    """The line-free fast path returns exactly what the line-by-line path returns, or the same
+    error: fed corrupted real scrapes and odd exposition lines."""
+    exact: promtext.Keep = lambda name: VLLM_KEEP(name)  # noqa: E731 (a plain predicate: no fast path)
+    tried = 0
+
+    @FUZZ
+    @given(
+        cut=st.integers(0, len(LOAD)),
+        flips=st.lists(st.tuples(st.integers(0, len(LOAD) - 1), st.integers(0, 255)), max_size=4),
+        body=st.lists(lines, max_size=8),
+    )
+    def run(cut: int, flips: list[tuple[int, int]], body: list[str]) -> None:
+        nonlocal tried
+        data = bytearray(LOAD)
+        for at, byte in flips:
+            data[at] = byte
+        for text in (bytes(data[:cut]).decode("utf-8", "replace"), "\n".join(body)):
+            tried += 1
+            assert _outcome(text, VLLM_KEEP) == _outcome(text, exact)
+
+    run()
+    FIGURES["inputs"] += tried

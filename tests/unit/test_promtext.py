@@ -127,3 +127,75 @@ def test_near_miss_exposition_parses_or_names_a_line(parts: list[str]) -> None:
     except ScrapeError as e:
         message = str(e)
     assert message is None or "line " in message
+
+
+def _exact(text: str) -> tuple[object, ...] | str:
+    """The exact path alone (a plain predicate takes no fast path): samples or the error."""
+    try:
+        return promtext.parse(text, lambda name: KEEP(name))
+    except ScrapeError as e:
+        return str(e)
+
+
+def _either(text: str) -> tuple[object, ...] | str:
+    try:
+        return promtext.parse(text, KEEP)
+    except ScrapeError as e:
+        return str(e)
+
+
+def _same(a: object, b: object) -> bool:
+    return repr(a) == repr(b)  # NaN != NaN, but its repr is stable
+
+
+@pytest.mark.parametrize(
+    "name", ["metrics-load.txt", "metrics-idle.txt", "sim-metrics-load.txt", "sim-metrics-idle.txt"]
+)
+def test_fast_path_reads_real_captures_exactly(fixtures_dir: Path, name: str) -> None:
+    text = (fixtures_dir / name).read_text()
+    fast = promtext._fast(text, KEEP)
+    assert fast is not None  # real exporters' text takes the fast path
+    assert fast == _exact(text)
+
+
+FAST_CORNERS = [
+    'vllm:num_requests_running{engine="0"} -0\n',
+    'vllm:num_requests_running{engine="0"} -0.0\n',
+    'vllm:num_requests_running{engine="0",} 1e3\n',
+    "vllm:num_requests_running{} NaN\n",
+    'vllm:num_requests_running{engine="a\\"b"} 1\n',
+    'vllm:num_requests_running{engine="0",engine="1"} 1\n',
+    'vllm:num_requests_running{__x="0"} 1\n',
+    'vllm:num_requests_running{engine="0"} 1 1700000000\n',
+    'vllm:num_requests_running{engine="0"}\t1\n',
+    "  vllm:num_requests_running 1\n",
+    "vllm:num_requests_running 1_0\n",
+    "# TYPE vllm:num_requests_running counter\nvllm:num_requests_running 1\n",
+    "#\tTYPE vllm:num_requests_running counter\nvllm:num_requests_running 1\n",
+    "# TYPE vllm:num_requests_running bogus\nvllm:num_requests_running 1\n",
+    "vllm:num_requests_running 1\r\nvllm:num_requests_waiting 2\n",
+    "vllm:num_requests_running 1\u2028vllm:num_requests_waiting 2\n",
+    'vllm:num_requests_running{engine="\u00e9"} 1',
+]
+
+
+@pytest.mark.parametrize("text", FAST_CORNERS)
+def test_fast_path_agrees_with_exact_path_on_corners(text: str) -> None:
+    assert _same(_either(text), _exact(text))
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=30))
+def test_fast_path_agrees_with_exact_path_on_near_misses(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert _same(_either(text), _exact(text))
+
+
+def test_bad_last_line_after_many_comments_is_named_quickly() -> None:
+    """A line matching two shapes would make the text check backtrack exponentially."""
+    import time
+
+    text = "# HELP x some help\n# a comment\n" * 2000 + "not exposition\n"
+    start = time.process_time()
+    with pytest.raises(ScrapeError, match="line 4001"):
+        promtext.parse(text, KEEP)
+    assert time.process_time() - start < 2.0

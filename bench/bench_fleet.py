@@ -1,0 +1,170 @@
+"""CPU cost of watching a fleet: 100 replicas scraped directly at 1 Hz, and through Prometheus.
+
+Targets: bench/fleet_targets.py serves the real vLLM 0.32 capture (53 KB, counters advancing)
+on N ports from another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
+filtered parse, per-replica derive and rules, fleet rules). "prometheus": a real Prometheus
+(Debian's package) scrapes the same N every second and a FleetCollector reads them all through
+PromQL. Figure: CPU seconds of this process per poll (time.process_time around poll(), a poll a
+second, so it is the share of one core), median over the polls after warm-up.
+
+    python bench/bench_fleet.py [--replicas 100] [--polls 30] [--mode direct|prometheus|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.fleet import FleetCollector
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_file(path: Path, deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    while not path.exists():
+        if time.monotonic() > end:
+            raise SystemExit(f"{path} did not appear within {deadline_s} s")
+        time.sleep(0.1)
+
+
+def wait_ready(url: str, deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} not ready within {deadline_s} s")
+
+
+async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str, float]:
+    """Poll once a second; CPU per poll (median, p90) after warm-up, replicas seen up."""
+    collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
+    cpu: list[float] = []
+    up = 0
+    try:
+        for i in range(polls + warmup):
+            start = time.monotonic()
+            c0 = time.process_time()
+            await collector.poll()
+            spent = time.process_time() - c0
+            if i >= warmup:
+                cpu.append(spent)
+            assert collector.fleet is not None
+            up = collector.fleet.totals.up
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+    finally:
+        await collector.aclose()
+    cpu.sort()
+    return {
+        "median": statistics.median(cpu),
+        "p90": cpu[int(0.9 * (len(cpu) - 1))],
+        "up": float(up),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=100)
+    ap.add_argument("--polls", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--mode", choices=("direct", "prometheus", "both"), default="both")
+    args = ap.parse_args()
+    procs: list[subprocess.Popen[bytes]] = []
+    results: list[tuple[str, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        ports_file = tmpdir / "ports.txt"
+        try:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(HERE / "fleet_targets.py"),
+                        "--replicas",
+                        str(args.replicas),
+                        "--ports-file",
+                        str(ports_file),
+                    ]
+                )
+            )
+            wait_file(ports_file, 30)
+            ports = ports_file.read_text().split()
+            urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
+            if args.mode in ("direct", "both"):
+                monitor = MonitorSettings(vllm_urls=urls, gateway_url=None, nvml=False)
+                results.append(("direct", asyncio.run(measure(monitor, args.polls, args.warmup))))
+            if args.mode in ("prometheus", "both"):
+                binary = shutil.which("prometheus")
+                if binary is None:
+                    raise SystemExit("no prometheus binary (apt-get install prometheus)")
+                port = free_port()
+                targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+                (tmpdir / "prometheus.yml").write_text(
+                    "global:\n  scrape_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: vllm\n    static_configs:\n"
+                    f"      - targets: [{targets}]\n"
+                )
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            binary,
+                            f"--config.file={tmpdir / 'prometheus.yml'}",
+                            f"--storage.tsdb.path={tmpdir / 'tsdb'}",
+                            f"--web.listen-address=127.0.0.1:{port}",
+                        ],
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+                wait_ready(f"http://127.0.0.1:{port}/-/ready", 60)
+                time.sleep(15)  # a window of data
+                monitor = MonitorSettings(
+                    vllm_urls=(),
+                    gateway_url=None,
+                    nvml=False,
+                    prometheus_url=f"http://127.0.0.1:{port}",
+                    prometheus_selector='{job="vllm"}',
+                    prometheus_window_s=10.0,
+                )
+                results.append(
+                    ("prometheus", asyncio.run(measure(monitor, args.polls, args.warmup)))
+                )
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
+    print(f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up.\n")
+    print("| source | replicas up | CPU per poll (median) | p90 | share of one core |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in results:
+        print(
+            f"| {name} | {r['up']:.0f} | {r['median'] * 1000:.1f} ms | {r['p90'] * 1000:.1f} ms "
+            f"| {r['median'] * 100:.1f}% |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Many fake vLLM /metrics endpoints in one process, for bench/bench_fleet.py.
+
+Each of N ports serves the real vLLM 0.32 capture (tests/fixtures/metrics-load.txt, 53 KB) with
+its counters and histograms advancing with time at a rate of its own, over keep-alive HTTP/1.1.
+A separate process, so that the benchmark's llmtop process measures only its own CPU.
+
+    python bench/fleet_targets.py --replicas 100 --ports-file ports.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import time
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics-load.txt"
+_SAMPLE = re.compile(r"^(\S+?(?:\{.*\})?) (\S+)$")
+_GROWS = ("_total", "_bucket", "_count", "_sum")
+
+
+class Payload:
+    """The capture as (line prefix, value, grows) triples; render(t, speed) advances counters."""
+
+    def __init__(self, text: str) -> None:
+        self.parts: list[tuple[str, float, bool]] = []
+        self._cache: dict[tuple[int, float], bytes] = {}
+        for line in text.splitlines():
+            m = _SAMPLE.match(line)
+            if m is None or line.startswith("#"):
+                self.parts.append((line, 0.0, False))
+                continue
+            name = m.group(1).split("{", 1)[0]
+            grows = name.endswith(_GROWS) and "_created" not in name
+            self.parts.append((m.group(1) + " ", float(m.group(2)), grows))
+
+    def render(self, elapsed_s: float, speed: float) -> bytes:
+        """The text at a whole second (cached: replicas of one speed share it), so that this
+        process stays light next to the llmtop process being measured."""
+        key = (int(elapsed_s), speed)
+        if key not in self._cache:
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[key] = self._render(float(key[0]), speed)
+        return self._cache[key]
+
+    def _render(self, elapsed_s: float, speed: float) -> bytes:
+        out = []
+        for prefix, value, grows in self.parts:
+            if not prefix.endswith(" "):
+                out.append(prefix)
+            elif grows:
+                out.append(f"{prefix}{value * (1.0 + speed * elapsed_s / 60.0):.1f}")
+            else:
+                out.append(f"{prefix}{value}")
+        return ("\n".join(out) + "\n").encode()
+
+
+async def serve(replicas: int, ports_file: Path) -> None:
+    payload = Payload(FIXTURE.read_text())
+    start = time.monotonic()
+
+    def handler(speed: float):  # type: ignore[no-untyped-def]
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    path = head.split(b" ", 2)[1]
+                    if path.endswith(b"/metrics"):
+                        body = payload.render(time.monotonic() - start, speed)
+                        status = b"200 OK"
+                    else:
+                        body, status = b"not found\n", b"404 Not Found"
+                    writer.write(
+                        b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                    )
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                pass
+            finally:
+                writer.close()
+
+        return handle
+
+    servers = [
+        await asyncio.start_server(handler(1.0 + i % 7), "127.0.0.1", 0) for i in range(replicas)
+    ]
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    tmp = ports_file.with_suffix(".tmp")
+    tmp.write_text("\n".join(str(p) for p in ports) + "\n")
+    tmp.rename(ports_file)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=100)
+    ap.add_argument("--ports-file", type=Path, required=True)
+    args = ap.parse_args()
+    asyncio.run(serve(args.replicas, args.ports_file))
+
+
+if __name__ == "__main__":
+    main()
