@@ -15,6 +15,7 @@ from typing import Literal
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.incidents import GATEWAY, incidents
+from llmtop.core.rulebase import KV_TARGET_FRAC
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
 
@@ -51,6 +52,8 @@ class View:
     read_only: bool = False
     poll_error: str | None = None
     history: tuple[Snapshot, ...] = field(default=(), compare=False)
+    kv_target_frac: float = KV_TARGET_FRAC
+    """The share of the KV cache the panel's "fits" fills, as the findings' (HealthSettings)."""
 
 
 def badge(snapshot: Snapshot, *, stale: bool = False) -> Badge:
