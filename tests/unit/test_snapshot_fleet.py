@@ -42,17 +42,20 @@ def test_a_drowning_replica_makes_the_fleet_snapshot_degraded_not_ok() -> None:
     data = to_json(w)
     assert data["status"] == "degraded"
     assert [f["id"] for f in data["findings"]] == ids
-    assert "status DEGRADED" in to_text(w) and "WARNING replica-outlier" in to_text(w)
-    assert isinstance(w.last, FleetSnapshot) and w.last.fleet is not None
+    assert "status DEGRADED" in to_text(w)
+    assert "WARNING replica-outlier" in to_text(w)
+    assert isinstance(w.last, FleetSnapshot)
+    assert w.last.fleet is not None
     fleet = fleet_json(w.last.fleet)
     assert fleet["status"] == data["status"]
     assert fleet["replicas"][0]["name"] == "10.0.0.2:8000"
-    assert [e["url"] for e in data["engines"]][0] == url(2)  # worst first, as the fleet
+    assert next(e["url"] for e in data["engines"]) == url(2)  # worst first, as the fleet
 
 
 def test_a_down_replica_is_critical_and_a_healthy_fleet_stays_ok() -> None:
     healthy = assess(window({}), HealthSettings(), 1.0, pipeline_class=FleetPipeline)
-    assert healthy.last.status == "ok" and not healthy.findings
+    assert healthy.last.status == "ok"
+    assert not healthy.findings
     polls = [
         RawPoll(
             time=p.time,
@@ -61,6 +64,7 @@ def test_a_down_replica_is_critical_and_a_healthy_fleet_stays_ok() -> None:
         for p in window({})
     ]
     w = assess(polls, HealthSettings(), 1.0, pipeline_class=FleetPipeline)
-    assert w.last.status == "critical" and EXIT_CODES[w.last.status] == 2
+    assert w.last.status == "critical"
+    assert EXIT_CODES[w.last.status] == 2
     assert w.findings[0].finding.id == "replica-down"
     assert "1 of 3 replicas down: 10.0.0.2:8000" in w.findings[0].finding.summary
