@@ -14,6 +14,7 @@ from typing import Literal
 
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
+from llmtop.core.fleet import FleetSnapshot
 from llmtop.core.incidents import GATEWAY, incidents
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
@@ -139,11 +140,17 @@ def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
         elif i.kind in ("paused", "resumed"):
             text = "admission PAUSED" if i.kind == "paused" else "admission resumed"
             out.append(LogEvent(t, "limit", text))
+    if isinstance(cur, FleetSnapshot) and cur.fleet is not None:  # replica restarts
+        after = prev.time if prev is not None else t - 1e-9
+        out += [LogEvent(e.time, "info", e.summary) for e in cur.fleet.events if e.time > after]
     return out
 
 
 def header_target(snapshot: Snapshot) -> str:
     """The target as the header shows it: host:port of the engine(s)."""
+    if isinstance(snapshot, FleetSnapshot) and snapshot.fleet is not None:
+        totals = snapshot.fleet.totals
+        return f"fleet of {totals.replicas} replicas, {totals.up} up"
     urls = [e.url for e in snapshot.engines]
     if not urls:
         return "no engine"
