@@ -86,9 +86,10 @@ class LlmtopApp(WhatIfControls):
         Binding("a", "autopilot", "auto"),
         Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
-        Binding("up,k", "select_replica(-1)", "replica", key_display="↑↓"),
+        # the replica keys: their hint is in the table's headings (the footer is full at 80)
+        Binding("up,k", "select_replica(-1)", "replica", show=False),
         Binding("down,j", "select_replica(1)", "", show=False),
-        Binding("enter", "open_replica", "open", key_display="⏎"),
+        Binding("enter", "open_replica", "open", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
@@ -320,7 +321,10 @@ class LlmtopApp(WhatIfControls):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The replica keys exist only for a fleet (a single engine's footer is unchanged)."""
         if action in ("select_replica", "open_replica"):
-            return replicas.fleet_of(self.snapshot) is not None
+            fleet = replicas.fleet_of(self.snapshot) is not None
+            return fleet and not (
+                action == "open_replica" and isinstance(self.screen, ReplicaScreen)
+            )
         return True
 
     def action_select_replica(self, step: int) -> None:

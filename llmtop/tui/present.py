@@ -82,6 +82,19 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
     )
 
 
+def shown_findings(snapshot: Snapshot) -> list[Finding]:
+    """The findings panel's order: `sorted_findings`; for a fleet, the fleet's own findings
+    (replica-down, replica-outlier, load-imbalance) first, since each replica's own findings
+    are on its row of the replica table and one Enter away."""
+    if isinstance(snapshot, FleetSnapshot) and snapshot.fleet is not None:
+        own = {f.id for f in snapshot.fleet.findings}
+        fleet = [f for f in snapshot.findings if f.id in own]
+        return sorted_findings(fleet) + sorted_findings(
+            f for f in snapshot.findings if f.id not in own
+        )
+    return sorted_findings(snapshot.findings)
+
+
 def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:
     """One phrase saying where requests wait: the answer the Sequences panel leads with."""
     waiting = engine.waiting if engine is not None and engine.up else None

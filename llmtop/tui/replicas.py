@@ -109,7 +109,9 @@ def widths(rows: Sequence[Row], width: int) -> tuple[int, ...]:
     fixed = sum(c.width for c in COLUMNS) + len(COLUMNS) - 1 + MARK_WIDTH
     flex = max(width - fixed, 0)
     longest_name = max((len(r.cells[NAME]) + 2 * r.depth for r in rows), default=7)
-    longest_model = max((len(r.cells[MODEL]) for r in rows), default=0)
+    models = {r.cells[MODEL] for r in rows}
+    # one model everywhere is the header's: its column would only repeat it
+    longest_model = max(map(len, models), default=0) if len(models) > 1 else 0
     name = min(max(longest_name, len(COLUMNS[NAME].heading)), NAME_MAX, max(flex - FINDING_MIN, 8))
     model = min(longest_model, MODEL_MAX, max(flex - name - FINDING_MIN, 0))
     if 0 < model < len(COLUMNS[MODEL].heading):
@@ -139,10 +141,19 @@ def cell(text: str, width: int, align: Align, *, keep_end: bool = False) -> str:
     return t.rjust(width) if align == "right" else t.ljust(width)
 
 
+HINTS = ("↑↓ select, ⏎ opens its panels", "↑↓ ⏎ opens", "⏎ opens")
+"""The keys' hint after the last heading, the longest that fits (the footer is full at 80)."""
+
+
 def heading(cols: Sequence[int]) -> str:
-    """The line of column headings (after the mark)."""
+    """The line of column headings (after the mark), with the keys' hint where it fits."""
+    room = cols[FINDING] - len(COLUMNS[FINDING].heading) - 2
+    hint = next((h for h in HINTS if len(h) <= room), None)
+    texts = [c.heading for c in COLUMNS]
+    if hint is not None:
+        texts[FINDING] += f"  {hint}"
     return " ".join(
-        cell(c.heading, w, c.align) for c, w in zip(COLUMNS, cols, strict=True) if w > 0
+        cell(t, w, c.align) for t, c, w in zip(texts, COLUMNS, cols, strict=True) if w > 0
     ).rstrip()
 
 

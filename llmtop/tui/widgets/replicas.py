@@ -18,10 +18,12 @@ MARK = {
     "unknown": ("○", "dim"),
 }
 FINDING_STYLE = {"critical": "bold red", "warning": "yellow"}
+SELECTED = "on grey30"
+"""The selected row (where Enter goes): a background that keeps each cell's colour."""
 
 
 class ReplicaTable(Panel):
-    """As many replicas as the height holds, worst first; the selected one in reverse video.
+    """As many replicas as the height holds, worst first; the selected one highlighted.
 
     It asks the layout for every row (`get_content_height`) and renders the rows that the
     height it got holds, so it never scrolls and never hides the worst replicas.
@@ -74,5 +76,5 @@ class ReplicaTable(Panel):
             last = i == len(cells) - 1
             out.append(text, FINDING_STYLE.get(row.severity or "", "") if last else "")
         if selected:
-            out.stylize("reverse")
+            out.stylize(SELECTED)
         return out
