@@ -140,7 +140,6 @@ class LlmtopApp(WhatIfControls):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
         yield FindingsPanel(id="findings")
-        yield ReplicaTable(id="replicas")  # shown for a fleet (app.tcss: -fleet)
         with Grid(id="panels"):
             yield KvPanel(id="kv")
             yield SequencesPanel(id="sequences")
@@ -284,8 +283,7 @@ class LlmtopApp(WhatIfControls):
         self._stale = view.stale
         fleet = replicas.fleet_of(view.snapshot)
         if self.screen_stack and self.screen_stack[0].has_class("-fleet") != (fleet is not None):
-            self.screen_stack[0].set_class(fleet is not None, "-fleet")
-            self.refresh_bindings()  # the replica keys show only for a fleet
+            self._fleet_layout(fleet is not None)
         for header in self._widgets(StatusHeader):  # none while starting or shutting down
             header.view = view
         for panel in self._widgets(Panel):
@@ -295,6 +293,15 @@ class LlmtopApp(WhatIfControls):
         self._render_replica(view, charts=charts)
 
     # -- the fleet --------------------------------------------------------------------------
+
+    def _fleet_layout(self, fleet: bool) -> None:
+        """The replica table in place of the panels (app.tcss: -fleet), mounted the first time
+        a fleet shows, so that one engine's screen has not a widget more."""
+        main = self.screen_stack[0]
+        main.set_class(fleet, "-fleet")
+        if fleet and not main.query(ReplicaTable):
+            main.mount(ReplicaTable(id="replicas"), after=main.query_one("#findings"))
+        self.refresh_bindings()  # the replica keys work only for a fleet
 
     def _render_replica(self, view: View, *, charts: bool) -> None:
         """The open replica's full view, on that replica's own figures, findings, history."""
