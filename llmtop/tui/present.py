@@ -111,6 +111,27 @@ def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> 
     return "queue in the GATEWAY"
 
 
+def scaleout_text(g: GatewayStats) -> str:
+    """The gateway panel's title tail past one engine and one process: each replica's in
+    flight (x: out of service) and the shared limits ("redis 6/8×3", or FALLBACK); empty for
+    one gateway in front of one engine."""
+    parts: list[str] = []
+    if len(g.replicas) > 1:
+        parts.append(
+            "|".join(
+                f"{'?' if r.in_flight is None else r.in_flight}{'' if r.ok else 'x'}"
+                for r in g.replicas
+            )
+        )
+    if g.shared_status == "fallback":
+        parts.append("REDIS FALLBACK")
+    elif g.shared_status is not None:
+        held = "?" if g.global_in_flight is None else str(g.global_in_flight)
+        cap = "?" if g.max_concurrency is None else str(g.max_concurrency)
+        parts.append(f"redis {held}/{cap}×{g.shared_live_gateways or '?'}")
+    return " ".join(parts)
+
+
 def limit_text(name: str, value: object) -> str:
     """A limit's value as shown in the log and the gateway panel (off for None)."""
     if value is None:
