@@ -116,7 +116,7 @@ def widths(rows: Sequence[Row], width: int) -> tuple[int, ...]:
     model = min(longest_model, MODEL_MAX, max(flex - name - FINDING_MIN, 0))
     if 0 < model < len(COLUMNS[MODEL].heading):
         model = 0  # a column too narrow for its heading says nothing
-    finding = max(flex - name - model, 0)
+    finding = max(flex - name - model + (1 if model == 0 else 0), 0)  # no model: its space too
     return tuple(
         name if i == NAME else model if i == MODEL else finding if i == FINDING else c.width
         for i, c in enumerate(COLUMNS)
