@@ -113,7 +113,7 @@ class GatewayStats:
     oldest_queued_s: float | None = None
     """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
     oldest_unanswered_s: float | None = None
-    """Age since arrival of the oldest request at the engine still without a first byte: a
+    """Age since admission of the oldest request at the engine still without a first byte: a
     stuck request shows here at once, in the TTFT histograms only once it is answered."""
     replicas: tuple[ReplicaStats, ...] = ()
     """The upstream replicas behind this gateway (one when it fronts a single engine)."""

@@ -16,6 +16,7 @@ from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.fleet import FleetSnapshot
 from llmtop.core.incidents import GATEWAY, incidents
+from llmtop.core.rulebase import KV_TARGET_FRAC
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
 
@@ -52,6 +53,8 @@ class View:
     read_only: bool = False
     poll_error: str | None = None
     history: tuple[Snapshot, ...] = field(default=(), compare=False)
+    kv_target_frac: float = KV_TARGET_FRAC
+    """The share of the KV cache the panel's "fits" fills, as the findings' (HealthSettings)."""
 
 
 def badge(snapshot: Snapshot, *, stale: bool = False) -> Badge:
