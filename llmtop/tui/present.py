@@ -86,14 +86,19 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def shown_findings(snapshot: Snapshot) -> list[Finding]:
-    """The findings panel's order: `sorted_findings`; for a fleet, the fleet's own findings
-    (replica-down, replica-outlier, load-imbalance) first, since each replica's own findings
-    are on its row of the replica table and one Enter away."""
+    """The findings panel's order: `sorted_findings`; for a fleet, within one severity the
+    fleet's own findings (replica-down, replica-outlier, load-imbalance) come before a single
+    replica's, whose findings are also on its row of the replica table. A replica's critical
+    still leads a fleet warning, so the badge and the first finding agree."""
     if isinstance(snapshot, FleetSnapshot) and snapshot.fleet is not None:
         own = {f.id for f in snapshot.fleet.findings}
-        fleet = [f for f in snapshot.findings if f.id in own]
-        return sorted_findings(fleet) + sorted_findings(
-            f for f in snapshot.findings if f.id not in own
+        return sorted(
+            snapshot.findings,
+            key=lambda f: (
+                _SEVERITY_RANK.get(f.severity, 2),
+                f.id not in own,
+                f.since if f.since is not None else 0.0,
+            ),
         )
     return sorted_findings(snapshot.findings)
 

@@ -87,9 +87,17 @@ async def test_the_table_names_the_overloaded_replica_first_with_its_numbers(
                 assert cell in rows[i]
         assert snap.fleet.replicas[0].findings[0].id in rows[0]
         assert rows[1].rstrip().endswith("ok")
-        # the fleet's findings lead the findings panel
+        # most severe first (the badge and the first finding agree); within a severity the
+        # fleet's own findings lead a single replica's
         panel = app.query_one(FindingsPanel).render().plain
-        assert panel.index("replica-outlier") < panel.index("kv-exhausted")
+        assert panel.lstrip().startswith("CRIT")
+        assert panel.index("kv-exhausted") < panel.index("replica-outlier")
+        warnings = [f for f in app.snapshot.findings if f.severity == "warning"]
+        if any(f.id == "replica-outlier" for f in warnings):
+            own_first = [f.id for f in warnings if f.id in ("replica-outlier", "load-imbalance")]
+            assert panel.index(own_first[0]) < min(
+                panel.index(f.id) for f in warnings if f.id not in own_first
+            ) if len(own_first) < len(warnings) else True
         assert "load-imbalance" in panel
 
 
