@@ -4,8 +4,9 @@
 `llmtop gateway` (started here, cap 3, queue timeout 10 s) fronts the script's vLLM (32 x 128 KV
 tokens, --max-num-seqs 8, --max-num-batched-tokens 2048); `llmtop.whatif.verify` offers
 open-loop traffic through it (prompts 200-600 tokens, 128 out, 3 req/s) on two loads: steady
-(Poisson gaps) and bursty (gamma gaps of shape 0.25: the gaps' CV is 2, requests come in clumps). The what-if is told
-the engine's --max-num-seqs and --max-num-batched-tokens (not in /metrics) and nothing else.
+(Poisson gaps) and bursty (gamma gaps of shape 0.25: the gaps' CV is 2, requests come in
+clumps). The what-if is told the engine's --max-num-seqs and --max-num-batched-tokens (not in
+/metrics) and nothing else.
 
 The issue's targets are client TTFT p95 within +-35 % for each cap, and the cap predicted best
 (lowest client TTFT p95) is the best measured. Measured on this 2-core box (BENCHMARKS.md,
@@ -97,9 +98,8 @@ async def test_whatif_predictions_hold_on_the_real_engine(vllm_url: str, load: s
         analysis, rows = await verify(vllm_url, gw, CAPS, LOADS[load], PHASES, OPTS)
     checks = ", ".join(f"{c.name} {_pct(c.error_frac)}" for c in analysis.checks)
     obs = analysis.observed
-    report = (
-        f"{load}: arrivals {obs.arrival_per_s:.2f} req/s; fit error: {checks}\n"
-        + table(load, rows)
+    report = f"{load}: arrivals {obs.arrival_per_s:.2f} req/s; fit error: {checks}\n" + table(
+        load, rows
     )
     print(report)
     assert [r.measured.cap for r in rows] == list(CAPS)
