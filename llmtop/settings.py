@@ -156,7 +156,15 @@ class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
 
     upstream: str = "http://127.0.0.1:8000"
-    """Base URL of the engine."""
+    """Base URL of the engine; several replicas comma-separated (or --upstream repeated)."""
+    replica_max_concurrency: int | None = None
+    """Requests allowed at each replica at once; off when unset (max_concurrency is the whole)."""
+    eject_s: float = 5.0
+    """Seconds a replica that refused, timed out or 5xx'd gets no traffic (then /health decides)."""
+    redis_url: str | None = field(default=None, metadata=_env("LLMTOP_REDIS"))
+    """Redis holding the limits several gateways share (redis://host:port/db); off when unset."""
+    lease_ttl_s: float = 3.0
+    """Seconds a gateway's Redis lease outlives its last renewal (a dead gateway's slots return)."""
     listen: str = "127.0.0.1:9000"
     """host:port to listen on."""
     max_concurrency: int = 8

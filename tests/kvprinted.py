@@ -8,16 +8,20 @@ import re
 
 
 def printed_fit(summary: str) -> tuple[int, int]:
-    """(what the printed figures give, what the summary says fits): KV tokens / the printed
-    tokens per request, in whole blocks when named; that size must in turn be what its printed
-    basis gives (prompt + output, or usage x capacity / running, within their rounding)."""
+    """(what the printed figures give, what the summary says fits): the KV tokens at the target
+    fill (which must be the printed share of the printed capacity) / the printed tokens per
+    request, in whole blocks when named; that size must in turn be what its printed basis gives
+    (prompt + output, or usage x capacity / running, within their rounding)."""
 
     def num(pattern: str) -> int:
         m = re.search(pattern, summary)
         assert m is not None, (pattern, summary)
         return int(m.group(1).replace(",", ""))
 
-    cap = num(r"([\d,]+) KV tokens /")
+    m = re.search(r"([\d,]+) KV tokens \(([\d.]+)% target of ([\d,]+)\) /", summary)
+    assert m is not None, summary
+    budget, cap = int(m.group(1).replace(",", "")), int(m.group(3).replace(",", ""))
+    assert budget == math.floor(cap * float(m.group(2)) / 100), summary
     mean = re.search(r"\(([\d,]+) prompt \+ ([\d,]+) output\)", summary)
     held = re.search(r"\(([\d.]+)% of the cache held by ([\d,]+) running", summary)
     if mean is not None:
@@ -25,12 +29,12 @@ def printed_fit(summary: str) -> tuple[int, int]:
     else:
         assert held is not None, summary
         basis = float(held.group(1)) / 100 * cap / int(held.group(2).replace(",", ""))
-    size = num(r"KV tokens / ([\d,]+) tokens per request")
+    size = num(r"\) / ([\d,]+) tokens per request")
     assert abs(size - basis) <= 1 + 0.001 * cap, (size, basis, summary)
     block = re.search(r"in (\d+)-token blocks", summary)
     if block:
         b = int(block.group(1))
-        fits = (cap // b - 1) // math.ceil(size / b)
+        fits = (budget // b - 1) // math.ceil(size / b)
     else:
-        fits = math.floor(cap / size)
+        fits = math.floor(budget / size)
     return max(1, fits), num(r"= (\d+) sequences fit")

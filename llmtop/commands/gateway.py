@@ -18,7 +18,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from llmtop.core.admin_api import LIMITS
 
     g = GatewaySettings
-    flag(p, g, "upstream", "--upstream", metavar="URL", help="engine base URL")
+    flag(
+        p,
+        g,
+        "upstream",
+        "--upstream",
+        metavar="URL",
+        action="append",
+        help="engine base URL; repeat it (or comma-separate) for several replicas",
+    )
+    flag(
+        p,
+        g,
+        "replica_max_concurrency",
+        "--replica-max-concurrency",
+        metavar="N",
+        type=int,
+        help="requests allowed at each replica at once",
+    )
+    flag(p, g, "eject_s", "--eject-s", metavar="S", type=float, help="a failed replica's time out")
+    flag(
+        p,
+        g,
+        "redis_url",
+        "--redis",
+        metavar="URL",
+        help="Redis holding the limits shared by several gateways (redis://127.0.0.1:6379/0)",
+    )
+    flag(p, g, "lease_ttl_s", "--lease-ttl-s", metavar="S", type=float, help="Redis lease TTL")
     flag(p, g, "listen", "--listen", metavar="HOST:PORT", help="address to listen on")
     at_start = {f.name for f in fields(g)}  # the limits GatewaySettings can set at start
     for spec in (s for s in LIMITS if s.field in at_start):  # the one table of limits
@@ -86,5 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from llmtop.gateway.serve import run_gateway
 
+    if isinstance(args.upstream, list):  # --upstream repeated: one comma-separated setting
+        args.upstream = ",".join(args.upstream)
     run_gateway(load(GatewaySettings, args))
     return 0

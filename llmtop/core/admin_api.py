@@ -163,6 +163,42 @@ class UpstreamDoc(TypedDict):
     last_error: str | None
 
 
+class ReplicaDoc(TypedDict):
+    """One upstream replica as the gateway's balancer sees it (gateway/balancer.py)."""
+
+    url: str
+    state: str
+    """ok, ejected (refused, timed out or 5xx'd lately) or probing (awaits a /health answer)."""
+    healthy: bool | None
+    in_flight: int
+    kv_in_flight_blocks: int
+    capacity_blocks: int | None
+    waiting: float
+    sent: int
+    share: float | None
+    """Its part of all requests sent so far (None before the first)."""
+    failures: int
+    last_error: str | None
+
+
+class SharedDoc(TypedDict, total=False):
+    """Limits shared by several gateways (gateway/shared.py); backend local when alone."""
+
+    backend: str
+    status: str
+    """ok, or fallback: Redis unreachable, this gateway holds its share (limit / live)."""
+    url: str
+    gateway_id: str
+    live_gateways: int
+    share_slots: int | None
+    share_kv_blocks: int | None
+    global_in_flight: int | None
+    """Slots held by all gateways together at the last sync."""
+    global_kv_blocks: int | None
+    fallbacks: int
+    last_error: str | None
+
+
 class StatsDoc(TypedDict, total=False):
     """GET /admin/stats. total=False: a reader meets older gateways and must not trust a key."""
 
@@ -194,6 +230,11 @@ class StatsDoc(TypedDict, total=False):
     """Age of the oldest request waiting in the gateway now (None: none waits)."""
     oldest_unanswered_s: float | None
     """Age since arrival of the oldest request at the engine without a first byte yet."""
+    replicas: list[ReplicaDoc]
+    shared: SharedDoc
+    share_slots: int | None
+    """Admission's cap from outside the limits (shared grant, live replicas); None: none."""
+    share_kv_blocks: int | None
 
 
 class EventDoc(TypedDict):

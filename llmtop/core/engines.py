@@ -1,6 +1,6 @@
 """vLLM metric names, old and new, and one scrape's samples -> the numbers llmtop derives from.
 
-vLLM 0.10 to 0.33 (see METRICS.md): `kv_cache_usage_perc` was `gpu_cache_usage_perc` before
+vLLM 0.10 to 0.33 (vLLM's metrics docs): `kv_cache_usage_perc` was `gpu_cache_usage_perc` before
 0.9 (and on the V0 engine), the ITL histogram `inter_token_latency_seconds` was
 `time_per_output_token_seconds` before 0.10.2, `prefix_cache_*` was `gpu_prefix_cache_*`. The
 newer name wins when both are exported. Data-parallel engines (the `engine` label) are summed:

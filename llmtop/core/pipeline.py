@@ -19,7 +19,7 @@ from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
-from llmtop.core.snapshot import EngineStats, GatewayStats, Snapshot, Status
+from llmtop.core.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
 from llmtop.core.thresholds import HealthSettings
 
 HISTORY_S = 600.0
@@ -202,6 +202,7 @@ def gateway_stats(
     limit_values: dict[str, Any] = {s.field: parse[s.kind](limits, s.field) for s in LIMITS}
     paused = data.get("paused")
     healthy = upstream.get("healthy")
+    shared = _dict(data, "shared")
     return GatewayStats(
         url=url,
         up=True,
@@ -225,4 +226,24 @@ def gateway_stats(
         upstream_errors_per_s=upstream_errors_per_s,
         oldest_queued_s=_num(data, "oldest_queued_s"),
         oldest_unanswered_s=_num(data, "oldest_unanswered_s"),
+        replicas=_replicas(data.get("replicas")),
+        shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
+        shared_live_gateways=_int(shared, "live_gateways"),
+        global_in_flight=_int(shared, "global_in_flight"),
+    )
+
+
+def _replicas(raw: object) -> tuple[ReplicaStats, ...]:
+    """The replicas of /admin/stats; anything that is not a replica object is dropped."""
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        ReplicaStats(
+            url=_str(r, "url") or "?",
+            in_flight=_int(r, "in_flight"),
+            ok=r.get("state") == "ok",
+            share=_num(r, "share"),
+        )
+        for r in raw
+        if isinstance(r, dict)
     )

@@ -68,6 +68,9 @@ def where(ctx: Context, e: EngineStats) -> str:
     return f"{e.url}: " if len(ctx.engines) > 1 else ""
 
 
+KV_TARGET_FRAC = HealthSettings.kv_target_frac
+"""The default share of the cache `kv_size` fills (callers without settings: the what-if)."""
+
 SIZE_LOOKBACK_S = 60.0
 """How far back `kv_size` looks for the most KV a running sequence held: long enough to span
 a long prompt's life (its prefill, its answer), so one wave of them finishing does not make a
@@ -97,6 +100,13 @@ class KvSize:
     """The most a running sequence held over `SIZE_LOOKBACK_S` (None when nothing ran)."""
     per_request_tokens: float
     fits: int
+    target_frac: float
+    """The share of the cache the count may fill (HealthSettings.kv_target_frac)."""
+
+    @property
+    def budget_tokens(self) -> int:
+        """The KV tokens the count divides: the capacity at the target fill, whole tokens."""
+        return math.floor(self.capacity_tokens * self.target_frac)
 
     @property
     def by_held(self) -> bool:
@@ -113,19 +123,23 @@ class KvSize:
             return f"{held} {when}"
         return f"{fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
 
-    def division(self) -> str:
-        """Capacity / size per request, in blocks when known: the sum behind `fits`."""
-        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+    def budget(self) -> str:
+        """The tokens divided, with the capacity and target they come from."""
         return (
-            f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
-            f"tokens per request{blocks}"
+            f"{fmt.count(self.budget_tokens)} KV tokens ({self.target_frac * 100:g}% target of "
+            f"{fmt.count(self.capacity_tokens)})"
         )
+
+    def division(self) -> str:
+        """Budget / size per request, in blocks when known: the sum behind `fits`."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return f"{self.budget()} / {fmt.count(self.per_request_tokens)} tokens per request{blocks}"
 
     def arithmetic(self) -> str:
         """The sum that gives `fits` with its inputs, so the printed figures produce it."""
         blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
         return (
-            f"{fmt.count(self.capacity_tokens)} KV tokens / {fmt.count(self.per_request_tokens)} "
+            f"{self.budget()} / {fmt.count(self.per_request_tokens)} "
             f"tokens per request ({self.basis()}){blocks} = {self.fits} sequences fit"
         )
 
@@ -150,7 +164,10 @@ def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvH
 
 
 def kv_size(
-    e: EngineStats, history: Sequence[Snapshot] = (), now: float | None = None
+    e: EngineStats,
+    history: Sequence[Snapshot] = (),
+    now: float | None = None,
+    target_frac: float = KV_TARGET_FRAC,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -171,7 +188,11 @@ def kv_size(
     known the count is (blocks - 1) / ceil(tokens per request / block size): with 128-token
     blocks and 1,000-token requests the token-only count said 4, and a cap of 4 still preempted
     on a real vLLM 0.32 while 3 did not. Without a block size: capacity / tokens.
-    None when the capacity is unknown or nothing has run or finished.
+    Either way the capacity is first taken at `target_frac` (HealthSettings.kv_target_frac):
+    the exact quotient leaves no room for requests longer than the size, answers still
+    growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
+    kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
+    cleared. None when the capacity is unknown or nothing has run or finished.
     """
     cap = e.kv_capacity_tokens
     if cap is None or cap <= 0:
@@ -186,26 +207,31 @@ def kv_size(
     if not candidates:
         return None
     per_req = math.ceil(max(candidates))  # whole tokens, as printed: the figures give `fits`
+    target = min(1.0, target_frac) if target_frac > 0 else 1.0
+    budget = math.floor(cap * target)
     block = e.kv_block_size
     if block and block > 0:
-        fits = max(1, (cap // block - 1) // math.ceil(per_req / block))
+        fits = max(1, (budget // block - 1) // math.ceil(per_req / block))
     else:
-        fits = max(1, math.floor(cap / per_req))
+        fits = max(1, math.floor(budget / per_req))
     prompt = e.mean_prompt_tokens if mean is not None else None
     output = e.mean_generation_tokens if mean is not None else None
-    return KvSize(cap, block, prompt, output, held, per_req, fits)
+    return KvSize(cap, block, prompt, output, held, per_req, fits, target)
 
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
-    """`kv_size` at the rules' poll, looking back through their history."""
-    return kv_size(e, ctx.history, ctx.time)
+    """`kv_size` at the rules' poll, looking back through their history, at their target."""
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac)
 
 
 def kv_fit(
-    e: EngineStats, history: Sequence[Snapshot] = (), now: float | None = None
+    e: EngineStats,
+    history: Sequence[Snapshot] = (),
+    now: float | None = None,
+    target_frac: float = KV_TARGET_FRAC,
 ) -> int | None:
     """Sequences that fit in the KV cache (`kv_size`); None when unknown."""
-    size = kv_size(e, history, now)
+    size = kv_size(e, history, now, target_frac)
     return size.fits if size is not None else None
 
 

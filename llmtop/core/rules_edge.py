@@ -64,8 +64,9 @@ def gateway_saturated(ctx: Context) -> Verdict | None:
             f"max_concurrency a step with + and watch TTFT{bound}"
         )
     else:
+        over = "is" if fit is not None and g.max_concurrency == fit else "is above"
         full = (
-            f"the cap ({g.max_concurrency}) is what the KV cache holds at this request size "
+            f"the cap ({g.max_concurrency}) {over} what the KV cache holds at this request size "
             f"(~{fit}: {basis})"
             if fit is not None and g.max_concurrency is not None and g.max_concurrency >= fit
             else "the engine is full"

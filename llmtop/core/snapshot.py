@@ -113,8 +113,26 @@ class GatewayStats:
     oldest_queued_s: float | None = None
     """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
     oldest_unanswered_s: float | None = None
-    """Age since arrival of the oldest request at the engine still without a first byte: a
+    """Age since admission of the oldest request at the engine still without a first byte: a
     stuck request shows here at once, in the TTFT histograms only once it is answered."""
+    replicas: tuple[ReplicaStats, ...] = ()
+    """The upstream replicas behind this gateway (one when it fronts a single engine)."""
+    shared_status: str | None = None
+    """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
+    shared_live_gateways: int | None = None
+    global_in_flight: int | None = None
+    """Slots held by all gateways sharing the limits, at this gateway's last sync."""
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One upstream replica as the gateway's balancer sees it."""
+
+    url: str
+    in_flight: int | None
+    ok: bool
+    """Takes traffic (False: ejected, or awaiting a /health probe)."""
+    share: float | None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="quick",
-            description="the story compressed for CI (~35 s): a tiny fast model with a"
+            description="the story compressed for CI (70 s): a tiny fast model with a"
             " 20,480-token KV cache, 1,800-token prompts, 5 s health windows",
             phases=(
                 Phase("baseline", 3, (_chat(4, 100, 300, 64),), "4 chats: TTFT ~20 ms"),

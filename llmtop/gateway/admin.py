@@ -67,6 +67,7 @@ def admin_routes(state: GatewayState) -> list[BaseRoute]:
             limits = ctl.set_limits(changes, source=_source(request))
         except LimitError as e:
             return _error(400, e.message, "invalid_request_error", field=e.field)
+        await state.shared.publish(ctl)  # the other gateways follow (gateway/shared.py)
         return JSONResponse(limits.to_dict())
 
     async def stats(request: Request) -> Response:
@@ -78,10 +79,12 @@ def admin_routes(state: GatewayState) -> list[BaseRoute]:
 
     async def pause(request: Request) -> Response:
         ctl.set_paused(True, source=_source(request))
+        await state.shared.publish(ctl)
         return JSONResponse({"paused": True})
 
     async def resume(request: Request) -> Response:
         ctl.set_paused(False, source=_source(request))
+        await state.shared.publish(ctl)
         return JSONResponse({"paused": False})
 
     return [

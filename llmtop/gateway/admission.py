@@ -191,6 +191,13 @@ class AdmissionController:
         """Per-tenant TTFT budgets (the gateway's config), over limits.ttft_slo_s."""
         self.autopilot: dict[str, Any] | None = None
         """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
+        self.share_slots: int | None = None
+        self.share_kv_blocks: int | None = None
+        """This gateway's share of limits held elsewhere (Redis grants, the live replicas'
+        room): admission takes the smaller of these and the limits; None = no such cap."""
+        self.on_demand: Callable[[], None] | None = None
+        """Called when a request waits for room or one ends, so a shared-limits driver can
+        ask for more room or give some back (gateway/shared.py)."""
         self.queue_wait = SampleWindow(window_s)
         self.ttft = SampleWindow(window_s)
         self.queue_wait_hist = CumulativeHistogram()
@@ -212,11 +219,13 @@ class AdmissionController:
         kv_blocks: int = 0,
         shape: PromptShape | None = None,
         ttft_slo_s: float | None = None,
+        rate_checked: bool = False,
     ) -> Ticket:
         """Admit at once, queue, or raise Rejected; await `ticket.wait()` when it is queued.
 
         `kv_blocks` is the request's predicted KV footprint (footprint.py); `ttft_slo_s`
-        overrides the limits' TTFT budget for this request (a tenant's own SLO)."""
+        overrides the limits' TTFT budget for this request (a tenant's own SLO);
+        `rate_checked`: the tenant's rate was checked elsewhere (in Redis, for all gateways)."""
         if priority not in _RANK:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
         now = self._clock()
@@ -226,7 +235,7 @@ class AdmissionController:
         ticket.kv_blocks = kv_blocks
         ticket.shape = shape
         lim = self._limits
-        if self._rate is not None:
+        if self._rate is not None and not rate_checked:
             wait_s = self._rate.check(tenant or "", now)
             if wait_s > 0:
                 msg = f"rate limited: over {lim.rate_limit_rpm:g} requests/min (rate_limit_rpm)"
@@ -263,7 +272,17 @@ class AdmissionController:
         self._queues[priority][ticket._key] = ticket
         self.queued += 1
         self._dispatch(now)
+        if ticket.state == _QUEUED and self.on_demand is not None:
+            self.on_demand()
         return ticket
+
+    def refuse(self, reason: str, message: str, retry_after_s: float) -> Rejected:
+        """Count a request refused before admission's own checks (a rate limit held in Redis)
+        as offered and rejected; the exception to raise."""
+        self.offered += 1
+        self.outcomes["rejected"] += 1
+        self.rejections[reason] += 1
+        return Rejected(reason, message, retry_after_s)
 
     async def acquire(
         self, priority: str = "normal", *, tenant: str | None = None, prompt_tokens: int = 0
@@ -317,10 +336,28 @@ class AdmissionController:
                 waits.append(need_b / rate_b)
         return max(waits)
 
+    def set_share(self, slots: int | None, kv_blocks: int | None) -> None:
+        """This gateway's share of the limits (see `share_slots`); admits the queue into it."""
+        self.share_slots, self.share_kv_blocks = slots, kv_blocks
+        self._dispatch(self._clock())
+
+    def demand(self) -> tuple[int, int]:
+        """Slots and KV blocks this gateway would use now: in flight plus queued."""
+        blocks = sum(t.kv_blocks for q in self._queues.values() for t in q.values())
+        return self.in_flight + self.queued, self.in_flight_kv_blocks + blocks
+
     def _fits(self, prompt_tokens: int, kv_blocks: int) -> bool:
         lim = self._limits
         if self.paused or self.in_flight >= lim.max_concurrency:
             return False
+        share = self.share_slots
+        if share is not None and self.in_flight >= share:
+            return False
+        share_kv = self.share_kv_blocks
+        if share_kv is not None and self.in_flight_kv_blocks + kv_blocks > share_kv:
+            whole = lim.max_inflight_kv_blocks
+            if self.in_flight or whole is None or share_kv < whole:
+                return False
         if self.in_flight == 0:
             return True
         budget = lim.max_inflight_prompt_tokens
@@ -425,6 +462,8 @@ class AdmissionController:
         self._drain.add(now)
         self._drain_blocks.add(now, ticket.kv_blocks)
         self._dispatch(now)
+        if self.on_demand is not None:
+            self.on_demand()
 
     def expire(self, now: float | None = None) -> int:
         """Time out the waiters queued longer than queue_timeout_s; how many went."""
@@ -577,6 +616,8 @@ class AdmissionController:
             "window_s": self.window_s,
             "paused": self.paused,
             "in_flight_kv_blocks": self.in_flight_kv_blocks,
+            "share_slots": self.share_slots,
+            "share_kv_blocks": self.share_kv_blocks,
             "engine_ttft_s": self.engine_ttft_s,
             "mode": self._limits.mode,
             "autopilot": self.autopilot,

@@ -20,12 +20,13 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from llmtop.errors import ConfigError
-from llmtop.gateway import pilot
+from llmtop.gateway import pilot, replicas
 from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
 from llmtop.gateway.handler_time import TimedResponse
 from llmtop.gateway.metrics import metrics_endpoint
 from llmtop.gateway.proxy import Proxy, describe_error
+from llmtop.gateway.shared import LocalLimits, RedisLimits, SharedLimits
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
 from llmtop.settings import GatewaySettings, read_token
 
@@ -126,10 +127,26 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         controller = AdmissionController(limits_of(settings), clock=clock or time.monotonic)
     except LimitError as e:
         raise ConfigError(f"gateway: {e.message}") from None
+    if settings.eject_s < 0 or settings.lease_ttl_s <= 0:
+        raise ConfigError(
+            f"gateway: eject_s must be >= 0 and lease_ttl_s > 0, got {settings.eject_s:g}"
+            f" and {settings.lease_ttl_s:g}"
+        )
+    if settings.replica_max_concurrency is not None and settings.replica_max_concurrency < 1:
+        raise ConfigError(
+            f"gateway: replica_max_concurrency must be >= 1, got {settings.replica_max_concurrency}"
+        )
     if settings.max_body_bytes < 1:
         raise ConfigError(f"gateway: max_body_bytes must be >= 1, got {settings.max_body_bytes}")
     token = read_token(settings.admin_token, settings.admin_token_file)
-    state = GatewayState(settings=settings, controller=controller, admin_token=token)
+    shared: SharedLimits = LocalLimits()
+    if settings.redis_url:
+        try:
+            shared = RedisLimits(settings.redis_url, ttl_s=settings.lease_ttl_s)
+        except ValueError as e:
+            raise ConfigError(f"gateway: redis_url {settings.redis_url!r}: {e}") from None
+    state = GatewayState(settings=settings, controller=controller, admin_token=token, shared=shared)
+    state.apply_shares()  # with Redis: no room until it grants some
     controller_of_budget = pilot.attach(state)  # the autopilot (docs/autopilot.md)
 
     @contextlib.asynccontextmanager
@@ -137,13 +154,16 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         state.session = make_session(settings)
         task = asyncio.ensure_future(_housekeeping(state))
         autopilot = asyncio.ensure_future(pilot.run(state, controller_of_budget))
+        watcher = asyncio.ensure_future(replicas.watch(state))
+        sync = asyncio.ensure_future(state.shared.run(controller, state.apply_shares))
         try:
             yield
         finally:
-            for t in (task, autopilot):
+            for t in (task, autopilot, watcher, sync):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+            await state.shared.close()
             await state.session.close()
 
     async def healthz(request: Request) -> Response:

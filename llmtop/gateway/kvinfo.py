@@ -1,7 +1,7 @@
 """What the autopilot reads from the upstream's /metrics: KV capacity and the congestion signals.
 
 Pure: exposition text in, figures out; the app fetches the text about once a second. vLLM
-names (docs: /work/shared/METRICS.md): the capacity is `vllm:cache_config_info`'s labels
+names (vLLM's metrics docs, 0.10 to 0.33): the capacity is `vllm:cache_config_info`'s labels
 num_gpu_blocks x block_size; preemptions, waiting, running and KV usage are its counters and
 gauges; TTFT, ITL and generated tokens per request are histograms, read as the change between
 two scrapes (the interval's own distribution, not the whole run's).

@@ -133,6 +133,54 @@ class GatewayCollector(Collector):
             "Predicted KV footprint in flight (blocks).",
             ctl.in_flight_kv_blocks,
         )
+        yield from self._scaleout()
+
+    def _scaleout(self) -> Iterator[Metric]:
+        """The replicas (in flight, healthy, requests sent) and the shared limits' state."""
+        p = "llmtop_gateway_"
+        labels = ["replica"]
+        in_flight = GaugeMetricFamily(
+            p + "replica_in_flight", "Requests at each replica now.", labels=labels
+        )
+        healthy = GaugeMetricFamily(
+            p + "replica_healthy",
+            "1 when the replica takes traffic, 0 while ejected or awaiting a probe.",
+            labels=labels,
+        )
+        sent = CounterMetricFamily(
+            p + "replica_sent", "Attempts sent to each replica.", labels=labels
+        )
+        for r in self.state.balancer.replicas:
+            in_flight.add_metric([r.url], r.in_flight)
+            healthy.add_metric([r.url], int(r.state == "ok"))
+            sent.add_metric([r.url], r.sent)
+        yield from (in_flight, healthy, sent)
+        status = self.state.shared.status()
+        if status["backend"] == "redis":
+            yield GaugeMetricFamily(
+                p + "shared_fallback",
+                "1 while Redis is unreachable and this gateway holds its share of the limits.",
+                int(status["status"] == "fallback"),
+            )
+            yield GaugeMetricFamily(
+                p + "shared_live_gateways",
+                "Gateways holding a live lease at the last sync.",
+                status["live_gateways"],
+            )
+            held = status.get("global_in_flight")
+            if held is not None:
+                yield GaugeMetricFamily(
+                    p + "shared_global_in_flight",
+                    "Slots held by all gateways together at the last sync.",
+                    held,
+                )
+        share = self.state.controller.share_slots
+        if share is not None:
+            yield GaugeMetricFamily(
+                p + "share_slots",
+                "This gateway's cap from outside its limits (Redis grant, live replicas).",
+                share,
+            )
 
 
 def metrics_endpoint(state: GatewayState) -> Callable[[Request], Awaitable[Response]]:

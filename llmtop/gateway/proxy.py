@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from llmtop.gateway.admission import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.balancer import Replica
 from llmtop.gateway.engine_priority import stamp
 from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
@@ -48,6 +49,8 @@ _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 # uvicorn adds its own date and server; the body goes out chunked, so no content-length
 _DROP_RESPONSE = _HOP_BY_HOP | {b"content-length", b"date", b"server"}
 _JSON = (b"content-type", b"application/json")
+_RETRY = "retry"
+"""An attempt that failed to connect: nothing was sent, another replica may take it."""
 
 
 class _ClientGone(Exception):
@@ -135,14 +138,14 @@ class Proxy:
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
-        self._urls: dict[tuple[bytes, bytes], URL] = {}
+        self._urls: dict[tuple[str, bytes, bytes], URL] = {}
 
-    def _url(self, path: bytes, query: bytes) -> URL:
+    def _url(self, base: str, path: bytes, query: bytes) -> URL:
         """The upstream URL of a path, parsed once: a few paths carry nearly all the traffic."""
-        key = (path, query)
+        key = (base, path, query)
         url = self._urls.get(key)
         if url is None:
-            text = self.state.base_url + path.decode("latin-1")
+            text = base + path.decode("latin-1")
             if query:
                 text += "?" + query.decode("latin-1")
             url = URL(text, encoded=True)  # forwarded as the client sent it
@@ -193,8 +196,9 @@ class Proxy:
             return
         except _ClientGone:
             return
+        target = (scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
         try:
-            url = self._url(scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
+            self._url(state.base_url, *target)
         except ValueError as e:
             await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
@@ -223,7 +227,14 @@ class Proxy:
             ctl = state.controller
             who = state.trust.identify(authorization, prio, tenant)
             kv_blocks, shape = footprint_of(ctl, body)
+            rpm = ctl.limits.rate_limit_rpm
+            shared_rate = None  # the rate limit held in Redis, when there is one that answers
+            if rpm is not None and state.shared.backend == "redis":
+                shared_rate = await state.shared.rate_check(who.tenant or "", rpm)
             try:
+                if shared_rate:
+                    msg = f"rate limited: over {rpm:g} requests/min (rate_limit_rpm, all gateways)"
+                    raise ctl.refuse("rate_limited", msg, shared_rate)
                 ticket = ctl.enter(
                     who.priority,
                     tenant=who.tenant,
@@ -232,6 +243,7 @@ class Proxy:
                     ),
                     kv_blocks=kv_blocks,
                     shape=shape,
+                    rate_checked=shared_rate is not None,
                 )
             except Rejected as r:
                 await self._reject(send, r)
@@ -239,7 +251,7 @@ class Proxy:
             if settings.engine_priority:
                 body = stamp(body, ticket.priority)
         work = asyncio.ensure_future(
-            self._admit_and_forward(scope["method"], url, headers, body, ticket, t0, send)
+            self._admit_and_forward(scope["method"], target, headers, body, ticket, t0, send)
         )
         watcher = asyncio.ensure_future(_until_disconnect(receive))
         try:
@@ -274,7 +286,7 @@ class Proxy:
     async def _admit_and_forward(
         self,
         method: str,
-        url: URL,
+        target: tuple[bytes, bytes],
         headers: list[tuple[str, str]],
         body: bytes,
         ticket: Ticket | None,
@@ -295,10 +307,13 @@ class Proxy:
                     return
                 queue_s = ticket.queue_wait_s
             if ticket is not None:
-                waiting.admitted(key, t0)
+                # the engine's part only: time queued in the gateway is not the engine's delay
+                waiting.admitted(key, t0 + queue_s)
             outcome = "upstream_error"
             try:
-                outcome = await self._forward(method, url, headers, body, ticket, t0, queue_s, send)
+                outcome = await self._forward(
+                    method, target, headers, body, ticket, t0, queue_s, send
+                )
             except (asyncio.CancelledError, OSError):
                 outcome = "cancelled"
                 raise
@@ -311,7 +326,7 @@ class Proxy:
     async def _forward(
         self,
         method: str,
-        url: URL,
+        target: tuple[bytes, bytes],
         headers: list[tuple[str, str]],
         body: bytes,
         ticket: Ticket | None,
@@ -319,11 +334,49 @@ class Proxy:
         queue_s: float,
         send: Send,
     ) -> str:
-        """Send upstream and stream the answer; the outcome of an admitted request."""
+        """Send to the replica the balancer picks (once more elsewhere if it refused the
+        connection: nothing was sent), stream the answer; the outcome of an admitted request."""
+        state = self.state
+        bal = state.balancer
+        kv = ticket.kv_blocks if ticket is not None else 0
+        tried: list[Replica] = []
+        while True:
+            replica = bal.pick(kv, exclude=tried)
+            if replica is None:
+                await send_error(send, 502, "no upstream replica can take it", "upstream_error")
+                return "upstream_error"
+            bal.start(replica, kv)
+            error: str | None = "cancelled"
+            try:
+                outcome, error = await self._forward_to(
+                    replica, method, target, headers, body, ticket, t0, queue_s, send, not tried
+                )
+            finally:
+                bal.done(replica, kv, None if error == "cancelled" else error)
+                state.apply_shares()
+            if outcome != _RETRY:
+                return outcome
+            tried.append(replica)
+
+    async def _forward_to(
+        self,
+        replica: Replica,
+        method: str,
+        target: tuple[bytes, bytes],
+        headers: list[tuple[str, str]],
+        body: bytes,
+        ticket: Ticket | None,
+        t0: float,
+        queue_s: float,
+        send: Send,
+        may_retry: bool,
+    ) -> tuple[str, str | None]:
+        """One attempt at one replica: (outcome or _RETRY, the error that ejects it or None)."""
         state = self.state
         session = state.session
         assert session is not None, "the upstream session is opened by the app's lifespan"
         clock = state.clock
+        url = self._url(replica.url, *target)
         t_send = clock()
         try:
             response = await session.request(
@@ -334,16 +387,19 @@ class Proxy:
                 allow_redirects=False,
             )
         except asyncio.TimeoutError as e:
-            state.upstream.failed(f"upstream timed out: {describe_error(e)}")
+            reason = f"upstream timed out: {describe_error(e)}"
+            state.upstream.failed(reason)
             state.upstream_errors.record("timeout")
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
-            return "upstream_error"
+            return "upstream_error", reason
         except aiohttp.ClientError as e:
             reason = f"upstream unreachable: {describe_error(e)}"
             state.upstream.failed(reason)
+            if may_retry and isinstance(e, aiohttp.ClientConnectorError):
+                return _RETRY, reason  # nothing was sent: another replica may take it
             state.upstream_errors.record("unreachable")
             await send_error(send, 502, reason, "upstream_error")
-            return "upstream_error"
+            return "upstream_error", reason
         # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
         # building and writing the request are ours (TimedResponse times only the wait)
         upstream_s = getattr(response, "headers_wait_s", None)
@@ -352,10 +408,11 @@ class Proxy:
         whole = False  # the body read to its end: the connection may go back to the pool
         try:
             status = response.status
-            if status >= 500:
-                state.upstream.failed(f"upstream returned {status}")
+            failed = f"upstream returned {status}" if status >= 500 else None
+            if failed is not None:
+                state.upstream.failed(failed)
                 if ticket is not None:
-                    return await self._wrap_5xx(response, send)
+                    return await self._wrap_5xx(response, send), failed
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
@@ -387,16 +444,16 @@ class Proxy:
                 state.upstream.failed(reason)
                 state.upstream_errors.record("mid_response")
                 if not sse:  # a cut body must not look whole: end without its last chunk
-                    return "upstream_error"
+                    return "upstream_error", reason
                 err = error_body(502, reason, "upstream_error").decode()
                 tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
                 await send({"type": "http.response.body", "body": tail})
-                return "upstream_error"
+                return "upstream_error", reason
             whole = True
             await send({"type": "http.response.body", "body": b""})
             end = clock()
             state.handler_time.observe(end, end - t0 - queue_s - upstream_s)
-            return "upstream_error" if status >= 500 else "completed"
+            return ("upstream_error" if status >= 500 else "completed"), failed
         finally:
             # close, not release, unless the body was read to its end: a request cut short
             # (client gone, upstream fault) must drop the connection, so vLLM aborts it

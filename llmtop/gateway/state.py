@@ -12,7 +12,9 @@ import aiohttp
 
 from llmtop.core.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.gateway.balancer import Balancer
 from llmtop.gateway.handler_time import HandlerTime
+from llmtop.gateway.shared import LocalLimits, SharedLimits
 from llmtop.gateway.trust import Trust
 from llmtop.gateway.unanswered import Unanswered
 from llmtop.gateway.upstream_errors import UpstreamErrors
@@ -50,6 +52,12 @@ def upstream_timeout(settings: GatewaySettings) -> aiohttp.ClientTimeout:
         sock_connect=settings.upstream_connect_timeout_s,
         sock_read=settings.upstream_read_timeout_s,
     )
+
+
+def upstream_urls(text: str) -> list[str]:
+    """The upstreams of `--upstream` (repeated, or comma-separated), without trailing /."""
+    urls = [u.strip().rstrip("/") for u in text.split(",") if u.strip()]
+    return urls or ["http://127.0.0.1:8000"]
 
 
 DEFAULT_TTFT_SLO_S = 5.0
@@ -90,6 +98,11 @@ class GatewayState:
     handler_time: HandlerTime = field(default_factory=HandlerTime)
     """The handler's own time per proxied request (llmtop/gateway/handler_time.py)."""
     base_url: str = field(init=False)
+    """The first upstream's base URL (the autopilot reads its /metrics)."""
+    balancer: Balancer = field(init=False)
+    """The upstream replicas and which one takes the next request (gateway/balancer.py)."""
+    shared: SharedLimits = field(default_factory=LocalLimits)
+    """Limits shared with other gateways (gateway/shared.py); local when alone."""
     trust: Trust = field(init=False)
     """Who may claim which tenant and priority (llmtop/gateway/trust.py)."""
     upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
@@ -99,15 +112,33 @@ class GatewayState:
     """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
 
     def __post_init__(self) -> None:
-        self.base_url = self.settings.upstream.rstrip("/")
         s = self.settings
+        urls = upstream_urls(s.upstream)
+        self.base_url = urls[0]
+        self.balancer = Balancer(urls, eject_s=s.eject_s, max_per_replica=s.replica_max_concurrency)
         self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
+
+    def apply_shares(self) -> None:
+        """Admission's cap from outside its limits: the shared grant (Redis) and the room of
+        the live replicas, whichever is smaller."""
+        caps = [c for c in (self.shared_slots(), self.balancer.capacity()) if c is not None]
+        kv = getattr(self.shared, "kv_blocks", None)
+        slots = min(caps) if caps else None
+        ctl = self.controller
+        if slots != ctl.share_slots or kv != ctl.share_kv_blocks:
+            ctl.set_share(slots, kv)
+
+    def shared_slots(self) -> int | None:
+        slots = getattr(self.shared, "slots", None)
+        return slots if isinstance(slots, int) else None
 
     def stats(self) -> StatsDoc:
         """The /admin/stats document (typed in core.admin_api)."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
+        out["replicas"] = self.balancer.to_list()
+        out["shared"] = self.shared.status()
         out["handler_s"] = self.handler_time.quantiles(self.clock())
         out["upstream_errors"] = self.upstream_errors.by_reason()
         now = self.clock()

@@ -5,8 +5,9 @@ vLLM's TTFT histogram records a request only when its first token comes, so a re
 for 50 s is invisible there until it finally starts. The gateway sees it at once: each
 generation request is tracked from its arrival until its first byte (or its end), and the ages
 are read at scrape time (a scan of the requests waiting now; the hot path only adds and pops).
-Ages count from the arrival at the gateway: the time to first token the request has already
-accrued, queue included.
+A queued request's age counts from its arrival; an admitted one's from its admission, so it is
+the engine's delay alone (a request that waited in the gateway's queue by design is not an
+engine stuck on it; the queue's own age is `oldest_queued_s`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ class Unanswered:
         """The request waits in the gateway's queue."""
         self._queued[key] = arrived
 
-    def admitted(self, key: int, arrived: float) -> None:
-        """The request went to the engine (from the queue, or at once)."""
+    def admitted(self, key: int, admitted: float) -> None:
+        """The request went to the engine (from the queue, or at once) at `admitted`."""
         self._queued.pop(key, None)
-        self._admitted[key] = arrived
+        self._admitted[key] = admitted
 
     def answered(self, key: int) -> None:
         """First byte, or the request ended (answered, refused, failed, cancelled)."""

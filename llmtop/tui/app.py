@@ -264,6 +264,7 @@ class LlmtopApp(WhatIfControls):
             read_only=self.monitor.read_only,
             poll_error=self.poll_error,
             history=tuple(self.history),  # the KV panel sizes a slot over the last minute
+            kv_target_frac=self.health.kv_target_frac,
         )
 
     def _render_all(self, *, charts: bool) -> None:

@@ -15,6 +15,7 @@ from typing import Literal
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.incidents import GATEWAY, incidents
+from llmtop.core.rulebase import KV_TARGET_FRAC
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
 
@@ -51,6 +52,8 @@ class View:
     read_only: bool = False
     poll_error: str | None = None
     history: tuple[Snapshot, ...] = field(default=(), compare=False)
+    kv_target_frac: float = KV_TARGET_FRAC
+    """The share of the KV cache the panel's "fits" fills, as the findings' (HealthSettings)."""
 
 
 def badge(snapshot: Snapshot, *, stale: bool = False) -> Badge:
@@ -95,6 +98,27 @@ def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> 
     if w > 0:
         return "queue in the ENGINE"
     return "queue in the GATEWAY"
+
+
+def scaleout_text(g: GatewayStats) -> str:
+    """The gateway panel's title tail past one engine and one process: each replica's in
+    flight (x: out of service) and the shared limits ("redis 6/8×3", or FALLBACK); empty for
+    one gateway in front of one engine."""
+    parts: list[str] = []
+    if len(g.replicas) > 1:
+        parts.append(
+            "|".join(
+                f"{'?' if r.in_flight is None else r.in_flight}{'' if r.ok else 'x'}"
+                for r in g.replicas
+            )
+        )
+    if g.shared_status == "fallback":
+        parts.append("REDIS FALLBACK")
+    elif g.shared_status is not None:
+        held = "?" if g.global_in_flight is None else str(g.global_in_flight)
+        cap = "?" if g.max_concurrency is None else str(g.max_concurrency)
+        parts.append(f"redis {held}/{cap}×{g.shared_live_gateways or '?'}")
+    return " ".join(parts)
 
 
 def limit_text(name: str, value: object) -> str:

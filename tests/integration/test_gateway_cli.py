@@ -83,6 +83,9 @@ def test_port_in_use_is_exit_4(capsys: pytest.CaptureFixture[str]) -> None:
         (["--listen", "nonsense"], "bad listen address"),
         (["--max-concurrency", "0", "--listen", "127.0.0.1:0"], "max_concurrency"),
         (["--admin-token-file", "/nonexistent/tok"], "admin token file"),
+        (["--eject-s", "-1", "--listen", "127.0.0.1:0"], "eject_s must be >= 0"),
+        (["--replica-max-concurrency", "0", "--listen", "127.0.0.1:0"], "replica_max_conc"),
+        (["--redis", "notaurl", "--listen", "127.0.0.1:0"], "redis_url 'notaurl'"),
     ],
 )
 def test_bad_settings_are_one_line_errors(

@@ -18,7 +18,7 @@ def test_every_kv_exhausted_number_comes_from_its_printed_figures() -> None:
     seen = 0
     for snap in story.snapshots():
         for f in snap.findings:
-            if f.id != "kv-exhausted" or "KV tokens /" not in f.summary:
+            if f.id != "kv-exhausted" or "sequences fit" not in f.summary:
                 continue
             computed, said = printed_fit(f.summary)
             assert computed == said, f.summary
@@ -51,12 +51,14 @@ def snap_index(t: float) -> int:
 
 
 def test_after_the_cap_the_gateway_does_not_advise_raising_past_what_the_cache_holds() -> None:
-    # 50 s after the cap of 9, nine 4,000-token prompts fill the cache: the chats that finished
-    # in the window must not make the bound ~47 (what the mean alone said here)
+    # 50 s after the recorded cap of 9, nine 4,000-token prompts fill the cache: the chats that
+    # finished in the window must not make the bound ~43 (what the mean alone said here); at
+    # the 90% target the cache holds 8 of them, so 9 is already at (past) what it holds
     snap = story.upto(story.MOMENTS["after-cap"])[-1]
     (sat,) = [f for f in snap.findings if f.id == "gateway-saturated"]
     assert "raise max_concurrency" not in sat.action
-    assert "the cap (9) is what the KV cache holds at this request size (~9:" in sat.action
+    assert "the cap (9) is above what the KV cache holds at this request size (~8:" in sat.action
+    assert "(90% target of 38,800)" in sat.action
 
 
 async def test_the_kv_panel_shows_the_findings_fit() -> None:

@@ -62,7 +62,7 @@ def test_unknown_stays_unknown() -> None:
     fits = kv_fit(
         replace(E, kv_capacity_tokens=38_800, mean_prompt_tokens=4000, mean_generation_tokens=256)
     )
-    assert fits == 9  # the number kv-exhausted's action suggests, not a second opinion
+    assert fits == 8  # the number kv-exhausted's action suggests, not a second opinion
 
 
 def test_formatting_units() -> None:

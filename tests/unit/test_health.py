@@ -89,14 +89,15 @@ def test_kv_exhaustion_fires_after_hysteresis_with_the_arithmetic() -> None:
     assert f.severity == "critical"
     assert f.bottleneck == "kv"
     assert f.since == 8.0
-    # 38,800 / (4,000 + 850) = 8 sequences fit
-    assert "38,800 KV tokens / 4,850 tokens per request" in f.summary
-    assert "= 8 sequences fit" in f.summary
+    # 90% of 38,800 = 34,920 tokens / (4,000 + 850) = 7 sequences fit (8 would fill 100%)
+    assert "34,920 KV tokens (90% target of 38,800) / 4,850 tokens per request" in f.summary
+    assert "= 7 sequences fit" in f.summary
+    assert printed_fit(f.summary) == (7, 7)
     assert "97%" in f.summary
     assert "1.5 preemptions/s" in f.summary
-    assert f.action.startswith("more sequences than the KV cache holds: cap concurrency at ~8")
-    assert ":cap 8" in f.action
-    assert "--max-num-seqs 8" in f.action
+    assert f.action.startswith("more sequences than the KV cache holds: cap concurrency at ~7")
+    assert ":cap 7" in f.action
+    assert "--max-num-seqs 7" in f.action
 
 
 def test_kv_high_alone_is_not_exhaustion() -> None:
@@ -204,17 +205,18 @@ def test_cap_advice_says_when_traffic_goes_around_the_gateway() -> None:
     e = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)
     f = next(f for f in run([(e, gw, ())] * 5)[-1] if f.id == "kv-exhausted")
     assert "vLLM runs 8 but the gateway has 0 in flight" in f.action
-    # the 8 running hold 97% of the cache (4,705 tokens each): 8 fit, not the mean's 29
-    assert "point clients at the gateway (cap ~8)" in f.action
+    # the 8 running hold 97% of the cache (4,705 tokens each): 7 fit in 90% of it, not the
+    # mean's 26
+    assert "point clients at the gateway (cap ~7)" in f.action
     assert "press -" not in f.action
 
 
 def test_cap_advice_knows_the_gateway_cap_is_already_set() -> None:
-    # right after `:cap 8`, the window still holds the preemptions from before it
-    gw = GatewayStats(url="http://gw", up=True, max_concurrency=8, in_flight=8, queued=20)
+    # right after `:cap 7`, the window still holds the preemptions from before it (8 ran)
+    gw = GatewayStats(url="http://gw", up=True, max_concurrency=7, in_flight=7, queued=20)
     e = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)
     f = next(f for f in run([(e, gw, ())] * 5)[-1] if f.id == "kv-exhausted")
-    assert "the gateway cap (8) is already at or below" in f.action
+    assert "the gateway cap (7) is already at or below ~7" in f.action
     assert "press -" not in f.action
     uncapped = replace(gw, max_concurrency=256)
     f = next(f for f in run([(e, uncapped, ())] * 5)[-1] if f.id == "kv-exhausted")
@@ -269,26 +271,31 @@ def test_gateway_saturated(gw: dict[str, object], severity: str) -> None:
 
 
 def test_gateway_saturated_headroom_is_bounded_by_what_the_kv_cache_holds() -> None:
-    # 38,800 tokens / (1,000 + 300) per request: 29 fit by the mean. Below that a step up is
-    # advised, with the bound and its division named; at it, the engine is full by the
+    # 90% of 38,800 tokens / (1,000 + 300) per request: 26 fit by the mean. Below that a step
+    # up is advised, with the bound and its division named; at it, the engine is full by the
     # arithmetic even with the gauge at 20%
     e = healthy(running=8, kv_cache_usage_frac=0.2)  # 970 tokens held each: the mean is larger
     below = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=8), ())] * 5)[-1]
     f = next(f for f in below if f.id == "gateway-saturated")
     assert (
         "raise max_concurrency a step with + and watch TTFT "
-        "(up to ~29: 38,800 KV tokens / 1,300 tokens per request, 1,000 prompt + 300 output)"
+        "(up to ~26: 34,920 KV tokens (90% target of 38,800) / 1,300 tokens per request, "
+        "1,000 prompt + 300 output)"
     ) in f.action
-    at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=29), ())] * 5)[-1]
+    at = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=26), ())] * 5)[-1]
     f = next(f for f in at if f.id == "gateway-saturated")
-    assert "the cap (29) is what the KV cache holds at this request size (~29:" in f.action
+    assert "the cap (26) is what the KV cache holds at this request size (~26:" in f.action
+    above = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=30), ())] * 5)[-1]
+    f = next(f for f in above if f.id == "gateway-saturated")
+    assert "the cap (30) is above what the KV cache holds at this request size (~26:" in f.action
     assert "add capacity" in f.action
 
 
 def test_gateway_headroom_is_sized_by_what_running_sequences_hold() -> None:
     # Mixed traffic after a cap: the requests that finished in the window were short chats
     # (mean 552 + 256) while the 9 running, long prompts, hold 88% of the cache. The bound is
-    # what they hold (3,794 tokens each: 10 fit in 16-token blocks), not the chats' ~47
+    # what they hold (3,794 tokens each: 9 fit in 90% of it in 16-token blocks), not the
+    # chats' ~43
     e = healthy(
         running=9,
         kv_cache_usage_frac=0.88,
@@ -296,19 +303,20 @@ def test_gateway_headroom_is_sized_by_what_running_sequences_hold() -> None:
         mean_prompt_tokens=552,
         mean_generation_tokens=256,
     )
-    polls = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=9), ())] * 5)
+    polls = run([(e, gateway(queue_wait_p95_s=12.0, max_concurrency=8), ())] * 5)
     f = next(f for f in polls[-1] if f.id == "gateway-saturated")
     assert (
-        "(up to ~10: 38,800 KV tokens / 3,794 tokens per request in 16-token blocks, "
-        "88.0% of the cache held by 9 running now)" in f.action
+        "(up to ~9: 34,920 KV tokens (90% target of 38,800) / 3,794 tokens per request in "
+        "16-token blocks, 88.0% of the cache held by 9 running now)" in f.action
     )
-    assert "~47" not in f.action
+    assert "~43" not in f.action
 
 
 def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() -> None:
     # The quick demo's case: chats and 1,800-token prompts. The window's finished requests
-    # average 1,733 tokens (11 fit) but the 10 running hold 94% of 20,480 tokens, 1,926 each:
-    # at 11 the cache kept preempting. The cap names 10, and the printed figures give 10.
+    # average 1,733 tokens but the 10 running hold 94% of 20,480 tokens, 1,926 each. The
+    # exact quotient (10) left a request waiting for blocks at 92-94% KV and never cleared;
+    # at the 90% target 9 fit, and the printed figures give 9.
     e = healthy(
         running=10,
         waiting=1,
@@ -321,9 +329,16 @@ def test_kv_exhausted_with_mixed_traffic_caps_at_what_the_long_prompts_hold() ->
         mean_generation_tokens=112,
     )
     f = next(f for f in run([e] * 6)[-1] if f.id == "kv-exhausted")
-    assert ":cap 10 " in f.action
-    assert "1,926 tokens per request (94.0% of the cache held by 10 running now)" in f.summary
+    assert ":cap 9 " in f.action
+    assert "18,432 KV tokens (90% target of 20,480) / 1,926 tokens per request" in f.summary
+    assert "(94.0% of the cache held by 10 running now)" in f.summary
+    assert printed_fit(f.summary) == (9, 9)
+    # the target is a setting: at 1.0 the count is the exact quotient, and still recomputable
+    exact = replace(S, kv_target_frac=1.0)
+    f = next(f for f in run([e] * 6, exact)[-1] if f.id == "kv-exhausted")
+    assert "20,480 KV tokens (100% target of 20,480)" in f.summary
     assert printed_fit(f.summary) == (10, 10)
+    assert ":cap 10 " in f.action
 
 
 def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
@@ -344,14 +359,14 @@ def test_kv_sizing_remembers_the_long_prompts_for_a_minute() -> None:
     refill = replace(long, kv_cache_usage_frac=0.93, running=16, mean_prompt_tokens=600)
     polls = run([long] * 4 + [refill] * 30)
     f = next(f for f in polls[20] if f.id == "kv-exhausted")
-    # 0.98 x 38,800 / 9 = 4,225 held 17 s before: 38,800 / 4,225 in blocks = 9, not 17 or 44
-    assert "= 9 sequences fit" in f.summary
+    # 0.98 x 38,800 / 9 = 4,225 held 17 s before: 34,920 / 4,225 in blocks = 8, not 15 or 40
+    assert "= 8 sequences fit" in f.summary
     assert "(98.0% of the cache held by 9 running 17 s ago)" in f.summary
-    assert printed_fit(f.summary) == (9, 9)
+    assert printed_fit(f.summary) == (8, 8)
     late = run([long] * 4 + [refill] * 70)[-1]
     f = next(f for f in late if f.id == "kv-exhausted")
     assert "(93.0% of the cache held by 16 running now)" in f.summary
-    assert printed_fit(f.summary) == (17, 17)
+    assert printed_fit(f.summary) == (15, 15)
 
 
 def test_kv_exhausted_and_gateway_saturated_name_the_same_size() -> None:

@@ -1,4 +1,4 @@
-"""The layering of STYLE.md holds: import-linter contracts, and a cheap `llmtop --help`."""
+"""The layering of ARCHITECTURE.md holds: import-linter contracts, and a cheap `llmtop --help`."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_real_captures_idle_then_load(fixtures_dir: Path) -> None:
     ids = [f.id for f in snap.findings]
     assert "kv-exhausted" in ids
     kv = next(f for f in snap.findings if f.id == "kv-exhausted")
-    assert "4,096 KV tokens" in kv.summary
+    assert "3,686 KV tokens (90% target of 4,096)" in kv.summary
     assert "= 3 sequences fit" in kv.summary
     assert "cap concurrency at ~3" in kv.action
     assert "raise --max-num-seqs" not in kv.action

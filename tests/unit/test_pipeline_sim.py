@@ -83,13 +83,13 @@ def test_kv_exhaustion_is_found_with_the_fit() -> None:
     assert hit, [s.engines[0].kv_cache_usage_frac for s in snaps]
     f = next(f for f in hit[-1].findings if f.id == "kv-exhausted")
     assert f.severity == "critical"
-    assert "8,192 KV tokens" in f.summary
+    assert "7,372 KV tokens (90% target of 8,192)" in f.summary
     assert len(hit) >= len(snaps) // 2  # held, not flapping, though KV usage oscillates
     e = hit[-1].engines[0]
     assert e.mean_prompt_tokens == 1500
-    # 8,192 / (1,500 + 1,000) = 3 sequences fit
-    assert "= 3 sequences fit" in f.summary
-    assert "cap concurrency at ~3" in f.action
+    # 90% of 8,192 = 7,372 tokens / (1,500 + 1,000) in 16-token blocks = 2 sequences fit
+    assert "= 2 sequences fit" in f.summary
+    assert "cap concurrency at ~2" in f.action
     assert hit[-1].status == "critical"
 
 
@@ -119,5 +119,6 @@ def test_sim_captures_idle_then_load(fixtures_dir: Path) -> None:
     per_req = 600 + 7688 / 60
     block = e.kv_block_size
     assert block is not None
-    fit = (e.kv_capacity_tokens // block - 1) // math.ceil(per_req / block)  # whole blocks
+    budget = math.floor(e.kv_capacity_tokens * HealthSettings().kv_target_frac)  # 90% of it
+    fit = (budget // block - 1) // math.ceil(per_req / block)  # whole blocks
     assert f"in {block}-token blocks = {fit} sequences fit" in kv.summary

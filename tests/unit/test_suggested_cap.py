@@ -26,7 +26,7 @@ def test_the_kv_findings_cap_is_what_its_action_says() -> None:
 
 
 def test_no_cap_when_the_gateway_is_already_at_or_below_it() -> None:
-    capped = replace(UNCAPPED, max_concurrency=8, in_flight=8, queued=20)
+    capped = replace(UNCAPPED, max_concurrency=7, in_flight=7, queued=20)  # 7 fit (held)
     findings = run([(FULL, capped, ())] * 5)[-1]
     assert "kv-exhausted" in {f.id for f in findings}
     assert suggested_cap(findings) is None

@@ -1,5 +1,6 @@
 """vLLM's metric names across versions, through the parser, the engine map and derive:
-0.10.1 on the V0 engine (old names, assembled from METRICS.md) and 0.32.0 (captured)."""
+0.10.1 on the V0 engine (old names, assembled from vLLM's documented metric names) and 0.32.0
+(captured)."""
 
 from __future__ import annotations
 

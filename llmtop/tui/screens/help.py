@@ -55,12 +55,14 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 
 ## Findings
 - **kv-exhausted**: the KV cache is full and requests are preempted or waiting for memory.
-  Lower the gateway cap (`-` or `:cap N`) so fewer sequences share the cache. N = KV tokens /
-  tokens per request, in whole blocks. Per request is the larger of the mean prompt + output
-  of the requests that finished, and the KV each running sequence held (usage x capacity /
-  running, the most in the last minute): with short chats beside long prompts the mean is the
-  chats', while the cache is filled by the long prompts, which stay longest. The finding
-  prints the figures it used.
+  Lower the gateway cap (`-` or `:cap N`) so fewer sequences share the cache. N = the KV
+  tokens at the target fill (`kv_target_frac`, 90%) / tokens per request, in whole blocks.
+  Per request is the larger of the mean prompt + output of the requests that finished, and
+  the KV each running sequence held (usage x capacity / running, the most in the last
+  minute): with short chats beside long prompts the mean is the chats', while the cache is
+  filled by the long prompts, which stay longest. The 10% left over is room for requests
+  longer than that, answers still growing and vLLM's free-block watermark: a cap at the exact
+  quotient kept requests waiting. The finding prints the figures it used.
 - **degraded-200**: requests succeed (200 OK) but TTFT/ITL are over the SLO. The users suffer
   while error-rate alerts stay green. Look at the other findings for the cause.
 - **batching-cliff**: more sequences run than the engine batches efficiently: TTFT and ITL

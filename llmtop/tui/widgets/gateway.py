@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core import format as fmt
-from llmtop.tui.present import View, limit_text
+from llmtop.tui.present import View, limit_text, scaleout_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 
@@ -39,6 +39,9 @@ class GatewayPanel(Panel):
         )
         auto = g.mode == "auto"
         self.border_title = f"{self.TITLE} · {g.mode or 'n/a'}" + (" · PAUSED" if g.paused else "")
+        more = scaleout_text(g)  # replicas' in flight, the shared limits (Redis) or FALLBACK
+        if more:
+            self.border_title += f" · {more}"
         if auto:
             # The full move ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s") is in the event
             # log; here the budget and the cause of the last move, cut to the panel's width.

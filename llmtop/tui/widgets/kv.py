@@ -26,8 +26,8 @@ class KvPanel(Panel):
         width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
         pre = e.preemptions_per_s
         # the same sizing as the kv-exhausted finding (the larger of the mean request and what
-        # each running sequence held over the last minute)
-        size = kv_size(e, view.history, view.snapshot.time)
+        # each running sequence held over the last minute, at the same target fill)
+        size = kv_size(e, view.history, view.snapshot.time, view.kv_target_frac)
         basis: list[Text] = []
         if size is not None and size.by_held:
             basis = [label(" ("), value("held", ""), label(")")]

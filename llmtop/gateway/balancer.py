@@ -1,0 +1,162 @@
+"""Which replica an admitted request goes to, and which replicas are out for a while.
+
+Pure: no sockets and an injected clock; the proxy reports each attempt's end (`done`), the app
+probes /health and reports it (`probed`), kvinfo's scrape sets a replica's KV capacity and queue.
+
+The choice: the replica with the most headroom, that is the least KV footprint in flight against
+its KV capacity (in steps of 5 %, so near-ties go by the rest), then the shortest engine queue,
+then the fewest requests outstanding, then the one picked least recently. A replica at its
+own concurrency limit is skipped.
+
+Ejection: a refused connection, a timeout or a 5xx ejects a replica for `eject_s` (passive);
+after that it takes no traffic until an active /health probe answers (then it is back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HEADROOM_STEP = 0.05
+"""KV-use fractions closer than this count as a tie."""
+OK, EJECTED, PROBING = "ok", "ejected", "probing"
+
+
+@dataclass
+class Replica:
+    """One upstream as the balancer sees it."""
+
+    url: str
+    in_flight: int = 0
+    kv_in_flight: int = 0
+    sent: int = 0
+    """Attempts sent to it since start (its share is sent over the replicas' total)."""
+    failures: int = 0
+    capacity_blocks: int | None = None
+    """KV capacity from its /metrics (vllm:cache_config_info); None before the first read."""
+    waiting: float = 0.0
+    """Its engine queue (vllm:num_requests_waiting) at the last read."""
+    state: str = OK
+    ejected_until: float = 0.0
+    last_error: str | None = None
+    healthy: bool | None = None
+    """None before the first answer or probe."""
+    last_pick: int = 0
+    """When it was last given a request (a counter): full ties go to the least recent."""
+
+    def kv_used_frac(self, extra_blocks: int) -> float:
+        if not self.capacity_blocks:
+            return 0.0
+        return (self.kv_in_flight + extra_blocks) / self.capacity_blocks
+
+
+@dataclass
+class Balancer:
+    """The replicas, the choice and the ejections."""
+
+    urls: Sequence[str]
+    eject_s: float = 5.0
+    max_per_replica: int | None = None
+    clock: Callable[[], float] = time.monotonic
+    replicas: list[Replica] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("at least one upstream is needed")
+        self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+        self._picks = 0
+
+    def eligible(self) -> list[Replica]:
+        """Replicas that may take a request now (not ejected, not awaiting a probe)."""
+        self._tick()
+        return [r for r in self.replicas if r.state == OK]
+
+    def capacity(self) -> int | None:
+        """Requests the live replicas may hold together (None: no per-replica limit)."""
+        if self.max_per_replica is None:
+            return None
+        return self.max_per_replica * (len(self.eligible()) or len(self.replicas))
+
+    def pick(self, kv_blocks: int = 0, exclude: Sequence[Replica] = ()) -> Replica | None:
+        """The replica for a request of `kv_blocks`; None when none may take it. When every
+        replica is out, all are candidates (Envoy's panic routing): one upstream that failed
+        once must not refuse everything for eject_s."""
+        cap = self.max_per_replica
+        best: Replica | None = None
+        best_key: tuple[float, float, int, int] | None = None
+        for r in self.eligible() or self.replicas:
+            if r in exclude or (cap is not None and r.in_flight >= cap):
+                continue
+            used = round(r.kv_used_frac(kv_blocks) / HEADROOM_STEP)
+            key = (used, r.waiting, r.in_flight, r.last_pick)
+            if best_key is None or key < best_key:
+                best, best_key = r, key
+        return best
+
+    def start(self, r: Replica, kv_blocks: int = 0) -> None:
+        r.in_flight += 1
+        r.kv_in_flight += kv_blocks
+        r.sent += 1
+        self._picks += 1
+        r.last_pick = self._picks
+
+    def done(self, r: Replica, kv_blocks: int = 0, error: str | None = None) -> None:
+        """An attempt ended; `error` (refused, timed out, 5xx) ejects the replica."""
+        r.in_flight -= 1
+        r.kv_in_flight -= kv_blocks
+        if error is None:
+            r.healthy = True
+            return
+        self.fail(r, error)
+
+    def fail(self, r: Replica, error: str) -> None:
+        r.failures += 1
+        r.healthy = False
+        r.last_error = error
+        r.state = EJECTED
+        r.ejected_until = self.clock() + self.eject_s
+        r.waiting = 0.0  # its last queue reading is stale now (a restart starts empty)
+
+    def to_probe(self) -> list[Replica]:
+        """Replicas whose ejection is over and that await an active /health probe."""
+        self._tick()
+        return [r for r in self.replicas if r.state == PROBING]
+
+    def probed(self, r: Replica, error: str | None) -> None:
+        """A /health answer: back in service, or ejected again."""
+        if error is None:
+            r.state, r.healthy = OK, True
+        else:
+            self.fail(r, error)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        for r in self.replicas:
+            if r.state == EJECTED and now >= r.ejected_until:
+                r.state = PROBING
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The replicas for /admin/stats (core.admin_api.ReplicaDoc)."""
+        self._tick()
+        total = sum(r.sent for r in self.replicas)
+        return [
+            {
+                "url": r.url,
+                "state": r.state,
+                "healthy": r.healthy,
+                "in_flight": r.in_flight,
+                "kv_in_flight_blocks": r.kv_in_flight,
+                "capacity_blocks": r.capacity_blocks,
+                "waiting": r.waiting,
+                "sent": r.sent,
+                "share": r.sent / total if total else None,
+                "failures": r.failures,
+                "last_error": r.last_error,
+            }
+            for r in self.replicas
+        ]
+
+
+__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica"]

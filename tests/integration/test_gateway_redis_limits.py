@@ -1,0 +1,168 @@
+"""RedisLimits against a real redis-server: grants never sum past the cap, fair shares, a dead
+gateway's lease returns within the TTL, limits follow, and the fallback when Redis goes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+
+from llmtop.gateway.admission import AdmissionController, Limits
+from llmtop.gateway.shared import RedisLimits
+
+from .redis_server import redis_server
+
+Gateway = tuple[AdmissionController, RedisLimits, Callable[[], None]]
+
+
+def gateway(url: str, ttl_s: float = 1.0) -> Gateway:
+    ctl = AdmissionController(Limits(max_concurrency=6, max_queue=50, queue_timeout_s=30.0))
+    shared = RedisLimits(url, prefix="t:", ttl_s=ttl_s)
+
+    def apply() -> None:
+        ctl.set_share(shared.slots, shared.kv_blocks)
+
+    apply()  # as the app does: no room before Redis grants it
+    return ctl, shared, apply
+
+
+async def until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
+    with redis_server() as server:
+        gws = [gateway(server.url) for _ in range(3)]
+        tasks = [asyncio.ensure_future(s.run(c, a)) for c, s, a in gws]
+        try:
+            tickets = [[c.enter() for _ in range(5)] for c, _, _ in gws]  # 15 wanted, cap 6
+            await until(lambda: sum(c.in_flight for c, _, _ in gws) == 6)
+            served = [0, 0, 0]
+            for _ in range(60):  # churn: each round one request ends on each gateway
+                for i, (c, _, _) in enumerate(gws):
+                    done = next((t for t in tickets[i] if t.admitted and not t.queued), None)
+                    if done is not None and c.in_flight:
+                        done.release()
+                        tickets[i].remove(done)
+                        tickets[i].append(c.enter())
+                        served[i] += 1
+                await asyncio.sleep(0.01)
+                assert sum(c.in_flight for c, _, _ in gws) <= 6
+            assert min(served) > 5, served  # no gateway starves while the others hold room
+            # gateway 0 dies without a word: its 2 slots come back within the 1 s TTL
+            tasks[0].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[0]
+            await until(lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6, 3.0)
+            assert gws[1][1].live == 2
+            for ts in tickets[1:]:
+                for t in ts:
+                    if t.admitted:
+                        t.release()
+            await until(lambda: all(t.admitted for ts in tickets[1:] for t in ts))
+            for ts in tickets:
+                for t in ts:
+                    t.release()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for _, s, _ in gws:
+                await s.close()
+
+
+async def test_a_limit_set_on_one_gateway_reaches_the_others() -> None:
+    with redis_server() as server:
+        (c1, s1, a1), (c2, s2, a2) = gateway(server.url), gateway(server.url)
+        tasks = [asyncio.ensure_future(s1.run(c1, a1)), asyncio.ensure_future(s2.run(c2, a2))]
+        try:
+            await until(lambda: s1.connected is True and s2.connected is True)
+            c1.set_limits({"max_concurrency": 3, "max_queue": 7})
+            c1.set_paused(True)
+            await s1.publish(c1)
+            await until(lambda: c2.limits.max_queue == 7 and c2.paused)
+            assert c2.limits.max_concurrency == 3
+            assert c2.events[-1]["source"] == "redis"
+        finally:
+            for task in tasks:
+                task.cancel()
+            await s1.close()
+            await s2.close()
+
+
+async def test_redis_gone_falls_back_to_a_share_and_rejoins() -> None:
+    with redis_server() as server:
+        gws = [gateway(server.url) for _ in range(3)]
+        tasks = [asyncio.ensure_future(s.run(c, a)) for c, s, a in gws]
+        try:
+            c, s, _ = gws[0]
+            await until(lambda: all(g[1].live == 3 for g in gws))
+            server.kill()
+            tickets = [c.enter() for _ in range(4)]
+            await until(lambda: s.connected is False)
+            assert s.status()["status"] == "fallback"
+            assert s.slots == 2
+            assert c.in_flight == 2
+            assert "redis unreachable" in (s.last_error or "")
+            server.start()
+            await until(lambda: s.connected is True, 5.0)
+            assert s.status()["status"] == "ok"
+            for t in tickets:
+                if t.admitted:
+                    t.release()
+            await until(lambda: all(t.admitted for t in tickets))
+            for t in tickets:
+                t.release()
+            assert c.offered == sum(c.outcomes.values()) + c.in_flight + c.queued
+            r = aioredis.Redis.from_url(server.url)
+            await until(lambda: c.in_flight == 0)
+            await r.aclose()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for _, s_, _ in gws:
+                await s_.close()
+
+
+async def test_two_gateway_apps_share_the_rate_limit_and_the_limits(
+    start_sim: Any, start_gateway: Any
+) -> None:
+    """Through the apps: a tenant's rate counts across gateways, an admin change on one
+    reaches the other, and the stats say where the limits live."""
+    with redis_server() as server:
+        sim = start_sim(profile="fast")
+        kw = {"redis_url": server.url, "rate_limit_rpm": 60.0, "trust_client_headers": True}
+        g1, g2 = start_gateway(sim.url, **kw), start_gateway(sim.url, **kw)
+        body = {"model": "llmtop-sim", "prompt": "hi", "max_tokens": 1}
+        head = {"x-llmtop-tenant": "acme"}
+        async with httpx.AsyncClient(timeout=10) as c:
+            first = await c.post(f"{g1.url}/v1/completions", json=body, headers=head)
+            second = await c.post(f"{g2.url}/v1/completions", json=body, headers=head)
+            other = await c.post(f"{g2.url}/v1/completions", json=body)
+            assert first.status_code == 200
+            assert second.status_code == 429  # 60/min is one a second, for all gateways
+            assert "all gateways" in second.json()["error"]["message"]
+            assert other.status_code == 200  # another tenant has its own bucket
+            r = await c.patch(f"{g1.url}/admin/limits", json={"max_queue": 9})
+            assert r.status_code == 200
+
+            async def followed() -> bool:
+                doc: dict[str, Any] = (await c.get(f"{g2.url}/admin/limits")).json()
+                return bool(doc["max_queue"] == 9)
+
+            deadline = asyncio.get_running_loop().time() + 3
+            while not await followed():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
+            s2 = (await c.get(f"{g2.url}/admin/stats")).json()
+        assert s2["shared"]["backend"] == "redis"
+        assert s2["shared"]["status"] == "ok"
+        assert s2["shared"]["live_gateways"] == 2
+        assert s2["rejections"]["rate_limited"] == 1
+        assert s2["offered"] == sum(s2["outcomes"].values()) + s2["in_flight"] + s2["queued"]

@@ -1,0 +1,110 @@
+"""The balancer on a fake clock: headroom, ties, per-replica limits, ejection and probes."""
+
+from __future__ import annotations
+
+from llmtop.gateway.balancer import EJECTED, OK, PROBING, Balancer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(n: int = 2, **kw: object) -> tuple[Balancer, Clock]:
+    clock = Clock()
+    urls = [f"http://127.0.0.1:{8000 + i}/" for i in range(n)]
+    return Balancer(urls, clock=clock, **kw), clock  # type: ignore[arg-type]
+
+
+def test_most_kv_headroom_wins() -> None:
+    bal, _ = make()
+    a, b = bal.replicas
+    assert a.url == "http://127.0.0.1:8000"
+    a.capacity_blocks, b.capacity_blocks = 100, 1000
+    bal.start(a, 10)
+    bal.start(b, 10)
+    bal.start(b, 10)  # b has more in flight but far more room: 2 % used against a's 20 %
+    assert bal.pick(10) is b
+
+
+def test_ties_go_to_least_outstanding_then_queue() -> None:
+    bal, _ = make(3)
+    a, b, c = bal.replicas
+    bal.start(a)
+    bal.start(b)
+    assert bal.pick() is c
+    c.waiting = 5  # an engine queue weighs before outstanding requests
+    assert bal.pick() is a
+
+
+def test_per_replica_limit_and_capacity() -> None:
+    bal, _ = make(max_per_replica=1)
+    a, b = bal.replicas
+    assert bal.capacity() == 2
+    bal.start(a)
+    assert bal.pick() is b
+    bal.start(b)
+    assert bal.pick() is None
+
+
+def test_failure_ejects_until_probe_answers() -> None:
+    bal, clock = make(eject_s=5.0)
+    a, b = bal.replicas
+    bal.start(a)
+    bal.done(a, error="upstream unreachable: ConnectError")
+    assert a.state == EJECTED
+    assert a.healthy is False
+    assert a.in_flight == 0
+    assert [bal.pick() for _ in range(3)] == [b, b, b]
+    assert bal.capacity() is None
+    clock.t = 4.9
+    assert bal.to_probe() == []
+    clock.t = 5.0
+    assert bal.to_probe() == [a]
+    assert a.state == PROBING
+    assert bal.pick() is b
+    bal.probed(a, "unreachable: ConnectError")
+    assert a.state == EJECTED
+    assert a.failures == 2
+    clock.t = 10.0
+    bal.probed(a, None)
+    assert a.state == OK
+    assert bal.pick(exclude=[b]) is a
+
+
+def test_all_out_routes_anyway_and_exclude_is_kept() -> None:
+    bal, _ = make(1)
+    (a,) = bal.replicas
+    bal.start(a)
+    bal.done(a, error="upstream returned 503")
+    assert bal.pick() is a  # one upstream that failed once still gets the next request
+    assert bal.pick(exclude=[a]) is None
+
+
+def test_share_and_doc() -> None:
+    bal, _ = make()
+    a, b = bal.replicas
+    for _ in range(3):
+        bal.start(a)
+    bal.start(b)
+    bal.done(b)
+    docs = {d["url"]: d for d in bal.to_list()}
+    assert docs[a.url]["share"] == 0.75
+    assert docs[a.url]["in_flight"] == 3
+    assert docs[b.url]["share"] == 0.25
+    assert docs[b.url]["healthy"] is True
+
+
+def test_full_ties_take_turns() -> None:
+    bal, _ = make(3)
+    order = []
+    for _ in range(6):
+        r = bal.pick()
+        assert r is not None
+        bal.start(r)
+        bal.done(r)
+        order.append(r.url[-1])
+    assert order == ["0", "1", "2", "0", "1", "2"]
