@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llmtop.core import engines as vllm_names
@@ -103,6 +103,14 @@ class Fleet:
     events: tuple[FleetEvent, ...]
     """Restarts seen over the last ten minutes, oldest first."""
     status: Status
+
+
+@dataclass(frozen=True)
+class FleetSnapshot(Snapshot):
+    """The fleet's Snapshot carrying its `Fleet`, so every reader of Snapshots (the TUI's
+    history, replay, `snapshot`'s window) has the replica rows of the same poll."""
+
+    fleet: Fleet | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -312,7 +320,7 @@ class FleetPipeline(Pipeline):
             events=tuple(self._events),
             status=status,
         )
-        snap = Snapshot(
+        snap = FleetSnapshot(
             time=t,
             engines=tuple(r.stats for r in servers),
             gateway=edge.gateway,
@@ -320,6 +328,7 @@ class FleetPipeline(Pipeline):
             gpu_error=raw.gpu_error,
             findings=tuple(sorted(findings, key=lambda f: _SEVERITY[f.severity])),
             status=status,
+            fleet=self.fleet,
         )
         self._remember(snap)
         return snap

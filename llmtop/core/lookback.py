@@ -12,7 +12,7 @@ and a finding never come from different polls without saying which.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from llmtop.core.pipeline import HISTORY_S, Pipeline
@@ -32,12 +32,23 @@ def window_settings(health: HealthSettings, span_s: float) -> HealthSettings:
     return replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=span_s + _EPSILON_S)
 
 
-def assess(raws: Sequence[RawPoll], health: HealthSettings, interval_s: float) -> WindowSnapshot:
-    """The polls of one window, oldest first, as the snapshot's verdict."""
+def assess(
+    raws: Sequence[RawPoll],
+    health: HealthSettings,
+    interval_s: float,
+    *,
+    pipeline_class: Callable[[HealthSettings], Pipeline] = Pipeline,
+) -> WindowSnapshot:
+    """The polls of one window, oldest first, as the snapshot's verdict.
+
+    Several replicas go through `fleet.FleetPipeline` (`pipeline_class`): the verdict then
+    holds the fleet's findings (replica-down, replica-outlier, load-imbalance) and each
+    replica's, and its status and exit code follow them; its last Snapshot carries the fleet.
+    """
     if not raws:
         raise ValueError("a snapshot needs at least one poll")
     span = raws[-1].time - raws[0].time
-    pipeline = Pipeline(window_settings(health, span))
+    pipeline = pipeline_class(window_settings(health, span))
     return fold([pipeline.update(r) for r in raws], interval_s)
 
 

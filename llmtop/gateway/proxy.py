@@ -409,10 +409,15 @@ class Proxy:
         try:
             status = response.status
             failed = f"upstream returned {status}" if status >= 500 else None
+            if failed is not None and ticket is not None:
+                if await self._wrap_5xx(response, send):
+                    # vLLM refused by its own queue limit: a busy engine, not a broken one, so
+                    # it is neither marked unhealthy nor ejected from the replicas
+                    return "upstream_error", None
+                state.upstream.failed(failed)
+                return "upstream_error", failed
             if failed is not None:
                 state.upstream.failed(failed)
-                if ticket is not None:
-                    return await self._wrap_5xx(response, send), failed
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
@@ -462,8 +467,9 @@ class Proxy:
             else:
                 response.close()
 
-    async def _wrap_5xx(self, response: aiohttp.ClientResponse, send: Send) -> str:
-        """A generation request the upstream failed: an OpenAI-shaped 502 naming its status."""
+    async def _wrap_5xx(self, response: aiohttp.ClientResponse, send: Send) -> bool:
+        """A generation request the upstream failed: an OpenAI-shaped 502 naming its status, or
+        a 503 passed on when vLLM refused by its own queue limit (True: a refusal, not a fault)."""
         snippet = b""
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
             async for chunk in response.content.iter_any():
@@ -483,7 +489,7 @@ class Proxy:
                 reason=why,
                 upstream_status=response.status,
             )
-            return "upstream_error"
+            return True
         await send_error(
             send,
             502,
@@ -492,4 +498,4 @@ class Proxy:
             upstream_status=response.status,
             reason=why,
         )
-        return "upstream_error"
+        return False

@@ -1,13 +1,15 @@
 """Replay a recording: a `SnapshotSource` whose poll() returns the snapshot at the playhead.
 
-The recorded RawPolls go through a fresh `Pipeline`, so the findings are those of the *current*
-rules, not the ones the live run showed. Snapshots are computed in order, once, and kept, so
-seeking back is free and seeking forward computes up to the target. The TUI computes them on a
-background thread (`start_background`, ~5 ms a poll: an hour takes tens of seconds) and the
-playhead stops at the last computed poll meanwhile, so no key ever waits. The playhead moves in
-recording time: each poll() advances it by the wall time since the last one times `speed`
-(x1..x60) unless paused; step and seek pause nothing but move it at once. No textual here: the
-TUI binds keys to these methods (llmtop/tui/replay_app.py), the report reads `snapshots()`.
+The recorded RawPolls go through a fresh `Pipeline` (the `FleetPipeline` when the run watched
+several engines, as the live TUI did: replica rows and fleet findings), so the findings are
+those of the *current* rules, not the ones the live run showed. Snapshots are computed in
+order, once, and kept, so seeking back is free and seeking forward computes up to the target.
+The TUI computes them on a background thread (`start_background`, ~5 ms a poll: an hour takes
+tens of seconds) and the playhead stops at the last computed poll meanwhile, so no key waits.
+The playhead moves in recording time: each poll() advances it by the wall time since the last
+one times `speed` (x1..x60) unless paused; step and seek pause nothing but move it at once. No
+textual here: the TUI binds keys to these methods (llmtop/tui/replay_app.py), the report
+reads `snapshots()`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.core.fleet import FleetPipeline
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.snapshot import Snapshot
 from llmtop.errors import UsageError
@@ -58,6 +61,13 @@ class Playhead:
         return self.index >= self.polls - 1
 
 
+def is_fleet(recording: Recording) -> bool:
+    """Whether the run watched several engines (the live TUI then ran the fleet pipeline):
+    several `--vllm` in the header, or several engines in the first poll (`--targets`)."""
+    targets = recording.header.get("targets") or {}
+    return len(targets.get("vllm") or ()) > 1 or len(recording.raw(0).engines) > 1
+
+
 class ReplaySource:
     """Plays a recording through a fresh Pipeline; implements the TUI's SnapshotSource."""
 
@@ -79,7 +89,7 @@ class ReplaySource:
         self.paused = paused
         self.index = 0
         self._clock = clock
-        self._pipeline = Pipeline(health)
+        self._pipeline = FleetPipeline(health) if is_fleet(recording) else Pipeline(health)
         self._snapshots: list[Snapshot] = []
         self.events: list[dict[str, Any]] = []
         """The gateway's limit changes in the polls computed so far."""

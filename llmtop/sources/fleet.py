@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.fleet import DerivedReplica, Fleet, FleetPipeline
+from llmtop.core.fleet import DerivedReplica, Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.fleet_json import fleet_json
 from llmtop.core.lookback import assess
 from llmtop.core.raw import RawPoll
@@ -144,8 +144,10 @@ async def take_fleet_snapshot(
         report = WindowSnapshot(
             last=snap, start=polls[0].time, polls=len(polls), interval_s=monitor.interval_s
         )
-    else:
-        report = assess(polls, health, monitor.interval_s)
+    else:  # the window judged per replica and across them: status and exit code included
+        report = assess(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
+        if isinstance(report.last, FleetSnapshot) and report.last.fleet is not None:
+            fleet = report.last.fleet  # the verdict's own poll, as the top-level figures
     return report, ({"fleet": fleet_json(fleet)} if fleet is not None else {})
 
 

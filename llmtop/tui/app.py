@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import ClassVar, TypeVar
 
 from textual.app import ComposeResult
@@ -26,6 +27,7 @@ from llmtop.core.aggregate import combine
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
+from llmtop.tui import replicas
 from llmtop.tui.controls import Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
@@ -37,6 +39,7 @@ from llmtop.tui.present import (
     ttft_chart,
 )
 from llmtop.tui.screens.help import HelpScreen
+from llmtop.tui.screens.replica import ReplicaScreen
 from llmtop.tui.source import SnapshotSource
 from llmtop.tui.whatif import WhatIfControls
 from llmtop.tui.whatif_feed import WhatIfFeed
@@ -50,6 +53,7 @@ from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel
+from llmtop.tui.widgets.replicas import ReplicaTable
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
 
@@ -82,6 +86,10 @@ class LlmtopApp(WhatIfControls):
         Binding("a", "autopilot", "auto"),
         Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
+        # the replica keys: their hint is in the table's headings (the footer is full at 80)
+        Binding("up,k", "select_replica(-1)", "replica", show=False),
+        Binding("down,j", "select_replica(1)", "", show=False),
+        Binding("enter", "open_replica", "open", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
@@ -122,6 +130,8 @@ class LlmtopApp(WhatIfControls):
         self._chart_time: float | None = None
         self._recorder_error: str | None = None
         self._admin_lock = asyncio.Lock()
+        self.selected_replica: str | None = None
+        """The replica table's selection (its key); None: the worst, whichever it is."""
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
 
@@ -272,12 +282,77 @@ class LlmtopApp(WhatIfControls):
         if view is None:
             return
         self._stale = view.stale
+        fleet = replicas.fleet_of(view.snapshot)
+        if self.screen_stack and self.screen_stack[0].has_class("-fleet") != (fleet is not None):
+            self._fleet_layout(fleet is not None)
         for header in self._widgets(StatusHeader):  # none while starting or shutting down
             header.view = view
         for panel in self._widgets(Panel):
             panel.view = view
         if charts:
             self._render_charts()
+        self._render_replica(view, charts=charts)
+
+    # -- the fleet --------------------------------------------------------------------------
+
+    def _fleet_layout(self, fleet: bool) -> None:
+        """The replica table in place of the panels (app.tcss: -fleet), mounted the first time
+        a fleet shows, so that one engine's screen has not a widget more."""
+        main = self.screen_stack[0]
+        main.set_class(fleet, "-fleet")
+        if fleet and not main.query(ReplicaTable):
+            main.mount(ReplicaTable(id="replicas"), after=main.query_one("#findings"))
+        self.refresh_bindings()  # the replica keys work only for a fleet
+
+    def _render_replica(self, view: View, *, charts: bool) -> None:
+        """The open replica's full view, on that replica's own figures, findings, history."""
+        screen = self.screen_stack[-1] if self.screen_stack else None
+        if not isinstance(screen, ReplicaScreen):
+            return
+        fleet = replicas.fleet_of(view.snapshot)
+        key = (
+            fleet.replicas[replicas.index_of(fleet, self.selected_replica)].key
+            if fleet is not None and fleet.replicas
+            else None
+        )
+        r = replicas.find(fleet, key)
+        if r is None:
+            return
+        own = replace(
+            view,
+            snapshot=replicas.replica_snapshot(view.snapshot, r),
+            engine=r.stats,
+            history=replicas.replica_history(self.history, r.key),
+        )
+        screen.show(r.name, own, charts=charts)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The replica keys exist only for a fleet (a single engine's footer is unchanged)."""
+        if action in ("select_replica", "open_replica"):
+            fleet = replicas.fleet_of(self.snapshot) is not None
+            return fleet and not (
+                action == "open_replica" and isinstance(self.screen, ReplicaScreen)
+            )
+        return True
+
+    def action_select_replica(self, step: int) -> None:
+        fleet = replicas.fleet_of(self.snapshot)
+        if fleet is None or not fleet.replicas:
+            return
+        i = replicas.index_of(fleet, self.selected_replica) + step
+        self.selected_replica = fleet.replicas[max(0, min(i, len(fleet.replicas) - 1))].key
+        for table in self._widgets(ReplicaTable):
+            table.selected = self.selected_replica
+        self._render_all(charts=True)
+
+    def action_open_replica(self) -> None:
+        fleet = replicas.fleet_of(self.snapshot)
+        if fleet is None or not fleet.replicas or isinstance(self.screen, ReplicaScreen):
+            return
+        r = fleet.replicas[replicas.index_of(fleet, self.selected_replica)]
+        self.selected_replica = r.key
+        self.push_screen(ReplicaScreen(r.name))
+        self.call_after_refresh(self._render_all, charts=True)
 
     def _render_charts(self) -> None:
         charts: list[Widget] = self._widgets("#charts")

@@ -14,6 +14,7 @@ from typing import Literal
 
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
+from llmtop.core.fleet import FleetSnapshot
 from llmtop.core.incidents import GATEWAY, incidents
 from llmtop.core.rulebase import KV_TARGET_FRAC
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
@@ -82,6 +83,19 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
         findings,
         key=lambda f: (_SEVERITY_RANK.get(f.severity, 2), f.since if f.since is not None else 0.0),
     )
+
+
+def shown_findings(snapshot: Snapshot) -> list[Finding]:
+    """The findings panel's order: `sorted_findings`; for a fleet, the fleet's own findings
+    (replica-down, replica-outlier, load-imbalance) first, since each replica's own findings
+    are on its row of the replica table and one Enter away."""
+    if isinstance(snapshot, FleetSnapshot) and snapshot.fleet is not None:
+        own = {f.id for f in snapshot.fleet.findings}
+        fleet = [f for f in snapshot.findings if f.id in own]
+        return sorted_findings(fleet) + sorted_findings(
+            f for f in snapshot.findings if f.id not in own
+        )
+    return sorted_findings(snapshot.findings)
 
 
 def queue_location(engine: EngineStats | None, gateway: GatewayStats | None) -> str:
@@ -163,11 +177,17 @@ def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
         elif i.kind in ("paused", "resumed"):
             text = "admission PAUSED" if i.kind == "paused" else "admission resumed"
             out.append(LogEvent(t, "limit", text))
+    if isinstance(cur, FleetSnapshot) and cur.fleet is not None:  # replica restarts
+        after = prev.time if prev is not None else t - 1e-9
+        out += [LogEvent(e.time, "info", e.summary) for e in cur.fleet.events if e.time > after]
     return out
 
 
 def header_target(snapshot: Snapshot) -> str:
     """The target as the header shows it: host:port of the engine(s)."""
+    if isinstance(snapshot, FleetSnapshot) and snapshot.fleet is not None:
+        totals = snapshot.fleet.totals
+        return f"fleet of {totals.replicas} replicas, {totals.up} up"
     urls = [e.url for e in snapshot.engines]
     if not urls:
         return "no engine"

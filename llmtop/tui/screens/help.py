@@ -22,6 +22,11 @@ HELP_TEXT = f"""\
 - `w`: what-if: PREDICTED TTFT, goodput, tok/s and 429s for caps around the findings'
   suggestion, from the live engine's metrics, with the fit's own error (Esc closes). Typing
   `:cap N` shows the prediction for N beside the measured figures before Enter applies it
+- `a`: autopilot on / off: in auto the gateway moves its KV budget itself to hold the TTFT SLO
+  (the gateway panel shows the budget and the cause of its last move); any manual change of a
+  limit switches back to manual and says so
+- With several engines (a fleet): up / down (or `k` / `j`) select a replica in the table, Enter
+  opens its own panels and charts, Esc goes back
 - `r`: start / stop recording (when started with a recorder)
 - `?`: this help (Esc closes); `q` or ctrl+c: quit
 - In `llmtop replay`: space play/pause, `,` / `.` step one poll, left/right seek, Home/End,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui.present import View, badge, sorted_findings
+from llmtop.tui.present import View, badge, shown_findings
 from llmtop.tui.widgets.panel import Panel
 
 SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold black on yellow"}
@@ -21,7 +21,7 @@ class FindingsPanel(Panel):
     """
 
     def body(self, view: View) -> Text:
-        findings = sorted_findings(view.snapshot.findings)
+        findings = shown_findings(view.snapshot)
         problems = self._problems(view, {f.id for f in findings})
         if problems and not findings:
             return problems

@@ -38,7 +38,10 @@ class GatewayPanel(Panel):
             else value("n/a" if g.paused is None else "admitting", "green")
         )
         auto = g.mode == "auto"
-        self.border_title = f"{self.TITLE} · {g.mode or 'n/a'}" + (" · PAUSED" if g.paused else "")
+        # the mode is left out when the gateway does not report one (an older gateway, a
+        # recording made before modes existed)
+        mode = f" · {g.mode}" if g.mode else ""
+        self.border_title = f"{self.TITLE}{mode}" + (" · PAUSED" if g.paused else "")
         more = scaleout_text(g)  # replicas' in flight, the shared limits (Redis) or FALLBACK
         if more:
             self.border_title += f" · {more}"

@@ -48,7 +48,7 @@ class SequencesPanel(Panel):
         if g is not None and g.up:
             rows.append(
                 line(
-                    label("gateway fly "),
+                    label("gateway in  "),
                     value(f"{fmt.integer(g.in_flight)}/{fmt.integer(g.max_concurrency)}".rjust(4)),
                     label("  queue "),
                     value(f"{fmt.integer(g.queued)}/{fmt.integer(g.max_queue)}"),
