@@ -263,13 +263,16 @@ def to_json(
 
 
 def caps_around(current: int | None, suggested: int | None, limit: int = 4) -> tuple[int, ...]:
-    """Candidate caps for the what-if screen: the findings' suggestion (KV fit), half and double
-    it, and the current cap's neighbours; at most `limit`, the current cap left out (it is the
-    table's first row anyway)."""
+    """Candidate caps for the what-if screen: the findings' suggestion (KV fit), then the current
+    cap doubled and its neighbours, then half and double the suggestion; at most `limit`, the
+    current cap left out (it is the table's first row anyway). The current cap's steps come
+    before the suggestion's: on a large cache the KV fit is hundreds (352 for h100-8b), and its
+    half and double then predicted the same as it, filling the table with one row three times."""
     base = suggested or current or 8
-    picks = [base, max(1, base // 2), base * 2]
+    picks = [base]
     if current is not None:
-        picks += [max(1, current - 1), current + 1, max(1, current // 2), current * 2]
+        picks += [current * 2, max(1, current - 1), current + 1, max(1, current // 2)]
+    picks += [max(1, base // 2), base * 2]
     out: list[int] = []
     for c in picks:
         if c != current and c not in out and c <= 1024:

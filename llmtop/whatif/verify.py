@@ -32,12 +32,14 @@ from llmtop.whatif.service import Analysis, Options, analyse, state_of
 
 @dataclass(frozen=True)
 class Traffic:
-    """The load offered to the gateway: Poisson arrivals, uniform prompt lengths."""
+    """The load offered to the gateway: gamma-gapped arrivals, uniform prompt lengths."""
 
     rate_per_s: float
     prompt_tokens: tuple[int, int]
     output_tokens: int
     seed: int = 0
+    burstiness: float = 1.0
+    """Gamma shape of the gaps: 1 = Poisson, < 1 bursts (the gaps' CV is 1/sqrt(shape))."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ async def verify(
         await runner.resolve_model()
         runner.mark_start()
         load = asyncio.ensure_future(
-            OpenLoop(runner, shape, traffic.rate_per_s, 1.0, seed=traffic.seed).run()
+            OpenLoop(runner, shape, traffic.rate_per_s, traffic.burstiness, seed=traffic.seed).run()
         )
         try:
             await asyncio.sleep(phases.warmup_s)

@@ -263,3 +263,12 @@ def test_nothing_arriving_is_a_usage_error(h100_points: list[Point]) -> None:
     idle = [replace(p, gateway={**(p.gateway or {}), "offered": 0}) for p in h100_points]
     with pytest.raises(UsageError, match="no requests arrived"):
         analyse(idle, Options())
+
+
+def test_caps_around_steps_from_the_current_cap_before_the_suggestions_multiples() -> None:
+    from llmtop.whatif.render import caps_around
+
+    assert caps_around(4, 352) == (3, 5, 8, 352)
+    assert caps_around(8, 3) == (3, 7, 9, 16)
+    assert caps_around(None, 6) == (3, 6, 12)
+    assert caps_around(None, None) == (4, 8, 16)
