@@ -14,9 +14,8 @@ gateway (never raise --max-num-seqs). The checks live in `rules_engine` (engines
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from llmtop.core.rulebase import Context, Rule, Verdict
+from llmtop.core.rulebase import Context, Hysteresis, Rule, Verdict
 from llmtop.core.rules_edge import (
     gateway_down,
     gateway_paused,
@@ -41,7 +40,7 @@ from llmtop.core.thresholds import HealthSettings
 __all__ = ["RULES", "Context", "HealthState", "Rule", "Verdict"]
 
 
-RULES: tuple[Rule, ...] = (
+RULES: tuple[Rule[Context], ...] = (
     Rule("target-down", "critical", "target", target_down, immediate=True),
     Rule("stats-disabled", "warning", "target", stats_disabled, immediate=True),
     Rule("stale-data", "critical", "target", stale_data),
@@ -59,55 +58,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-@dataclass
-class _RuleState:
-    pending_since: float | None = None
-    fired_since: float | None = None
-    false_since: float | None = None
-    verdict: Verdict | None = None
-
-
 class HealthState:
     """Evaluates the rules with hysteresis; one per pipeline."""
 
-    def __init__(self, settings: HealthSettings, rules: Sequence[Rule] = RULES) -> None:
+    def __init__(self, settings: HealthSettings, rules: Sequence[Rule[Context]] = RULES) -> None:
         self.settings = settings
         self.rules = tuple(rules)
-        self._state: dict[str, _RuleState] = {r.id: _RuleState() for r in self.rules}
+        self._held = Hysteresis(self.rules)
 
     def evaluate(self, ctx: Context) -> tuple[Finding, ...]:
         """The findings active at `ctx.time`, most severe first."""
         s = self.settings
-        t = ctx.time
-        out: list[Finding] = []
-        for rule in self.rules:
-            st = self._state[rule.id]
-            verdict = rule.check(ctx)
-            if verdict is not None:
-                st.verdict, st.false_since = verdict, None
-                if st.fired_since is None:
-                    if st.pending_since is None:
-                        st.pending_since = t
-                    if rule.immediate or t - st.pending_since >= s.fire_after_s:
-                        st.fired_since = t
-            else:
-                st.pending_since = None
-                if st.fired_since is not None:
-                    if st.false_since is None:
-                        st.false_since = t
-                    if rule.immediate or t - st.false_since >= s.clear_after_s:
-                        st.fired_since = st.false_since = None
-            if st.fired_since is not None and st.verdict is not None:
-                v = st.verdict
-                out.append(
-                    Finding(
-                        id=rule.id,
-                        severity=v.severity or rule.severity,
-                        bottleneck=v.bottleneck or rule.bottleneck,
-                        summary=v.summary,
-                        action=v.action,
-                        since=st.fired_since,
-                    )
-                )
-        out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
-        return tuple(out)
+        return self._held.evaluate(ctx, ctx.time, s.fire_after_s, s.clear_after_s)

@@ -8,6 +8,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from llmtop.core import format as fmt
 from llmtop.core.snapshot import (
@@ -20,6 +21,9 @@ from llmtop.core.snapshot import (
     Snapshot,
 )
 from llmtop.core.thresholds import HealthSettings
+
+X = TypeVar("X")
+"""What a rule sees: an engine's `Context`, or the fleet's view."""
 
 
 @dataclass(frozen=True)
@@ -49,15 +53,71 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Rule:
-    """One health rule: an id, its default class, and a pure check."""
+class Rule(Generic[X]):
+    """One health rule: an id, its default class, and a pure check of what it sees (`Context`
+    for an engine's rules, the fleet's view for the fleet rules)."""
 
     id: str
     severity: Severity
     bottleneck: Bottleneck
-    check: Callable[[Context], Verdict | None]
+    check: Callable[[X], Verdict | None]
     immediate: bool = False
     """Fire and clear without hysteresis (the fact itself is not noisy: a target is down)."""
+
+
+@dataclass
+class _Held:
+    pending_since: float | None = None
+    fired_since: float | None = None
+    false_since: float | None = None
+    verdict: Verdict | None = None
+
+
+class Hysteresis(Generic[X]):
+    """A check must hold `fire_after_s` to fire and stay false `clear_after_s` to clear
+    (immediate rules at once), so one noisy poll neither raises nor drops a finding. One home
+    for the engine rules (`health.HealthState`) and the fleet rules (`rules_fleet.FleetHealth`)."""
+
+    def __init__(self, rules: Sequence[Rule[X]]) -> None:
+        self.rules = tuple(rules)
+        self._held: dict[str, _Held] = {r.id: _Held() for r in self.rules}
+
+    def evaluate(
+        self, seen: X, t: float, fire_after_s: float, clear_after_s: float
+    ) -> tuple[Finding, ...]:
+        """The findings active at `t`, critical first."""
+        out: list[Finding] = []
+        for rule in self.rules:
+            st = self._held[rule.id]
+            verdict = rule.check(seen)
+            if verdict is not None:
+                st.verdict, st.false_since = verdict, None
+                if st.fired_since is None:
+                    if st.pending_since is None:
+                        st.pending_since = t
+                    if rule.immediate or t - st.pending_since >= fire_after_s:
+                        st.fired_since = t
+            else:
+                st.pending_since = None
+                if st.fired_since is not None:
+                    if st.false_since is None:
+                        st.false_since = t
+                    if rule.immediate or t - st.false_since >= clear_after_s:
+                        st.fired_since = st.false_since = None
+            if st.fired_since is not None and st.verdict is not None:
+                v = st.verdict
+                out.append(
+                    Finding(
+                        id=rule.id,
+                        severity=v.severity or rule.severity,
+                        bottleneck=v.bottleneck or rule.bottleneck,
+                        summary=v.summary,
+                        action=v.action,
+                        since=st.fired_since,
+                    )
+                )
+        out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
+        return tuple(out)
 
 
 def up_engines(ctx: Context) -> list[EngineStats]:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmtop.core import format as fmt
-from llmtop.core.rulebase import Verdict
-from llmtop.core.snapshot import Bottleneck, EngineStats, Finding, Severity
+from llmtop.core.rulebase import Hysteresis, Rule, Verdict
+from llmtop.core.snapshot import Bottleneck, EngineStats, Finding
 
 if TYPE_CHECKING:
     from llmtop.core.fleet import Replica
@@ -170,30 +170,14 @@ def load_imbalance(view: FleetView) -> Verdict | None:
     )
 
 
-@dataclass(frozen=True)
-class FleetRule:
-    """One fleet rule: an id, its class, and a pure check."""
-
-    id: str
-    severity: Severity
-    bottleneck: Bottleneck
-    check: Callable[[FleetView], Verdict | None]
-    immediate: bool = False
-
+FleetRule = Rule[FleetView]
+"""A fleet rule: the engine rules' `Rule` over the fleet's view."""
 
 FLEET_RULES: tuple[FleetRule, ...] = (
     FleetRule("replica-down", "critical", "target", replica_down, immediate=True),
     FleetRule("replica-outlier", "warning", "queue", replica_outlier),
     FleetRule("load-imbalance", "warning", "queue", load_imbalance),
 )
-
-
-@dataclass
-class _State:
-    pending_since: float | None = None
-    fired_since: float | None = None
-    false_since: float | None = None
-    verdict: Verdict | None = None
 
 
 class FleetHealth:
@@ -203,37 +187,9 @@ class FleetHealth:
     def __init__(self, rules: FleetRules, checks: Sequence[FleetRule] = FLEET_RULES) -> None:
         self.rules = rules
         self.checks = tuple(checks)
-        self._state = {c.id: _State() for c in self.checks}
+        self._held = Hysteresis(self.checks)
 
     def evaluate(self, view: FleetView) -> tuple[Finding, ...]:
         """The fleet findings active at `view.time`, critical first."""
-        t, out = view.time, []
-        for rule in self.checks:
-            st = self._state[rule.id]
-            verdict = rule.check(view)
-            if verdict is not None:
-                st.verdict, st.false_since = verdict, None
-                if st.fired_since is None:
-                    st.pending_since = t if st.pending_since is None else st.pending_since
-                    if rule.immediate or t - st.pending_since >= self.rules.fire_after_s:
-                        st.fired_since = t
-            else:
-                st.pending_since = None
-                if st.fired_since is not None:
-                    st.false_since = t if st.false_since is None else st.false_since
-                    if rule.immediate or t - st.false_since >= self.rules.clear_after_s:
-                        st.fired_since = st.false_since = None
-            if st.fired_since is not None and st.verdict is not None:
-                v = st.verdict
-                out.append(
-                    Finding(
-                        id=rule.id,
-                        severity=v.severity or rule.severity,
-                        bottleneck=v.bottleneck or rule.bottleneck,
-                        summary=v.summary,
-                        action=v.action,
-                        since=st.fired_since,
-                    )
-                )
-        out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
-        return tuple(out)
+        r = self.rules
+        return self._held.evaluate(view, view.time, r.fire_after_s, r.clear_after_s)
