@@ -114,6 +114,10 @@ class SharedLimits(Protocol):
     """What the app needs of shared limits."""
 
     backend: str
+    slots: int | None
+    """Requests this gateway may have in flight now (None: no shared cap)."""
+    kv_blocks: int | None
+    """KV blocks this gateway may have in flight now (None: no shared cap)."""
 
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None: ...
 

@@ -122,16 +122,12 @@ class GatewayState:
     def apply_shares(self) -> None:
         """Admission's cap from outside its limits: the shared grant (Redis) and the room of
         the live replicas, whichever is smaller."""
-        caps = [c for c in (self.shared_slots(), self.balancer.capacity()) if c is not None]
-        kv = getattr(self.shared, "kv_blocks", None)
+        caps = [c for c in (self.shared.slots, self.balancer.capacity()) if c is not None]
+        kv = self.shared.kv_blocks
         slots = min(caps) if caps else None
         ctl = self.controller
         if slots != ctl.share_slots or kv != ctl.share_kv_blocks:
             ctl.set_share(slots, kv)
-
-    def shared_slots(self) -> int | None:
-        slots = getattr(self.shared, "slots", None)
-        return slots if isinstance(slots, int) else None
 
     def stats(self) -> StatsDoc:
         """The /admin/stats document (typed in core.admin_api)."""
