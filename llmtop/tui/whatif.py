@@ -4,10 +4,14 @@ applies it. Mixed into `LlmtopApp`; without a live feed (replays, tests) both sa
 
 from __future__ import annotations
 
+from collections import deque
+
 from textual.widgets import Input, Static
 
 from llmtop.core.aggregate import combine
-from llmtop.core.rulebase import kv_fit
+from llmtop.core.rulebase import kv_fit, suggested_cap
+from llmtop.core.snapshot import Snapshot
+from llmtop.core.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
 from llmtop.tui import commands
 from llmtop.tui.controls import AdminControls
@@ -34,13 +38,24 @@ class WhatIfControls(AdminControls):
     """`w` and the `:cap N` preview; the app sets `whatif` (None: not live)."""
 
     whatif: WhatIfFeed | None = None
+    history: deque[Snapshot]
+    health: HealthSettings
 
     def candidate_caps(self) -> tuple[int, ...]:
-        """Caps around the KV-fit suggestion and the current cap, from the latest snapshot."""
+        """Caps around the findings' suggestion (else the same KV fit the rules compute) and the
+        current cap, from the latest snapshot."""
         snap = self.snapshot
         current = snap.gateway.max_concurrency if snap and snap.gateway else None
-        engine = combine(snap.engines) if snap else None
-        return caps_around(current, kv_fit(engine) if engine is not None else None)
+        if snap is None:
+            return caps_around(current, None)
+        advice = suggested_cap(snap.findings)
+        if advice is not None:
+            return caps_around(current, advice[0])
+        engine = combine(snap.engines)
+        if engine is None:
+            return caps_around(current, None)
+        fit = kv_fit(engine, tuple(self.history), snap.time, self.health.kv_target_frac)
+        return caps_around(current, fit)
 
     def action_whatif(self) -> None:
         if self.whatif is None:
