@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmtop.gateway.limits import Limits  # noqa: E402
+from llmtop.load.stats import percentile  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
+from llmtop.whatif.calibrate import Calibration  # noqa: E402
 from llmtop.whatif.lengths import LengthDist  # noqa: E402
-from llmtop.whatif.service import Options, analyse  # noqa: E402
-from llmtop.whatif.truth import Truth, measure, scrape_run  # noqa: E402
+from llmtop.whatif.predict import Candidate, State, predict, spread  # noqa: E402
+from llmtop.whatif.service import Options, analyse, fit_window, state_of  # noqa: E402
+from llmtop.whatif.truth import Truth, measure, schedule_run, scrape_run  # noqa: E402
 
 SEEDS = (11, 12, 13, 14, 15)
 
@@ -153,6 +156,90 @@ def virtual(sc: Scenario, window_s: float, horizon_s: float) -> None:
     print()
 
 
+# -- 2b: virtual, from the state at each change (the sockets procedure, no sockets) -----------
+
+CHANGE_SEEDS = (1, 2, 3, 4, 5)
+
+
+def virtual_changes(sc: Scenario, window_s: float, measure_s: float) -> None:
+    """verify.py's schedule in virtual time, for several traffic seeds: calibrate over the
+    window, then per cap predict from the scrape right before its change and measure what the
+    known engine does. Also: the known engine itself predicting from the same scrape (how much
+    the state and the traffic's own noise leave, with a perfect fit), and the state as it was
+    read before this branch (queue ages estimated as queued / rate, every request at the engine
+    prefilled anew)."""
+    settle, tail = 10.0, sc.queue_timeout_s + 2.0
+    print(
+        f"**{sc.name}** from the state at each change ({len(CHANGE_SEEDS)} traffic seeds;"
+        f" calibrated at cap {sc.start_cap} over {window_s:.0f} s, then caps"
+        f" {', '.join(map(str, sc.caps))} in turn, each measured over {measure_s:.0f} s after"
+        f" {settle:.0f} s).\n"
+    )
+    print(
+        "| seed | cap | at the change: engine / queue (oldest) | predicted TTFT p95 |"
+        " known engine from the scrape | measured | error | 10-90 % of one measurement |"
+        " inside | predicted tok/s | measured | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    errs: dict[str, list[float]] = {"new": [], "old": [], "oracle": [], "tok": []}
+    inside = 0
+    total = 0
+    for seed in CHANGE_SEEDS:
+        points, runs = schedule_run(
+            sc.truth(), sc.caps, warmup_s=15.0, window_s=window_s, settle_s=settle,
+            measure_s=measure_s, tail_s=tail, seed=seed,
+        )  # fmt: skip
+        obs, cal = fit_window(points, Options())
+        assert cal.limits is not None
+        oracle = replace(sc.truth().calibration(), arrival_per_s=cal.arrival_per_s)
+        for r in runs:
+            cand = Candidate(f"cap {r.cap}", replace(cal.limits, max_concurrency=r.cap))
+            st = state_of(r.before, cal.arrival_per_s, cal.limits)
+            old = State(st.at_engine, st.queued, min(st.queued / cal.arrival_per_s, 10.0))
+
+            def run(c: Calibration, state: State, cand: Candidate = cand) -> float | None:
+                return predict(
+                    c, cand, horizon_s=measure_s, warmup_s=settle, start=state, replicas=4
+                ).ttft_client_p95_s
+
+            pt, po, pk = run(cal, st), run(cal, old), run(oracle, st)
+            p = predict(cal, cand, horizon_s=measure_s, warmup_s=settle, start=st, replicas=4)
+            band = spread(
+                cal, cand, rate_error_per_s=obs.arrival_error_per_s or 0.0,
+                horizon_s=measure_s, warmup_s=settle, start=st,
+            )  # fmt: skip
+            m = r.measured
+            mt = m.ttft_client_p95_s
+            ok = band.holds_ttft(mt)
+            inside += bool(ok)
+            total += 1
+            if mt and pt and po and pk:
+                errs["new"].append(abs(pt - mt) / mt)
+                errs["old"].append(abs(po - mt) / mt)
+                errs["oracle"].append(abs(pk - mt) / mt)
+            errs["tok"].append(abs(p.output_tok_per_s - m.output_tok_per_s) / m.output_tok_per_s)
+            lo, hi = band.ttft_p95_s or (0.0, 0.0)
+            print(
+                f"| {seed} | {r.cap} | {st.at_engine} / {st.queued} ({sec(st.oldest_wait_s)}) |"
+                f" {sec(pt)} | {sec(pk)} | {sec(mt)} |"
+                f" {pct((pt - mt) / mt if pt and mt else None)} |"
+                f" {sec(lo)}-{sec(hi)} | {'yes' if ok else 'no'} | {p.output_tok_per_s:,.0f} |"
+                f" {m.output_tok_per_s:,.0f} |"
+                f" {pct((p.output_tok_per_s - m.output_tok_per_s) / m.output_tok_per_s)} |"
+            )
+
+    def med(xs: list[float]) -> str:
+        v = percentile(xs, 50)
+        return "n/a" if v is None else f"{v:.0%}"
+
+    print(
+        f"\nMedian |error| over the {total} caps: TTFT p95 {med(errs['new'])} (the state as read"
+        f" before this branch: {med(errs['old'])}; the known engine from the same scrape:"
+        f" {med(errs['oracle'])}), tok/s {med(errs['tok'])}; measured inside the 10-90 % range"
+        f" of one measurement: {inside} of {total}.\n"
+    )
+
+
 # -- 3: real time over sockets ------------------------------------------------------------------
 
 
@@ -174,18 +261,21 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
           f" {phases.settle_s:.0f} s). Fit error: {checks}.\n")  # fmt: skip
     print("| cap | predicted TTFT p95 | measured | error | predicted tok/s | measured | error |"
           " requests measured (their Poisson noise) | 429s predicted / measured |"
-          " at the change: engine / gateway queue |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          " at the change: engine / gateway queue | 10-90 % of one measurement |"
+          " inside |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p, m = r.predicted, r.measured
         rej = f"{p.rejected / p.offered:.0%}" if p.offered else "n/a"
         mrej = f"{m.rejected / m.offered:.0%}" if m.offered else "n/a"
         noise = f"±{1 / m.offered**0.5:.0%}" if m.offered else "n/a"
+        lo, hi = r.spread.ttft_p95_s or (None, None)
         print(
             f"| {m.cap} | {sec(p.ttft_client_p95_s)} | {sec(m.ttft_p95_s)} |"
             f" {pct(r.ttft_p95_error)} | {p.output_tok_per_s:,.0f} | {m.output_tok_per_s:,.0f} |"
             f" {pct(r.tok_error)} | {m.offered} ({noise}) | {rej} / {mrej} |"
-            f" {r.start.at_engine} / {r.start.queued} |"
+            f" {r.start.at_engine} / {r.start.queued} | {sec(lo)}-{sec(hi)} |"
+            f" {'yes' if r.spread.holds_ttft(m.ttft_p95_s) else 'no'} |"
         )
     print()
 
@@ -198,6 +288,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=30.0, help="calibration window (s)")
     parser.add_argument("--measure", type=float, default=40.0, help="real: seconds per cap")
     parser.add_argument("--horizon", type=float, default=120.0, help="virtual truth horizon")
+    parser.add_argument(
+        "--changes", action="store_true", help="also the virtual schedule from each change"
+    )
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     print("## What-if accuracy (bench/bench_whatif.py)\n")
@@ -213,6 +306,10 @@ def main() -> None:
         print("### Virtual time: calibrated from scraped /metrics, against the known engine\n")
         for sc in chosen:
             virtual(sc, args.window, args.horizon)
+    if args.changes:
+        print("### Virtual time, from the state at each change\n")
+        for sc in chosen:
+            virtual_changes(sc, args.window, args.measure)
     if args.real:
         print("### Over sockets: `llmtop sim` + `llmtop gateway` + `llmtop.load.runner`\n")
         for sc in chosen:

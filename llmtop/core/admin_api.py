@@ -206,6 +206,9 @@ class StatsDoc(TypedDict, total=False):
     in_flight: int
     queued: int
     queued_by_priority: dict[str, int]
+    queued_ages_s: list[float]
+    """Seconds each waiting request has waited, in queue order (highest priority first, oldest
+    first within one); the first 1,000 (`queued` counts them all). What a what-if starts from."""
     in_flight_prompt_tokens: int
     offered: int
     outcomes: dict[str, int]

@@ -69,6 +69,8 @@ _RANK = {p: i for i, p in enumerate(PRIORITIES)}
 _QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
 
 
+QUEUED_AGES_LISTED = 1000
+"""/admin/stats lists the ages of at most this many waiting requests (the head of the queue)."""
 UNKNOWN_DRAIN_RETRY_S = 5.0
 """Retry-After when no request has completed recently (no drain rate to estimate from)."""
 
@@ -597,6 +599,18 @@ class AdmissionController:
     def queued_by_priority(self) -> dict[str, int]:
         return {p: len(q) for p, q in self._queues.items()}
 
+    def queued_ages_s(self, now: float) -> list[float]:
+        """Seconds each waiting request has waited, in the order of the queue (highest priority
+        first, oldest first within one), the first QUEUED_AGES_LISTED; milliseconds kept. A
+        what-if starting from now drains this backlog, and its ages decide which time out."""
+        ages: list[float] = []
+        for p in PRIORITIES:
+            for t in self._queues[p].values():
+                if len(ages) >= QUEUED_AGES_LISTED:
+                    return ages
+                ages.append(round(max(0.0, now - t.enqueued_at), 3))
+        return ages
+
     def stats(self) -> dict[str, Any]:
         """The /admin/stats object, less the upstream (the app knows that)."""
         now = self._clock()
@@ -607,6 +621,7 @@ class AdmissionController:
             "in_flight": self.in_flight,
             "queued": self.queued,
             "queued_by_priority": self.queued_by_priority(),
+            "queued_ages_s": self.queued_ages_s(now),
             "in_flight_prompt_tokens": self.in_flight_prompt_tokens,
             "offered": self.offered,
             "outcomes": dict(self.outcomes),

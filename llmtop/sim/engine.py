@@ -188,6 +188,29 @@ class Engine:
         st.params_n.observe(1)
         return seq
 
+    def resume(
+        self, prompt_tokens: int, max_tokens: int, generated: int, *, arrival_s: float
+    ) -> Sequence:
+        """A request caught mid-decode, for a model seeded from a live engine's state (the
+        what-if starts from what runs now): its prompt and `generated` tokens are already in
+        the KV cache and its first token came before. It waits for a prefill instead, as
+        `add_request` queues it, when there is no room to hold it running."""
+        seq = self.add_request(prompt_tokens, max_tokens, arrival_s=arrival_s)
+        done = min(generated, seq.max_tokens - 1)
+        computed = prompt_tokens + done - 1  # the last token out is computed by its next step
+        blocks = -(-computed // self.config.block_size)
+        if done < 1 or blocks > self.free_blocks or len(self.running) >= self.config.max_num_seqs:
+            return seq
+        self.waiting.remove(seq)
+        seq.status = RUNNING
+        seq.num_output = done
+        seq.num_computed = computed
+        seq.num_blocks = blocks
+        seq.first_scheduled_s = seq.first_token_s = seq.last_token_s = arrival_s
+        self.free_blocks -= blocks
+        self.running.append(seq)
+        return seq
+
     def abort(self, seq: Sequence) -> None:
         """Drop a request (client gone): free its blocks, count it as finished_reason=abort."""
         if seq.status == FINISHED:

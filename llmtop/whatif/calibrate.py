@@ -84,6 +84,10 @@ class Calibration:
     """The gateway's current limits; None when no gateway was read."""
     fit: StepFit
     notes: list[str] = field(default_factory=list)
+    frontend_s: float = 0.0
+    """Seconds from a request being sent to the engine until its scheduler has it, plus the
+    first token's way back: vLLM's TTFT less its queue time less its prefill time (the API
+    server's tokenising and IPC, which the step-time model does not hold). Mean, per request."""
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig.from_profile(
@@ -140,6 +144,7 @@ def calibrate(
         notes.append("prefill cost from a prior (prefills hidden under the decode step)")
     kv = obs.kv_capacity_tokens
     limits = _limits(obs.gateway_limits, notes)
+    frontend = frontend_overhead(obs)
     return Calibration(
         profile=synthetic_profile(fit, obs.block_size, kv),
         kv_tokens=kv,
@@ -152,7 +157,23 @@ def calibrate(
         limits=limits,
         fit=fit,
         notes=notes,
+        frontend_s=frontend,
     )
+
+
+FRONTEND_MIN_SHARE = 0.05
+"""A front-end share of the engine TTFT below this is left at 0 (within the histograms' noise)."""
+
+
+def frontend_overhead(obs: Observed) -> float:
+    """vLLM's mean TTFT less its mean queue time and mean prefill time: what happens outside
+    the scheduler's steps (tokenising, the API server's IPC; on the CPU backend it competes with
+    the engine for cores). 0 when not exported, or a small share of the TTFT."""
+    ttft, queue, prefill = obs.ttft_mean_s, obs.queue_time_mean_s, obs.prefill_mean_s
+    if ttft is None or queue is None or prefill is None or ttft <= 0:
+        return 0.0
+    gap = ttft - queue - prefill
+    return gap if gap > FRONTEND_MIN_SHARE * ttft else 0.0
 
 
 def fit_step(obs: Observed, prompt: LengthDist, budget: int) -> StepFit:

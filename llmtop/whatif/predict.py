@@ -1,40 +1,40 @@
 """Predict a limit's effect: the calibrated engine model behind the real admission controller,
-run in virtual time on the workload arriving now. Pure and deterministic (seeded).
+run in virtual time on the workload arriving now (llmtop/whatif/simulate.py). Pure and
+deterministic (seeded). Figures are taken over `horizon_s` after a `warmup_s` that lets the
+queue and the batch reach their level, or, from a live state, that covers the change itself.
 
-Requests arrive as a Poisson process at the observed rate with lengths drawn from the observed
-histograms. Each enters `llmtop.gateway.admission.AdmissionController` (the gateway's own code,
-on a fake clock; its queue timeouts fire from `expire`, as the app's 50 ms timer does); the
-admitted ones go to `llmtop.sim.engine.Engine`, which steps back to back. Figures are taken over
-`horizon_s` after a `warmup_s` that lets the queue and the batch reach their level.
-
-The controller creates asyncio futures for queued tickets, so a run needs an event loop; it
-never awaits anything. `predict` makes a private loop, so it can run on any worker thread.
+`predict` runs the simulation on a private event loop (the admission controller makes futures
+for queued tickets; nothing is awaited), so it can run on any worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llmtop.errors import Rejected
-from llmtop.gateway.admission import AdmissionController, Ticket
-from llmtop.gateway.footprint import FootprintModel, PromptShape
 from llmtop.gateway.limits import Limits
 from llmtop.load.stats import percentile
-from llmtop.sim.engine import Engine
 from llmtop.whatif.calibrate import Calibration
+from llmtop.whatif.simulate import Change, Observer, Span, SpanRun, State, simulate
 
-Observer = Callable[[float, Engine, "AdmissionController | None"], None]
+__all__ = [
+    "Candidate",
+    "Change",
+    "Prediction",
+    "Span",
+    "Spread",
+    "State",
+    "candidates_for_caps",
+    "predict",
+    "predict_spans",
+    "spread",
+]
 
 DEFAULT_MAX_QUEUE = 128
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
 """The gateway's defaults (GatewaySettings), for a candidate cap when no gateway was read."""
-EXPIRE_EVERY_S = 0.05
-"""The gateway app calls expire() every 50 ms."""
 
 
 @dataclass(frozen=True)
@@ -43,18 +43,6 @@ class Candidate:
 
     label: str
     limits: Limits | None
-
-
-@dataclass(frozen=True)
-class State:
-    """What is in the system when the prediction starts ("now"): none = an empty system."""
-
-    at_engine: int
-    """Requests running or waiting at the engine (they stay there whatever the new cap)."""
-    queued: int
-    """Requests waiting in the gateway's queue."""
-    oldest_wait_s: float
-    """How long the oldest queued request has waited (the queue's ages spread from it to 0)."""
 
 
 @dataclass(frozen=True)
@@ -81,21 +69,6 @@ class Prediction:
     output_tok_per_s: float
     preemptions_per_min: float
     step_mean_s: float | None
-
-
-@dataclass
-class _Req:
-    enter_s: float
-    prompt: int
-    output: int
-    ticket: Ticket | None
-    in_window: bool
-    admit_s: float | None = None
-    first_s: float | None = None
-    engine_arrival_s: float | None = None
-    done_s: float | None = None
-    outputs: int = 0
-    rejected: bool = False
 
 
 def candidates_for_caps(cal: Calibration, caps: Sequence[int]) -> list[Candidate]:
@@ -129,244 +102,58 @@ def predict(
     With `start`, the run begins from that state and the candidate's limits are applied to it
     at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
     [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
-    virtual second (tests scrape with it). `replicas` runs with different traffic seeds are
-    pooled, and `expected_count` gives each the expected number of arrivals: a prediction is
-    the expected figure, not one draw of the traffic.
+    virtual second (tests scrape with it) and such a run stops at the horizon's end.
+    `replicas` runs with different traffic seeds are pooled, and `expected_count` gives each
+    the expected number of arrivals: a prediction is the expected figure, not one draw of the
+    traffic.
     """
+    end = warmup_s + horizon_s
     loop = asyncio.new_event_loop()
     try:
-        raws = [
+        runs = [
             loop.run_until_complete(
-                _run(
-                    cal,
-                    candidate,
-                    horizon_s,
-                    warmup_s,
-                    seed + 1000 * r,
-                    start,
-                    expected_count,
-                    observer,
+                simulate(
+                    cal, candidate.limits, spans=[Span(warmup_s, end)], arrivals_until_s=end,
+                    seed=seed + 1000 * r, start=start, expected_count=expected_count,
+                    observer=observer, stop_at_s=end if observer is not None else None,
                 )
-            )
+            )[0]
             for r in range(max(1, replicas))
-        ]
+        ]  # fmt: skip
     finally:
         loop.close()
-    return _summarise(candidate, raws, ttft_slo_s, itl_slo_s)
+    return _summarise(candidate, runs, ttft_slo_s, itl_slo_s)
 
 
-async def _run(
+def predict_spans(
     cal: Calibration,
-    cand: Candidate,
-    horizon_s: float,
-    warmup_s: float,
-    seed: int,
-    start: State | None,
-    expected_count: bool,
-    observer: Observer | None,
-) -> _Raw:
-    rng = random.Random(seed)
-    next_observe = 0.0
-    cap_len = cal.max_model_len
-    prompts = cal.prompt_len.sampler(random.Random(seed + 1), cap_len - 1)
-    outputs = cal.output_len.sampler(random.Random(seed + 2), cap_len - 1)
-    engine = Engine(cal.engine_config())
-    now = [0.0]
-    limits = cand.limits
-    if limits is not None and start is not None:
-        # Build the present under a cap that holds it, then change the limits as PATCH does.
-        limits = replace(
-            limits,
-            max_concurrency=max(start.at_engine, 1),
-            max_inflight_prompt_tokens=None,
-            max_inflight_kv_blocks=None,
-        )
-    ctl = (
-        AdmissionController(limits, clock=lambda: now[0], wall_clock=lambda: 0.0)
-        if limits is not None
-        else None
-    )
-    footprint = _footprint(cal, seed) if cand.limits is not None else None
-
-    def enter(p: int, out: int) -> Ticket:
-        """As the gateway's handler does: the prompt, and its predicted KV footprint."""
-        assert ctl is not None
-        assert footprint is not None
-        shape = PromptShape(p, True, out)
-        return ctl.enter(prompt_tokens=p, kv_blocks=footprint.blocks(shape), shape=shape)
-
-    end = warmup_s + horizon_s
-    drain_until = end + (2.0 * cand.limits.queue_timeout_s if cand.limits else 0.0) + 30.0
-    rate = cal.arrival_per_s
-    arrivals = iter(_arrival_times(rng, rate, end, expected_count))
-    next_arrival = next(arrivals, math.inf)
-    queued: deque[_Req] = deque()
-    window: list[_Req] = []
-    steps: list[tuple[float, int]] = []  # (duration, decode tokens) of the steps in the window
-    gen0 = pre0 = None
-    gen1 = pre1 = None
-    last_expire = 0.0
-
-    def to_engine(req: _Req, t: float) -> None:
-        total = min(req.prompt + req.output, cap_len)
-        seq = engine.add_request(req.prompt, max(1, total - req.prompt), arrival_s=t)
-        seq.waker = req
-        req.engine_arrival_s = t
-
-    def arrive(t: float) -> None:
-        now[0] = t
-        p = prompts.draw()
-        req = _Req(t, p, outputs.draw(), None, warmup_s <= t < end)
-        if req.in_window:
-            window.append(req)
-        if ctl is None:
-            to_engine(req, t)
-            return
-        try:
-            req.ticket = enter(p, req.output)
-        except Rejected:
-            req.rejected = True
-            return
-        if req.ticket.admitted:
-            req.admit_s = t
-            to_engine(req, t)
-        else:
-            queued.append(req)
-
-    def dispatch(t: float) -> None:
-        while queued:
-            head = queued[0]
-            assert head.ticket is not None
-            if head.ticket.queued:
-                return
-            queued.popleft()
-            if head.ticket.admitted:
-                head.admit_s = t
-                to_engine(head, t)
-            else:
-                head.rejected = True
-
-    if start is not None:
-        for _ in range(start.at_engine):
-            p = prompts.draw()
-            held = _Req(0.0, p, max(1, int(outputs.draw() * rng.random())), None, False)
-            if ctl is not None:
-                held.ticket = enter(p, held.output)
-            to_engine(held, 0.0)
-        if ctl is not None:
-            n = start.queued
-            for i in range(n):
-                now[0] = -start.oldest_wait_s * (n - i) / n
-                p = prompts.draw()
-                held = _Req(now[0], p, outputs.draw(), None, False)
-                try:
-                    held.ticket = enter(p, held.output)
-                except Rejected:
-                    continue
-                queued.append(held)
-            now[0] = 0.0
-            assert cand.limits is not None
-            ctl.set_limits(cand.limits.to_dict())
-            dispatch(0.0)
-
-    while True:
-        if engine.has_work():
-            t0 = engine.now
-            if gen0 is None and t0 >= warmup_s:
-                gen0, pre0 = engine.stats.generation_tokens, engine.stats.num_preemptions
-            if gen1 is None and t0 >= end:
-                gen1, pre1 = engine.stats.generation_tokens, engine.stats.num_preemptions
-            result = engine.step()
-            t1 = engine.now
-            while next_arrival < t1 and next_arrival < end:
-                arrive(next_arrival)
-                next_arrival = next(arrivals, math.inf)
-            now[0] = t1
-            firsts = 0
-            for seq in result.emitted:
-                req = seq.waker
-                assert isinstance(req, _Req)
-                if seq.num_output == 1:
-                    req.first_s = t1
-                    firsts += 1
-                    if ctl is not None:
-                        admit = req.admit_s if req.admit_s is not None else req.enter_s
-                        ctl.record_ttft(t1 - req.enter_s, queue_s=admit - req.enter_s)
-            if warmup_s <= t0 < end:
-                steps.append((t1 - t0, len(result.emitted) - firsts))
-            for seq in result.finished:
-                req = seq.waker
-                assert isinstance(req, _Req)
-                req.done_s = t1
-                req.outputs = seq.num_output
-                if req.ticket is not None:
-                    req.ticket.release()
-        else:
-            if next_arrival >= end:
-                if ctl is None or not queued:
-                    break
-                t1 = now[0] + EXPIRE_EVERY_S  # nothing runs: only timeouts move the queue
-            else:
-                t1 = next_arrival
-                engine.advance_to(t1)
-                arrive(t1)
-                next_arrival = next(arrivals, math.inf)
-            now[0] = t1
-        if ctl is not None:
-            if now[0] - last_expire >= EXPIRE_EVERY_S:
-                ctl.expire(now[0])
-                last_expire = now[0]
-            dispatch(now[0])
-        if observer is not None and now[0] >= next_observe:
-            observer(now[0], engine, ctl)
-            next_observe += 1.0
-        if now[0] >= drain_until or (observer is not None and now[0] >= end):
-            break
-    stats = engine.stats
-    if gen0 is None:
-        gen0, pre0 = stats.generation_tokens, stats.num_preemptions
-    if gen1 is None:
-        gen1, pre1 = stats.generation_tokens, stats.num_preemptions
-    assert pre0 is not None
-    assert pre1 is not None
-    return _Raw(window, steps, (gen1 - gen0) / horizon_s, 60.0 * (pre1 - pre0) / horizon_s)
-
-
-def _arrival_times(rng: random.Random, rate: float, end: float, expected: bool) -> list[float]:
-    """Poisson arrivals on [0, end). With `expected`, given their expected count: a Poisson
-    process conditioned on its count is that many uniform times, so the burstiness stays and
-    only the count's own sampling noise (the rate is already an estimate) is taken out of the
-    prediction. Without, a plain Poisson process (the ground truth's traffic)."""
-    if rate <= 0:
-        return []
-    if not expected:
-        out: list[float] = []
-        t = rng.expovariate(rate)
-        while t < end:
-            out.append(t)
-            t += rng.expovariate(rate)
-        return out
-    mean = rate * end
-    n = int(mean) + (1 if rng.random() < mean - int(mean) else 0)
-    return sorted(rng.uniform(0.0, end) for _ in range(n))
-
-
-@dataclass
-class _Raw:
-    """One replica's requests and steps in the window, and its rates."""
-
-    window: list[_Req]
-    steps: list[tuple[float, int]]
-    tok_per_s: float
-    preempt_per_min: float
-
-
-def _footprint(cal: Calibration, seed: int) -> FootprintModel:
-    """The gateway's footprint model as it stands after a while: the output quantile learned."""
-    fm = FootprintModel(cal.profile.block_size)
-    draws = sorted(cal.output_len.sampler(random.Random(seed + 3)).draw() for _ in range(200))
-    fm.output_quantile = float(draws[int(0.9 * (len(draws) - 1))])
-    return fm
+    limits: Limits | None,
+    spans: Sequence[tuple[Candidate, Span]],
+    *,
+    arrivals_until_s: float,
+    changes: Sequence[Change] = (),
+    seed: int = 0,
+    ttft_slo_s: float = 2.0,
+    itl_slo_s: float = 0.1,
+    expected_count: bool = False,
+    observer: Observer | None = None,
+) -> list[Prediction]:
+    """One run with limit changes at given times and a figure per measured span: the ground
+    truth of a schedule (start at one cap, then apply others in turn), as one traffic draw."""
+    loop = asyncio.new_event_loop()
+    try:
+        runs = loop.run_until_complete(
+            simulate(
+                cal, limits, spans=[s for _, s in spans], arrivals_until_s=arrivals_until_s,
+                seed=seed, changes=changes, expected_count=expected_count, observer=observer,
+            )
+        )  # fmt: skip
+    finally:
+        loop.close()
+    return [
+        _summarise(cand, [run], ttft_slo_s, itl_slo_s)
+        for (cand, _), run in zip(spans, runs, strict=True)
+    ]
 
 
 def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None:
@@ -383,7 +170,7 @@ def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None
 
 
 def _summarise(
-    cand: Candidate, raws: list[_Raw], ttft_slo_s: float, itl_slo_s: float
+    cand: Candidate, raws: list[SpanRun], ttft_slo_s: float, itl_slo_s: float
 ) -> Prediction:
     window = [r for raw in raws for r in raw.window]
     steps = [s for raw in raws for s in raw.steps]
@@ -432,3 +219,57 @@ def _summarise(
         preemptions_per_min=preempt_per_min,
         step_mean_s=sum(d for d, _ in steps) / len(steps) if steps else None,
     )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What one measurement over the horizon may show: the 10th and 90th percentiles over
+    traffic draws, each with its own Poisson arrivals and its rate drawn from the estimate's
+    standard error. Near a cliff one 40 s span's TTFT p95 moves by several times: a measurement
+    is judged against this, not only against the expected figure."""
+
+    ttft_p95_s: tuple[float, float] | None
+    tok_per_s: tuple[float, float]
+    draws: int
+
+    def holds_ttft(self, measured: float | None) -> bool | None:
+        """The measured TTFT p95 lies within the 10-90 % range (None: nothing to compare)."""
+        if measured is None or self.ttft_p95_s is None:
+            return None
+        return self.ttft_p95_s[0] <= measured <= self.ttft_p95_s[1]
+
+
+def spread(
+    cal: Calibration,
+    candidate: Candidate,
+    *,
+    rate_error_per_s: float,
+    horizon_s: float,
+    warmup_s: float,
+    start: State | None = None,
+    draws: int = 10,
+    seed: int = 0,
+) -> Spread:
+    """`draws` single runs of the candidate, as a measurement would see them (module docstring
+    of `Spread`); deterministic for a seed."""
+    rng = random.Random(seed + 7919)
+    rate = cal.arrival_per_s
+    ttfts: list[float] = []
+    toks: list[float] = []
+    for k in range(max(2, draws)):
+        drawn = max(0.05 * rate, rng.gauss(rate, rate_error_per_s))
+        p = predict(
+            replace(cal, arrival_per_s=drawn), candidate, horizon_s=horizon_s,
+            warmup_s=warmup_s, seed=seed + 100 + k, start=start, expected_count=False,
+        )  # fmt: skip
+        toks.append(p.output_tok_per_s)
+        if p.ttft_client_p95_s is not None:
+            ttfts.append(p.ttft_client_p95_s)
+
+    def band(xs: list[float]) -> tuple[float, float]:
+        lo, hi = percentile(xs, 10), percentile(xs, 90)
+        assert lo is not None
+        assert hi is not None
+        return lo, hi
+
+    return Spread(band(ttfts) if ttfts else None, band(toks), len(toks))

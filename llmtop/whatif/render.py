@@ -109,7 +109,8 @@ def to_text(
         f" {obs.running_mean:.1f} running",
         f"engine model: KV {cal.kv_tokens:,} tokens (block {cal.profile.block_size}),"
         f" decode step {f.decode_floor_s * 1000:.1f} ms + {f.kv_s_per_token * 1e9:.1f} ns/KV token"
-        f" ({f.slope_from}), prefill {f.prefill_s_per_token * 1e6:.1f} us/token ({f.prefill_from})",
+        f" ({f.slope_from}), prefill {f.prefill_s_per_token * 1e6:.1f} us/token ({f.prefill_from}),"
+        f" front end {cal.frontend_s * 1000:.0f} ms/request (engine TTFT - queue - prefill)",
         f"workload: prompts mean {cal.prompt_len.mean:.0f} tokens, outputs mean"
         f" {cal.output_len.mean:.0f} tokens (histograms, {obs.lengths_from})",
         "fit error (the model replaying the current setting vs the window): "
@@ -236,6 +237,7 @@ def to_json(
             "prefill_s_per_token": f.prefill_s_per_token,
             "slope_from": f.slope_from,
             "prefill_from": f.prefill_from,
+            "frontend_s": cal.frontend_s,
             "max_num_batched_tokens": cal.max_num_batched_tokens,
             "max_num_seqs": cal.max_num_seqs,
             "prompt_mean_tokens": cal.prompt_len.mean,

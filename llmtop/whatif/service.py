@@ -96,15 +96,28 @@ def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
 
 
 def state_of(point: Point, arrival_per_s: float, limits: Limits | None) -> State:
-    """The system at one scrape: at the engine (running + waiting) and in the gateway's queue;
-    the oldest queued request arrived queued / rate seconds ago (FIFO), at most the timeout."""
+    """The system at one scrape: at the engine (running, and waiting for a prefill) and in the
+    gateway's queue with the ages it reports (`queued_ages_s`; an older gateway gives only
+    `oldest_queued_s`, and one older still nothing: queued / rate seconds, FIFO, at most the
+    timeout)."""
     g = point.engine.gauges
-    at_engine = round((g.get("running") or 0.0) + (g.get("waiting") or 0.0))
-    queued = int((point.gateway or {}).get("queued") or 0)
-    oldest = queued / arrival_per_s if arrival_per_s > 0 else 0.0
-    if limits is not None:
-        oldest = min(oldest, limits.queue_timeout_s)
-    return State(at_engine, queued, oldest)
+    running = round(g.get("running") or 0.0)
+    at_engine = running + round(g.get("waiting") or 0.0)
+    gw = point.gateway or {}
+    queued = int(gw.get("queued") or 0)
+    raw = gw.get("queued_ages_s")
+    listed = raw if isinstance(raw, list) else []
+    ages = tuple(float(a) for a in listed if isinstance(a, int | float))
+    oldest_read = gw.get("oldest_queued_s")
+    if ages:
+        oldest = ages[0]
+    elif isinstance(oldest_read, int | float):
+        oldest = float(oldest_read)
+    else:
+        oldest = queued / arrival_per_s if arrival_per_s > 0 else 0.0
+        if limits is not None:
+            oldest = min(oldest, limits.queue_timeout_s)
+    return State(at_engine, queued, oldest, running=running, queued_ages_s=ages)
 
 
 def fit_window(points: Sequence[Point], opts: Options) -> tuple[Observed, Calibration]:

@@ -16,7 +16,7 @@ from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import Profile
 from llmtop.whatif.calibrate import Calibration, StepFit
 from llmtop.whatif.lengths import LengthDist
-from llmtop.whatif.predict import Candidate, Prediction, predict
+from llmtop.whatif.predict import Candidate, Change, Prediction, Span, predict, predict_spans
 from llmtop.whatif.window import Point, point, sample_names
 
 _KEEP = promtext.keep_names(sample_names())
@@ -89,3 +89,67 @@ def measure(truth: Truth, cap: int, horizon_s: float, warmup_s: float, seed: int
         seed=seed,
         expected_count=False,
     )
+
+
+@dataclass(frozen=True)
+class CapRun:
+    """One cap of a schedule: the scrape right before it was applied, and what then happened."""
+
+    cap: int
+    before: Point
+    """The last scrape before the change (at most a virtual second before it)."""
+    measured: Prediction
+    """The known engine over the measured span (one traffic draw: a measurement)."""
+
+
+def schedule_run(
+    truth: Truth,
+    caps: tuple[int, ...],
+    *,
+    warmup_s: float,
+    window_s: float,
+    settle_s: float,
+    measure_s: float,
+    tail_s: float,
+    seed: int,
+) -> tuple[list[Point], list[CapRun]]:
+    """What `llmtop.whatif.verify` does over sockets, in virtual time: the truth at its limits
+    for `warmup_s`, scraped once a second over `window_s`, then each cap in turn: applied,
+    `settle_s` later measured over `measure_s`, then held `tail_s` more before the next.
+    Returns the window's scrapes and, per cap, the scrape before its change and the figures."""
+    step = settle_s + measure_s + tail_s
+    first = warmup_s + window_s
+    at = [first + k * step for k in range(len(caps))]
+    points: list[Point] = []
+    before: dict[int, Point] = {}
+    renderer: list[MetricsRenderer] = []
+
+    def observe(t: float, engine: Engine, ctl: AdmissionController | None) -> None:
+        if not renderer:
+            renderer.append(MetricsRenderer(engine, "truth", 0.0))
+        due = [k for k, c in enumerate(at) if c - 1.0 <= t < c]
+        if not (warmup_s <= t <= first) and not due:
+            return
+        samples = promtext.parse(renderer[0].render(), _KEEP)
+        p = point(t, samples, ctl.stats() if ctl is not None else None)
+        if warmup_s <= t <= first:
+            points.append(p)
+        for k in due:
+            before[k] = p
+
+    limits = [replace(truth.limits, max_concurrency=cap) for cap in caps]
+    spans = [
+        (Candidate(f"cap {cap}", lim), Span(c + settle_s, c + settle_s + measure_s))
+        for cap, lim, c in zip(caps, limits, at, strict=True)
+    ]
+    measured = predict_spans(
+        truth.calibration(),
+        truth.limits,
+        spans,
+        arrivals_until_s=first + len(caps) * step,
+        changes=[Change(c, lim) for c, lim in zip(at, limits, strict=True)],
+        seed=seed,
+        observer=observe,
+    )
+    pairs = enumerate(zip(caps, measured, strict=True))
+    return points, [CapRun(cap, before[k], m) for k, (cap, m) in pairs]

@@ -26,7 +26,7 @@ from llmtop.load.runner import OpenLoop, Runner, Shape
 from llmtop.load.stats import percentile
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
-from llmtop.whatif.predict import Prediction, State, predict
+from llmtop.whatif.predict import Prediction, Spread, State, predict, spread
 from llmtop.whatif.service import Analysis, Options, analyse, state_of
 
 
@@ -73,6 +73,9 @@ class Row:
     measured: Measured
     start: State
     """The state the prediction started from (scraped right before the change)."""
+    spread: Spread
+    """What one measurement of the span may show (10-90 %), from the same state: the verdict
+    that allows for the traffic's and the rate estimate's own noise."""
 
     @property
     def ttft_p95_error(self) -> float | None:
@@ -152,6 +155,7 @@ async def verify(
                 await load
             await admin.aclose()
     rows = []
+    err = analysis.observed.arrival_error_per_s or 0.0
     for predicted, start, m0, m1, tok_s in spans:
         mine = [r for r in runner.results if m0 <= r.offered_at_s < m1]
         ttfts = [r.ttft_s for r in mine if r.ttft_s is not None]
@@ -164,7 +168,11 @@ async def verify(
             output_tok_per_s=tok_s,
             rejected=sum(1 for r in mine if r.status == 429),
         )
-        rows.append(Row(predicted, measured, start))
+        band = await asyncio.to_thread(
+            spread, analysis.calibration, predicted.candidate, rate_error_per_s=err,
+            horizon_s=phases.measure_s, warmup_s=phases.settle_s, start=start, seed=opts.seed,
+        )  # fmt: skip
+        rows.append(Row(predicted, measured, start, band))
     return analysis, rows
 
 

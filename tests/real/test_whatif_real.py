@@ -80,12 +80,14 @@ def table(load: str, rows: list[Row]) -> str:
     out = []
     for r in rows:
         p, m, e = r.predicted, r.measured, r.ttft_p95_error
+        lo, hi = r.spread.ttft_p95_s or (None, None)
         out.append(
             f"| {load} | {m.cap} | {_s(p.ttft_client_p95_s)} | {_s(m.ttft_p95_s)}"
-            f" | {_pct(r.ttft_p95_error)} | {p.output_tok_per_s:.0f}"
+            f" | {_pct(r.ttft_p95_error)} | {_s(lo)}-{_s(hi)} | {p.output_tok_per_s:.0f}"
             f" | {m.output_tok_per_s:.0f} | {_pct(r.tok_error)} | {m.offered}"
             f" | {r.start.at_engine} / {r.start.queued}"
-            f" | {'yes' if e is not None and abs(e) <= TTFT_TARGET else 'no'} |"
+            f" | {'yes' if e is not None and abs(e) <= TTFT_TARGET else 'no'}"
+            f" | {'yes' if r.spread.holds_ttft(m.ttft_p95_s) else 'no'} |"
         )
     return "\n".join(out)
 
