@@ -53,6 +53,8 @@ class Analysis:
     options: Options
     bands: list[tuple[Prediction, Prediction]] = field(default_factory=list)
     """Per prediction: the same at the arrival rate one standard error lower, and higher."""
+    points: tuple[Point, ...] = ()
+    """The window's scrapes the fit was made from."""
 
     def text(self) -> str:
         o = self.options
@@ -162,7 +164,7 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
         few = max(1, opts.replicas // 2)
         bands = [(run(c, half, low, few), run(c, half, high, few)) for c in cands]
     # The fit's own error: the current setting, replayed (preds[0]), against the window.
-    return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands)
+    return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands, tuple(points))
 
 
 def validate(opts: Options, *, window_s: float, interval_s: float) -> None:

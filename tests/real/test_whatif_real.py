@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ TTFT_TARGET = 0.35
 QUEUE_BOUND_TOLERANCE = 0.5
 """Asserted on the caps whose measured TTFT p95 is queue-bound (>= QUEUE_BOUND_S)."""
 QUEUE_BOUND_S = 5.0
+ORDER_MARGIN = 0.2
+"""Two caps whose predicted TTFT p95 differ by less than this are a tie (no order asserted)."""
 
 
 @contextlib.contextmanager
@@ -98,11 +101,16 @@ async def test_whatif_predictions_hold_on_the_real_engine(vllm_url: str, load: s
     wait_idle(vllm_url)
     with gateway(vllm_url, "--max-concurrency", "3", "--queue-timeout", "10") as gw:
         analysis, rows = await verify(vllm_url, gw, CAPS, LOADS[load], PHASES, OPTS)
+    dump = os.environ.get("LLMTOP_WHATIF_DUMP")
+    if dump:  # the window's scrapes, to replay the calibration offline
+        with open(os.path.join(dump, f"whatif-real-{load}.pkl"), "wb") as f:
+            pickle.dump((analysis.points, [(r.start, r.measured) for r in rows]), f)
     checks = ", ".join(f"{c.name} {_pct(c.error_frac)}" for c in analysis.checks)
     obs = analysis.observed
     report = f"{load}: arrivals {obs.arrival_per_s:.2f} req/s; fit error: {checks}\n" + table(
         load, rows
     )
+    print(analysis.text())
     print(report)
     assert [r.measured.cap for r in rows] == list(CAPS)
     for r in rows:
@@ -110,7 +118,11 @@ async def test_whatif_predictions_hold_on_the_real_engine(vllm_url: str, load: s
         assert r.ttft_p95_error is not None, report
         if (r.measured.ttft_p95_s or 0.0) >= QUEUE_BOUND_S:
             assert abs(r.ttft_p95_error) <= QUEUE_BOUND_TOLERANCE, report
-    # The ordering a person acts on: the cap predicted best is the best measured.
-    best_predicted = min(rows, key=lambda r: r.predicted.ttft_client_p95_s or float("inf"))
-    best_measured = min(rows, key=lambda r: r.measured.ttft_p95_s or float("inf"))
-    assert best_predicted.measured.cap == best_measured.measured.cap, report
+    # The ordering a person acts on, wherever the prediction tells two caps apart (by more
+    # than ORDER_MARGIN): caps that all queue to the timeout are a tie, and a tie has no order.
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            pa, pb = a.predicted.ttft_client_p95_s or 0.0, b.predicted.ttft_client_p95_s or 0.0
+            if max(pa, pb) > (1 + ORDER_MARGIN) * min(pa, pb):
+                ma, mb = a.measured.ttft_p95_s or 0.0, b.measured.ttft_p95_s or 0.0
+                assert (pa < pb) == (ma < mb), report
