@@ -200,6 +200,9 @@ async def simulate(
     frontend_s = cal.frontend_s
     in_transit: deque[tuple[float, Req]] = deque()  # sent, not yet at the scheduler (FIFO)
 
+    first_start = min((s.start_s for s in spans), default=math.inf)
+    last_stop = max((s.end_s for s in spans), default=-math.inf)
+
     def span_of(t: float) -> int | None:
         for i, s in enumerate(spans):
             if s.start_s <= t < s.end_s:
@@ -260,12 +263,19 @@ async def simulate(
             else:
                 head.rejected = True
 
+    edges = sorted(e for s in spans for e in (s.start_s, s.end_s))
+    next_edge = [edges[0] if edges else math.inf]
+
     def mark(t0: float) -> None:
+        """Read the engine's counters at each span edge the clock has passed (the hot path
+        only compares with the next edge)."""
         st = engine.stats
         for i, s in enumerate(spans):
             for j, edge in enumerate((s.start_s, s.end_s)):
                 if marks[i][j] is None and t0 >= edge:
                     marks[i][j] = (st.generation_tokens, st.num_preemptions)
+        later = [e for e in edges if e > t0]
+        next_edge[0] = later[0] if later else math.inf
 
     if start is not None:
         _seed_state(start, engine, ctl, prompts, outputs, rng, now, enter, queued, add_now)
@@ -275,10 +285,12 @@ async def simulate(
             dispatch(0.0)
 
     while True:
-        land(engine.now)
+        if in_transit:
+            land(engine.now)
         if engine.has_work():
             t0 = engine.now
-            mark(t0)
+            if t0 >= next_edge[0]:
+                mark(t0)
             result = engine.step()
             t1 = engine.now
             while next_arrival < t1 and next_arrival < end:
@@ -295,9 +307,10 @@ async def simulate(
                     if ctl is not None:
                         admit = req.admit_s if req.admit_s is not None else req.enter_s
                         ctl.record_ttft(t1 - req.enter_s, queue_s=admit - req.enter_s)
-            i = span_of(t0)
-            if i is not None:
-                runs[i].steps.append((t1 - t0, len(result.emitted) - firsts))
+            if first_start <= t0 < last_stop:
+                i = span_of(t0)
+                if i is not None:
+                    runs[i].steps.append((t1 - t0, len(result.emitted) - firsts))
             for seq in result.finished:
                 req = seq.waker
                 assert isinstance(req, Req)

@@ -20,12 +20,14 @@ runs, at +52 %). The +-35 % target is printed against each cap, not asserted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -103,8 +105,8 @@ async def test_whatif_predictions_hold_on_the_real_engine(vllm_url: str, load: s
         analysis, rows = await verify(vllm_url, gw, CAPS, LOADS[load], PHASES, OPTS)
     dump = os.environ.get("LLMTOP_WHATIF_DUMP")
     if dump:  # the window's scrapes, to replay the calibration offline
-        with open(os.path.join(dump, f"whatif-real-{load}.pkl"), "wb") as f:
-            pickle.dump((analysis.points, [(r.start, r.measured) for r in rows]), f)
+        window = pickle.dumps((analysis.points, [(r.start, r.measured) for r in rows]))
+        await asyncio.to_thread(Path(dump, f"whatif-real-{load}.pkl").write_bytes, window)
     checks = ", ".join(f"{c.name} {_pct(c.error_frac)}" for c in analysis.checks)
     obs = analysis.observed
     report = f"{load}: arrivals {obs.arrival_per_s:.2f} req/s; fit error: {checks}\n" + table(
