@@ -2,9 +2,14 @@
 `request_generation_tokens` histograms (1-2-5 buckets up to max_model_len).
 
 The buckets alone are coarse (a 256-token output lands in (200, 500]), so sampling uniformly
-inside a bucket would get the mean wrong. The histogram's exact mean (sum/count) pins it: every
-sample is drawn as ``lo + (hi - lo) * u ** a`` inside its bucket, with one exponent `a` chosen so
-the distribution's mean equals the observed mean. The bucket shares are kept exactly. Pure.
+inside a bucket would get the mean wrong. The histogram's exact mean (sum/count) pins it. The
+lengths are taken uniform inside each bucket, and the range is cut where it most likely ends: at
+the top of the highest bucket when the observed mean is below the buckets' midpoints (prompts of
+256-1,536 tokens fill (1000, 2000] only to ~1,550, and a fixed 256-token output fills (200, 500]
+to ~312), else at the bottom of the lowest; the cut is where the mean comes out exact. The tail
+of the prompts sets the prefill tail and so the TTFT p95. Where one cut cannot reach the mean,
+every sample is drawn as ``lo + (hi - lo) * u ** a`` inside its bucket, with one exponent `a`
+chosen so the mean matches. The bucket shares are kept exactly. Pure.
 """
 
 from __future__ import annotations
@@ -92,8 +97,30 @@ def from_histogram(
         return None
     probs = tuple(s / total_n for s in shares)
     mean = total / count
+    cut = _cut_range(tuple(bounds), probs, mean)
+    if cut is not None:
+        return LengthDist(cut, probs, 1.0, mean)
     dist = LengthDist(tuple(bounds), probs, 1.0, mean)
     return LengthDist(dist.bounds, probs, _fit_exponent(dist, mean), mean)
+
+
+def _cut_range(
+    bounds: tuple[tuple[int, int], ...], probs: tuple[float, ...], mean: float
+) -> tuple[tuple[int, int], ...] | None:
+    """The buckets with the top one's upper end (mean below the midpoints) or the bottom one's
+    lower end (above) moved so the uniform-in-bucket mean is `mean`; None when one cut cannot
+    reach it (the bucket would have to close)."""
+    mids = [p * (lo + hi) / 2.0 for (lo, hi), p in zip(bounds, probs, strict=True)]
+    full = sum(mids)
+    if math.isclose(mean, full, rel_tol=1e-9):
+        return bounds
+    i = len(bounds) - 1 if mean < full else 0
+    lo, hi = bounds[i]
+    mid = (mean - (full - mids[i])) / probs[i]  # the midpoint the cut bucket needs
+    new = (lo, round(2.0 * mid - lo)) if mean < full else (round(2.0 * mid - hi), hi)
+    if not lo <= new[0] < new[1] <= hi:
+        return None
+    return (*bounds[:i], new, *bounds[i + 1 :])
 
 
 def _fit_exponent(dist: LengthDist, mean: float) -> float:

@@ -32,14 +32,39 @@ def test_lengths_keep_bucket_shares_and_the_exact_mean() -> None:
     buckets = ((100.0, 0.0), (200.0, 0.0), (500.0, 30.0), (1000.0, 100.0), (float("inf"), 100.0))
     dist = from_histogram(buckets, 60_000.0, 100.0)
     assert dist is not None
-    assert dist.bounds == ((200, 500), (500, 1000))
+    # Uniform buckets would mean 0.3 x 350 + 0.7 x 750 = 630: the range ends inside the top one.
+    assert dist.bounds == ((200, 500), (500, 914))
     assert dist.shares == pytest.approx((0.3, 0.7))
     s = dist.sampler(random.Random(1))
     draws = [s.draw() for _ in range(40_000)]
     assert sum(draws) / len(draws) == pytest.approx(600.0, rel=0.01)
     assert sum(1 for d in draws if d <= 500) / len(draws) == pytest.approx(0.3, abs=0.01)
     assert min(draws) >= 201
-    assert max(draws) <= 1000
+    assert max(draws) <= 914
+
+
+def test_lengths_cut_the_range_where_it_ends() -> None:
+    """Prompts uniform on 256-1536 in vLLM's 1-2-5 buckets: the top bucket (1000, 2000] is cut
+    near 1,536, so the prefill tail (the TTFT p95) is not drawn from prompts up to 2,000; a
+    fixed 256-token output fills (200, 500] only to ~312; a mean above the midpoints cuts the
+    bottom; a mean no single cut can reach falls back to the in-bucket exponent."""
+    rng = random.Random(1)
+    xs = [rng.randint(256, 1536) for _ in range(4000)]
+    les = (100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, float("inf"))
+    hist = tuple((le, float(sum(1 for x in xs if x <= le))) for le in les)
+    dist = from_histogram(hist, float(sum(xs)), float(len(xs)))
+    assert dist is not None
+    assert dist.bounds[-1][1] == pytest.approx(1536, rel=0.03)
+    fixed = from_histogram(((200.0, 0.0), (500.0, 50.0), (float("inf"), 50.0)), 12_800.0, 50.0)
+    assert fixed is not None
+    assert fixed.bounds == ((200, 312),)
+    high = from_histogram(((200.0, 0.0), (500.0, 50.0), (float("inf"), 50.0)), 22_500.0, 50.0)
+    assert high is not None
+    assert high.bounds == ((400, 500),)
+    edge = from_histogram(((200.0, 0.0), (500.0, 50.0), (float("inf"), 50.0)), 10_005.0, 50.0)
+    assert edge is not None
+    assert edge.bounds == ((200, 500),)
+    assert edge.exponent > 10  # all at the bucket's bottom: the exponent carries it
 
 
 def test_lengths_of_an_empty_histogram_are_unknown_and_fixed_is_fixed() -> None:
