@@ -9,13 +9,15 @@ clumps). The what-if is told the engine's --max-num-seqs and --max-num-batched-t
 /metrics) and nothing else.
 
 The issue's targets are client TTFT p95 within +-35 % for each cap, and the cap predicted best
-(lowest client TTFT p95) is the best measured. Measured on this 2-core box over five runs
-(BENCHMARKS.md, "What-if accuracy", Real vLLM; the table printed with -s is that one): the ordering
-held in every run; the queue-bound caps (measured p95 >= 5 s: the gateway queue fills toward its 10
-s timeout) came within -45 %..+52 %; the cap under capacity (8) missed by -95 %..+88 % (0.6-2.7 s
-measured), because the real rate and the CPU backend's prefill move more than the model's fitted
-constants. Asserted: the ordering, and +-50 % on the queue-bound caps (it failed once in the five
-runs, at +52 %). The +-35 % target is printed against each cap, not asserted.
+(lowest client TTFT p95) is the best measured. How far they hold depends on the box: on this
+shared 2-core machine the CPU backend's speed moves with the other work on it (BENCHMARKS.md,
+"What-if accuracy", Real vLLM, has every run with its load average). Asserted: +-50 % on the
+queue-bound caps (measured p95 >= 5 s: the gateway queue fills toward its 10 s timeout), and the
+ordering wherever the prediction separates two caps by more than 20 % (caps that all queue to the
+timeout tie, and a tie has no order). Printed per cap: the +-35 % verdict, and whether the
+measurement lies inside the 10-90 % range of one measurement from the same state (traffic and
+rate drawn; `llmtop.whatif.predict.spread`). With LLMTOP_WHATIF_DUMP=DIR the window's scrapes are
+written there, to replay the calibration offline.
 """
 
 from __future__ import annotations
