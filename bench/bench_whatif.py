@@ -240,6 +240,48 @@ def virtual_changes(sc: Scenario, window_s: float, measure_s: float) -> None:
     )
 
 
+def state_check(sc: Scenario, seeds: int, measure_s: float) -> None:
+    """Is the state at a change seeded faithfully? The known engine (exact profile and rate)
+    predicts from the scrape before a change into the backlog of a tighter cap (h100-8b: cap 4
+    then 8; seed-kv8000: cap 4 then 16), as ten single traffic draws; over many seeds the
+    truth's measurement should sit at a uniform rank among them and the means should agree. A
+    bias here would be the seeding's, not the fit's."""
+    first, cap = (4, 8) if sc.name == "h100-8b" else (4, 16)
+    oracle = sc.truth().calibration()
+    assert oracle.limits is not None
+    cand = Candidate(f"cap {cap}", replace(oracle.limits, max_concurrency=cap))
+    truths: list[float] = []
+    means: list[float] = []
+    ranks: list[float] = []
+    for seed in range(10, 10 + seeds):
+        _, runs = schedule_run(
+            sc.truth(), (first, cap), warmup_s=15.0, window_s=60.0, settle_s=10.0,
+            measure_s=measure_s, tail_s=sc.queue_timeout_s + 2.0, seed=seed,
+        )  # fmt: skip
+        r = runs[1]
+        st = state_of(r.before, oracle.arrival_per_s, oracle.limits)
+        draws = [
+            predict(
+                oracle, cand, horizon_s=measure_s, warmup_s=10.0, start=st, seed=k,
+                expected_count=False,
+            ).ttft_client_p95_s or 0.0
+            for k in range(10)
+        ]  # fmt: skip
+        t = r.measured.ttft_client_p95_s or 0.0
+        truths.append(t)
+        means.append(sum(draws) / len(draws))
+        ranks.append(sum(1 for d in draws if d < t) / len(draws))
+    n = len(truths)
+    print(
+        f"**{sc.name}**, cap {first} -> {cap}, {n} seeds: measured TTFT p95 mean"
+        f" {sec(sum(truths) / n)} (range {sec(min(truths))}-{sec(max(truths))}), the known"
+        f" engine from the scrape {sec(sum(means) / n)}; the measurement's mean rank among ten"
+        f" draws {sum(ranks) / n:.2f} (0.5 = unbiased), below the 10 % draw"
+        f" {sum(1 for x in ranks if x < 0.1)}, above the 90 % {sum(1 for x in ranks if x >= 0.9)}"
+        f" of {n}.\n"
+    )
+
+
 # -- 3: real time over sockets ------------------------------------------------------------------
 
 
@@ -291,6 +333,9 @@ def main() -> None:
     parser.add_argument(
         "--changes", action="store_true", help="also the virtual schedule from each change"
     )
+    parser.add_argument(
+        "--state-check", type=int, default=0, metavar="SEEDS", help="the seeding's bias check"
+    )
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     print("## What-if accuracy (bench/bench_whatif.py)\n")
@@ -310,6 +355,10 @@ def main() -> None:
         print("### Virtual time, from the state at each change\n")
         for sc in chosen:
             virtual_changes(sc, args.window, args.measure)
+    if args.state_check:
+        print("### Virtual time: is the state at the change seeded faithfully?\n")
+        for sc in chosen:
+            state_check(sc, args.state_check, args.measure)
     if args.real:
         print("### Over sockets: `llmtop sim` + `llmtop gateway` + `llmtop.load.runner`\n")
         for sc in chosen:
