@@ -276,9 +276,9 @@ def state_check(sc: Scenario, seeds: int, measure_s: float) -> None:
         f"**{sc.name}**, cap {first} -> {cap}, {n} seeds: measured TTFT p95 mean"
         f" {sec(sum(truths) / n)} (range {sec(min(truths))}-{sec(max(truths))}), the known"
         f" engine from the scrape {sec(sum(means) / n)}; the measurement's mean rank among ten"
-        f" draws {sum(ranks) / n:.2f} (0.5 = unbiased), below the 10 % draw"
-        f" {sum(1 for x in ranks if x < 0.1)}, above the 90 % {sum(1 for x in ranks if x >= 0.9)}"
-        f" of {n}.\n"
+        f" draws {sum(ranks) / n:.2f} (0.5 = unbiased); below all ten"
+        f" {sum(1 for x in ranks if x < 0.1)} of {n} (1 in 11 expected), above nine or more"
+        f" {sum(1 for x in ranks if x >= 0.9)} of {n} (2 in 11 expected).\n"
     )
 
 
