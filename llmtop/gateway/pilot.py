@@ -16,7 +16,8 @@ from llmtop.errors import ScrapeError
 from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive
 from llmtop.gateway.footprint import FootprintModel
 from llmtop.gateway.kvinfo import EngineScrape, parse_scrape, signals
-from llmtop.gateway.state import DEFAULT_TTFT_SLO_S, GatewayState
+from llmtop.gateway.state import GatewayState
+from llmtop.settings import AUTOPILOT_TTFT_SLO_S
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
@@ -28,7 +29,7 @@ def attach(state: GatewayState) -> Autopilot:
     state.controller.footprint = FootprintModel()
     s = state.settings
     state.controller.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
-    slo = state.controller.limits.ttft_slo_s or DEFAULT_TTFT_SLO_S
+    slo = state.controller.limits.ttft_slo_s or AUTOPILOT_TTFT_SLO_S
     return Autopilot(AutopilotConfig(ttft_slo_s=slo, itl_slo_s=s.itl_slo_s))
 
 
