@@ -1,5 +1,7 @@
 """A real Prometheus scraping three `llmtop sim`s on loopback: llmtop's PromQL source gives the
-per-replica figures llmtop computes scraping the same sims directly, and names the same outlier.
+per-replica figures llmtop computes scraping the same sims directly, and names the same outlier;
+`--replica-label pod` names the replicas by a relabelled label; a `--record`ed run replays to the
+same figures and findings (`llmtop replay`, `llmtop report`).
 
 The binary is found on PATH (Debian's `prometheus` package), or installed with apt-get when
 running as root; otherwise the test is skipped, saying why. Bounded: ~60 s.
@@ -15,14 +17,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from llmtop.core.fleet import Fleet, FleetPipeline
+from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.snapshot import EngineStats, Snapshot
+from llmtop.recording.postmortem import build_report
+from llmtop.recording.reader import read_recording
+from llmtop.recording.replay import ReplaySource
+from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
@@ -108,13 +115,40 @@ def close(a: float | None, b: float | None, rel: float, abs_: float = 0.0) -> bo
     return a is not None and b is not None and abs(a - b) <= max(rel * max(abs(a), abs(b)), abs_)
 
 
-async def watch(sims: list[str], prom_url: str) -> tuple[Fleet, Fleet, list[int]]:
-    """Poll both ways once a second for ~20 s; the last fleets and the queries per poll."""
+@dataclass
+class Watched:
+    """The last fleets of the three readers, the queries of each poll, and the recorded run."""
+
+    direct: Fleet
+    via_prom: Fleet
+    by_pod: Fleet
+    queries: list[int]
+    live: list[Snapshot]
+    recording: Path
+
+
+async def watch(sims: list[str], prom_url: str, recording: Path) -> Watched:
+    """Poll three ways once a second for ~20 s: the sims directly; Prometheus by `instance`;
+    Prometheus by `pod` through the FleetCollector `llmtop --prometheus --record` runs."""
     monitor = MonitorSettings(vllm_urls=tuple(sims), gateway_url=None, nvml=False)
     direct = FleetCollector(monitor, HealthSettings(), window_s=WINDOW_S, timeout_s=2.0)
     prom = PrometheusSource(prom_url, selector='{job="vllm"}', window_s=WINDOW_S, timeout_s=5.0)
     pipeline = FleetPipeline(HealthSettings(), window_s=WINDOW_S)
-    queries = []
+    by_pod = MonitorSettings(
+        vllm_urls=(),
+        gateway_url=None,
+        nvml=False,
+        prometheus_url=prom_url,
+        prometheus_selector='{job="vllm"}',
+        prometheus_window_s=WINDOW_S,
+        prometheus_replica_label="pod",
+        record=str(recording),
+    )
+    pods = FleetCollector(by_pod, HealthSettings(), timeout_s=5.0)
+    recorder = Recorder.from_settings(by_pod)
+    recorder.open()
+    recorded = RecordingSource(pods, recorder)
+    queries, live = [], []
     try:
         for _ in range(20):
             start = time.monotonic()
@@ -123,13 +157,16 @@ async def watch(sims: list[str], prom_url: str) -> tuple[Fleet, Fleet, list[int]
             derived = await prom.read()
             queries.append(prom.queries_sent - sent)
             pipeline.update(RawPoll(time=time.time(), engines=()), derived)
+            live.append(await recorded.poll())
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
     finally:
         await direct.aclose()
         await prom.aclose()
+        await recorded.aclose()
     assert direct.fleet is not None
     assert pipeline.fleet is not None
-    return direct.fleet, pipeline.fleet, queries
+    assert pods.fleet is not None
+    return Watched(direct.fleet, pipeline.fleet, pods.fleet, queries, live, recording)
 
 
 def test_prometheus_source_matches_direct_scrapes(
@@ -155,6 +192,9 @@ def test_prometheus_source_matches_direct_scrapes(
     (tmp_path / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: [{targets}]\n"
+        "    relabel_configs:\n"  # a `pod` label, as Kubernetes service discovery gives one
+        "      - source_labels: [__address__]\n        regex: '.*:(\\d+)'\n"
+        "        target_label: pod\n        replacement: sim-$1\n"
     )
     start(
         [
@@ -169,9 +209,13 @@ def test_prometheus_source_matches_direct_scrapes(
     wait_ready(prom_url + "/-/ready", 30)
     time.sleep(WINDOW_S)  # let Prometheus fill one window
 
-    direct, via_prom, queries = asyncio.run(watch(sims, prom_url))
+    seen = asyncio.run(watch(sims, prom_url, tmp_path / "prom.jsonl.gz"))
+    direct, via_prom = seen.direct, seen.via_prom
 
-    assert max(queries) <= 4  # a handful per poll, whatever the fleet's size
+    # one query a poll whatever the fleet's size; the slow-changing info at the start
+    assert seen.queries[0] == 2
+    assert sorted(seen.queries)[len(seen.queries) // 2] == 1
+    assert max(seen.queries) <= 3
     d, v = by_name(direct), by_name(via_prom)
     assert set(d) == set(v) == {u.removeprefix("http://") for u in sims}
     hot_name = sims[0].removeprefix("http://")
@@ -189,8 +233,38 @@ def test_prometheus_source_matches_direct_scrapes(
         assert close(a.itl_p95_s, b.itl_p95_s, 0.5, 0.01), (name, a.itl_p95_s, b.itl_p95_s)
         assert close(a.running, b.running, 0.5, 3), (name, a.running, b.running)
         assert close(a.waiting, b.waiting, 0.5, 4), (name, a.waiting, b.waiting)
-    for fleet in (direct, via_prom):
+        assert close(a.kv_cache_usage_frac, b.kv_cache_usage_frac, 0.0, 0.1), (name, a, b)
+        for field in ("mean_prompt_tokens", "mean_generation_tokens"):  # fixed by the load
+            assert close(getattr(a, field), getattr(b, field), 0.05), (name, field, a, b)
+        assert close(a.queue_time_p95_s, b.queue_time_p95_s, 0.5, 0.05), (name, a, b)
+        assert close(a.prefill_time_p95_s, b.prefill_time_p95_s, 0.5, 0.05), (name, a, b)
+    pod_of = {f"127.0.0.1:{u.rsplit(':', 1)[1]}": f"sim-{u.rsplit(':', 1)[1]}" for u in sims}
+    p = by_name(seen.by_pod)
+    assert set(p) == set(pod_of.values())  # one row per value of --replica-label
+    for name, pod in pod_of.items():
+        a, b = v[name], p[pod]
+        assert (b.up, b.model, b.kv_capacity_tokens) == (a.up, a.model, a.kv_capacity_tokens)
+        assert close(a.decode_tok_per_s, b.decode_tok_per_s, 0.3), (name, a, b)
+    for fleet, hot in ((direct, hot_name), (via_prom, hot_name), (seen.by_pod, pod_of[hot_name])):
         outlier = [f for f in fleet.findings if f.id == "replica-outlier"]
         assert outlier, fleet.findings
-        assert outlier[0].summary.startswith(f"{hot_name} stands out"), outlier[0].summary
-        assert fleet.replicas[0].name == hot_name
+        assert outlier[0].summary.startswith(f"{hot} stands out"), outlier[0].summary
+        assert fleet.replicas[0].name == hot
+
+    # the recording replays through today's rules to what the live run showed, poll by poll
+    recording = read_recording(seen.recording)
+    assert recording.header["targets"]["prometheus"] == prom_url
+    replayed = ReplaySource(recording, HealthSettings()).snapshots()
+    assert len(replayed) == len(seen.live) == 20
+    for live, again in zip(seen.live, replayed, strict=True):
+        assert again.time == live.time
+        assert again.findings == live.findings
+        assert again.engines == live.engines
+        assert isinstance(again, FleetSnapshot)
+        assert isinstance(live, FleetSnapshot)
+        assert again.fleet is not None
+        assert live.fleet is not None
+        assert again.fleet.replicas == live.fleet.replicas
+    report = build_report(str(seen.recording), HealthSettings())
+    assert report.polls == 20
+    assert "replica-outlier" in {f.id for f in report.findings}
