@@ -62,15 +62,19 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
     """Poll once a second; CPU per poll (median, p90) after warm-up, replicas seen up."""
     collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
     cpu: list[float] = []
+    queries: list[int] = []
     up = 0
     try:
         for i in range(polls + warmup):
             start = time.monotonic()
+            sent = collector.prometheus.queries_sent if collector.prometheus else 0
             c0 = time.process_time()
             await collector.poll()
             spent = time.process_time() - c0
             if i >= warmup:
                 cpu.append(spent)
+                if collector.prometheus is not None:
+                    queries.append(collector.prometheus.queries_sent - sent)
             assert collector.fleet is not None
             up = collector.fleet.totals.up
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
@@ -81,6 +85,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
         "median": statistics.median(cpu),
         "p90": cpu[int(0.9 * (len(cpu) - 1))],
         "up": float(up),
+        "queries": statistics.median(queries) if queries else float("nan"),
     }
 
 
@@ -157,12 +162,16 @@ def main() -> None:
                 p.wait(10)
     print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
     print(f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up.\n")
-    print("| source | replicas up | CPU per poll (median) | p90 | share of one core |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| source | replicas up | queries a poll | CPU per poll (median) | p90 "
+        "| share of one core |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, r in results:
+        queries = "-" if r["queries"] != r["queries"] else f"{r['queries']:g}"  # NaN: direct
         print(
-            f"| {name} | {r['up']:.0f} | {r['median'] * 1000:.1f} ms | {r['p90'] * 1000:.1f} ms "
-            f"| {r['median'] * 100:.1f}% |"
+            f"| {name} | {r['up']:.0f} | {queries} | {r['median'] * 1000:.1f} ms "
+            f"| {r['p90'] * 1000:.1f} ms | {r['median'] * 100:.1f}% |"
         )
 
 

@@ -1,21 +1,23 @@
 """The fleet through PromQL: the queries, and their answers -> per-replica `EngineStats`. Pure.
 
 What costs llmtop is the number of result series it decodes, not what Prometheus computes, so
-a poll is one instant query that answers with one series per replica carrying every figure as
-a label. Each figure is aggregated `by (<replica label>)` (a gauge, a rate, a window mean, a
-`histogram_quantile` over the window's bucket rates), made a label by
-`count_values("<figure>", ...)` (Prometheus writes the value in Go's shortest round-trip format:
-nothing is lost) and joined onto the replica's `up` with `* on (<replica>) group_left
-(<figure>)`; a figure a replica lacks is NaN-filled (`or NaN * up`) so that the join keeps the
-replica. A hundred replicas are a hundred series (with one series per figure they were ~3,200).
+the answers carry one series per replica with every figure as a label. Each figure is
+aggregated `by (<replica label>)` (a gauge, a rate, a window mean, a `histogram_quantile` over
+the window's bucket rates), made a label by `count_values("<figure>", ...)` (Prometheus writes
+the value in Go's shortest round-trip format: nothing is lost) and joined onto the replica's
+`up` with `* on (<replica>) group_left (<figure>)`; a figure a replica lacks is NaN-filled
+(`or NaN * up`) so that the join keeps the replica. A poll is two such queries asked at once
+(the quantiles, most of Prometheus' work, and the rest: Prometheus evaluates a query on one
+core): a hundred replicas are two hundred series (with one series per figure, ~3,200).
 
-Slow-changing things come from a second query (`Info`), asked at the start, every
-`INFO_EVERY_S`, and when a replica appears, restarts, or shows a finished reason not known yet:
-KV blocks (cache_config_info), the model, the finished reasons (each one a figure) and the
+The replicas are those of `up` under the selector, so the selector names target labels (job,
+namespace, ...). Slow-changing things come from a third query (`Info`), asked at the start,
+every `INFO_EVERY_S`, and when a replica appears, restarts, or shows a finished reason not known
+yet: KV blocks (cache_config_info), the model, the finished reasons (each one a figure) and the
 histograms' first bucket bounds. A data-parallel server (several `engine` values) gets its
-engines' rows from one more packed query by (replica, engine), restricted to such servers and
-asked only when one exists; the server's own row keeps its figures by replica (its quantiles
-are the whole server's) and its KV usage is weighted by its engines' KV blocks.
+engines' rows from one more pair of packed queries by (replica, engine), restricted to such
+servers and asked only when one exists; the server's own row keeps its figures by replica (its
+quantiles are the whole server's) and its KV usage is weighted by its engines' KV blocks.
 
 As in `derive`, a quantile inside the first bucket (ITL at a few ms) is the window's mean capped
 at that bucket's bound; token means and the cache shares fall back to the totals since start
@@ -55,12 +57,12 @@ QUANTILES: dict[str, tuple[float, ...]] = {
     "ttft": (0.5, 0.95, 0.99),
     "itl": (0.5, 0.95, 0.99),
     "e2e": (0.95,),
-    "queue_time": (0.5, 0.95),
+    "queue_time": (0.95,),
     "prefill_time": (0.95,),
 }
-"""The quantiles the replica rows, the rules and the replica's own view read (each is a label of
-the replica's series, but a `histogram_quantile` that Prometheus evaluates over every bucket:
-the e2e p50/p99 and queue p99 of a direct scrape are left unknown here)."""
+"""The quantiles the replica rows and the rules read. Each costs llmtop one label, but costs
+Prometheus a `histogram_quantile` over every bucket's rate (most of its work for a poll), so
+the e2e p50/p99 and the queue p50/p99 of a direct scrape are left unknown here."""
 MEANS = ("ttft", "itl", "queue_time", "prefill_time", "prompt_len", "generation_len")
 _SINCE_START = frozenset({"prompt_len", "generation_len"})
 """Means that fall back to the totals since start when nothing finished in the window."""
@@ -201,11 +203,12 @@ class Queries:
                 out[quantile_figure(key, q)] = f"histogram_quantile({q:g}, {buckets})"
         return out
 
-    def replicas(self, reasons: Sequence[str] = ()) -> str:
-        """Every replica's figures: one series per replica (see the module's docstring)."""
+    def replicas(self, reasons: Sequence[str] = ()) -> tuple[str, str]:
+        """Every replica's figures, one series per replica (see the module's docstring), as two
+        queries to ask at once: the quantiles are most of Prometheus' work, and one query is
+        evaluated on one core."""
         r = self.replica_label
         running = self._any(GAUGES["running"])
-        base = f"max by ({r}) ({self.series('up')}) or max by ({r}) (NaN * {running})"
         known = "|".join(_literal(x) for x in reasons)
         unknown = self.series(FINISHED, f"finished_reason!~{_string(known)}" if reasons else "")
         figures = {
@@ -215,16 +218,17 @@ class Queries:
             f"({self._any(COUNTERS['admission_rejections'], 'rate')})",
             **self.figures((r,), reasons),
         }
-        return _packed((r,), "up", base, figures)
+        base = f"max by ({r}) ({self.series('up')})"
+        return _packed_pair((r,), "up", base, figures)
 
-    def engines(self, reasons: Sequence[str] = ()) -> str:
+    def engines(self, reasons: Sequence[str] = ()) -> tuple[str, str]:
         """The engines of data-parallel servers only: one series per (replica, engine)."""
         r = self.replica_label
         running = self._any(GAUGES["running"])
         base = f"sum by ({r}, {ENGINE}) ({running}) and on ({r}) (count by ({r}) ({running}) > 1)"
         figures = self.figures((r, ENGINE), reasons)
         del figures["running"]  # the carrier
-        return _packed((r, ENGINE), "running", base, figures)
+        return _packed_pair((r, ENGINE), "running", base, figures)
 
     def info(self) -> str:
         """The slow-changing figures, one series each: the replicas, their KV blocks and model,
@@ -232,7 +236,7 @@ class Queries:
         r = self.replica_label
         running = self._any(GAUGES["running"])
         figures = {
-            "replica": f"max by ({r}) ({self.series('up')}) or max by ({r}) ({running})",
+            "replica": f"max by ({r}) ({self.series('up')})",
             "cache_config": f"max by ({r}, {ENGINE}, num_gpu_blocks, block_size) "
             f"({self.series(CACHE_CONFIG)})",
             "model": f"count by ({r}, model_name) ({running})",
@@ -245,6 +249,15 @@ class Queries:
         return " or ".join(
             f'label_replace({expr}, "{FIGURE}", "{name}", "", "")' for name, expr in figures.items()
         )
+
+
+def _packed_pair(
+    labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]
+) -> tuple[str, str]:
+    """The figures packed as two queries: the quantiles, and the rest."""
+    quantiles = {k: v for k, v in figures.items() if k.startswith("q_")}
+    rest = {k: v for k, v in figures.items() if k not in quantiles}
+    return _packed(labels, carrier, base, rest), _packed(labels, carrier, base, quantiles)
 
 
 def _packed(labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]) -> str:
@@ -338,23 +351,30 @@ def _figures(labels: Mapping[str, str], skip: frozenset[str]) -> dict[str, float
 
 
 def read_rows(
-    answer: Iterable[Mapping[str, Any]],
+    answers: Iterable[Iterable[Mapping[str, Any]]],
     info: Info,
     replica_label: str = "instance",
     *,
     by_engine: bool = False,
 ) -> list[PromRow]:
-    """A packed answer (`Queries.replicas` or `.engines`, asked with `info.reasons`) -> rows."""
+    """Packed answers (the `Queries.replicas` or `.engines` pair, asked with `info.reasons`)
+    -> one row per replica (or engine), its figures from every answer."""
     finished = {f"{FINISHED_PREFIX}{i}": reason for i, reason in enumerate(info.reasons)}
     skip = frozenset({replica_label, ENGINE})
+    merged: dict[tuple[str, str], dict[str, float | None]] = {}
+    for answer in answers:
+        for item in answer:
+            labels = item.get("metric")
+            if not isinstance(labels, dict) or not labels.get(replica_label):
+                continue
+            key = (str(labels[replica_label]), str(labels.get(ENGINE, "")) if by_engine else "")
+            figures = _figures(labels, skip)
+            if key in merged:
+                merged[key].update(figures)
+            else:
+                merged[key] = figures
     out: list[PromRow] = []
-    for item in answer:
-        labels = item.get("metric")
-        if not isinstance(labels, dict) or not labels.get(replica_label):
-            continue
-        replica = str(labels[replica_label])
-        engine = str(labels.get(ENGINE, "")) if by_engine else ""
-        figures = _figures(labels, skip)
+    for (replica, engine), figures in merged.items():
         per_reason: dict[str, float] = {}
         for name, reason in finished.items():
             value = figures.pop(name, None)
@@ -364,6 +384,12 @@ def read_rows(
         model = info.models.get(replica)
         out.append(PromRow(replica, engine, figures, per_reason, model, blocks, size))
     return out
+
+
+def unmatched_selector(info: Info) -> bool:
+    """Whether the selector picks vLLM series but not their targets' `up` (a label only the
+    series carry, such as model_name): the replicas are found through `up`."""
+    return not info.replicas and bool(info.models)
 
 
 def stale(info: Info, rows: Iterable[PromRow], resets_before: Mapping[str, float | None]) -> bool:

@@ -1,8 +1,9 @@
 """Read every vLLM replica through a Prometheus-compatible HTTP API (/api/v1/query).
 
 Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with the same JSON.
-A poll is one query answering with one series per replica (`core.promql` builds it and reads
-the answer), a second only when a data-parallel server is seen; the slow-changing figures
+A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
+per replica (`core.promql` builds them and reads the answers), two more only when a
+data-parallel server is seen; the slow-changing figures
 (`promql.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
 appears, restarts or shows a new finished reason. Over aiohttp, as the direct fleet scrape:
 its C parser costs half of httpx's CPU for the same answer (BENCHMARKS.md, "Fleet"). Never
@@ -60,7 +61,7 @@ class PrometheusSource:
         self._clock = clock
         self._info: promql.Info | None = None
         self._info_at = 0.0
-        self._asks = ("", "")
+        self._asks = (("", ""), ("", ""))
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
         self._resets: dict[str, float | None] = {}
         self._fetch = fetch or self._post
@@ -115,21 +116,30 @@ class PrometheusSource:
             info = self._info
             if info is None or self._clock() - self._info_at >= self.info_every_s:
                 info = await self._read_info()
-            answer = await self.query(self._asks[0])
-            rows = promql.read_rows(answer, info, label)
+            answers = await self._ask(self._asks[0])
+            rows = promql.read_rows(answers, info, label)
             if promql.stale(info, rows, self._resets):
                 reasons = info.reasons
                 info = await self._read_info()
                 if info.reasons != reasons:
-                    answer = await self.query(self._asks[0])
-                rows = promql.read_rows(answer, info, label)
+                    answers = await self._ask(self._asks[0])
+                rows = promql.read_rows(answers, info, label)
+            if not rows and promql.unmatched_selector(info):
+                raise TargetError(
+                    f"{self.url}: the selector matches vLLM series but not their targets' up: "
+                    "select by target labels (job, namespace, ...)"
+                )
             self._resets = {r.replica: r.figures.get("resets") for r in rows}
             if promql.data_parallel(rows):
-                engines = await self.query(self._asks[1])
-                rows += promql.read_rows(engines, info, label, by_engine=True)
+                answers = await self._ask(self._asks[1])
+                rows += promql.read_rows(answers, info, label, by_engine=True)
         except TargetError as e:
             return PromAnswers(self.url, error=str(e))
         return PromAnswers(self.url, tuple(rows), dict(info.first_bounds))
+
+    async def _ask(self, queries: tuple[str, str]) -> list[list[dict[str, Any]]]:
+        """A pair of packed queries, at once (Prometheus evaluates each on one core)."""
+        return list(await asyncio.gather(*(self.query(q) for q in queries)))
 
     async def read(self) -> list[DerivedReplica]:
         """Every replica's stats now; one down row for the server itself when it fails."""

@@ -237,10 +237,11 @@ def test_prometheus_source_matches_direct_scrapes(
     seen = asyncio.run(watch(sims, prom_url, tmp_path / "prom.jsonl.gz"))
     direct, via_prom = seen.direct, seen.via_prom
 
-    # one query a poll whatever the fleet's size; the slow-changing info at the start
-    assert seen.queries[0] == 2
-    assert sorted(seen.queries)[len(seen.queries) // 2] == 1
-    assert max(seen.queries) <= 3
+    # two queries a poll whatever the fleet's size; the slow-changing info at the start (and
+    # again, with the pair once more, should a finished reason show up for the first time)
+    assert seen.queries[0] == 3
+    assert sorted(seen.queries)[len(seen.queries) // 2] == 2
+    assert max(seen.queries) <= 5
     d, v = by_name(direct), by_name(via_prom)
     assert set(d) == set(v) == {u.removeprefix("http://") for u in sims}
     hot_name = sims[0].removeprefix("http://")
@@ -380,7 +381,7 @@ def test_a_data_parallel_server_reads_as_when_scraped(
 
     direct, via_prom, queries = asyncio.run(read_both(dp_server, prom_url))
 
-    assert queries[1:] == [2, 2]  # the replicas' query, then its engines'
+    assert queries[1:] == [4, 4]  # the replicas' pair of queries, then its engines'
     d, v = by_name(direct), by_name(via_prom)
     assert set(d) == set(v) == {dp_server, f"{dp_server}#0", f"{dp_server}#1"}
     server = v[dp_server]

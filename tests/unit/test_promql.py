@@ -45,8 +45,10 @@ def test_the_replica_label_is_checked() -> None:
 
 def test_every_query_parses_and_every_series_carries_the_selector(tmp_path: Path) -> None:
     q = promql.Queries('job="vllm"', 30.0, "pod")
-    queries = {"replicas": q.replicas(("stop", "we.ird|one")), "engines": q.engines(REASONS)}
-    queries["info"] = q.info()
+    figures, quantiles = q.replicas(("stop", "we.ird|one"))
+    engine_figures, engine_quantiles = q.engines(REASONS)
+    queries = {"replicas": figures, "quantiles": quantiles, "info": q.info()}
+    queries.update({"engines": engine_figures, "engine_quantiles": engine_quantiles})
     check_promql(queries, tmp_path)
     for text in queries.values():
         names = re.findall(r"(?:vllm:[a-z0-9_:]+|(?<![\w\"])up)(.)", text)
@@ -54,15 +56,17 @@ def test_every_query_parses_and_every_series_carries_the_selector(tmp_path: Path
         assert set(names) == {"{"}, text  # every series has a selector...
         assert len(names) == len(re.findall(r'\{job="vllm"', text))  # ...with the user's matchers
         assert "instance" not in text  # the replica label is the one given
-    packed = queries["replicas"]
-    assert packed.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
-    assert "* on (pod) group_left (q_ttft_p95) count_values by (pod)" in packed
-    assert "histogram_quantile(0.95, sum by (pod, le)" in packed
-    assert '(vllm:inter_token_latency_seconds_bucket{job="vllm"}[30s])' in packed  # new name...
-    assert "or rate(vllm:time_per_output_token_seconds_bucket" in packed  # ...old after
-    assert 'finished_reason!~"stop|we\\\\.ird\\\\|one"' in packed  # a reason not known yet
-    assert "group_left (finished_1)" in packed
-    assert "sum by (pod, engine, le)" in queries["engines"]
+    assert figures.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    assert "* on (pod) group_left (running) count_values by (pod)" in figures
+    assert 'finished_reason!~"stop|we\\\\.ird\\\\|one"' in figures  # a reason not known yet
+    assert "group_left (finished_1)" in figures
+    assert "histogram_quantile" not in figures
+    assert quantiles.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    assert "* on (pod) group_left (q_ttft_p95) count_values by (pod)" in quantiles
+    assert "histogram_quantile(0.95, sum by (pod, le)" in quantiles
+    assert '(vllm:inter_token_latency_seconds_bucket{job="vllm"}[30s])' in quantiles  # new name...
+    assert "or rate(vllm:time_per_output_token_seconds_bucket" in quantiles  # ...old after
+    assert "sum by (pod, engine, le)" in engine_quantiles
 
 
 def packed(replica: str, engine: str | None = None, **figures: float | str) -> dict[str, Any]:
@@ -123,10 +127,10 @@ def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
     info = promql.read_info(INFO)
     assert info.reasons == REASONS
     assert info.first_bounds == {"itl": 0.01, "ttft": 0.001}
-    rows = promql.read_rows(ROWS, info)
+    rows = promql.read_rows([ROWS], info)
     assert promql.data_parallel(rows)
     assert not promql.stale(info, rows, {})
-    rows += promql.read_rows(ENGINES, info, by_engine=True)
+    rows += promql.read_rows([ENGINES], info, by_engine=True)
     answers = PromAnswers("http://prom", tuple(rows), {"itl": 0.01})
     out = {r.name: r for r in promql.replicas(answers)}
     assert set(out) == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
@@ -158,17 +162,17 @@ def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
 
 def test_a_new_replica_a_new_reason_or_a_restart_asks_for_the_info_again() -> None:
     info = promql.read_info(INFO)
-    rows = promql.read_rows(ROWS, info)
-    assert promql.stale(info, promql.read_rows([packed("d:1", up=1)], info), {})
-    assert promql.stale(info, promql.read_rows([packed("a:1", up=1, new_reasons=1)], info), {})
-    restarted = promql.read_rows([packed("a:1", up=1, resets=1)], info)
+    rows = promql.read_rows([ROWS], info)
+    assert promql.stale(info, promql.read_rows([[packed("d:1", up=1)]], info), {})
+    assert promql.stale(info, promql.read_rows([[packed("a:1", up=1, new_reasons=1)]], info), {})
+    restarted = promql.read_rows([[packed("a:1", up=1, resets=1)]], info)
     assert promql.stale(info, restarted, {r.replica: r.figures.get("resets") for r in rows})
     assert not promql.stale(info, restarted, {"a:1": 1.0})  # the same restart, still in window
 
 
 def test_answers_survive_a_recording_round_trip() -> None:
     info = promql.read_info(INFO)
-    rows = promql.read_rows(ROWS, info) + promql.read_rows(ENGINES, info, by_engine=True)
+    rows = promql.read_rows([ROWS], info) + promql.read_rows([ENGINES], info, by_engine=True)
     raw = RawPoll(time=1.0, prometheus=PromAnswers("http://prom", tuple(rows), {"itl": 0.01}))
     back = RawPoll.from_dict(json.loads(json.dumps(raw.to_dict())))
     assert back == raw
@@ -207,14 +211,15 @@ def test_the_source_asks_one_query_a_poll_and_the_info_now_and_then() -> None:
     fetch = serve(asked, answers)
     source = PrometheusSource("http://prom:9090/", fetch=fetch, clock=lambda: now[0])
     try:
-        assert poll(ROWS[:2]) == ["info", "replicas"]  # the info at the start
-        assert poll(ROWS[:2]) == ["replicas"]
-        assert poll(ROWS) == ["replicas", "engines"]  # c:1 runs two engines: their rows too
+        both = ["replicas", "replicas"]  # the quantiles, and the rest
+        assert poll(ROWS[:2]) == ["info", *both]  # the info at the start
+        assert poll(ROWS[:2]) == both
+        assert poll(ROWS) == [*both, "engines", "engines"]  # c:1 runs two engines: theirs too
         assert {r.name for r in seen[-1]} == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
         new = [*ROWS[:2], packed("d:1", up=1, running=1)]  # a replica the info does not know
-        assert poll(new) == ["replicas", "info"]  # the reasons did not change: not asked again
-        assert poll(ROWS[:2], promql.INFO_EVERY_S - 1.0) == ["replicas"]
-        assert poll(ROWS[:2]) == ["info", "replicas"]  # a minute after the last info
+        assert poll(new) == [*both, "info"]  # the reasons did not change: not asked again
+        assert poll(ROWS[:2], promql.INFO_EVERY_S - 1.0) == both
+        assert poll(ROWS[:2]) == ["info", *both]  # a minute after the last info
     finally:
         asyncio.run(source.aclose())
 
@@ -236,7 +241,9 @@ def test_a_server_that_cannot_answer_is_one_down_row_saying_why() -> None:
         finally:
             await source.aclose()
 
+    only_series = {"info": [tagged("model", instance="a:1", model_name="m")], "replicas": []}
     for fetch, why in (
+        (serve([], only_series), "matches vLLM series but not their targets' up"),
         (refuse, "cannot connect to http://prom:9090/api/v1/query (connection refused)"),
         (not_prometheus, "did not answer with JSON (HTTP 200; not a Prometheus API?)"),
         (refused_query, "HTTP 400: parse error at char 3"),
