@@ -6,7 +6,8 @@ filtered parse, per-replica derive and rules, fleet rules). "prometheus": a real
 (Debian's package) scrapes the same N every second and a FleetCollector reads them all through
 PromQL. Figure: CPU seconds of this process per poll (time.process_time around poll(), a poll a
 second, so it is the share of one core), median over the polls after warm-up; and of that, the
-CPU inside the fleet pipeline (per-replica derive and rules, fleet rules), the rest being reading.
+CPU inside the fleet pipeline (per-replica derive and rules, fleet rules), the rest being reading;
+and the wall time of a poll (median: how long Prometheus takes to answer, for that source).
 
     python bench/bench_fleet.py [--replicas 100] [--polls 30] [--mode direct|prometheus|both]
 """
@@ -67,6 +68,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
     cpu: list[float] = []
     queries: list[int] = []
     in_pipeline: list[float] = []
+    wall: list[float] = []
     update = collector.pipeline.update
 
     def timed_update(*args: Any) -> Any:
@@ -85,10 +87,12 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
             c0 = time.process_time()
             await collector.poll()
             spent = time.process_time() - c0
+            took = time.monotonic() - start
             if i < warmup:
                 in_pipeline.clear()
             else:
                 cpu.append(spent)
+                wall.append(took)
                 if collector.prometheus is not None:
                     queries.append(collector.prometheus.queries_sent - sent)
             assert collector.fleet is not None
@@ -103,6 +107,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
         "up": float(up),
         "queries": statistics.median(queries) if queries else float("nan"),
         "pipeline": statistics.median(in_pipeline),
+        "wall": statistics.median(wall),
     }
 
 
@@ -180,14 +185,15 @@ def main() -> None:
     print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
     print(f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up.\n")
     print(
-        "| source | replicas up | queries a poll | CPU per poll (median) | p90 "
+        "| source | replicas up | queries a poll | wall per poll | CPU per poll (median) | p90 "
         "| of which the pipeline (median) | share of one core |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results:
         queries = "-" if r["queries"] != r["queries"] else f"{r['queries']:g}"  # NaN: direct
         print(
-            f"| {name} | {r['up']:.0f} | {queries} | {r['median'] * 1000:.1f} ms "
+            f"| {name} | {r['up']:.0f} | {queries} | {r['wall'] * 1000:.0f} ms "
+            f"| {r['median'] * 1000:.1f} ms "
             f"| {r['p90'] * 1000:.1f} ms | {r['pipeline'] * 1000:.1f} ms "
             f"| {r['median'] * 100:.1f}% |"
         )
