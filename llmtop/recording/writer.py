@@ -7,7 +7,8 @@ and report feed the polls to a fresh `Pipeline`, so an improved rule re-runs ove
 Format (version 1), one JSON object per line::
 
     {"llmtop_recording": 1, "version": "0.1.0", "started": 1764400000.0,
-     "interval_s": 1.0, "targets": {"vllm": [...], "gateway": "...", "dcgm": null}}
+     "interval_s": 1.0, "targets": {"vllm": [...], "prometheus": null, "gateway": "...",
+                                    "dcgm": null}}
     {"time": ..., "kf": 1, "engines": [{"url": ..., "samples": [[name, {labels}, value], ...]}],
      "gateway": {...}, "gpus": [...], "events": [...], "findings": [...]}
     {"time": ..., "engines": [{"url": ..., "delta": [[index, value], ...]}], ...}
