@@ -22,7 +22,7 @@ from typing import Any
 
 from llmtop.core.fleet import FleetPipeline
 from llmtop.core.pipeline import Pipeline
-from llmtop.core.promql import prometheus_replicas
+from llmtop.core.promql_answers import prometheus_replicas
 from llmtop.core.snapshot import Snapshot
 from llmtop.errors import UsageError
 from llmtop.recording.reader import Recording

@@ -15,7 +15,7 @@ from typing import Any
 from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.fleet_json import fleet_json
 from llmtop.core.lookback import assess
-from llmtop.core.promql import prometheus_replicas
+from llmtop.core.promql_answers import prometheus_replicas
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Snapshot, WindowSnapshot
 from llmtop.core.targets import Target, targets_from_urls

@@ -4,7 +4,7 @@ Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with
 A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
 per replica (`core.promql` builds them and reads the answers), two more only when a
 data-parallel server is seen; the slow-changing figures
-(`promql.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
+(`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
 appears, restarts or shows a new finished reason. Over aiohttp, as the direct fleet scrape:
 its C parser costs half of httpx's CPU for the same answer (BENCHMARKS.md, "Fleet"). Never
 raises: when the server cannot answer, the fleet shows one down row naming it and why.
@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from llmtop.core import promql
+from llmtop.core import promql, promql_answers
 from llmtop.core.fleet import DerivedReplica
 from llmtop.core.raw import PromAnswers
 from llmtop.errors import TargetError
@@ -59,7 +59,7 @@ class PrometheusSource:
         self.queries_sent = 0
         self.info_every_s = info_every_s
         self._clock = clock
-        self._info: promql.Info | None = None
+        self._info: promql_answers.Info | None = None
         self._info_at = 0.0
         self._asks = (("", ""), ("", ""))
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
@@ -100,9 +100,9 @@ class PrometheusSource:
         result = body.get("data", {}).get("result", [])
         return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
 
-    async def _read_info(self) -> promql.Info:
+    async def _read_info(self) -> promql_answers.Info:
         q = self.queries
-        info = promql.read_info(await self.query(q.info()), q.replica_label)
+        info = promql_answers.read_info(await self.query(q.info()), q.replica_label)
         if self._info is None or info.reasons != self._info.reasons:
             self._asks = (q.replicas(info.reasons), q.engines(info.reasons))
         self._info, self._info_at = info, self._clock()
@@ -117,22 +117,22 @@ class PrometheusSource:
             if info is None or self._clock() - self._info_at >= self.info_every_s:
                 info = await self._read_info()
             answers = await self._ask(self._asks[0])
-            rows = promql.read_rows(answers, info, label)
-            if promql.stale(info, rows, self._resets):
+            rows = promql_answers.read_rows(answers, info, label)
+            if promql_answers.stale(info, rows, self._resets):
                 reasons = info.reasons
                 info = await self._read_info()
                 if info.reasons != reasons:
                     answers = await self._ask(self._asks[0])
-                rows = promql.read_rows(answers, info, label)
-            if not rows and promql.unmatched_selector(info):
+                rows = promql_answers.read_rows(answers, info, label)
+            if not rows and promql_answers.unmatched_selector(info):
                 raise TargetError(
                     f"{self.url}: the selector matches vLLM series but not their targets' up: "
                     "select by target labels (job, namespace, ...)"
                 )
             self._resets = {r.replica: r.figures.get("resets") for r in rows}
-            if promql.data_parallel(rows):
+            if promql_answers.data_parallel(rows):
                 answers = await self._ask(self._asks[1])
-                rows += promql.read_rows(answers, info, label, by_engine=True)
+                rows += promql_answers.read_rows(answers, info, label, by_engine=True)
         except TargetError as e:
             return PromAnswers(self.url, error=str(e))
         return PromAnswers(self.url, tuple(rows), dict(info.first_bounds))
@@ -143,7 +143,7 @@ class PrometheusSource:
 
     async def read(self) -> list[DerivedReplica]:
         """Every replica's stats now; one down row for the server itself when it fails."""
-        return promql.replicas(await self.read_answers())
+        return promql_answers.replicas(await self.read_answers())
 
     async def aclose(self) -> None:
         """Close the HTTP session."""

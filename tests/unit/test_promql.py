@@ -12,6 +12,14 @@ from typing import Any
 import pytest
 
 from llmtop.core import promql
+from llmtop.core.promql_answers import (
+    data_parallel,
+    prometheus_replicas,
+    read_info,
+    read_rows,
+    replicas,
+    stale,
+)
 from llmtop.core.raw import PromAnswers, RawPoll
 from llmtop.errors import UsageError
 from llmtop.sources.prometheus import Fetch, PrometheusSource
@@ -124,15 +132,15 @@ ENGINES = [
 
 
 def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
-    info = promql.read_info(INFO)
+    info = read_info(INFO)
     assert info.reasons == REASONS
     assert info.first_bounds == {"itl": 0.01, "ttft": 0.001}
-    rows = promql.read_rows([ROWS], info)
-    assert promql.data_parallel(rows)
-    assert not promql.stale(info, rows, {})
-    rows += promql.read_rows([ENGINES], info, by_engine=True)
+    rows = read_rows([ROWS], info)
+    assert data_parallel(rows)
+    assert not stale(info, rows, {})
+    rows += read_rows([ENGINES], info, by_engine=True)
     answers = PromAnswers("http://prom", tuple(rows), {"itl": 0.01})
-    out = {r.name: r for r in promql.replicas(answers)}
+    out = {r.name: r for r in replicas(answers)}
     assert set(out) == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
     a = out["a:1"].stats
     assert (a.up, a.model, a.running, a.waiting, a.kv_cache_usage_frac) == (True, "m", 4, 2, 0.5)
@@ -161,23 +169,23 @@ def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
 
 
 def test_a_new_replica_a_new_reason_or_a_restart_asks_for_the_info_again() -> None:
-    info = promql.read_info(INFO)
-    rows = promql.read_rows([ROWS], info)
-    assert promql.stale(info, promql.read_rows([[packed("d:1", up=1)]], info), {})
-    assert promql.stale(info, promql.read_rows([[packed("a:1", up=1, new_reasons=1)]], info), {})
-    restarted = promql.read_rows([[packed("a:1", up=1, resets=1)]], info)
-    assert promql.stale(info, restarted, {r.replica: r.figures.get("resets") for r in rows})
-    assert not promql.stale(info, restarted, {"a:1": 1.0})  # the same restart, still in window
+    info = read_info(INFO)
+    rows = read_rows([ROWS], info)
+    assert stale(info, read_rows([[packed("d:1", up=1)]], info), {})
+    assert stale(info, read_rows([[packed("a:1", up=1, new_reasons=1)]], info), {})
+    restarted = read_rows([[packed("a:1", up=1, resets=1)]], info)
+    assert stale(info, restarted, {r.replica: r.figures.get("resets") for r in rows})
+    assert not stale(info, restarted, {"a:1": 1.0})  # the same restart, still in window
 
 
 def test_answers_survive_a_recording_round_trip() -> None:
-    info = promql.read_info(INFO)
-    rows = promql.read_rows([ROWS], info) + promql.read_rows([ENGINES], info, by_engine=True)
+    info = read_info(INFO)
+    rows = read_rows([ROWS], info) + read_rows([ENGINES], info, by_engine=True)
     raw = RawPoll(time=1.0, prometheus=PromAnswers("http://prom", tuple(rows), {"itl": 0.01}))
     back = RawPoll.from_dict(json.loads(json.dumps(raw.to_dict())))
     assert back == raw
-    assert promql.prometheus_replicas(back) == promql.prometheus_replicas(raw)
-    assert promql.prometheus_replicas(RawPoll(time=1.0)) == []
+    assert prometheus_replicas(back) == prometheus_replicas(raw)
+    assert prometheus_replicas(RawPoll(time=1.0)) == []
 
 
 def serve(asked: list[str], answers: dict[str, list[dict[str, Any]]]) -> Fetch:
