@@ -70,6 +70,8 @@ class MonitorSettings:
     """PromQL matchers picking the vLLM series, e.g. '{job="vllm"}'."""
     prometheus_window_s: float = 60.0
     """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
+    prometheus_replica_label: str = "instance"
+    """The Prometheus label that names a replica (e.g. `pod` when the scrape config relabels)."""
 
 
 GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")

@@ -50,3 +50,17 @@ def check_vllm_metrics(text: str, real_capture: str) -> None:
         if not (f.startswith("vllm:") and f.endswith("metric names should not contain ':'"))
     }
     assert not left, "promtool check metrics, beyond vLLM's own naming: " + "; ".join(sorted(left))
+
+
+def check_promql(exprs: dict[str, str], tmp: Path) -> None:
+    """Fail with promtool's own words unless every expression parses as PromQL (each is written
+    as a recording rule and checked with `promtool check rules`)."""
+    import json
+
+    rules = [{"record": f"llmtop:{name}", "expr": expr} for name, expr in exprs.items()]
+    path = tmp / "rules.yml"
+    path.write_text(json.dumps({"groups": [{"name": "llmtop", "rules": rules}]}))  # YAML ⊃ JSON
+    done = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, f"promtool check rules: {done.stdout}{done.stderr}"
