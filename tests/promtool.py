@@ -5,6 +5,7 @@ when it cannot be had."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from tests.system_tools import system_binary
 
