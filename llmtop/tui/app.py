@@ -81,7 +81,8 @@ class LlmtopApp(WhatIfControls):
         Binding("minus,underscore", "cap(-1)", "cap-", key_display="-"),
         Binding("right_square_bracket", "queue(1)", "queue+", key_display="]"),
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
-        Binding("colon", "command", "cmd", key_display=":"),
+        # priority: `:` acts when it arrives, so the keys typed behind it go into the line
+        Binding("colon", "command", "cmd", key_display=":", priority=True),
         Binding("p", "pause", "pause"),
         Binding("a", "autopilot", "auto"),
         Binding("w", "whatif", "what-if"),
