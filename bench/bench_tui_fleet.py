@@ -280,7 +280,7 @@ def main() -> int:
         f"of {args.seconds:g} s after a {WARMUP_S:g} s warm-up. % of one core: median (min-max).\n"
     )
     print(
-        "| where | terminal | idle (no updates) | fleet at 1 Hz | fleet - idle | CPU per update |"
+        "| where | size | idle (no updates) | fleet at 1 Hz | fleet - idle | CPU per update |"
     )
     print("|---|---|---:|---:|---:|---:|")
     for size in SIZES:
