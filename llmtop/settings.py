@@ -151,6 +151,10 @@ def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
     return keys
 
 
+AUTOPILOT_TTFT_SLO_S = 5.0
+"""The TTFT budget --autopilot (or mode auto) works to when ttft_slo_s is not set."""
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
@@ -181,7 +185,7 @@ class GatewaySettings:
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
     ttft_slo_s: float | None = None
     """TTFT budget of a request, gateway queue included; the deadline queue works to it
-    (5 s with --autopilot when unset)."""
+    (AUTOPILOT_TTFT_SLO_S with --autopilot when unset)."""
     queue_policy: str = "fifo"
     """fifo, deadline, codel or lifo: how the gateway's queue meets overload (deadline with
     --autopilot)."""

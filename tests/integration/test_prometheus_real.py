@@ -1,16 +1,14 @@
 """A real Prometheus scraping three `llmtop sim`s on loopback: llmtop's PromQL source gives the
 per-replica figures llmtop computes scraping the same sims directly, and names the same outlier.
 
-The binary is found on PATH (Debian's `prometheus` package), or installed with apt-get when
-running as root; otherwise the test is skipped, saying why. Bounded: ~60 s.
+The binary is found on PATH (Debian's `prometheus` package), or installed by
+.ci/install-system-tools; otherwise the test is skipped, saying why. Bounded: ~60 s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -26,32 +24,15 @@ from llmtop.core.snapshot import EngineStats
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
+from tests.system_tools import system_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 WINDOW_S = 10.0
 
 
 def find_prometheus() -> str:
-    """The prometheus binary, installed through apt-get when missing and allowed; else skip."""
-    debian = "/usr/bin/prometheus"
-    found = shutil.which("prometheus") or (debian if Path(debian).exists() else None)
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("no prometheus binary, and apt-get cannot install it here (not root)")
-    try:
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"],
-            capture_output=True,
-            timeout=300,
-            check=True,
-        )
-    except (subprocess.SubprocessError, OSError) as e:
-        pytest.skip(f"no prometheus binary, and apt-get install prometheus failed: {e}")
-    found = shutil.which("prometheus")
-    if not found:
-        pytest.skip("apt-get installed no prometheus binary")
-    return found
+    """The prometheus binary, installed when missing (tests/system_tools.py); else skip."""
+    return system_binary("prometheus")
 
 
 def free_port() -> int:

@@ -56,6 +56,13 @@ def test_bad_flag_value_is_one_line_exit_2() -> None:
     assert out.stderr.count("\n") == 1
 
 
+def test_unknown_flag_points_at_its_subcommands_help() -> None:
+    out = run_cli("gateway", "--port", "9000")
+    assert out.returncode == 2
+    expected = "unrecognized arguments: --port 9000 (see 'llmtop gateway --help')"
+    assert out.stderr == f"llmtop: {expected}\n"
+
+
 def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     out = run_cli("snapshot", "--config", str(tmp_path / "nope.toml"), "--vllm", "http://x")
     assert out.returncode == 2
