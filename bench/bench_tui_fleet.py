@@ -279,9 +279,7 @@ def main() -> int:
         f"measurement), one FleetSnapshot a second; {args.runs} alternating idle/fleet windows "
         f"of {args.seconds:g} s after a {WARMUP_S:g} s warm-up. % of one core: median (min-max).\n"
     )
-    print(
-        "| where | size | idle (no updates) | fleet at 1 Hz | fleet - idle | CPU per update |"
-    )
+    print("| where | size | idle (no updates) | fleet at 1 Hz | fleet - idle | CPU per update |")
     print("|---|---|---:|---:|---:|---:|")
     for size in SIZES:
         modes = [("headless", None)] + ([("tmux", size)] if args.terminal else [])
