@@ -1,9 +1,12 @@
 """The TUI's what-if hook: `w` opens the what-if screen, and while the `:` command line holds
 `cap N` a line above it shows the prediction for N beside what is measured now, before Enter
-applies it. Mixed into `LlmtopApp`; without a live feed (replays, tests) both say so."""
+applies it, refreshed while the line stays open (each second while the window fills, then as
+often as the what-if screen). Mixed into `LlmtopApp`; without a live feed (replays, tests) both
+say so."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 from textual.widgets import Input, Static
@@ -15,7 +18,7 @@ from llmtop.core.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
 from llmtop.tui import commands
 from llmtop.tui.controls import AdminControls
-from llmtop.tui.screens.whatif import WhatIfScreen
+from llmtop.tui.screens.whatif import REFRESH_S, WhatIfScreen
 from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
 from llmtop.whatif.render import caps_around, preview_line
 
@@ -80,6 +83,7 @@ class WhatIfControls(AdminControls):
             parsed = None
         preview = self._preview()
         if not isinstance(parsed, dict) or not isinstance(parsed.get("max_concurrency"), int):
+            self.workers.cancel_group(self, "whatif-preview")
             preview.display = False
             return
         cap = parsed["max_concurrency"]
@@ -88,20 +92,27 @@ class WhatIfControls(AdminControls):
         self.run_worker(self._predict(cap), group="whatif-preview", exclusive=True)
 
     async def _predict(self, cap: int) -> None:
+        """Predict `cap` until the line closes or holds something else (a new keystroke
+        replaces this worker): "collecting metrics (n s of 30)" counts up instead of standing
+        still, and a prediction follows the traffic while the person thinks."""
         feed = self.whatif
         assert feed is not None
         preview = self._preview()
-        try:
-            a = await feed.analyse((cap,))
-        except LlmtopError as e:
-            preview.update(str(e))
-            return
-        preview.update(
-            preview_line(a.observed, a.checks, a.predictions[0], a.predictions[-1], HORIZON_S)
-        )
+        while preview.display:
+            try:
+                a = await feed.analyse((cap,))
+            except LlmtopError as e:
+                preview.update(str(e))
+                await asyncio.sleep(1.0)
+                continue
+            preview.update(
+                preview_line(a.observed, a.checks, a.predictions[0], a.predictions[-1], HORIZON_S)
+            )
+            await asyncio.sleep(REFRESH_S)
 
     def hide_preview(self) -> None:
-        """The command line closed: the preview goes with it."""
+        """The command line closed: the preview goes with it, and stops predicting."""
+        self.workers.cancel_group(self, "whatif-preview")
         for preview in self.screen_stack[0].query(WhatIfPreview) if self.screen_stack else ():
             preview.display = False
 

@@ -45,6 +45,27 @@ async def test_typing_cap_n_previews_the_prediction_before_enter(points: list[Po
         assert not preview.display
 
 
+async def test_the_preview_follows_the_window_filling_without_another_key(
+    points: list[Point],
+) -> None:
+    """Typed before the window is full, `:cap 2` says how far the collection is, and turns
+    into the prediction once it is, with no key pressed in between."""
+    feed = feed_of([])
+    app: LlmtopApp = make_app(admin=AdminClient("http://127.0.0.1:9"), whatif=feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        await pilot.press("colon", *"cap 2")
+        preview = app.query_one(WhatIfPreview)
+        first = await wait_text(pilot, lambda: preview.render(), "collecting metrics")
+        assert "collecting metrics (0 s of 30)" in first
+        feed.points.extend(points)  # what the feed's scrapes would have added meanwhile
+        text = await wait_text(pilot, lambda: preview.render(), "PREDICTED cap 2")
+        assert "PREDICTED cap 2, next 60 s" in text
+        await pilot.press("escape")
+        assert not preview.display
+        assert not [w for w in app.workers if w.group == "whatif-preview" and w.is_running]
+
+
 async def test_w_opens_the_table_and_replays_say_they_cannot(points: list[Point]) -> None:
     app: LlmtopApp = make_app(whatif=feed_of(points))
     async with app.run_test(size=SIZE) as pilot:
