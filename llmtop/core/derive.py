@@ -15,12 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmtop.core.engines import EngineScrape
-from llmtop.core.series import (
-    CounterWindow,
-    Key,
-    histogram_quantile,
-    quantile_lands_in_first_bucket,
-)
+from llmtop.core.series import Buckets, CounterWindow, Key
 from llmtop.core.snapshot import EngineStats
 
 NO_GAUGES = (
@@ -51,6 +46,8 @@ class _Hist:
         self.buckets: list[tuple[float, float]] = [
             (float(le), c) for le, c in members.items() if isinstance(le, float | int)
         ]
+        self._sorted = Buckets(self.buckets)  # sorted once for all the quantiles read
+        self._first_bound: float | None = None
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
@@ -58,11 +55,13 @@ class _Hist:
         return self.sum / self.count
 
     def quantile(self, q: float) -> float | None:
-        if quantile_lands_in_first_bucket(q, self.buckets):
+        if self._sorted.lands_in_first(q):
             mean = self.mean()
             if mean is not None:
-                return min(mean, min(le for le, _ in self.buckets))
-        return histogram_quantile(q, self.buckets)
+                if self._first_bound is None:
+                    self._first_bound = min(le for le, _ in self.buckets)
+                return min(mean, self._first_bound)
+        return self._sorted.quantile(q)
 
 
 def _cumulative_mean(scrape: EngineScrape, key: str) -> float | None:

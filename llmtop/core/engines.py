@@ -10,10 +10,13 @@ weighted by each engine's KV blocks. A series that is absent stays None.
 
 from __future__ import annotations
 
+import math
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import groupby
 
-from llmtop.core.raw import Sample
+from llmtop.core.raw import Labels, Sample
 
 VLLM_PREFIX = "vllm:"
 
@@ -98,6 +101,9 @@ class EngineScrape:
     """Waiting for a transient reason: LoRA budget, KV transfer, blocked (vLLM >= 0.20)."""
 
 
+_NAME = operator.attrgetter("name")
+
+
 def _label(labels: tuple[tuple[str, str], ...], key: str) -> str | None:
     for k, v in labels:
         if k == key:
@@ -111,9 +117,13 @@ def _le(value: str) -> float:
 
 def extract(samples: tuple[Sample, ...]) -> EngineScrape:
     """Sum one scrape's samples over engines into an `EngineScrape`."""
-    by_name: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        by_name[s.name].append(s)
+    by_name: dict[str, list[Sample]] = {}
+    for name, run in groupby(samples, key=_NAME):  # a family's samples come together
+        found = by_name.get(name)
+        if found is None:
+            by_name[name] = list(run)
+        else:
+            found.extend(run)
     used: dict[str, str] = {}
 
     def first(key: str, alternatives: tuple[str, ...]) -> list[Sample] | None:
@@ -191,14 +201,68 @@ def _by_reason(by_name: dict[str, list[Sample]], reason: str) -> float | None:
     return sum(found) if found else None
 
 
+class _BucketPlan:
+    """How one family's bucket samples add up, worked out once per label sets: which bound
+    each sample counts in (its `le`, parsed), the bounds sorted, the samples of each bound."""
+
+    __slots__ = ("bounds", "single")
+
+    def __init__(self, les: list[float | None]) -> None:
+        members: dict[float, list[int]] = {}
+        for i, le in enumerate(les):
+            if le is not None:
+                members.setdefault(le, []).append(i)
+        self.bounds = [(le, members[le]) for le in sorted(members)]
+        self.single = [(le, idx[0]) for le, idx in self.bounds if len(idx) == 1]
+        """(bound, sample) when every bound has one sample (one engine: the usual case)."""
+        if len(self.single) != len(self.bounds):
+            self.single = []
+
+    def buckets(self, values: list[float]) -> tuple[tuple[float, float], ...]:
+        """(bound, count) sorted, each count added up from 0.0 in the samples' order."""
+        if self.single:
+            return tuple([(le, 0.0 + values[i]) for le, i in self.single])
+        out = []
+        for le, idx in self.bounds:
+            total = 0.0
+            for i in idx:
+                total += values[i]
+            out.append((le, total))
+        return tuple(out)
+
+
+_PLANS: dict[tuple[Labels, ...], _BucketPlan | None] = {}
+"""Label sets of one family's buckets -> their plan (None: a NaN bound, added up as it comes).
+Label sets repeat every scrape; the bound of each is parsed once."""
+_PLANS_MAX = 4096
+
+
+def _plan(labels: tuple[Labels, ...]) -> _BucketPlan | None:
+    plan = _PLANS.get(labels, False)
+    if plan is not False:
+        return plan  # type: ignore[return-value]
+    les = [None if (le := _label(ls, "le")) is None else _le(le) for ls in labels]
+    made = None if any(le is not None and math.isnan(le) for le in les) else _BucketPlan(les)
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[labels] = made
+    return made
+
+
 def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:
-    buckets: dict[float, float] = defaultdict(float)
-    for s in by_name.get(fam + "_bucket", ()):
-        le = _label(s.labels, "le")
-        if le is not None:
-            buckets[_le(le)] += s.value
+    samples = by_name.get(fam + "_bucket", ())
+    plan = _plan(tuple([s.labels for s in samples])) if samples else None
+    if plan is not None:
+        sorted_buckets = plan.buckets([s.value for s in samples])
+    else:
+        buckets: dict[float, float] = defaultdict(float)
+        for s in samples:
+            le = _label(s.labels, "le")
+            if le is not None:
+                buckets[_le(le)] += s.value
+        sorted_buckets = tuple(sorted(buckets.items()))
     return Histogram(
-        buckets=tuple(sorted(buckets.items())),
+        buckets=sorted_buckets,
         sum=sum(s.value for s in by_name.get(fam + "_sum", ())),
         count=sum(s.value for s in by_name.get(fam + "_count", ())),
     )

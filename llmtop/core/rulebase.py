@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from llmtop.core import format as fmt
+from llmtop.core.peaks import DecodePeaks
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
@@ -40,6 +41,8 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
+    decode_peaks: DecodePeaks | None = None
+    """The history's decode rates indexed by the pipeline (decode-bound scans without it)."""
 
 
 @dataclass(frozen=True)
@@ -205,22 +208,30 @@ class KvSize:
 
 
 def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
-    """The most KV per running sequence at this poll and the earlier ones of the lookback."""
-    polls: list[tuple[EngineStats, float]] = [(e, 0.0)]
+    """The most KV per running sequence at this poll and the earlier ones of the lookback
+    (this poll first, then newest to oldest: the first of equals wins)."""
+    best: tuple[float, float, float] | None = None  # usage, running, ago
+    most = 0.0
+    cap, usage, running = e.kv_capacity_tokens, e.kv_cache_usage_frac, e.running
+    if cap is not None and usage is not None and running and running > 0:
+        best, most = (usage, running, 0.0), usage * cap / running
     if now is not None:
+        url, oldest = e.url, now - SIZE_LOOKBACK_S
         for snap in reversed(history):
-            if snap.time < now - SIZE_LOOKBACK_S:
+            if snap.time < oldest:
                 break
-            polls += [(p, now - snap.time) for p in snap.engines if p.url == e.url and p.up]
-    best: KvHeld | None = None
-    for p, ago in polls:
-        cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
-        if cap is None or usage is None or not running or running <= 0:
-            continue
-        tokens = usage * cap / running
-        if best is None or tokens > best.tokens:
-            best = KvHeld(usage, running, tokens, max(0.0, ago))
-    return best
+            for p in snap.engines:
+                if p.url != url or not p.up:
+                    continue
+                cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
+                if cap is None or usage is None or not running or running <= 0:
+                    continue
+                tokens = usage * cap / running
+                if best is None or tokens > most:
+                    best, most = (usage, running, now - snap.time), tokens
+    if best is None:
+        return None
+    return KvHeld(best[0], best[1], most, max(0.0, best[2]))
 
 
 def kv_size(

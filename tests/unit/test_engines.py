@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmtop.core import engines, promtext
 from llmtop.core.engines import extract
+from llmtop.core.raw import Sample
 
 KEEP = promtext.keep_names(engines.sample_names())
 
@@ -106,3 +110,57 @@ def test_unset_cache_config_is_unknown(blocks: str) -> None:
         f'vllm:cache_config_info{{block_size="16",engine="0",num_gpu_blocks="{blocks}"}} 1\n'
     )
     assert s.kv_capacity_tokens is None
+
+
+def _buckets_one_by_one(samples: list[Sample]) -> list[tuple[float, float]]:
+    """The buckets as a first reading adds them up: sample by sample into a dict, sorted."""
+    out: dict[float, float] = defaultdict(float)
+    for s in samples:
+        le = dict(s.labels).get("le")
+        if le is not None:
+            out[float("inf") if le in ("+Inf", "Inf", "inf") else float(le)] += s.value
+    return sorted(out.items())
+
+
+_LES = ["0.1", "0.5", "1", "1.0", "+Inf", "Inf", "2.5", "-0", "0"]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["0", "1", "2"]),  # engine
+            st.sampled_from([*_LES, None]),  # le (None: no le label)
+            st.floats(-10, 1e6, allow_nan=False) | st.sampled_from([0.0, -0.0, 3.0]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(0, 3),
+)
+def test_bucket_plans_add_up_as_sample_by_sample(
+    rows: list[tuple[str, str | None, float]], scrapes: int
+) -> None:
+    """The buckets worked out once per label set (engines summed, bounds spelled two ways,
+    samples without a bound) equal a sample-by-sample sum, bit for bit, scrape after scrape."""
+    labels = [
+        tuple(sorted([("engine", eng)] + ([("le", le)] if le is not None else [])))
+        for eng, le, _ in rows
+    ]
+    for k in range(scrapes + 1):  # the same label sets again: the memoised plan
+        samples = [
+            Sample("vllm:e2e_request_latency_seconds_bucket", ls, v * (k + 1))
+            for ls, (_, _, v) in zip(labels, rows, strict=True)
+        ]
+        got = extract(tuple(samples)).histograms.get("e2e")
+        want = _buckets_one_by_one(samples)
+        assert got is not None
+        assert repr(list(got.buckets)) == repr(want)
+
+
+def test_a_nan_bound_is_summed_as_it_comes() -> None:
+    samples = (
+        Sample("vllm:e2e_request_latency_seconds_bucket", (("le", "NaN"),), 1.0),
+        Sample("vllm:e2e_request_latency_seconds_bucket", (("le", "+Inf"),), 2.0),
+    )
+    got = extract(samples).histograms["e2e"].buckets
+    assert repr(list(got)) == repr(_buckets_one_by_one(list(samples)))

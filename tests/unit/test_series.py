@@ -120,3 +120,102 @@ def test_rates_never_negative_whatever_the_resets(values: list[int]) -> None:
         w.add(float(t), {K: float(v)})
         rate = w.rate(K, 5.0)
         assert rate is None or rate >= 0.0
+
+
+class _KeyByKey:
+    """The window as a plain dict of increments per poll, summed key by key: the oracle for
+    CounterWindow's shared layouts and all-at-once column sums."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self.prev: dict[tuple[str, object], float] | None = None
+        self.prev_time: float | None = None
+        self.steps: list[tuple[float, float, dict[str, dict[object, float]]]] = []
+
+    def add(self, t: float, values: dict[tuple[str, object], float]) -> None:
+        if self.prev is not None and self.prev_time is not None and t > self.prev_time:
+            prev = self.prev
+            reset = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
+            inc: dict[str, dict[object, float]] = {}
+            for (group, member), v in values.items():
+                fresh = group in reset or (group, member) not in prev
+                inc.setdefault(group, {})[member] = v if fresh else v - prev[(group, member)]
+            self.steps.append((self.prev_time, t, inc))
+            self.steps = [s for s in self.steps if not s[1] < t - self.keep_s]
+        elif self.prev_time is not None and t <= self.prev_time:
+            self.steps = []
+        self.prev, self.prev_time = dict(values), t
+
+    def window(self, window_s: float) -> list[tuple[float, float, dict[str, dict[object, float]]]]:
+        if not self.steps:
+            return []
+        cutoff = self.steps[-1][1] - window_s - 1e-9
+        out = []
+        for step in reversed(self.steps):
+            if step[0] < cutoff and out:
+                break
+            out.append(step)
+        return out[::-1]
+
+    def delta(self, key: tuple[str, object], window_s: float) -> float | None:
+        group, member = key
+        found = [
+            s[2][group][member] for s in self.window(window_s) if member in s[2].get(group, {})
+        ]
+        return sum(found) if found else None
+
+    def group(self, group: str, window_s: float) -> dict[object, float]:
+        found: dict[object, list[float]] = {}
+        for _, _, inc in self.window(window_s):
+            for member, v in inc.get(group, {}).items():
+                found.setdefault(member, []).append(v)
+        return {member: sum(incs) for member, incs in found.items()}
+
+
+_KEYS = [("a", None), ("h", 0.1), ("h", 1.0), ("h", INF), ("h", "sum"), ("b", None)]
+_ALL = [True] * len(_KEYS)
+_PRESENT = [_ALL, _ALL, _ALL, _ALL, [*_ALL[:-1], False], [True, True, False, True, True, True]]
+"""Which keys a poll has: mostly all (one layout, summed all at once), sometimes one gone."""
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.5, 1.0, 1.0, 1.0, 2.5, -0.5]),  # time step (back: restart)
+            st.sampled_from(_PRESENT),
+            st.lists(
+                st.floats(-1e6, 1e9, allow_nan=False) | st.floats(0, 1000).map(round),
+                min_size=len(_KEYS),
+                max_size=len(_KEYS),
+            ),
+            st.sampled_from([False] * 5 + [True]),  # keys in the other order
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([1.0, 3.0, 10.0]),
+)
+def test_window_sums_equal_a_key_by_key_sum(
+    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float
+) -> None:
+    """Whatever the keys do (appear, go, change order, reset, time going back), every delta
+    and group equals the plain key-by-key sum exactly, bit for bit, and in the same order."""
+    w, oracle = CounterWindow(keep_s=8.0), _KeyByKey(keep_s=8.0)
+    t = 0.0
+    growing = [0.0] * len(_KEYS)
+    for dt, present, steps, reverse in polls:
+        t += dt
+        for i, s in enumerate(steps):
+            growing[i] += abs(s) if s < 5e8 else -s  # mostly counting up, sometimes a reset
+        values = {k: growing[i] for i, k in enumerate(_KEYS) if present[i]}
+        if reverse:
+            values = dict(reversed(values.items()))
+        w.add(t, values)
+        oracle.add(t, values)
+        for key in _KEYS:
+            assert repr(w.delta(key, window_s)) == repr(oracle.delta(key, window_s))
+        for group in ("a", "h", "b", "none"):
+            assert repr(w.group(group, window_s)) == repr(oracle.group(group, window_s))
+        span = w.span_s(window_s)
+        steps_ = oracle.window(window_s)
+        assert span == (steps_[-1][1] - steps_[0][0] if steps_ else None)
