@@ -40,7 +40,9 @@ async def fetch_text(
 
     Raises httpx errors, ScrapeError (HTTP status, HTML) and BodyTooLarge.
     """
-    async with client.stream("GET", url) as resp:
+    # identity: compressing a scrape costs the target ~1.4 ms (vLLM's metrics app, 53 KB) and
+    # inflating it costs us ~0.13 ms, for a body that crosses loopback or a LAN once a second
+    async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
         if resp.status_code != 200:
             raise ScrapeError(f"HTTP {resp.status_code} from {url}", target=url)
         ctype = resp.headers.get("content-type", "")
