@@ -40,12 +40,7 @@ class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        members = window.group("h:" + key, window_s)
-        self.sum = members.pop("sum", None)
-        self.count = members.pop("count", None)
-        self.buckets: list[tuple[float, float]] = [
-            (float(le), c) for le, c in members.items() if isinstance(le, float | int)
-        ]
+        self.buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
         self._sorted = Buckets(self.buckets)  # sorted once for all the quantiles read
         self._first_bound: float | None = None
 

@@ -24,7 +24,7 @@ from typing import Literal
 from llmtop.core import engines as vllm_names
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
-from llmtop.core.peaks import DecodePeaks
+from llmtop.core.peaks import HistoryIndex
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
@@ -138,8 +138,8 @@ class _Track:
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings)
         self.snapshots: deque[Snapshot] = deque()
-        self.peaks = DecodePeaks()
-        """decode-bound's index of `snapshots`."""
+        self.index = HistoryIndex()
+        """The rules' look-backs over `snapshots`."""
         self.last_progress: float | None = None
         self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
@@ -291,7 +291,7 @@ class FleetPipeline(Pipeline):
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None
         self._edge = Pipeline(self.settings, max_num_seqs=max_num_seqs)  # gateway and GPUs
-        self._peaks = None  # the fleet's Snapshots are not judged by the engine rules
+        self._index = None  # the fleet's Snapshots are not judged by the engine rules
         self._fleet_health = FleetHealth(self.rules)
         self._tracks: dict[str, _Track] = {}
         self._events: deque[FleetEvent] = deque()
@@ -413,16 +413,16 @@ class FleetPipeline(Pipeline):
             history=tuple(track.snapshots),
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
-            decode_peaks=track.peaks,
+            history_index=track.index,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
         track.snapshots.append(snap)
-        track.peaks.add(snap)
+        track.index.add(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
-            track.peaks.drop_oldest()
+            track.index.drop_oldest()
         return Replica(key=key, name=name, stats=stats, findings=findings, status=status)
 
 

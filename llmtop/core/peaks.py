@@ -1,16 +1,18 @@
-"""decode-bound's look-back, kept as the history grows instead of rescanned every poll. Pure.
+"""The rules' look-backs, kept as the history grows instead of rescanned every poll. Pure.
 
-decode-bound compares an engine's per-sequence decode rate with the best one seen in the
-pipeline's history (ten minutes) at half the running sequences or fewer: the first snapshot,
-oldest first, whose rate is the highest among those where the engine ran at most half as many.
-Rescanning 600 snapshots every poll was a third of a poll's derive. `DecodePeaks` keeps, per
-engine URL and per running count, the sliding-window maximum of the rate (a monotonic deque:
-the best stays at the front; equal rates keep the older first), so the answer is the best of
-the fronts at the running counts that qualify. It holds exactly the snapshots the pipeline's
-history holds (`add` as one is kept, `drop_oldest` as the oldest goes), and gives up (`exact`
-is False) for an engine whose history holds a NaN rate, where "highest" depends on the order
-of the scan: the rule then scans as before. `best_at_half` equals the scan (hypothesis:
-tests/unit/test_peaks.py).
+Two rules look back over many snapshots at every poll. decode-bound compares an engine's
+per-sequence decode rate with the best one in the history (ten minutes) at half the running
+sequences or fewer: the first snapshot, oldest first, whose rate is the highest among those
+where it ran at most half as many. `kv_size` sizes a slot by the most KV a running sequence
+held over the last minute: this poll first, then the newest snapshot back, the first of equals
+winning. Rescanning 600 snapshots (or 60 for each of a hundred replicas, scattered in memory)
+every poll was a third of a poll's derive. `HistoryIndex` keeps both as sliding-window maxima
+(monotonic deques: the best stays at the front, a value that can never win again is dropped
+as it is outdone), fed as the pipeline keeps a snapshot (`add`) and lets the oldest go
+(`drop_oldest`), so it holds exactly the history's snapshots. Where the order of the scan
+would decide between values that do not compare (a NaN), or the history's times are not in
+order (a clock stepped back), it says it is not exact and the rule scans as before. Each
+answer equals the scan's (hypothesis: tests/unit/test_peaks.py).
 """
 
 from __future__ import annotations
@@ -124,3 +126,127 @@ class DecodePeaks:
             ):
                 best = top
         return None if best is None else best.stats
+
+
+class _Held:
+    """One engine row of one kept snapshot: the KV each running sequence held then."""
+
+    __slots__ = ("running", "time", "tokens", "usage")
+
+    def __init__(self, time: float, usage: float, running: float, tokens: float) -> None:
+        self.time = time
+        self.usage = usage
+        self.running = running
+        self.tokens = tokens
+
+
+def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
+    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown."""
+    cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
+    if cap is None or usage is None or not running or running <= 0:
+        return None
+    return usage, running, usage * cap / running
+
+
+class HeldPeaks:
+    """Per URL, the most KV a running sequence held in the kept snapshots, newest first."""
+
+    def __init__(self) -> None:
+        self._fronts: dict[str, deque[_Held]] = {}
+        self._nan: dict[str, int] = {}
+        self._kept: deque[list[tuple[str, _Held | None]]] = deque()
+        self._added = 0
+        self._dropped = 0
+        self._newest: float | None = None
+        self._out_of_order = 0
+        """The newest snapshot kept at a time before its predecessor's (0: none): the index
+        is exact again once that predecessor has gone."""
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        if self._newest is not None and not snap.time >= self._newest:
+            self._out_of_order = self._added
+        self._newest = snap.time
+        self._added += 1
+        rows: list[tuple[str, _Held | None]] = []
+        # The scan reads a snapshot's rows first to last, newest snapshot first; pushed last
+        # row first, a row outdoes the ones before it on equal terms.
+        for p in reversed(snap.engines):
+            held = held_tokens(p) if p.up else None
+            if held is None:
+                continue
+            usage, running, tokens = held
+            if math.isnan(tokens):
+                self._nan[p.url] = self._nan.get(p.url, 0) + 1
+                rows.append((p.url, None))
+                continue
+            entry = _Held(snap.time, usage, running, tokens)
+            front = self._fronts.setdefault(p.url, deque())
+            while front and front[-1].tokens <= tokens:
+                front.pop()  # older and no higher: never the answer while this one is kept
+            front.append(entry)
+            rows.append((p.url, entry))
+        self._kept.append(rows)
+
+    def drop_oldest(self) -> None:
+        """Forget the oldest indexed snapshot (the history has let it go)."""
+        self._dropped += 1
+        for url, entry in self._kept.popleft():
+            if entry is None:
+                self._nan[url] -= 1
+                if not self._nan[url]:
+                    del self._nan[url]
+                continue
+            front = self._fronts.get(url)
+            if front and front[0] is entry:
+                front.popleft()
+                if not front:
+                    del self._fronts[url]
+        if not self._kept:
+            self._newest = None
+
+    def exact(self, url: str, now: float) -> bool:
+        """Whether `most` answers for this URL at `now`: the kept times in order, none after
+        `now`, no NaN among the URL's rows."""
+        newest = self._newest
+        return (
+            self._dropped >= self._out_of_order
+            and (newest is None or now >= newest)
+            and url not in self._nan
+        )
+
+    def most(
+        self, url: str, now: float, lookback_s: float
+    ) -> tuple[float, float, float, float] | None:
+        """(usage, running, tokens, time) of the kept row that held the most KV per running
+        sequence since `now - lookback_s`, the newest of equals; None when none did.
+        Only where `exact` says so: rows older than the look-back are let go for good."""
+        front = self._fronts.get(url)
+        if not front:
+            return None
+        oldest = now - lookback_s
+        while front and front[0].time < oldest:
+            front.popleft()
+        if not front:
+            del self._fronts[url]
+            return None
+        top = front[0]
+        return top.usage, top.running, top.tokens, top.time
+
+
+class HistoryIndex:
+    """Both look-backs of one history, fed as it keeps and lets go of snapshots."""
+
+    def __init__(self) -> None:
+        self.decode = DecodePeaks()
+        self.held = HeldPeaks()
+
+    def add(self, snap: Snapshot) -> None:
+        """The history has kept `snap` (its newest)."""
+        self.decode.add(snap)
+        self.held.add(snap)
+
+    def drop_oldest(self) -> None:
+        """The history has let its oldest snapshot go."""
+        self.decode.drop_oldest()
+        self.held.drop_oldest()

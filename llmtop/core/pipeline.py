@@ -17,7 +17,7 @@ from llmtop.core import engines as vllm_names
 from llmtop.core.admin_api import LIMITS
 from llmtop.core.derive import counter_values, derive_engine
 from llmtop.core.health import Context, HealthState
-from llmtop.core.peaks import DecodePeaks
+from llmtop.core.peaks import HistoryIndex
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
@@ -52,8 +52,8 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
-        self._peaks: DecodePeaks | None = DecodePeaks()
-        """decode-bound's index of `_snapshots` (None: this history is not judged per engine)."""
+        self._index: HistoryIndex | None = HistoryIndex()
+        """The rules' look-backs over `_snapshots` (None: this history is not judged)."""
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
@@ -79,7 +79,7 @@ class Pipeline:
             history=tuple(self._snapshots),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
-            decode_peaks=self._peaks,
+            history_index=self._index,
         )
         findings = self.health.evaluate(ctx)
         snap = Snapshot(
@@ -126,12 +126,12 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
-        if self._peaks is not None:
-            self._peaks.add(snap)
+        if self._index is not None:
+            self._index.add(snap)
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
-            if self._peaks is not None:
-                self._peaks.drop_oldest()
+            if self._index is not None:
+                self._index.drop_oldest()
 
 
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:

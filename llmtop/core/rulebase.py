@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from llmtop.core import format as fmt
-from llmtop.core.peaks import DecodePeaks
+from llmtop.core.peaks import HeldPeaks, HistoryIndex, held_tokens
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
@@ -41,8 +41,8 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
-    decode_peaks: DecodePeaks | None = None
-    """The history's decode rates indexed by the pipeline (decode-bound scans without it)."""
+    history_index: HistoryIndex | None = None
+    """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
 
 
 @dataclass(frozen=True)
@@ -207,15 +207,27 @@ class KvSize:
         )
 
 
-def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
+def _held(
+    e: EngineStats,
+    history: Sequence[Snapshot],
+    now: float | None,
+    index: HeldPeaks | None = None,
+) -> KvHeld | None:
     """The most KV per running sequence at this poll and the earlier ones of the lookback
-    (this poll first, then newest to oldest: the first of equals wins)."""
+    (this poll first, then newest to oldest: the first of equals wins). `index`, kept by the
+    pipeline over `history`, answers for the look-back where it is exact."""
     best: tuple[float, float, float] | None = None  # usage, running, ago
     most = 0.0
-    cap, usage, running = e.kv_capacity_tokens, e.kv_cache_usage_frac, e.running
-    if cap is not None and usage is not None and running and running > 0:
-        best, most = (usage, running, 0.0), usage * cap / running
-    if now is not None:
+    mine = held_tokens(e)
+    if mine is not None:
+        best, most = (mine[0], mine[1], 0.0), mine[2]
+    if now is None:
+        pass
+    elif index is not None and index.exact(e.url, now):
+        found = index.most(e.url, now, SIZE_LOOKBACK_S)
+        if found is not None and (best is None or found[2] > most):
+            best, most = (found[0], found[1], now - found[3]), found[2]
+    else:
         url, oldest = e.url, now - SIZE_LOOKBACK_S
         for snap in reversed(history):
             if snap.time < oldest:
@@ -223,12 +235,9 @@ def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvH
             for p in snap.engines:
                 if p.url != url or not p.up:
                     continue
-                cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
-                if cap is None or usage is None or not running or running <= 0:
-                    continue
-                tokens = usage * cap / running
-                if best is None or tokens > most:
-                    best, most = (usage, running, now - snap.time), tokens
+                held = held_tokens(p)
+                if held is not None and (best is None or held[2] > most):
+                    best, most = (held[0], held[1], now - snap.time), held[2]
     if best is None:
         return None
     return KvHeld(best[0], best[1], most, max(0.0, best[2]))
@@ -239,6 +248,8 @@ def kv_size(
     history: Sequence[Snapshot] = (),
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
+    *,
+    index: HeldPeaks | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -268,7 +279,7 @@ def kv_size(
     cap = e.kv_capacity_tokens
     if cap is None or cap <= 0:
         return None
-    held = _held(e, history, now)
+    held = _held(e, history, now, index)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None
@@ -292,7 +303,8 @@ def kv_size(
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac)
+    index = ctx.history_index.held if ctx.history_index is not None else None
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, index=index)
 
 
 def kv_fit(

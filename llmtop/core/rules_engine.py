@@ -214,7 +214,7 @@ def batching_cliff(ctx: Context) -> Verdict | None:
 
 def decode_bound(ctx: Context) -> Verdict | None:
     s = ctx.settings
-    peaks = ctx.decode_peaks
+    peaks = ctx.history_index.decode if ctx.history_index is not None else None
     for e in up_engines(ctx):
         if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
             continue

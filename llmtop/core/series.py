@@ -22,6 +22,7 @@ import math
 import operator
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
+from itertools import accumulate
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
@@ -30,7 +31,7 @@ Key = tuple[str, Hashable]
 class _Layout:
     """The keys of one poll in order, each key's position, and each group's members."""
 
-    __slots__ = ("groups", "index", "keys")
+    __slots__ = ("_histograms", "groups", "index", "keys")
 
     def __init__(self, keys: tuple[Key, ...]) -> None:
         self.keys = keys
@@ -38,6 +39,30 @@ class _Layout:
         self.groups: dict[str, list[tuple[Hashable, int]]] = {}
         for i, (group, member) in enumerate(keys):
             self.groups.setdefault(group, []).append((member, i))
+        self._histograms: dict[str, _HistogramLayout] = {}
+
+    def histogram(self, group: str) -> _HistogramLayout:
+        """The group read as a histogram: its numeric members as bounds, its sum and count."""
+        found = self._histograms.get(group)
+        if found is None:
+            found = self._histograms[group] = _HistogramLayout(self.groups.get(group, []))
+        return found
+
+
+class _HistogramLayout:
+    """Where a histogram's bounds (numeric members, as floats), sum and count sit in a layout."""
+
+    __slots__ = ("bounds", "count", "sum")
+
+    def __init__(self, members: list[tuple[Hashable, int]]) -> None:
+        positions = dict(members)
+        self.sum = positions.get("sum")
+        self.count = positions.get("count")
+        self.bounds = [
+            (float(m), i)
+            for m, i in positions.items()
+            if m not in ("sum", "count") and isinstance(m, float | int)
+        ]
 
 
 Step = tuple[float, float, _Layout, list[float]]
@@ -135,6 +160,22 @@ class CounterWindow:
         span = self.span_s(window_s)
         return None if d is None or not span else d / span
 
+    def histogram(self, group: str, window_s: float) -> Histogram:
+        """The group as a histogram over the window: (bound, increment) for each numeric
+        member, and the "sum" and "count" members (None when absent), as `group` gives them."""
+        w = self._window(window_s)
+        if w.sums is not None and w.layout is not None:
+            sums, h = w.sums, w.layout.histogram(group)
+            return (
+                [(le, sums[i]) for le, i in h.bounds],
+                None if h.sum is None else sums[h.sum],
+                None if h.count is None else sums[h.count],
+            )
+        members = self.group(group, window_s)
+        total, count = members.pop("sum", None), members.pop("count", None)
+        bounds = [(float(le), c) for le, c in members.items() if isinstance(le, float | int)]
+        return bounds, total, count
+
     def group(self, group: str, window_s: float) -> dict[Hashable, float]:
         """Summed increments of every member of `group` over the window."""
         w = self._window(window_s)
@@ -146,6 +187,10 @@ class CounterWindow:
             for member, i in s[2].groups.get(group, ()):
                 found.setdefault(member, []).append(s[3][i])
         return {member: sum(incs) for member, incs in found.items()}
+
+
+Histogram = tuple[list[tuple[float, float]], float | None, float | None]
+"""(bounds with their summed increments, in the members' order; sum; count) of a window."""
 
 
 def _increments(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
@@ -171,6 +216,9 @@ def _increments_by_key(
     return [v if k[0] in reset_groups or k not in prev else v - prev[k] for k, v in pairs]
 
 
+_COUNT = operator.itemgetter(1)
+
+
 class Buckets:
     """Cumulative (upper bound, count) buckets sorted once: `derive` reads two or three
     quantiles of each histogram, and asks each time whether it lands in the first bucket."""
@@ -192,12 +240,8 @@ class Buckets:
         counts = self._counts
         if counts is None:
             # Bucket deltas of a window can be slightly non-monotonic across a reset; force
-            # monotonic.
-            counts = []
-            running = 0.0
-            for _, c in ordered:
-                running = max(running, c)
-                counts.append(running)
+            # monotonic (a running max from 0.0, as max(running, c) bucket by bucket).
+            counts = list(accumulate(map(_COUNT, ordered), max, initial=0.0))[1:]
             self._counts = counts
         total = counts[-1]
         if total <= 0:
@@ -230,7 +274,7 @@ class Buckets:
         if not ordered:
             return False
         if self._peak is None:
-            self._peak = max(c for _, c in ordered)
+            self._peak = max(map(_COUNT, ordered))
         total = self._peak
         return total > 0 and ordered[0][1] >= q * total
 

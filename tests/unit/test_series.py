@@ -216,6 +216,10 @@ def test_window_sums_equal_a_key_by_key_sum(
             assert repr(w.delta(key, window_s)) == repr(oracle.delta(key, window_s))
         for group in ("a", "h", "b", "none"):
             assert repr(w.group(group, window_s)) == repr(oracle.group(group, window_s))
+            members = oracle.group(group, window_s)
+            total, count = members.pop("sum", None), members.pop("count", None)
+            bounds = [(float(m), c) for m, c in members.items() if isinstance(m, float | int)]
+            assert repr(w.histogram(group, window_s)) == repr((bounds, total, count))
         span = w.span_s(window_s)
         steps_ = oracle.window(window_s)
         assert span == (steps_[-1][1] - steps_[0][0] if steps_ else None)
