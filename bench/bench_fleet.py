@@ -1,8 +1,9 @@
 """CPU cost of watching a fleet: 100 replicas scraped directly at 1 Hz, and through Prometheus.
 
 Targets: bench/fleet_targets.py serves the real vLLM 0.32 capture (53 KB, counters advancing,
-no two replicas alike; with --gzip compressed for a client that accepts it, as vLLM does)
-on N ports from another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
+no two replicas alike; with --gzip compressed for a client that accepts it, as
+prometheus_client's make_asgi_app does, though vLLM 0.32's /metrics does not) on N ports from
+another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
 filtered parse, per-replica derive and rules, fleet rules). "prometheus": a real Prometheus
 (Debian's package) scrapes the same N every second and a FleetCollector reads them all through
 PromQL. Figure: CPU seconds of this process per poll (time.process_time around poll(), a poll a
@@ -92,7 +93,7 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--mode", choices=("direct", "prometheus", "both"), default="both")
-    ap.add_argument("--gzip", action="store_true", help="targets gzip when asked, as vLLM does")
+    ap.add_argument("--gzip", action="store_true", help="targets gzip when the client asks")
     args = ap.parse_args()
     procs: list[subprocess.Popen[bytes]] = []
     results: list[tuple[str, dict[str, float]]] = []

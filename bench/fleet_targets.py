@@ -8,7 +8,8 @@ Every replica has a speed of its own, so no two serve the same text (real replic
 and a scraper that memoises lines must not gain from replicas sharing one); every counter line
 changes every second (a busy engine's worst case: in the recorded runs of tests/fixtures only
 26-36 % of the kept lines change between polls). With --gzip a replica compresses its answer
-when the request accepts gzip, as vLLM's metrics app (prometheus_client) does.
+when the request accepts gzip, as prometheus_client's make_asgi_app does (vLLM 0.32's /metrics
+does not: prometheus-fastapi-instrumentator serves it, uncompressed).
 
     python bench/fleet_targets.py --replicas 100 --ports-file ports.txt [--gzip]
 """
