@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.raw import Labels, Sample
+from llmtop.core.raw import Labels, Sample, new_sample
 from llmtop.errors import ScrapeError
 
 _NAME = re.compile(r"[^{\s]+")
@@ -225,14 +225,13 @@ class _LineMemo:
 
     def read(self, line: tuple[str, str]) -> Sample | None:
         """The line's Sample, from the memo or parsed now."""
-        if line in self.old:
-            sample = self.old[line]
-        else:
+        sample = self.old.get(line, _MISSING)
+        if sample is _MISSING:
             name, rest = line
             label_text, space, value_text = rest.rpartition(" ")
             labels = _labels(label_text) if space else None
             value = _value(value_text)
-            sample = None if labels is None or value is None else Sample(name, labels, value)
+            sample = None if labels is None or value is None else new_sample(name, labels, value)
         if len(self.current) >= self.size:
             self.old, self.current = self.current, {}
         self.current[line] = sample
