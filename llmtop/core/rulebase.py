@@ -379,18 +379,24 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
     """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
     values = [e.kv_cache_usage_frac]
+    url, oldest = e.url, ctx.time - ctx.settings.window_s
     for i, snap in enumerate(reversed(ctx.history)):
         # The window, and at least the previous poll (its start when polls are a window apart).
-        if i > 0 and snap.time < ctx.time - ctx.settings.window_s:
+        if i > 0 and snap.time < oldest:
             break
-        values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
+        for p in snap.engines:
+            if p.url == url and p.up:
+                values.append(p.kv_cache_usage_frac)
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
 
-def kv_pressed(ctx: Context, e: EngineStats) -> bool:
-    """KV at its high mark within the window, with preemptions or requests waiting."""
-    peak = kv_peak(ctx, e)
+def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:
+    """KV at its high mark within the window, with preemptions or requests waiting.
+
+    `peak`: `kv_peak(ctx, e)` when the caller has it already (False: work it out)."""
+    if peak is False:
+        peak = kv_peak(ctx, e)
     if peak is None or peak < ctx.settings.kv_high_frac:
         return False
     if e.preemptions_per_s:

@@ -133,7 +133,8 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     the larger of the mean finished request and the KV each running sequence held, so a mix
     of short chats and long prompts is sized by what fills the cache, not by the chats)."""
     for e in up_engines(ctx):
-        if not kv_pressed(ctx, e):
+        peak = kv_peak(ctx, e)
+        if not kv_pressed(ctx, e, peak):
             continue
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         size = kv_size_now(ctx, e)
@@ -143,7 +144,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
             n = max(1, int(e.running))  # capacity unknown: what fits is what runs
             arithmetic = f"; the cache holds the {n} running now"
         summary = (
-            f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "
+            f"{where(ctx, e)}KV cache {fmt.frac(peak)} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )

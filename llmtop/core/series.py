@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
-from itertools import accumulate
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
@@ -219,6 +219,21 @@ def _increments_by_key(
 _COUNT = operator.itemgetter(1)
 
 
+def _running_max(counts: list[float]) -> list[float]:
+    """The counts made monotonic, as max(running, c) from running = 0.0 makes them: bucket
+    deltas of a window can dip across a reset. Counts that never fall (the usual case) are
+    their own running max, except the leading ones at or below zero: the running 0.0."""
+    if all(map(operator.le, counts, counts[1:])):
+        zeros = bisect_right(counts, 0.0)
+        return [0.0] * zeros + counts[zeros:] if zeros else counts
+    out: list[float] = []
+    running = 0.0
+    for c in counts:
+        running = max(running, c)
+        out.append(running)
+    return out
+
+
 class Buckets:
     """Cumulative (upper bound, count) buckets sorted once: `derive` reads two or three
     quantiles of each histogram, and asks each time whether it lands in the first bucket."""
@@ -239,10 +254,7 @@ class Buckets:
             return None  # no +Inf bucket: not a valid histogram
         counts = self._counts
         if counts is None:
-            # Bucket deltas of a window can be slightly non-monotonic across a reset; force
-            # monotonic (a running max from 0.0, as max(running, c) bucket by bucket).
-            counts = list(accumulate(map(_COUNT, ordered), max, initial=0.0))[1:]
-            self._counts = counts
+            counts = self._counts = _running_max(list(map(_COUNT, ordered)))
         total = counts[-1]
         if total <= 0:
             return None
@@ -251,7 +263,10 @@ class Buckets:
         if q > 1:
             return math.inf
         rank = q * total
-        i = next(i for i, c in enumerate(counts) if c >= rank)
+        if rank == rank:  # the first count at the rank: counts never fall
+            i = bisect_left(counts, rank)
+        else:
+            i = next(i for i, c in enumerate(counts) if c >= rank)
         if i == len(ordered) - 1:
             return ordered[-2][0] if len(ordered) >= 2 else None
         upper = ordered[i][0]

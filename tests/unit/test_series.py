@@ -223,3 +223,70 @@ def test_window_sums_equal_a_key_by_key_sum(
         span = w.span_s(window_s)
         steps_ = oracle.window(window_s)
         assert span == (steps_[-1][1] - steps_[0][0] if steps_ else None)
+
+
+def _quantile_bucket_by_bucket(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """PromQL's histogram_quantile written plainly: the oracle for Buckets' shortcuts (counts
+    taken as their own running max when they never fall, the rank found by bisection)."""
+    if not buckets or math.isnan(q):
+        return None
+    ordered = sorted(buckets)
+    if not math.isinf(ordered[-1][0]):
+        return None
+    counts: list[float] = []
+    running = 0.0
+    for _, c in ordered:
+        running = max(running, c)
+        counts.append(running)
+    total = counts[-1]
+    if total <= 0:
+        return None
+    if q < 0:
+        return -INF
+    if q > 1:
+        return INF
+    rank = q * total
+    i = next(i for i, c in enumerate(counts) if c >= rank)
+    if i == len(ordered) - 1:
+        return ordered[-2][0] if len(ordered) >= 2 else None
+    upper = ordered[i][0]
+    if i == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = ordered[i - 1][0], counts[i - 1]
+    in_bucket = counts[i] - below
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * min(1.0, max(0.0, (rank - below) / in_bucket))
+
+
+_count = st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.0, 5.0, 1e-300, INF]) | st.floats(-1, 100)
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -1.0, 0.1, 0.5, 1.0, 2.5, INF]), _count), max_size=8),
+    st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0, -0.1, 1.5]),
+    st.booleans(),
+)
+@example(buckets=[(0.1, -0.5), (1.0, 1.0), (INF, 2.0)], q=0.0, cumulative=False)  # below 0
+@example(buckets=[(0.1, -0.0), (1.0, 0.0), (INF, 2.0)], q=0.0, cumulative=False)  # signed 0s
+def test_quantiles_equal_the_plain_reading(
+    buckets: list[tuple[float, float]], q: float, cumulative: bool
+) -> None:
+    """Cumulative or dipping counts, zeros of either sign, an infinite count: the same
+    quantile, bit for bit, and the same answer to whether it lands in the first bucket."""
+    if cumulative:  # counts that never fall, as a window's buckets mostly are
+        counts = sorted(c for _, c in buckets)
+        buckets = list(zip(sorted(le for le, _ in buckets), counts, strict=True))
+    try:
+        want = repr(_quantile_bucket_by_bucket(q, buckets))
+    except StopIteration:
+        with pytest.raises(StopIteration):
+            histogram_quantile(q, buckets)
+        return
+    assert repr(histogram_quantile(q, buckets)) == want
+    ordered = sorted(buckets)
+    lands = bool(ordered) and (peak := max(c for _, c in ordered)) > 0 and ordered[0][1] >= q * peak
+    assert quantile_lands_in_first_bucket(q, buckets) is lands
