@@ -36,6 +36,21 @@ def counter_values(scrape: EngineScrape) -> dict[Key, float]:
     return values
 
 
+def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]:
+    """`counter_values` as (keys, values) in its order: from a planned scrape without building
+    the dict, its keys one tuple for every scrape of the structure."""
+    keys = scrape.counter_keys
+    if keys is None:
+        values = counter_values(scrape)
+        return tuple(values), list(values.values())
+    out = list(scrape.counters.values())
+    for h in scrape.histograms.values():
+        out += [c for _, c in h.buckets]
+        out.append(h.sum)
+        out.append(h.count)
+    return keys, out  # type: ignore[return-value]
+
+
 class _Hist:
     """A histogram's increments over the window."""
 

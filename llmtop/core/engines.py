@@ -99,6 +99,11 @@ class EngineScrape:
     """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
     waiting_deferred: float | None = None
     """Waiting for a transient reason: LoRA budget, KV transfer, blocked (vLLM >= 0.20)."""
+    counter_keys: tuple[tuple[str, object], ...] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The keys `derive.counter_values` gives this scrape, in order, when its plan knows them
+    (one tuple for every scrape of a structure, so the counter window knows its layout)."""
 
 
 _NAME = operator.attrgetter("name")
@@ -416,6 +421,12 @@ class _ScrapePlan:
                     single = [(le, buckets[i]) for le, i in plan.single] if plan else []
                     self.histograms.append((key, plan, buckets, single, sums, counts))
                     break
+        keys: list[tuple[str, object]] = [(name, None) for name, _ in self.counters]
+        for key, plan, *_ in self.histograms:
+            group = "h:" + key
+            keys += [(group, le) for le, _ in plan.bounds] if plan is not None else []
+            keys += [(group, "sum"), (group, "count")]
+        self.keys = tuple(keys)
         self.kv = _kv_capacity(info)
         self.model = _model(labels)
         self.has_vllm = any(name.startswith(VLLM_PREFIX) for name in names)
@@ -465,6 +476,7 @@ class _ScrapePlan:
             has_vllm=self.has_vllm,
             names_used=dict(self.used),
             waiting_deferred=sum([values[i] for i in self.deferred]) if self.deferred else None,
+            counter_keys=self.keys,
         )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llmtop.core import engines as vllm_names
-from llmtop.core.derive import counter_values, derive_engine
+from llmtop.core.derive import counter_columns, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.peaks import HistoryIndex
 from llmtop.core.pipeline import Pipeline
@@ -176,6 +176,21 @@ def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
                 per[v].append(s)
                 break
     return {k: tuple(v) for k, v in sorted(per.items())} if len(per) > 1 else {}
+
+
+def _restart_values(scrape: vllm_names.EngineScrape) -> dict[Key, float]:
+    """The `_RESTART_KEYS` of `counter_values(scrape)`, read from the scrape itself."""
+    out: dict[Key, float] = {}
+    for key in _RESTART_KEYS:
+        group, member = key
+        if member is None:
+            value = scrape.counters.get(str(group))
+        else:
+            h = scrape.histograms.get(str(group).removeprefix("h:"))
+            value = None if h is None else h.count
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _went_back(prev: dict[Key, float], now: dict[Key, float]) -> tuple[str, float, float] | None:
@@ -355,12 +370,12 @@ class FleetPipeline(Pipeline):
     ) -> Replica:
         track = self._track(key)
         scrape = vllm_names.extract(samples)
-        values = counter_values(scrape)
+        values = _restart_values(scrape)
         if track.counters is not None and (back := _went_back(track.counters, values)):
             what, before, now = back
             self._restart(t, name, f"{what.replace('_', ' ')} {before:,.0f} -> {now:,.0f}")
         track.counters = values
-        track.window.add(t, values)
+        track.window.add_columns(t, *counter_columns(scrape))
         total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
             "prompt_tokens", 0.0
         )

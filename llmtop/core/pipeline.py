@@ -15,7 +15,7 @@ from typing import Any
 
 from llmtop.core import engines as vllm_names
 from llmtop.core.admin_api import LIMITS
-from llmtop.core.derive import counter_values, derive_engine
+from llmtop.core.derive import counter_columns, derive_engine
 from llmtop.core.health import Context, HealthState
 from llmtop.core.peaks import HistoryIndex
 from llmtop.core.raw import RawEngine, RawPoll
@@ -103,7 +103,7 @@ class Pipeline:
         if track is None:
             track = self._engines[raw.url] = _EngineTrack()
         scrape = vllm_names.extract(raw.samples)
-        track.window.add(t, counter_values(scrape))
+        track.window.add_columns(t, *counter_columns(scrape))
         total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
             "prompt_tokens", 0.0
         )

@@ -101,10 +101,13 @@ class CounterWindow:
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
         """Record one scrape's cumulative values at time `t` (seconds)."""
-        keys = tuple(values)
-        vals = list(values.values())
+        self.add_columns(t, tuple(values), list(values.values()))
+
+    def add_columns(self, t: float, keys: tuple[Key, ...], vals: list[float]) -> None:
+        """`add` of (keys, values in their order): `vals` is the window's from now on."""
         before = self._layout
-        layout = before if before is not None and before.keys == keys else _Layout(keys)
+        same = before is not None and (before.keys is keys or before.keys == keys)
+        layout = before if same and before is not None else _Layout(keys)
         prev = self._prev
         if prev is not None and before is not None and self._prev_time is not None:
             if t > self._prev_time:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmtop.core import engines, promtext
+from llmtop.core.derive import counter_columns, counter_values
 from llmtop.core.engines import extract
 from llmtop.core.raw import Sample
 
@@ -234,4 +235,7 @@ def test_planned_extraction_equals_the_direct_reading(scrapes: list[tuple[Sample
             with pytest.raises(type(e)):
                 extract(samples)
             continue
-        assert repr(extract(samples)) == want
+        planned = extract(samples)
+        assert repr(planned) == want
+        values = counter_values(engines.extract_direct(samples))
+        assert repr(counter_columns(planned)) == repr((tuple(values), list(values.values())))
