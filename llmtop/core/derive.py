@@ -12,6 +12,7 @@ cumulative means when no request finished inside the window.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from llmtop.core.engines import EngineScrape
@@ -51,6 +52,9 @@ def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]
     return keys, out  # type: ignore[return-value]
 
 
+_BOUND = operator.itemgetter(0)
+
+
 class _Hist:
     """A histogram's increments over the window."""
 
@@ -69,7 +73,7 @@ class _Hist:
             mean = self.mean()
             if mean is not None:
                 if self._first_bound is None:
-                    self._first_bound = min(le for le, _ in self.buckets)
+                    self._first_bound = min(map(_BOUND, self.buckets))
                 return min(mean, self._first_bound)
         return self._sorted.quantile(q)
 

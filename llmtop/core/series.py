@@ -72,10 +72,12 @@ Step = tuple[float, float, _Layout, list[float]]
 class _Window:
     """The steps of one window, and every key's sum over them when they share a layout."""
 
-    __slots__ = ("layout", "steps", "sums")
+    __slots__ = ("layout", "span", "steps", "sums")
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
+        self.span = None if not steps else steps[-1][1] - steps[0][0]
+        """Seconds the steps cover (None before two scrapes)."""
         self.layout: _Layout | None = None
         self.sums: list[float] | None = None
         if steps:
@@ -145,12 +147,14 @@ class CounterWindow:
 
     def span_s(self, window_s: float) -> float | None:
         """Seconds the window's increments cover (None before two scrapes)."""
-        steps = self._window(window_s).steps
-        return None if not steps else steps[-1][1] - steps[0][0]
+        return self._window(window_s).span
 
     def delta(self, key: Key, window_s: float) -> float | None:
         """Increase of `key` over the window; None when it was not in two scrapes."""
-        w = self._window(window_s)
+        return self._delta(self._window(window_s), key)
+
+    @staticmethod
+    def _delta(w: _Window, key: Key) -> float | None:
         if w.sums is not None and w.layout is not None:
             i = w.layout.index.get(key)
             return None if i is None else w.sums[i]
@@ -159,8 +163,8 @@ class CounterWindow:
 
     def rate(self, key: Key, window_s: float) -> float | None:
         """Per-second increase over the window; None when unknown."""
-        d = self.delta(key, window_s)
-        span = self.span_s(window_s)
+        w = self._window(window_s)
+        d, span = self._delta(w, key), w.span
         return None if d is None or not span else d / span
 
     def histogram(self, group: str, window_s: float) -> Histogram:
