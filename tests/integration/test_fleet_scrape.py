@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import socket
 from collections.abc import AsyncIterator
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.fleet import GC_GEN0_THRESHOLD, FleetCollector
 from llmtop.sources.scrape import FleetScraper
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
@@ -121,3 +124,17 @@ async def test_an_unchanged_body_is_not_parsed_again(server: str) -> None:
     assert again.samples is first.samples
     assert after.samples == first.samples
     assert after.samples is not first.samples
+
+
+async def test_the_gc_threshold_is_raised_while_a_fleet_is_watched() -> None:
+    """Raised while any FleetCollector is open (never lowered), put back when the last closes."""
+    before = gc.get_threshold()
+    monitor = MonitorSettings(vllm_urls=("http://a", "http://b"), gateway_url=None, nvml=False)
+    first = FleetCollector(monitor, HealthSettings())
+    second = FleetCollector(monitor, HealthSettings())
+    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
+    await first.aclose()
+    await first.aclose()  # twice: released once
+    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
+    await second.aclose()
+    assert gc.get_threshold() == before
