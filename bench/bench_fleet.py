@@ -7,7 +7,9 @@ another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
 filtered parse, per-replica derive and rules, fleet rules). "prometheus": a real Prometheus
 (Debian's package) scrapes the same N every second and a FleetCollector reads them all through
 PromQL. Figure: CPU seconds of this process per poll (time.process_time around poll(), a poll a
-second, so it is the share of one core), median over the polls after warm-up.
+second, so it is the share of one core), median over the polls after warm-up; and of that, the
+CPU inside the fleet pipeline (per-replica derive and rules, fleet rules), the rest being reading;
+and the wall time of a poll (median: how long Prometheus takes to answer, for that source).
 
     python bench/bench_fleet.py [--replicas 100] [--polls 30] [--mode direct|prometheus|both]
                                 [--gzip]
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -62,18 +65,39 @@ def wait_ready(url: str, deadline_s: float) -> None:
 
 
 async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str, float]:
-    """Poll once a second; CPU per poll (median, p90) after warm-up, replicas seen up."""
+    """Poll once a second; CPU per poll (median, p90) after warm-up, of which the fleet
+    pipeline's (derive, rules), replicas seen up."""
     collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
     cpu: list[float] = []
+    queries: list[int] = []
+    in_pipeline: list[float] = []
+    wall: list[float] = []
+    update = collector.pipeline.update
+
+    def timed_update(*args: Any) -> Any:
+        c = time.process_time()
+        try:
+            return update(*args)
+        finally:
+            in_pipeline.append(time.process_time() - c)
+
+    collector.pipeline.update = timed_update  # type: ignore[method-assign]
     up = 0
     try:
         for i in range(polls + warmup):
             start = time.monotonic()
+            sent = collector.prometheus.queries_sent if collector.prometheus else 0
             c0 = time.process_time()
             await collector.poll()
             spent = time.process_time() - c0
-            if i >= warmup:
+            took = time.monotonic() - start
+            if i < warmup:
+                in_pipeline.clear()
+            else:
                 cpu.append(spent)
+                wall.append(took)
+                if collector.prometheus is not None:
+                    queries.append(collector.prometheus.queries_sent - sent)
             assert collector.fleet is not None
             up = collector.fleet.totals.up
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
@@ -84,6 +108,9 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
         "median": statistics.median(cpu),
         "p90": cpu[int(0.9 * (len(cpu) - 1))],
         "up": float(up),
+        "queries": statistics.median(queries) if queries else float("nan"),
+        "pipeline": statistics.median(in_pipeline),
+        "wall": statistics.median(wall),
     }
 
 
@@ -165,11 +192,17 @@ def main() -> None:
         f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up; targets "
         f"{'gzip when asked' if args.gzip else 'answer plain text'}.\n"
     )
-    print("| source | replicas up | CPU per poll (median) | p90 | share of one core |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| source | replicas up | queries a poll | wall per poll | CPU per poll (median) | p90 "
+        "| of which the pipeline (median) | share of one core |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results:
+        queries = "-" if r["queries"] != r["queries"] else f"{r['queries']:g}"  # NaN: direct
         print(
-            f"| {name} | {r['up']:.0f} | {r['median'] * 1000:.1f} ms | {r['p90'] * 1000:.1f} ms "
+            f"| {name} | {r['up']:.0f} | {queries} | {r['wall'] * 1000:.0f} ms "
+            f"| {r['median'] * 1000:.1f} ms "
+            f"| {r['p90'] * 1000:.1f} ms | {r['pipeline'] * 1000:.1f} ms "
             f"| {r['median'] * 100:.1f}% |"
         )
 

@@ -66,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand `name`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    return parser
+
+
 def _with_default_command(argv: list[str]) -> list[str]:
     """`llmtop` and `llmtop --vllm URL` mean `llmtop top ...`."""
     if not argv:
@@ -83,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     try:
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # named by the subcommand's parser, so the pointer is to its own --help
+            _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
         return int(_module(args.command).run(args) or 0)
     except LlmtopError as e:
         if os.environ.get("LLMTOP_DEBUG"):

@@ -70,6 +70,8 @@ class MonitorSettings:
     """PromQL matchers picking the vLLM series, e.g. '{job="vllm"}'."""
     prometheus_window_s: float = 60.0
     """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
+    prometheus_replica_label: str = "instance"
+    """The Prometheus label that names a replica (e.g. `pod` when the scrape config relabels)."""
 
 
 GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
@@ -151,6 +153,10 @@ def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
     return keys
 
 
+AUTOPILOT_TTFT_SLO_S = 5.0
+"""The TTFT budget --autopilot (or mode auto) works to when ttft_slo_s is not set."""
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
@@ -181,7 +187,7 @@ class GatewaySettings:
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
     ttft_slo_s: float | None = None
     """TTFT budget of a request, gateway queue included; the deadline queue works to it
-    (5 s with --autopilot when unset)."""
+    (AUTOPILOT_TTFT_SLO_S with --autopilot when unset)."""
     queue_policy: str = "fifo"
     """fifo, deadline, codel or lifo: how the gateway's queue meets overload (deadline with
     --autopilot)."""

@@ -4,39 +4,15 @@ when it cannot be had."""
 
 from __future__ import annotations
 
-import functools
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-INSTALLER = Path(__file__).resolve().parent.parent / ".ci" / "install-system-tools"
-
-
-@functools.cache
-def _find() -> tuple[str | None, str]:
-    """(path, why not): tried once per test session."""
-    found = shutil.which("promtool")
-    if found:
-        return found, ""
-    try:
-        done = subprocess.run(["bash", str(INSTALLER)], capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"promtool not installed, and {INSTALLER.name} failed: {e}"
-    found = shutil.which("promtool")
-    if found:
-        return found, ""
-    said = done.stderr.strip().splitlines()
-    return None, "promtool not installed: " + (said[0] if said else "the installer gave no reason")
+from tests.system_tools import system_binary
 
 
 def promtool() -> str:
     """The promtool path, or skip the calling test with the reason it cannot be had."""
-    path, why = _find()
-    if path is None:
-        pytest.skip(why)
-    return path
+    return system_binary("promtool")
 
 
 def _run(text: str) -> subprocess.CompletedProcess[str]:
@@ -75,3 +51,17 @@ def check_vllm_metrics(text: str, real_capture: str) -> None:
         if not (f.startswith("vllm:") and f.endswith("metric names should not contain ':'"))
     }
     assert not left, "promtool check metrics, beyond vLLM's own naming: " + "; ".join(sorted(left))
+
+
+def check_promql(exprs: dict[str, str], tmp: Path) -> None:
+    """Fail with promtool's own words unless every expression parses as PromQL (each is written
+    as a recording rule and checked with `promtool check rules`)."""
+    import json
+
+    rules = [{"record": f"llmtop:{name}", "expr": expr} for name, expr in exprs.items()]
+    path = tmp / "rules.yml"
+    path.write_text(json.dumps({"groups": [{"name": "llmtop", "rules": rules}]}))  # YAML ⊃ JSON
+    done = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, f"promtool check rules: {done.stdout}{done.stderr}"

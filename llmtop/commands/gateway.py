@@ -7,7 +7,7 @@ import sys
 
 from llmtop.commands._common import flag, load
 from llmtop.errors import UsageError
-from llmtop.settings import GatewaySettings
+from llmtop.settings import AUTOPILOT_TTFT_SLO_S, GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
 
@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--autopilot",
         action="store_const",
         const=True,
-        help="admit by KV footprint, budget moved by the engine's signals, deadline queue",
+        help="admit by KV footprint, budget moved by the engine's signals, deadline queue;"
+        f" TTFT budget {AUTOPILOT_TTFT_SLO_S:g} s unless --ttft-slo is set",
     )
     flag(
         p,

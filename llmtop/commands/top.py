@@ -27,6 +27,9 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
      {"metavar": "SEL"}),
     ("prometheus_window_s", "--prometheus-window",
      "with --prometheus: range of rates and quantiles", {"metavar": "S", "type": float}),
+    ("prometheus_replica_label", "--replica-label",
+     "with --prometheus: the label that names a replica (one row per value)",
+     {"metavar": "NAME"}),
 )  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval", "seconds between polls", {"metavar": "S", "type": float}),

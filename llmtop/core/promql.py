@@ -1,32 +1,50 @@
-"""The fleet through PromQL: the queries, and their answers -> per-replica `EngineStats`. Pure.
+"""The fleet through PromQL: the queries (their answers are read in `core.promql_answers`). Pure.
 
-A handful of instant queries per poll, whatever the fleet's size: each is an `or` of figures,
-every figure aggregated `by (<replica label>, engine)` and tagged with a `llmtop_figure` label
-(`label_replace`), so one answer carries one figure for every replica. Rates are `rate()` over
-the window; quantiles are `histogram_quantile` over the window's bucket rates, and, as in
-`derive`, a quantile inside the first bucket (ITL at a few ms) is replaced by the window's mean
-capped at that bucket's bound (the bounds are read once). Old and new vLLM names are joined
-with `or` (the new one wins). A data-parallel server's row sums its engines; its quantiles come
-from one more query by replica alone, asked only when such a server exists.
+What costs llmtop is the number of result series it decodes, not what Prometheus computes, so
+the answers carry one series per replica with every figure as a label. Each figure is
+aggregated `by (<replica label>)` (a gauge, a rate, a window mean, a `histogram_quantile` over
+the window's bucket rates), made a label by `count_values("<figure>", ...)` (Prometheus writes
+the value in Go's shortest round-trip format: nothing is lost) and joined onto the replica's
+`up` with `* on (<replica>) group_left (<figure>)`; a figure a replica lacks is NaN-filled
+(`or NaN * up`) so that the join keeps the replica. A poll is two such queries asked at once
+(the quantiles, most of Prometheus' work, and the rest: Prometheus evaluates a query on one
+core): a hundred replicas are two hundred series (with one series per figure, ~3,200).
+
+The replicas are those of `up` under the selector, so the selector names target labels (job,
+namespace, ...). Slow-changing things come from a third query (`Queries.info`), asked at the start,
+every `INFO_EVERY_S`, and when a replica appears, restarts, or shows a finished reason not known
+yet: KV blocks (cache_config_info), the model, the finished reasons (each one a figure) and the
+histograms' first bucket bounds. A data-parallel server (several `engine` values) gets its
+engines' rows from one more pair of packed queries by (replica, engine), restricted to such
+servers and asked only when one exists; the server's own row keeps its figures by replica (its
+quantiles are the whole server's) and its KV usage is weighted by its engines' KV blocks.
+
+Token means and the cache shares fall back to the totals since start when the window saw
+nothing, as in `derive`. Old and new vLLM names are joined with `or` (the new one wins).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from llmtop.core.derive import NO_GAUGES
-from llmtop.core.engines import COUNTERS, GAUGES, HISTOGRAMS
-from llmtop.core.fleet import DerivedReplica
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.engines import (
+    CACHE_CONFIG,
+    COUNTERS,
+    FINISHED,
+    GAUGES,
+    HISTOGRAMS,
+    PROMPT_BY_SOURCE,
+    WAITING_BY_REASON,
+)
 from llmtop.errors import UsageError
 
 FIGURE = "llmtop_figure"
+"""The label that names the figure of a series in the (few-series) info answer."""
 ENGINE = "engine"
+INFO_EVERY_S = 60.0
+"""Seconds between two readings of the slow-changing figures when nothing asks for one."""
 QUANTILES: dict[str, tuple[float, ...]] = {
     "ttft": (0.5, 0.95, 0.99),
     "itl": (0.5, 0.95, 0.99),
@@ -34,10 +52,20 @@ QUANTILES: dict[str, tuple[float, ...]] = {
     "queue_time": (0.95,),
     "prefill_time": (0.95,),
 }
-"""The quantiles a replica row, its findings and `snapshot --json` read (each costs a series per
-replica; the e2e and queue p50/p99 of a direct scrape are left unknown here)."""
+"""The quantiles the replica rows and the rules read. Each costs llmtop one label, but costs
+Prometheus a `histogram_quantile` over every bucket's rate (most of its work for a poll), so
+the e2e p50/p99 and the queue p50/p99 of a direct scrape are left unknown here."""
 MEANS = ("ttft", "itl", "queue_time", "prefill_time", "prompt_len", "generation_len")
+_SINCE_START = frozenset({"prompt_len", "generation_len"})
+"""Means that fall back to the totals since start when nothing finished in the window."""
+FINISHED_PREFIX = "finished_"
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def quantile_figure(key: str, q: float) -> str:
+    """The figure (label) name of one quantile: q_ttft_p95."""
+    return f"q_{key}_p{round(q * 100)}"
 
 
 def selector_matchers(selector: str | None) -> str:
@@ -71,6 +99,16 @@ def _split_matchers(inner: str) -> Iterable[str]:
         yield inner[start:]
 
 
+def _string(text: str) -> str:
+    """A PromQL string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _literal(text: str) -> str:
+    """`text` as a literal inside an RE2 pattern (only its metacharacters escaped)."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text)
+
+
 @dataclass(frozen=True)
 class Queries:
     """How to ask: the selector's matchers, the rate window and the label naming a replica."""
@@ -79,300 +117,144 @@ class Queries:
     window_s: float = 60.0
     replica_label: str = "instance"
 
+    def __post_init__(self) -> None:
+        label = self.replica_label
+        taken = {ENGINE, "le", FIGURE, *self.figures((label,))}
+        if not _LABEL.fullmatch(label) or label.startswith("__"):
+            raise UsageError(f"--replica-label {label!r} is not a Prometheus label name")
+        if label in taken or label.startswith(FINISHED_PREFIX):
+            raise UsageError(f"--replica-label {label!r}: llmtop uses that name for a figure")
+
     def series(self, name: str, extra: str = "") -> str:
         inside = ",".join(x for x in (self.matchers, extra) if x)
         return f"{name}{{{inside}}}" if inside else name
 
-    def _any(self, names: Iterable[str], fn: str = "", suffix: str = "") -> str:
+    def _any(self, names: Iterable[str], fn: str = "", suffix: str = "", extra: str = "") -> str:
         """`fn(new[w]) or fn(old[w])`: the first name exported wins."""
         rng = f"[{self.window_s:g}s]" if fn else ""
         parts = [
-            f"{fn}({self.series(n + suffix)}{rng})" if fn else self.series(n + suffix)
+            f"{fn}({self.series(n + suffix, extra)}{rng})" if fn else self.series(n + suffix, extra)
             for n in names
         ]
-        return " or ".join(parts) if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
-    def _by(self, *extra: str, engine: bool = True) -> str:
-        labels = [self.replica_label, *([ENGINE] if engine else []), *extra]
-        return "by (" + ", ".join(labels) + ")"
+    def figures(self, labels: Sequence[str], reasons: Sequence[str] = ()) -> dict[str, str]:
+        """Figure name -> its expression, one value per `labels` (the replica, or the replica
+        and its engine); finished reasons as `finished_<i>` in the order of `reasons`."""
+        by = "by (" + ", ".join(labels) + ")"
 
-    def gauges(self) -> str:
-        """Gauges, KV capacity from cache_config_info, Prometheus' `up`, counter resets."""
-        r = self.replica_label
-        capacity = self.series("vllm:num_requests_waiting_by_reason", 'reason="capacity"')
-        figures = {
-            "running": f"sum {self._by('model_name')} ({self._any(GAUGES['running'])})",
-            "waiting": f"sum {self._by()} ({self._any(GAUGES['waiting'])})",
-            "kv_usage": f"avg {self._by()} ({self._any(GAUGES['kv_usage'])})",
-            "waiting_capacity": f"sum {self._by()} ({capacity})",
-            "cache_config": f"max {self._by('num_gpu_blocks', 'block_size')} "
-            f"({self.series('vllm:cache_config_info')})",
-            "up": f"max by ({r}) ({self.series('up')})",
-            "resets": f"sum {self._by()} "
-            f"(resets({self.series('vllm:generation_tokens_total')}[{self.window_s:g}s]))",
+        def rate(names: Iterable[str], suffix: str = "", extra: str = "") -> str:
+            return f"sum {by} ({self._any(names, 'rate', suffix, extra)})"
+
+        def total(names: Iterable[str], suffix: str = "", extra: str = "") -> str:
+            return f"sum {by} ({self._any(names, '', suffix, extra)})"
+
+        def share(part: str, whole: str, part_total: str, whole_total: str) -> str:
+            """part/whole over the window, else since start (the window saw none)."""
+            return f"({part} / ({whole} > 0)) or ({part_total} / ({whole_total} > 0))"
+
+        hits, queries = COUNTERS["prefix_hits"], COUNTERS["prefix_queries"]
+        cache_hit = 'source="local_cache_hit"'
+        generation = self.series(COUNTERS["generation_tokens"][0])
+        out = {
+            "running": total(GAUGES["running"]),
+            "waiting": total(GAUGES["waiting"]),
+            "waiting_capacity": total([WAITING_BY_REASON], extra='reason="capacity"'),
+            "waiting_deferred": total([WAITING_BY_REASON], extra='reason="deferred"'),
+            "kv_usage": f"avg {by} ({self._any(GAUGES['kv_usage'])})",
+            "resets": f"sum {by} (resets({generation}[{self.window_s:g}s]))",
+            "prompt_tokens": rate(COUNTERS["prompt_tokens"]),
+            "generation_tokens": rate(COUNTERS["generation_tokens"]),
+            "preemptions": rate(COUNTERS["preemptions"]),
+            "prefix_hit_frac": share(rate(hits), rate(queries), total(hits), total(queries)),
+            "prompt_cache_hit_frac": share(
+                rate([PROMPT_BY_SOURCE], extra=cache_hit),
+                rate([PROMPT_BY_SOURCE]),
+                total([PROMPT_BY_SOURCE], extra=cache_hit),
+                total([PROMPT_BY_SOURCE]),
+            ),
+            "prompt_computed_tok_per_s": rate([PROMPT_BY_SOURCE], extra='source="local_compute"'),
         }
-        return _tagged(figures)
-
-    def rates(self) -> str:
-        """Counter rates, finished requests by reason, prefix-cache hits, histogram means."""
-        figures: dict[str, str] = {}
-        for key in ("prompt_tokens", "generation_tokens", "preemptions"):
-            figures[key] = f"sum {self._by()} ({self._any(COUNTERS[key], 'rate')})"
-        figures["admission_rejections"] = (
-            f"sum {self._by(engine=False)} ({self._any(COUNTERS['admission_rejections'], 'rate')})"
-        )
-        figures["finished"] = (
-            f"sum {self._by('finished_reason')} "
-            f"(rate({self.series('vllm:request_success_total')}[{self.window_s:g}s]))"
-        )
-        hits = f"sum {self._by()} ({self._any(COUNTERS['prefix_hits'], 'rate')})"
-        queries = f"sum {self._by()} ({self._any(COUNTERS['prefix_queries'], 'rate')})"
-        figures["prefix_hit_frac"] = f"{hits} / {queries}"
+        for i, reason in enumerate(reasons):
+            matcher = f"finished_reason={_string(reason)}"
+            out[f"{FINISHED_PREFIX}{i}"] = rate([FINISHED], extra=matcher)
         for key in MEANS:
-            total = f"sum {self._by()} ({self._any(HISTOGRAMS[key], 'rate', '_sum')})"
-            count = f"sum {self._by()} ({self._any(HISTOGRAMS[key], 'rate', '_count')})"
-            figures[f"mean:{key}"] = f"{total} / {count}"
-        return _tagged(figures)
-
-    def quantiles(self, *, by_engine: bool = True) -> str:
-        """histogram_quantile per replica (and engine) over the window's bucket rates."""
-        figures = {}
+            h = HISTOGRAMS[key]
+            if key in _SINCE_START:
+                out[f"mean_{key}"] = share(
+                    rate(h, "_sum"), rate(h, "_count"), total(h, "_sum"), total(h, "_count")
+                )
+            else:
+                out[f"mean_{key}"] = f"{rate(h, '_sum')} / {rate(h, '_count')}"
         for key, qs in QUANTILES.items():
-            buckets = f"sum {self._by('le', engine=by_engine)} "
+            buckets = f"sum by ({', '.join(labels)}, le) "
             buckets += f"({self._any(HISTOGRAMS[key], 'rate', '_bucket')})"
             for q in qs:
-                figures[f"q:{key}:{q:g}"] = f"histogram_quantile({q:g}, {buckets})"
-        return _tagged(figures)
+                out[quantile_figure(key, q)] = f"histogram_quantile({q:g}, {buckets})"
+        return out
 
-    def bucket_bounds(self) -> str:
-        """Every `le` of the quantile histograms (asked once: the first bounds)."""
-        return _tagged(
-            {
-                key: f"count by (le) ({self._any(HISTOGRAMS[key], suffix='_bucket')})"
-                for key in QUANTILES
-            }
+    def replicas(self, reasons: Sequence[str] = ()) -> tuple[str, str]:
+        """Every replica's figures, one series per replica (see the module's docstring), as two
+        queries to ask at once: the quantiles are most of Prometheus' work, and one query is
+        evaluated on one core."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        known = "|".join(_literal(x) for x in reasons)
+        unknown = self.series(FINISHED, f"finished_reason!~{_string(known)}" if reasons else "")
+        figures = {
+            "engines": f"count by ({r}) ({running})",
+            "new_reasons": f"count by ({r}) ({unknown})",
+            "admission_rejections": f"sum by ({r}) "
+            f"({self._any(COUNTERS['admission_rejections'], 'rate')})",
+            **self.figures((r,), reasons),
+        }
+        base = f"max by ({r}) ({self.series('up')})"
+        return _packed_pair((r,), "up", base, figures)
+
+    def engines(self, reasons: Sequence[str] = ()) -> tuple[str, str]:
+        """The engines of data-parallel servers only: one series per (replica, engine)."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        base = f"sum by ({r}, {ENGINE}) ({running}) and on ({r}) (count by ({r}) ({running}) > 1)"
+        figures = self.figures((r, ENGINE), reasons)
+        del figures["running"]  # the carrier
+        return _packed_pair((r, ENGINE), "running", base, figures)
+
+    def info(self) -> str:
+        """The slow-changing figures, one series each: the replicas, their KV blocks and model,
+        the finished reasons, every `le` of the quantile histograms."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        figures = {
+            "replica": f"max by ({r}) ({self.series('up')})",
+            "cache_config": f"max by ({r}, {ENGINE}, num_gpu_blocks, block_size) "
+            f"({self.series(CACHE_CONFIG)})",
+            "model": f"count by ({r}, model_name) ({running})",
+            "reason": f"count by (finished_reason) ({self.series(FINISHED)})",
+        }
+        for key in QUANTILES:
+            figures[f"bounds_{key}"] = (
+                f"count by (le) ({self._any(HISTOGRAMS[key], suffix='_bucket')})"
+            )
+        return " or ".join(
+            f'label_replace({expr}, "{FIGURE}", "{name}", "", "")' for name, expr in figures.items()
         )
 
 
-def _tagged(figures: Mapping[str, str]) -> str:
-    return " or ".join(
-        f'label_replace({expr}, "{FIGURE}", "{name}", "", "")' for name, expr in figures.items()
-    )
+def _packed_pair(
+    labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]
+) -> tuple[str, str]:
+    """The figures packed as two queries: the quantiles, and the rest."""
+    quantiles = {k: v for k, v in figures.items() if k.startswith("q_")}
+    rest = {k: v for k, v in figures.items() if k not in quantiles}
+    return _packed(labels, carrier, base, rest), _packed(labels, carrier, base, quantiles)
 
 
-Figures = dict[str, float | None]
-
-
-@dataclass
-class _Row:
-    figures: Figures
-    model: str | None = None
-    blocks: int | None = None
-    block_size: int | None = None
-    finished: dict[str, float] | None = None
-
-
-def _value(item: Mapping[str, Any]) -> float | None:
-    try:
-        v = float(item["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def read_answers(
-    answers: Iterable[Iterable[Mapping[str, Any]]], replica_label: str = "instance"
-) -> dict[tuple[str, str], _Row]:
-    """Result vectors -> (replica, engine) -> figures; engine "" = the replica as a whole."""
-    rows: dict[tuple[str, str], _Row] = defaultdict(lambda: _Row({}))
-    for result in answers:
-        for item in result:
-            labels = item.get("metric", {})
-            figure, replica = labels.get(FIGURE), labels.get(replica_label)
-            if not isinstance(figure, str) or not isinstance(replica, str):
-                continue
-            row = rows[(replica, str(labels.get(ENGINE, "")))]
-            value = _value(item)
-            if figure == "running" and labels.get("model_name"):
-                row.model = str(labels["model_name"])
-            if figure == "cache_config":
-                try:
-                    row.blocks = int(labels.get("num_gpu_blocks", ""))
-                    row.block_size = int(labels.get("block_size", ""))
-                except ValueError:
-                    pass
-                continue
-            if figure == "finished":
-                reason = str(labels.get("finished_reason", "unknown"))
-                row.finished = row.finished or {}
-                if value is not None:
-                    row.finished[reason] = row.finished.get(reason, 0.0) + value
-                continue
-            if figure == "running" and row.figures.get("running") is not None and value is not None:
-                value += row.figures["running"] or 0.0  # several model names on one engine
-            row.figures[figure] = value
-    return dict(rows)
-
-
-def first_bounds(answer: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Histogram key -> its lowest finite bucket bound, from the `bucket_bounds` answer."""
-    out: dict[str, float] = {}
-    for item in answer:
-        labels = item.get("metric", {})
-        key, le = labels.get(FIGURE), labels.get("le")
-        try:
-            bound = float(le)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(key, str) and math.isfinite(bound):
-            out[key] = min(bound, out.get(key, bound))
-    return out
-
-
-def server_figures(q: Queries) -> str:
-    """Quantiles and means by replica alone: a data-parallel server's own row."""
-    means = {
-        f"mean:{key}": (
-            f"sum {q._by(engine=False)} ({q._any(HISTOGRAMS[key], 'rate', '_sum')}) / "
-            f"sum {q._by(engine=False)} ({q._any(HISTOGRAMS[key], 'rate', '_count')})"
-        )
-        for key in MEANS
-    }
-    return q.quantiles(by_engine=False) + " or " + _tagged(means)
-
-
-def _quantile(f: Figures, key: str, q: float, bounds: Mapping[str, float]) -> float | None:
-    """PromQL's quantile, or the window mean capped at the first bound when it falls there."""
-    v = f.get(f"q:{key}:{q:g}")
-    bound, mean = bounds.get(key), f.get(f"mean:{key}")
-    if v is not None and bound is not None and v <= bound and mean is not None:
-        return min(mean, bound)
-    return v
-
-
-def _sum(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _merge(server: _Row, engines: list[_Row]) -> _Row:
-    """A server's row from its engines: counts and rates summed, KV weighted by KV blocks."""
-    out = _Row(dict(server.figures))
-    own = len(engines) > 1  # a data-parallel server's quantiles and means come by replica
-    keys = {k for e in engines for k in e.figures if not (own and k.startswith(("q:", "mean:")))}
-    for k in keys - {"kv_usage", "up"}:
-        if k not in out.figures or out.figures[k] is None:
-            out.figures[k] = _sum(e.figures.get(k) for e in engines)
-    kv = [(e.figures.get("kv_usage"), e.blocks) for e in engines]
-    if all(v is not None for v, _ in kv):
-        if all(b for _, b in kv):
-            total = sum(b or 0 for _, b in kv)
-            out.figures["kv_usage"] = sum((v or 0.0) * (b or 0) for v, b in kv) / total
-        else:
-            out.figures["kv_usage"] = sum(v or 0.0 for v, _ in kv) / len(kv)
-    out.model = next((e.model for e in engines if e.model), None)
-    if all(e.blocks and e.block_size for e in engines):
-        out.blocks = sum(e.blocks or 0 for e in engines)
-        out.block_size = engines[0].block_size
-    finished: dict[str, float] = {}
-    for e in engines:
-        for reason, v in (e.finished or {}).items():
-            finished[reason] = finished.get(reason, 0.0) + v
-    out.finished = finished
-    return out
-
-
-def _stats(url: str, row: _Row, bounds: Mapping[str, float]) -> EngineStats:
-    f = row.figures
-    if f.get("up") == 0.0:
-        return EngineStats(
-            url=url, up=False, error=f"{url}: Prometheus' last scrape of it failed (up == 0)"
-        )
-    if not any(v is not None for k, v in f.items() if k != "up") and not row.finished:
-        return EngineStats(
-            url=url,
-            up=True,
-            stats_disabled=True,
-            error="exports no vllm:* metrics (started with --disable-log-stats?)",
-        )
-    running, decode = f.get("running"), f.get("generation_tokens")
-    capacity = row.blocks * row.block_size if row.blocks and row.block_size else None
-    return EngineStats(
-        url=url,
-        up=True,
-        model=row.model,
-        running=running,
-        waiting=f.get("waiting"),
-        waiting_capacity=f.get("waiting_capacity"),
-        kv_cache_usage_frac=f.get("kv_usage"),
-        kv_capacity_tokens=capacity,
-        kv_block_size=row.block_size,
-        prompt_tok_per_s=f.get("prompt_tokens"),
-        decode_tok_per_s=decode,
-        decode_tok_per_s_per_seq=decode / running if decode is not None and running else None,
-        preemptions_per_s=f.get("preemptions"),
-        finished_per_s=dict(row.finished or {}),
-        admission_rejections_per_s=f.get("admission_rejections"),
-        prefix_cache_hit_frac=f.get("prefix_hit_frac"),
-        mean_prompt_tokens=f.get("mean:prompt_len"),
-        mean_generation_tokens=f.get("mean:generation_len"),
-        ttft_p50_s=_quantile(f, "ttft", 0.5, bounds),
-        ttft_p95_s=_quantile(f, "ttft", 0.95, bounds),
-        ttft_p99_s=_quantile(f, "ttft", 0.99, bounds),
-        itl_p50_s=_quantile(f, "itl", 0.5, bounds),
-        itl_p95_s=_quantile(f, "itl", 0.95, bounds),
-        itl_p99_s=_quantile(f, "itl", 0.99, bounds),
-        e2e_p50_s=_quantile(f, "e2e", 0.5, bounds),
-        e2e_p95_s=_quantile(f, "e2e", 0.95, bounds),
-        e2e_p99_s=_quantile(f, "e2e", 0.99, bounds),
-        queue_time_p50_s=_quantile(f, "queue_time", 0.5, bounds),
-        queue_time_p95_s=_quantile(f, "queue_time", 0.95, bounds),
-        queue_time_p99_s=_quantile(f, "queue_time", 0.99, bounds),
-        prefill_time_p95_s=_quantile(f, "prefill_time", 0.95, bounds),
-        ttft_mean_s=f.get("mean:ttft"),
-        queue_time_mean_s=f.get("mean:queue_time"),
-        prefill_time_mean_s=f.get("mean:prefill_time"),
-        error=None if running is not None else NO_GAUGES,
-    )
-
-
-def data_parallel(rows: Mapping[tuple[str, str], _Row]) -> bool:
-    """Whether a replica shows several engines (its own row then needs `server_figures`)."""
-    seen: dict[str, int] = defaultdict(int)
-    for replica, engine in rows:
-        if engine:
-            seen[replica] += 1
-    return any(n > 1 for n in seen.values())
-
-
-def replicas(
-    rows: Mapping[tuple[str, str], _Row], bounds: Mapping[str, float]
-) -> list[DerivedReplica]:
-    """Per-replica stats (a data-parallel server's engines as sub-rows), sorted by name."""
-    by_replica: dict[str, dict[str, _Row]] = defaultdict(dict)
-    for (replica, engine), row in rows.items():
-        by_replica[replica][engine] = row
-    out: list[DerivedReplica] = []
-    for replica in sorted(by_replica):
-        parts = by_replica[replica]
-        server = parts.pop("", _Row({}))
-        engines = [parts[k] for k in sorted(parts)]
-        merged = _merge(server, engines) if engines else server
-        stats = _stats(replica, merged, bounds)
-        restarts = merged.figures.get("resets")
-        out.append(DerivedReplica(replica, replica, stats, restarts=restarts))
-        if len(engines) > 1 and stats.up:
-            for engine in sorted(parts):
-                row = parts[engine]
-                row.figures.setdefault("up", server.figures.get("up"))
-                out.append(
-                    DerivedReplica(
-                        f"{replica}#engine={engine}",
-                        f"{replica}#{engine}",
-                        _stats(replica, row, bounds),
-                        restarts=row.figures.get("resets"),
-                        engine=engine,
-                        parent=replica,
-                    )
-                )
+def _packed(labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]) -> str:
+    """`base` as the label `carrier`, then each figure joined on as a label of its own."""
+    by = ", ".join(labels)
+    out = f"count_values by ({by}) ({_string(carrier)}, {base})"
+    for name, expr in figures.items():
+        value = f"({expr}) or (NaN * ({base}))"
+        out += f" * on ({by}) group_left ({name}) count_values by ({by}) ({_string(name)}, {value})"
     return out

@@ -1,9 +1,11 @@
 """The raw inputs of one poll, before any derivation: what recordings store and replay re-runs.
 
 A `RawPoll` holds the scraped samples llmtop reads (already filtered to the families it uses),
-the gateway's admin JSON, the GPU readings and the limit changes seen. Feeding the same RawPolls
-to a fresh `Pipeline` gives the same Snapshots, so an improved health rule can be re-run over an
-old incident. Everything here is JSON-serialisable through `to_dict`/`from_dict`.
+or, for a fleet read through Prometheus, its decoded answers (`PromAnswers`: PromQL computes the
+figures, so those are the raw inputs), the gateway's admin JSON, the GPU readings and the limit
+changes seen. Feeding the same RawPolls to a fresh `Pipeline` gives the same Snapshots, so an
+improved health rule can be re-run over an old incident. Everything here is JSON-serialisable
+through `to_dict`/`from_dict`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,71 @@ class RawEngine:
 
 
 @dataclass(frozen=True)
+class PromRow:
+    """What Prometheus answered for one replica (engine "") or one engine of a data-parallel
+    replica: its figures by name (None: unknown; names in `core.promql`), finished requests per
+    second by reason, and the slow-changing model and KV blocks."""
+
+    replica: str
+    engine: str = ""
+    figures: dict[str, float | None] = field(default_factory=dict)
+    finished_per_s: dict[str, float] = field(default_factory=dict)
+    model: str | None = None
+    kv_blocks: int | None = None
+    kv_block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class PromAnswers:
+    """One poll of a Prometheus, decoded: every replica's row, the histograms' first bucket
+    bounds (for the first-bucket quantile fix), or why Prometheus could not answer."""
+
+    url: str
+    rows: tuple[PromRow, ...] = ()
+    first_bounds: dict[str, float] = field(default_factory=dict)
+    """Histogram key -> its lowest finite bucket bound, in seconds."""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; a row is [replica, engine, figures, finished, model, blocks, block size]."""
+        return {
+            "url": self.url,
+            "rows": [
+                [
+                    r.replica,
+                    r.engine,
+                    r.figures,
+                    r.finished_per_s,
+                    r.model,
+                    r.kv_blocks,
+                    r.kv_block_size,
+                ]
+                for r in self.rows
+            ],
+            "first_bounds": self.first_bounds,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PromAnswers:
+        """Inverse of `to_dict`; raises KeyError/TypeError/ValueError on a malformed dict."""
+        rows = tuple(
+            PromRow(
+                replica=str(replica),
+                engine=str(engine),
+                figures={str(k): None if v is None else float(v) for k, v in figures.items()},
+                finished_per_s={str(k): float(v) for k, v in finished.items()},
+                model=None if model is None else str(model),
+                kv_blocks=None if blocks is None else int(blocks),
+                kv_block_size=None if size is None else int(size),
+            )
+            for replica, engine, figures, finished, model, blocks, size in d.get("rows", [])
+        )
+        bounds = {str(k): float(v) for k, v in (d.get("first_bounds") or {}).items()}
+        return cls(url=str(d["url"]), rows=rows, first_bounds=bounds, error=d.get("error"))
+
+
+@dataclass(frozen=True)
 class RawPoll:
     """Everything one poll read, at `time` (seconds since the epoch)."""
 
@@ -66,6 +133,8 @@ class RawPoll:
     gpu_error: str | None = None
     events: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     """Limit changes seen since the previous poll (the gateway's /admin/events entries)."""
+    prometheus: PromAnswers | None = None
+    """What a `--prometheus` fleet's Prometheus answered (None when not reading one)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; samples become compact [name, {labels}, value] triples."""
@@ -89,6 +158,7 @@ class RawPoll:
             "gpus": [dataclasses.asdict(g) for g in self.gpus],
             "gpu_error": self.gpu_error,
             "events": list(self.events),
+            "prometheus": None if self.prometheus is None else self.prometheus.to_dict(),
         }
 
     @classmethod
@@ -121,6 +191,7 @@ class RawPoll:
             )
             for g in d.get("gpus", [])
         )
+        answers = d.get("prometheus")
         return cls(
             time=float(d["time"]),
             engines=engines,
@@ -130,4 +201,5 @@ class RawPoll:
             gpus=gpus,
             gpu_error=d.get("gpu_error"),
             events=tuple(d.get("events", ())),
+            prometheus=None if answers is None else PromAnswers.from_dict(answers),
         )

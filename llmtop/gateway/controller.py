@@ -112,6 +112,8 @@ class Autopilot:
         self._hold_until = -math.inf
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
         self.last_move: Move | None = None
+        self.unread: tuple[str, ...] = ()
+        """Replicas whose /metrics could not be read this tick (left out of the sums)."""
 
     def reset(self, applied: int | None) -> None:
         """Take over from a limit set by someone else (mode switched to auto)."""
@@ -124,13 +126,14 @@ class Autopilot:
         assert self.target is not None
         t = self.target
         self._waiting_ticks = self._waiting_ticks + 1 if sig.waiting >= 1 else 0
-        full = self._waiting_ticks >= c.waiting_ticks and sig.kv_usage >= 0.95
+        kv = sig.kv_usage if sig.kv_usage_waiting is None else sig.kv_usage_waiting
+        full = self._waiting_ticks >= c.waiting_ticks and kv >= 0.95
         if sig.preempt_per_s > 0 or full:
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
             self.target = self.ceiling * c.cut
             if sig.preempt_per_s > 0:
                 return f"preempting {sig.preempt_per_s:.1f}/s"
-            return f"{sig.waiting:.0f} waiting in the engine at KV {sig.kv_usage:.0%}"
+            return f"{sig.waiting:.0f} waiting in the engine at KV {kv:.0%}"
         why = None
         limit = c.engine_ttft_share * c.ttft_slo_s
         if sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s:
@@ -225,7 +228,12 @@ class Autopilot:
             "budget_blocks": self.applied,
             "capacity_blocks": self.capacity,
             "budget_requests": round(self.applied / per) if per and self.applied else None,
-            "reason": self.last_reason,
+            "reason": self.last_reason
+            + (
+                f" ({len(self.unread)} replica(s) unread: {', '.join(self.unread)})"
+                if self.unread
+                else ""
+            ),
         }
 
 

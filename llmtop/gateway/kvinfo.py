@@ -23,7 +23,6 @@ _GAUGES = {
     "vllm:num_preemptions_total": "preemptions",
     "vllm:num_requests_waiting": "waiting",
     "vllm:num_requests_running": "running",
-    "vllm:kv_cache_usage_perc": "kv_usage",
     "vllm:prompt_tokens_total": "prompt_tokens",
     "vllm:inter_token_latency_seconds_sum": "itl_sum",
     "vllm:inter_token_latency_seconds_count": "itl_count",
@@ -34,7 +33,13 @@ _HISTS = {
     "vllm:request_generation_tokens_bucket": "gen_tokens",
 }
 _KEEP = promtext.keep_names(
-    {*_GAUGES, *_HISTS, "vllm:cache_config_info", "vllm:gpu_cache_usage_perc"}
+    {
+        *_GAUGES,
+        *_HISTS,
+        "vllm:cache_config_info",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+    }
 )
 
 
@@ -54,6 +59,8 @@ class EngineScrape:
     gen_tokens: Buckets
     itl_sum: float = 0.0
     itl_count: float = 0.0
+    kv_usage_waiting: float | None = None
+    """The highest KV use among its engines with requests waiting; None when none waits."""
 
     @property
     def capacity_tokens(self) -> int | None:
@@ -71,22 +78,35 @@ def _int_label(labels: dict[str, str], key: str) -> int | None:
 
 
 def parse_scrape(text: str) -> EngineScrape:
-    """The autopilot's figures from one vLLM /metrics body; ScrapeError if it is not one."""
+    """The autopilot's figures from one vLLM /metrics body; ScrapeError if it is not one.
+
+    A data-parallel server has one engine per `engine` label: its capacity and counters are the
+    engines' sums, its KV use their capacity-weighted mean (a sum would pass 100 %)."""
     samples = promtext.parse(text, keep=_KEEP)
     values: dict[str, float] = {}
     hists: dict[str, dict[float, float]] = {k: {} for k in _HISTS.values()}
-    blocks = size = None
-    usage_old: float | None = None
+    blocks: dict[str, int] = {}  # per engine label
+    size: int | None = None
+    usage: dict[str, float] = {}
+    usage_old: dict[str, float] = {}
+    waiting: dict[str, float] = {}
     for s in samples:
         labels = dict(s.labels)
+        engine = labels.get("engine", "")
         if s.name == "vllm:cache_config_info":
-            blocks = blocks or _int_label(labels, "num_gpu_blocks")
+            n = _int_label(labels, "num_gpu_blocks")
+            if n is not None:
+                blocks.setdefault(engine, n)
             size = size or _int_label(labels, "block_size")
+        elif s.name == "vllm:kv_cache_usage_perc":
+            usage[engine] = s.value
+        elif s.name == "vllm:gpu_cache_usage_perc":
+            usage_old[engine] = s.value
         elif s.name in _GAUGES:
             key = _GAUGES[s.name]
             values[key] = values.get(key, 0.0) + s.value  # summed over engines (DP)
-        elif s.name == "vllm:gpu_cache_usage_perc":
-            usage_old = s.value
+            if key == "waiting":
+                waiting[engine] = waiting.get(engine, 0.0) + s.value
         elif s.name in _HISTS:
             le = labels.get("le")
             if le is None:
@@ -94,23 +114,34 @@ def parse_scrape(text: str) -> EngineScrape:
             bound = math.inf if le == "+Inf" else float(le)
             h = hists[_HISTS[s.name]]
             h[bound] = h.get(bound, 0.0) + s.value
-    if "preemptions" not in values and blocks is None:
+    if "preemptions" not in values and not blocks:
         raise ScrapeError("no vLLM series in the upstream's /metrics (is it vLLM?)")
-    kv = values.get("kv_usage", usage_old if usage_old is not None else 0.0)
+    per_engine = usage or usage_old
+    full = [u for e, u in per_engine.items() if waiting.get(e, 0.0) >= 1]
     return EngineScrape(
-        num_gpu_blocks=blocks,
+        num_gpu_blocks=sum(blocks.values()) or None,
         block_size=size,
         preemptions=values.get("preemptions", 0.0),
         waiting=values.get("waiting", 0.0),
         running=values.get("running", 0.0),
-        kv_usage=kv,
+        kv_usage=_weighted(per_engine, blocks),
         prompt_tokens=values.get("prompt_tokens", 0.0),
         ttft=tuple(sorted(hists["ttft"].items())),
         itl=tuple(sorted(hists["itl"].items())),
         gen_tokens=tuple(sorted(hists["gen_tokens"].items())),
         itl_sum=values.get("itl_sum", 0.0),
         itl_count=values.get("itl_count", 0.0),
+        kv_usage_waiting=max(full) if full else None,
     )
+
+
+def _weighted(usage: dict[str, float], blocks: dict[str, int]) -> float:
+    """KV use over engines, weighted by their capacity (equal weights where it is unknown)."""
+    if not usage:
+        return 0.0
+    weights = {e: float(blocks.get(e, 0)) or 1.0 for e in usage}
+    total = sum(weights.values())
+    return sum(u * weights[e] for e, u in usage.items()) / total
 
 
 def bucket_delta(new: Buckets, old: Buckets | None) -> Buckets:
@@ -164,6 +195,9 @@ class EngineSignals:
     itl_mean_s: float | None
     gen_tokens: Buckets
     """Generated tokens per finished request in the interval (cumulative buckets)."""
+    kv_usage_waiting: float | None = None
+    """The highest KV use among the engines with requests waiting (None: none waits); with
+    several engines, the cut on "waiting at a full cache" looks at the full one, not the mean."""
 
 
 def signals(new: EngineScrape, old: EngineScrape | None, interval_s: float) -> EngineSignals:
@@ -197,6 +231,60 @@ def signals(new: EngineScrape, old: EngineScrape | None, interval_s: float) -> E
         itl_p95_s=quantile(itl, 0.95),
         itl_mean_s=itl_mean,
         gen_tokens=gen,
+        kv_usage_waiting=new.kv_usage_waiting,
+    )
+
+
+def _sum_buckets(parts: Sequence[Buckets]) -> Buckets:
+    """Histograms of several engines as one (vLLM's bucket bounds are the same everywhere)."""
+    acc: dict[float, float] = {}
+    for part in parts:
+        for le, c in part:
+            acc[le] = acc.get(le, 0.0) + c
+    return tuple(sorted(acc.items()))
+
+
+def fleet_signals(
+    pairs: Sequence[tuple[EngineScrape, EngineScrape | None]], interval_s: float
+) -> EngineSignals:
+    """Several replicas behind one gateway as one engine: the balancer spreads the budget over
+    them, so capacity, queues and rates add up. Each replica's interval is taken on its own
+    (a restart there counts from zero there), then summed; KV use is the capacity-weighted
+    mean; "full with a queue" is the fullest replica that has one."""
+    if len(pairs) == 1:
+        return signals(pairs[0][0], pairs[0][1], interval_s)
+    each = [signals(new, old, interval_s) for new, old in pairs]
+    news = [new for new, _ in pairs]
+    sized = [n for n in news if n.capacity_tokens is not None]
+    block = next((n.block_size for n in sized), None)
+    cap_blocks = sum(n.capacity_tokens or 0 for n in sized) // block if block else None
+    cap_tokens = sum(n.capacity_tokens or 0 for n in sized)
+    if cap_tokens:
+        kv = sum(n.kv_usage * (n.capacity_tokens or 0) for n in sized) / cap_tokens
+    else:
+        kv = sum(n.kv_usage for n in news) / len(news)
+    itl_n = itl_s = 0.0
+    for n, o in pairs:
+        if o is not None and n.itl_count > o.itl_count:  # a restarted replica has no interval
+            itl_n += n.itl_count - o.itl_count
+            itl_s += n.itl_sum - o.itl_sum
+    ttft = _sum_buckets([bucket_delta(n.ttft, o.ttft) for n, o in pairs if o is not None])
+    itl = _sum_buckets([bucket_delta(n.itl, o.itl) for n, o in pairs if o is not None])
+    full = [s.kv_usage_waiting for s in each if s.kv_usage_waiting is not None]
+    return EngineSignals(
+        interval_s=interval_s,
+        capacity_blocks=cap_blocks or None,
+        block_size=block,
+        preempt_per_s=sum(s.preempt_per_s for s in each),
+        waiting=sum(s.waiting for s in each),
+        running=sum(s.running for s in each),
+        kv_usage=kv,
+        prompt_tokens=sum(s.prompt_tokens for s in each),
+        ttft_p95_s=quantile(ttft, 0.95),
+        itl_p95_s=quantile(itl, 0.95),
+        itl_mean_s=itl_s / itl_n if itl_n > 0 else None,
+        gen_tokens=_sum_buckets([s.gen_tokens for s in each]),
+        kv_usage_waiting=max(full) if full else None,
     )
 
 
@@ -206,6 +294,7 @@ __all__ = [
     "EngineSignals",
     "ScrapeError",
     "bucket_delta",
+    "fleet_signals",
     "parse_scrape",
     "quantile",
     "signals",

@@ -1,8 +1,11 @@
-"""The autopilot's IO: read the upstream's /metrics about once a second and drive the controller.
+"""The autopilot's IO: read every replica's /metrics about once a second and drive the controller.
 
 Runs as one task in the app's lifespan. It reads only while the gateway is in auto mode or has a
-KV budget (so a plain gateway never touches the engine's /metrics); a read that fails holds the
-budget where it is and says why in /admin/stats.
+KV budget (so a plain gateway never touches the engine's /metrics). With several replicas the
+budget covers them all (the balancer spreads it), so their figures are read concurrently and
+summed (kvinfo.fleet_signals); ejected replicas are left out, as the balancer leaves them out. A
+replica whose read fails is left out of that tick and named; when none can be read the budget
+holds where it is and /admin/stats says why.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import time
 import aiohttp
 
 from llmtop.errors import ScrapeError
+from llmtop.gateway.balancer import OK
 from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive
 from llmtop.gateway.footprint import FootprintModel
-from llmtop.gateway.kvinfo import EngineScrape, parse_scrape, signals
-from llmtop.gateway.state import DEFAULT_TTFT_SLO_S, GatewayState
+from llmtop.gateway.kvinfo import EngineScrape, fleet_signals, parse_scrape
+from llmtop.gateway.state import GatewayState
+from llmtop.settings import AUTOPILOT_TTFT_SLO_S
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
@@ -28,42 +33,66 @@ def attach(state: GatewayState) -> Autopilot:
     state.controller.footprint = FootprintModel()
     s = state.settings
     state.controller.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
-    slo = state.controller.limits.ttft_slo_s or DEFAULT_TTFT_SLO_S
+    slo = state.controller.limits.ttft_slo_s or AUTOPILOT_TTFT_SLO_S
     return Autopilot(AutopilotConfig(ttft_slo_s=slo, itl_slo_s=s.itl_slo_s))
 
 
-async def _read(state: GatewayState) -> str:
+async def _read(state: GatewayState, url: str) -> EngineScrape:
     assert state.session is not None
     async with state.session.get(
-        state.base_url + "/metrics",
+        url + "/metrics",
         timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
         allow_redirects=False,
     ) as r:
         if r.status != 200:
             raise ScrapeError(f"/metrics returned {r.status}")
-        return await r.text()
+        return parse_scrape(await r.text())
+
+
+_FAILS = (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError)
+
+
+async def _read_all(state: GatewayState) -> tuple[dict[str, EngineScrape], dict[str, str]]:
+    """Every replica in service read at once: the scrapes, and why each other one failed."""
+    urls = [r.url for r in state.balancer.replicas if r.state == OK] or [
+        r.url for r in state.balancer.replicas
+    ]
+    got = await asyncio.gather(*(_read(state, u) for u in urls), return_exceptions=True)
+    scrapes: dict[str, EngineScrape] = {}
+    failed: dict[str, str] = {}
+    for url, res in zip(urls, got, strict=True):
+        if isinstance(res, EngineScrape):
+            scrapes[url] = res
+        elif isinstance(res, _FAILS):
+            failed[url] = type(res).__name__
+        else:
+            raise res  # a bug, not a replica's fault
+    return scrapes, failed
 
 
 async def run(state: GatewayState, pilot: Autopilot) -> None:
     """Scrape, derive, drive; forever (cancelled by the lifespan)."""
     ctl = state.controller
-    prev: EngineScrape | None = None
+    prev: dict[str, EngineScrape] = {}
     prev_t = time.monotonic()
     while True:
         lim = ctl.limits
         if lim.mode == "auto" or lim.max_inflight_kv_blocks is not None:
-            try:
-                scrape = parse_scrape(await _read(state))
-            except (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError) as e:
-                pilot.last_reason = f"upstream /metrics unreadable ({type(e).__name__}): holding"
+            scrapes, failed = await _read_all(state)
+            if not scrapes:
+                pilot.unread = ()
+                why = ", ".join(sorted(set(failed.values()))) or "no replica"
+                pilot.last_reason = f"upstream /metrics unreadable ({why}): holding"
                 ctl.autopilot = pilot.status(ctl)
-                prev = None
+                prev = {}
             else:
                 now = time.monotonic()
-                drive(ctl, pilot, signals(scrape, prev, now - prev_t), now)
-                prev, prev_t = scrape, now
+                pairs = [(s, prev.get(url)) for url, s in scrapes.items()]
+                pilot.unread = tuple(sorted(failed))
+                drive(ctl, pilot, fleet_signals(pairs, now - prev_t), now)
+                prev, prev_t = scrapes, now
         else:
-            prev = None
+            prev = {}
             pilot.reset(None)
             pilot.last_reason = "manual: the autopilot is off"
             ctl.autopilot = pilot.status(ctl)

@@ -50,6 +50,21 @@ _DROP_REQUEST = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _DROP_RESPONSE = _HOP_BY_HOP | {b"content-length", b"date", b"server"}
 _JSON = (b"content-type", b"application/json")
 _RETRY = "retry"
+# an OpenAI stream's last event: a client may close as soon as it has read it
+_DONE = b"data: [DONE]"
+
+
+class _Relay:
+    """What one admitted request has relayed: whether the stream's `data: [DONE]` reached the
+    client, so a client that closes right after it (before the upstream's body ends, as with
+    vLLM) counts as completed, not cancelled."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
+
+
 """An attempt that failed to connect: nothing was sent, another replica may take it."""
 
 
@@ -310,12 +325,13 @@ class Proxy:
                 # the engine's part only: time queued in the gateway is not the engine's delay
                 waiting.admitted(key, t0 + queue_s)
             outcome = "upstream_error"
+            relay = _Relay()
             try:
                 outcome = await self._forward(
-                    method, target, headers, body, ticket, t0, queue_s, send
+                    method, target, headers, body, ticket, t0, queue_s, send, relay
                 )
             except (asyncio.CancelledError, OSError):
-                outcome = "cancelled"
+                outcome = "completed" if relay.done else "cancelled"
                 raise
             finally:
                 if ticket is not None:
@@ -333,6 +349,7 @@ class Proxy:
         t0: float,
         queue_s: float,
         send: Send,
+        relay: _Relay,
     ) -> str:
         """Send to the replica the balancer picks (once more elsewhere if it refused the
         connection: nothing was sent), stream the answer; the outcome of an admitted request."""
@@ -349,7 +366,17 @@ class Proxy:
             error: str | None = "cancelled"
             try:
                 outcome, error = await self._forward_to(
-                    replica, method, target, headers, body, ticket, t0, queue_s, send, not tried
+                    replica,
+                    method,
+                    target,
+                    headers,
+                    body,
+                    ticket,
+                    t0,
+                    queue_s,
+                    send,
+                    relay,
+                    not tried,
                 )
             finally:
                 bal.done(replica, kv, None if error == "cancelled" else error)
@@ -369,6 +396,7 @@ class Proxy:
         t0: float,
         queue_s: float,
         send: Send,
+        relay: _Relay,
         may_retry: bool,
     ) -> tuple[str, str | None]:
         """One attempt at one replica: (outcome or _RETRY, the error that ejects it or None)."""
@@ -430,6 +458,8 @@ class Proxy:
             await send({"type": "http.response.start", "status": status, "headers": out})
             sse = response.content_type == "text/event-stream"
             first = ticket is not None and status == 200
+            watch_done = sse and status == 200
+            tail = b""
             content = response.content
             try:
                 while True:
@@ -444,6 +474,9 @@ class Proxy:
                         state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if watch_done:
+                        tail = (tail + chunk)[-2 * len(_DONE) :]
+                        relay.done = _DONE in tail
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)

@@ -18,7 +18,7 @@ from llmtop.gateway.shared import LocalLimits, SharedLimits
 from llmtop.gateway.trust import Trust
 from llmtop.gateway.unanswered import Unanswered
 from llmtop.gateway.upstream_errors import UpstreamErrors
-from llmtop.settings import GatewaySettings
+from llmtop.settings import AUTOPILOT_TTFT_SLO_S, GatewaySettings
 
 
 @dataclass
@@ -60,10 +60,6 @@ def upstream_urls(text: str) -> list[str]:
     return urls or ["http://127.0.0.1:8000"]
 
 
-DEFAULT_TTFT_SLO_S = 5.0
-"""The TTFT budget --autopilot works to when ttft_slo_s is not set."""
-
-
 def limits_of(settings: GatewaySettings) -> Limits:
     """The starting limits; --autopilot (or mode auto) also means a deadline queue and a TTFT
     budget (5 s unless set)."""
@@ -77,7 +73,7 @@ def limits_of(settings: GatewaySettings) -> Limits:
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
         max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
         ttft_slo_s=(
-            DEFAULT_TTFT_SLO_S if settings.ttft_slo_s is None and auto else settings.ttft_slo_s
+            AUTOPILOT_TTFT_SLO_S if settings.ttft_slo_s is None and auto else settings.ttft_slo_s
         ),
         queue_policy="deadline" if auto and settings.queue_policy == "fifo" else policy,
         mode="auto" if auto else settings.mode,

@@ -356,6 +356,17 @@ def _kind(e: BaseException) -> str:
 
 
 def _describe(e: BaseException) -> str:
+    """A short reason a request failed, in words rather than aiohttp's repr."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        if isinstance(e.os_error, ConnectionRefusedError):
+            return "connection refused"
+        return f"cannot connect ({e.os_error.strerror or type(e.os_error).__name__})"
+    if isinstance(e, aiohttp.InvalidURL):
+        return "not a valid URL"
+    if isinstance(e, asyncio.TimeoutError):
+        return "no answer in time"
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from llmtop.core.fleet import FleetPipeline
 from llmtop.core.pipeline import Pipeline
+from llmtop.core.promql_answers import prometheus_replicas
 from llmtop.core.snapshot import Snapshot
 from llmtop.errors import UsageError
 from llmtop.recording.reader import Recording
@@ -63,9 +64,13 @@ class Playhead:
 
 def is_fleet(recording: Recording) -> bool:
     """Whether the run watched several engines (the live TUI then ran the fleet pipeline):
-    several `--vllm` in the header, or several engines in the first poll (`--targets`)."""
+    several `--vllm` in the header, several engines in the first poll (`--targets`), or a
+    Prometheus' answers (`--prometheus`)."""
     targets = recording.header.get("targets") or {}
-    return len(targets.get("vllm") or ()) > 1 or len(recording.raw(0).engines) > 1
+    first = recording.raw(0)
+    return (
+        len(targets.get("vllm") or ()) > 1 or len(first.engines) > 1 or first.prometheus is not None
+    )
 
 
 class ReplaySource:
@@ -111,7 +116,11 @@ class ReplaySource:
             while len(self._snapshots) <= i:
                 raw = self.recording.raw(len(self._snapshots))
                 self.events.extend(raw.events)
-                self._snapshots.append(self._pipeline.update(raw))
+                if isinstance(self._pipeline, FleetPipeline):  # Prometheus' rows, if any, too
+                    snap = self._pipeline.update(raw, prometheus_replicas(raw))
+                else:
+                    snap = self._pipeline.update(raw)
+                self._snapshots.append(snap)
         return self._snapshots[i]
 
     @property
@@ -264,6 +273,7 @@ def open_replay(
     monitor = MonitorSettings(
         vllm_urls=tuple(str(u) for u in vllm),
         gateway_url=targets.get("gateway"),
+        prometheus_url=targets.get("prometheus"),
         interval_s=float(recording.header.get("interval_s") or 1.0),
         read_only=True,
     )

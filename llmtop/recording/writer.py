@@ -7,10 +7,18 @@ and report feed the polls to a fresh `Pipeline`, so an improved rule re-runs ove
 Format (version 1), one JSON object per line::
 
     {"llmtop_recording": 1, "version": "0.1.0", "started": 1764400000.0,
-     "interval_s": 1.0, "targets": {"vllm": [...], "gateway": "...", "dcgm": null}}
+     "interval_s": 1.0, "targets": {"vllm": [...], "prometheus": null, "gateway": "...",
+                                    "dcgm": null}}
     {"time": ..., "kf": 1, "engines": [{"url": ..., "samples": [[name, {labels}, value], ...]}],
      "gateway": {...}, "gpus": [...], "events": [...], "findings": [...]}
     {"time": ..., "engines": [{"url": ..., "delta": [[index, value], ...]}], ...}
+
+A fleet read through Prometheus (`--prometheus`) has no samples: each line keeps what the queries
+answered instead, decoded (`core.raw.PromAnswers`), whole (figures move every poll)::
+
+    {"time": ..., "prometheus": {"url": ..., "first_bounds": {"itl": 0.01, ...}, "error": null,
+     "rows": [[replica, engine, {figure: value}, {finished reason: per s}, model, blocks,
+               block size], ...]}, ...}
 
 Samples are delta-encoded per engine against that engine's previous poll (only changed values,
 by index), with a keyframe (``"kf": 1``, full samples) every `KEYFRAME_EVERY` polls, so a seek
@@ -112,9 +120,13 @@ class Encoder:
             self._prev = {}
         d = raw.to_dict()
         samples_of = [e.pop("samples") for e in d["engines"]]
+        answers = d.pop("prometheus")
         d = scrub(d)  # samples are names and numbers only; their labels stay as scraped
         for e_dict, samples in zip(d["engines"], samples_of, strict=True):
             e_dict["samples"] = samples
+        if answers is not None:  # figures by name; only the URL and the error quote a URL
+            urls = {"url": scrub(answers["url"]), "error": scrub(answers["error"])}
+            d["prometheus"] = {**answers, **urls}
         for e_dict, engine in zip(d["engines"], raw.engines, strict=True):
             samples = engine.samples
             prev = self._prev.get(engine.url)
@@ -201,7 +213,8 @@ class Recorder:
             monitor.record,
             interval_s=monitor.interval_s,
             targets={
-                "vllm": list(monitor.vllm_urls),
+                "vllm": [] if monitor.prometheus_url else list(monitor.vllm_urls),
+                "prometheus": monitor.prometheus_url,
                 "gateway": monitor.gateway_url,
                 "dcgm": monitor.dcgm_url,
             },

@@ -13,9 +13,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.fleet import DerivedReplica, Fleet, FleetPipeline, FleetSnapshot
+from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.fleet_json import fleet_json
 from llmtop.core.lookback import assess
+from llmtop.core.promql_answers import prometheus_replicas
 from llmtop.core.raw import RawPoll
 from llmtop.core.snapshot import Snapshot, WindowSnapshot
 from llmtop.core.targets import Target, targets_from_urls
@@ -76,6 +77,7 @@ class FleetCollector(Collector):
                 monitor.prometheus_url,
                 selector=monitor.prometheus_selector,
                 window_s=monitor.prometheus_window_s,
+                replica_label=monitor.prometheus_replica_label,
                 timeout_s=self.timeout_s,
             )
         _hold_gc_threshold()
@@ -120,14 +122,15 @@ class FleetCollector(Collector):
         )
 
     async def poll(self) -> Snapshot:
-        """read() (and Prometheus' answers) through the fleet pipeline."""
+        """read() (and Prometheus' answers, kept in the RawPoll for --record) through the fleet
+        pipeline."""
         if self.prometheus is None:
             raw = await self.read()
-            derived: list[DerivedReplica] = []
         else:
-            raw, derived = await asyncio.gather(self.read(), self.prometheus.read())
+            raw, answers = await asyncio.gather(self.read(), self.prometheus.read_answers())
+            raw = replace(raw, prometheus=answers)
         self.last_raw = raw
-        return self.pipeline.update(raw, derived)
+        return self.pipeline.update(raw, prometheus_replicas(raw))
 
     async def aclose(self) -> None:
         """Close the scraper, the Prometheus client and what the plain collector holds."""

@@ -1,23 +1,41 @@
 """Read every vLLM replica through a Prometheus-compatible HTTP API (/api/v1/query).
 
 Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with the same JSON.
-Each poll asks three queries (gauges, rates, quantiles; a fourth when a data-parallel server is
-seen) built in `core.promql`, whatever the fleet's size; the first bucket bounds are asked once.
-Never raises: when the server cannot answer, the fleet shows one down row naming it and why.
+A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
+per replica (`core.promql` builds them and reads the answers), two more only when a
+data-parallel server is seen; the slow-changing figures
+(`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
+appears, restarts or shows a new finished reason. Over aiohttp, as the direct fleet scrape:
+its C parser costs half of httpx's CPU for the same answer (BENCHMARKS.md, "Fleet"). Never
+raises: when the server cannot answer, the fleet shows one down row naming it and why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
+import aiohttp
 
-from llmtop.core import promql
+from llmtop.core import promql, promql_answers
 from llmtop.core.fleet import DerivedReplica
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.raw import PromAnswers
 from llmtop.errors import TargetError
-from llmtop.sources.vllm import describe_error
+
+Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
+"""POST one query to an endpoint: (HTTP status, body). Injected by tests."""
+
+
+def _cannot_connect(e: OSError) -> str:
+    """Why a connection failed, in words (aiohttp wraps the OSError)."""
+    err = getattr(e, "os_error", e)
+    if isinstance(err, ConnectionRefusedError) or getattr(err, "errno", None) == errno.ECONNREFUSED:
+        return "connection refused"
+    return getattr(err, "strerror", None) or str(e) or type(e).__name__
 
 
 class PrometheusSource:
@@ -31,54 +49,104 @@ class PrometheusSource:
         window_s: float = 60.0,
         replica_label: str = "instance",
         timeout_s: float = 5.0,
-        transport: httpx.AsyncBaseTransport | None = None,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        info_every_s: float = promql.INFO_EVERY_S,
     ) -> None:
         self.url = url.rstrip("/")
         self.queries = promql.Queries(promql.selector_matchers(selector), window_s, replica_label)
         self.timeout_s = timeout_s
         self.queries_sent = 0
-        self._bounds: dict[str, float] | None = None
-        self._client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout_s))
+        self.info_every_s = info_every_s
+        self._clock = clock
+        self._info: promql_answers.Info | None = None
+        self._info_at = 0.0
+        self._asks = (("", ""), ("", ""))
+        """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
+        self._resets: dict[str, float | None] = {}
+        self._fetch = fetch or self._post
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _post(self, endpoint: str, expr: str) -> tuple[int, bytes]:
+        if self._session is None:  # made inside the running loop
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        async with self._session.post(endpoint, data={"query": expr}) as resp:
+            return resp.status, await resp.read()
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """One instant query's result vector; TargetError in the user's words otherwise."""
         endpoint = self.url + "/api/v1/query"
         self.queries_sent += 1
         try:
-            resp = await self._client.post(endpoint, data={"query": expr})
-            body = resp.json()
+            status, raw = await asyncio.wait_for(self._fetch(endpoint, expr), self.timeout_s)
+        except TimeoutError:
+            raise TargetError(f"no answer from {endpoint} within {self.timeout_s:.1f} s") from None
+        except OSError as e:
+            raise TargetError(f"cannot connect to {endpoint} ({_cannot_connect(e)})") from None
+        except Exception as e:
+            detail = f": {e}" if str(e) else ""
+            raise TargetError(f"{endpoint}: {type(e).__name__}{detail}") from None
+        try:
+            body = json.loads(raw)
         except ValueError:
             raise TargetError(
-                f"{endpoint} did not answer with JSON (not a Prometheus API?)"
+                f"{endpoint} did not answer with JSON (HTTP {status}; not a Prometheus API?)"
             ) from None
-        except Exception as e:
-            raise TargetError(describe_error(endpoint, e, self.timeout_s)) from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise TargetError(f"{endpoint}: HTTP {resp.status_code}: {error or 'query failed'}")
+            raise TargetError(f"{endpoint}: HTTP {status}: {error or 'query failed'}")
         result = body.get("data", {}).get("result", [])
         return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
 
+    async def _read_info(self) -> promql_answers.Info:
+        q = self.queries
+        info = promql_answers.read_info(await self.query(q.info()), q.replica_label)
+        if self._info is None or info.reasons != self._info.reasons:
+            self._asks = (q.replicas(info.reasons), q.engines(info.reasons))
+        self._info, self._info_at = info, self._clock()
+        return info
+
+    async def read_answers(self) -> PromAnswers:
+        """What Prometheus says of every replica now, decoded (what a recording keeps); the
+        error instead when it cannot answer."""
+        label = self.queries.replica_label
+        try:
+            info = self._info
+            if info is None or self._clock() - self._info_at >= self.info_every_s:
+                info = await self._read_info()
+            answers = await self._ask(self._asks[0])
+            rows = promql_answers.read_rows(answers, info, label)
+            if promql_answers.stale(info, rows, self._resets):
+                reasons = info.reasons
+                info = await self._read_info()
+                if info.reasons != reasons:
+                    answers = await self._ask(self._asks[0])
+                rows = promql_answers.read_rows(answers, info, label)
+            if not rows and promql_answers.unmatched_selector(info):
+                raise TargetError(
+                    f"{self.url}: the selector matches vLLM series but not their targets' up: "
+                    "select by target labels (job, namespace, ...)"
+                )
+            self._resets = {r.replica: r.figures.get("resets") for r in rows}
+            if promql_answers.data_parallel(rows):
+                answers = await self._ask(self._asks[1])
+                rows += promql_answers.read_rows(answers, info, label, by_engine=True)
+        except TargetError as e:
+            return PromAnswers(self.url, error=str(e))
+        return PromAnswers(self.url, tuple(rows), dict(info.first_bounds))
+
+    async def _ask(self, queries: tuple[str, str]) -> list[list[dict[str, Any]]]:
+        """A pair of packed queries, at once (Prometheus evaluates each on one core)."""
+        return list(await asyncio.gather(*(self.query(q) for q in queries)))
+
     async def read(self) -> list[DerivedReplica]:
         """Every replica's stats now; one down row for the server itself when it fails."""
-        q = self.queries
-        try:
-            if not self._bounds:
-                self._bounds = promql.first_bounds(await self.query(q.bucket_bounds()))
-            answers = list(
-                await asyncio.gather(
-                    self.query(q.gauges()), self.query(q.rates()), self.query(q.quantiles())
-                )
-            )
-            rows = promql.read_answers(answers, q.replica_label)
-            if promql.data_parallel(rows):
-                answers.append(await self.query(promql.server_figures(q)))
-                rows = promql.read_answers(answers, q.replica_label)
-        except TargetError as e:
-            down = EngineStats(url=self.url, up=False, error=str(e))
-            return [DerivedReplica(self.url, "prometheus", down)]
-        return promql.replicas(rows, self._bounds)
+        return promql_answers.replicas(await self.read_answers())
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.aclose()
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -23,7 +23,6 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from llmtop.core.aggregate import combine
 from llmtop.core.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
@@ -31,6 +30,7 @@ from llmtop.tui import replicas
 from llmtop.tui.controls import Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.present import (
+    CombinedEngines,
     LogEvent,
     View,
     diff_events,
@@ -52,7 +52,7 @@ from llmtop.tui.widgets.gpu import GpuPanel
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.latency import LatencyPanel
-from llmtop.tui.widgets.panel import Panel
+from llmtop.tui.widgets.panel import Panel, shown
 from llmtop.tui.widgets.replicas import ReplicaTable
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
@@ -81,7 +81,8 @@ class LlmtopApp(WhatIfControls):
         Binding("minus,underscore", "cap(-1)", "cap-", key_display="-"),
         Binding("right_square_bracket", "queue(1)", "queue+", key_display="]"),
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
-        Binding("colon", "command", "cmd", key_display=":"),
+        # priority: `:` acts when it arrives, so the keys typed behind it go into the line
+        Binding("colon", "command", "cmd", key_display=":", priority=True),
         Binding("p", "pause", "pause"),
         Binding("a", "autopilot", "auto"),
         Binding("w", "whatif", "what-if"),
@@ -121,6 +122,8 @@ class LlmtopApp(WhatIfControls):
         self.history: deque[Snapshot] = deque(
             maxlen=max(2, int(HISTORY_S / max(monitor.interval_s, 0.1)) + 1)
         )
+        self.engine_of = CombinedEngines(size=(self.history.maxlen or 0) + 1)
+        """A snapshot's engines combined, once per snapshot (the view and the charts)."""
         self.events: deque[LogEvent] = deque(maxlen=MAX_EVENTS)
         self.snapshot: Snapshot | None = None
         self.poll_error: str | None = None
@@ -264,7 +267,7 @@ class LlmtopApp(WhatIfControls):
         age = None if self._arrived_at is None else self._clock() - self._arrived_at
         return View(
             snapshot=self.snapshot,
-            engine=combine(self.snapshot.engines),
+            engine=self.engine_of(self.snapshot),
             age_s=age,
             stale=is_stale(age, self.monitor.interval_s) or self.poll_error is not None,
             interval_s=self.monitor.interval_s,
@@ -288,7 +291,8 @@ class LlmtopApp(WhatIfControls):
         for header in self._widgets(StatusHeader):  # none while starting or shutting down
             header.view = view
         for panel in self._widgets(Panel):
-            panel.view = view
+            if shown(panel):  # a hidden one gets the view when the layout shows it
+                panel.view = view
         if charts:
             self._render_charts()
         self._render_replica(view, charts=charts)
@@ -302,6 +306,8 @@ class LlmtopApp(WhatIfControls):
         main.set_class(fleet, "-fleet")
         if fleet and not main.query(ReplicaTable):
             main.mount(ReplicaTable(id="replicas"), after=main.query_one("#findings"))
+        if not fleet:  # the panels skipped while hidden: fill them once they show
+            self.call_after_refresh(self._render_all, charts=True)
         self.refresh_bindings()  # the replica keys work only for a fleet
 
     def _render_replica(self, view: View, *, charts: bool) -> None:
@@ -362,8 +368,9 @@ class LlmtopApp(WhatIfControls):
         ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
         tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
         # two braille dots per cell: more points than that cost CPU and show nothing
-        ttft.data = ttft_chart(self.history, self.health.ttft_slo_s, 2 * ttft.size.width)
-        tput.data = throughput_chart(self.history, 2 * tput.size.width)
+        slo, of = self.health.ttft_slo_s, self.engine_of
+        ttft.data = ttft_chart(self.history, slo, 2 * ttft.size.width, engine_of=of)
+        tput.data = throughput_chart(self.history, 2 * tput.size.width, engine_of=of)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._render_charts)

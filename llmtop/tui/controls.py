@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from textual.actions import SkipAction
 from textual.app import App
-from textual.widgets import Footer, Input
+from textual.screen import ModalScreen
+from textual.widgets import Footer
 
 from llmtop.core.snapshot import GatewayStats, Snapshot
 from llmtop.errors import LlmtopError
@@ -141,17 +143,44 @@ class AdminControls(App[int]):
                 lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
             )
 
-    def action_command(self) -> None:
-        if self._can_change("the command line"):
-            self.query_one(Footer).display = False  # its keys are text while typing
-            self.query_one(CommandLine).open()
+    def _command_line(self) -> CommandLine:
+        return self.screen_stack[0].query_one(CommandLine)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one(CommandLine).close()
-        self.query_one(Footer).display = True
-        text = event.value.strip()
-        if not text:
+    def action_command(self) -> None:
+        """`:` opens the command line at once; the keys typed behind it go into it.
+
+        A priority binding (it must act before the keys queued behind it are routed), so it also
+        sees the keys of a dialog: there it steps aside and the dialog gets the key, as before.
+        """
+        if isinstance(self.screen, ModalScreen):
+            raise SkipAction
+        if not self._can_change("the command line"):
             return
+        dashboard = self.screen_stack[0]
+        while self.screen is not dashboard:  # a replica's view: the line is on the dashboard
+            self.pop_screen()
+        dashboard.query_one(Footer).display = False  # its keys are text while typing
+        self._command_line().open()
+
+    def action_command_run(self) -> None:
+        """Enter in the command line: close it, then run what it held."""
+        line = self._command_line()
+        text = line.value.strip()
+        self.action_command_close()
+        if text:
+            self.run_command(text)
+
+    def action_command_close(self) -> None:
+        """Escape in the command line (and after Enter): the keys are the dashboard's again."""
+        self._command_line().close()
+        self.screen_stack[0].query_one(Footer).display = True
+        self.command_closed()
+
+    def command_closed(self) -> None:
+        """Hook: the command line closed (the what-if preview goes with it)."""
+
+    def run_command(self, text: str) -> None:
+        """One `:` command: a limit change or pause/resume; a bad one is said, not run."""
         try:
             parsed = commands.parse_command(text)
         except LlmtopError as e:
@@ -165,18 +194,31 @@ class AdminControls(App[int]):
             changes = parsed
             self._set_limits(f":{text}", lambda _cur: changes)
 
+    _asking_pause = False
+    """`p` asked and the answer is not in: another `p` typed before the question showed asks
+    nothing more (two questions would stack)."""
+
     def action_pause(self) -> None:
-        if not self._can_change("pause/resume") or self.admin is None:
+        """`p`: ask the gateway whether it is paused, then ask the user. A `y` typed before the
+        question shows is dropped on purpose: a confirmation must follow the question."""
+        if not self._can_change("pause/resume") or self.admin is None or self._asking_pause:
             return
         admin = self.admin
+        self._asking_pause = True
 
         async def ask() -> None:
-            try:  # the gateway's own state, not a poll that may be a second old
-                paused = bool((await admin.get_stats()).get("paused"))
-            except LlmtopError as e:
-                self._failed("pause/resume", one_line(e))
-                return
-            self._confirm_pause(paused)
+            asked = False
+            try:
+                try:  # the gateway's own state, not a poll that may be a second old
+                    paused = bool((await admin.get_stats()).get("paused"))
+                except LlmtopError as e:
+                    self._failed("pause/resume", one_line(e))
+                    return
+                self._confirm_pause(paused)
+                asked = True
+            finally:
+                if not asked:
+                    self._asking_pause = False
 
         self.run_worker(ask(), group="admin", exit_on_error=False)
 
@@ -191,6 +233,7 @@ class AdminControls(App[int]):
             )
 
         def answered(yes: bool | None) -> None:
+            self._asking_pause = False
             if yes:
                 self._pause_or_resume(pause=not paused)
 
@@ -218,7 +261,3 @@ class AdminControls(App[int]):
             return
         self.query_one(StatusHeader).recording = on
         self.notify("recording" if on else "recording stopped", timeout=3)
-
-    def on_command_line_closed(self) -> None:
-        self.query_one(Footer).display = True
-        self.set_focus(None)

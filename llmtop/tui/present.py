@@ -8,7 +8,8 @@ snapshots (core.incidents) as `LogEvent`s; several engines are combined by core.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -265,12 +266,47 @@ def _xs(history: Sequence[Snapshot]) -> tuple[float, ...]:
     return tuple(s.time - last for s in history)
 
 
-def throughput_chart(history: Sequence[Snapshot], max_points: int = 0) -> ChartData | None:
+EngineOf = Callable[[Snapshot], EngineStats | None]
+"""A snapshot's engines as one (`combine`, or a `CombinedEngines` that remembers it)."""
+
+
+def _combined(snapshot: Snapshot) -> EngineStats | None:
+    return combine(snapshot.engines)
+
+
+class CombinedEngines:
+    """`combine(snapshot.engines)` once per snapshot, for the `size` newest snapshots.
+
+    A chart redraw reads every snapshot it plots: with 100 replicas, combining each again cost
+    more than everything else a poll renders. The app asks for the newest snapshot at each
+    poll, so a chart finds every snapshot of the history already combined. Keyed by identity
+    (a snapshot's hash would walk all of it); the entry keeps its snapshot, so an id is never
+    reused while it is here.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._memo: OrderedDict[int, tuple[Snapshot, EngineStats | None]] = OrderedDict()
+
+    def __call__(self, snapshot: Snapshot) -> EngineStats | None:
+        hit = self._memo.get(id(snapshot))
+        if hit is not None and hit[0] is snapshot:
+            return hit[1]
+        engine = combine(snapshot.engines)
+        self._memo[id(snapshot)] = (snapshot, engine)
+        while len(self._memo) > self.size:  # the oldest first, as the history drops them
+            self._memo.popitem(last=False)
+        return engine
+
+
+def throughput_chart(
+    history: Sequence[Snapshot], max_points: int = 0, engine_of: EngineOf = _combined
+) -> ChartData | None:
     """Prefill and decode tok/s over the history."""
     if not history:
         return None
     history = thin(history, max_points)
-    engines = [combine(s.engines) for s in history]
+    engines = [engine_of(s) for s in history]
     xs = _xs(history)
     return ChartData(
         "tok/s: prefill vs decode",
@@ -283,12 +319,17 @@ def throughput_chart(history: Sequence[Snapshot], max_points: int = 0) -> ChartD
     )
 
 
-def ttft_chart(history: Sequence[Snapshot], slo_s: float, max_points: int = 0) -> ChartData | None:
+def ttft_chart(
+    history: Sequence[Snapshot],
+    slo_s: float,
+    max_points: int = 0,
+    engine_of: EngineOf = _combined,
+) -> ChartData | None:
     """TTFT p95 over the history against its SLO line."""
     if not history:
         return None
     history = thin(history, max_points)
-    engines = [combine(s.engines) for s in history]
+    engines = [engine_of(s) for s in history]
     return ChartData(
         "TTFT p95 (s) vs SLO",
         (

@@ -105,9 +105,6 @@ class WhatIfControls(AdminControls):
         for preview in self.screen_stack[0].query(WhatIfPreview) if self.screen_stack else ():
             preview.display = False
 
-    # Textual calls each class's handler along the MRO: these run beside AdminControls' own.
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.hide_preview()
-
-    def on_command_line_closed(self) -> None:
+    def command_closed(self) -> None:
+        super().command_closed()
         self.hide_preview()

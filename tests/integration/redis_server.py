@@ -1,9 +1,8 @@
-"""A real redis-server on a free loopback port for the shared-limits tests; skip with the reason
-when there is none (`.ci/install-system-tools` installs Debian's)."""
+"""A real redis-server on a free loopback port for the shared-limits tests: found, else installed
+(tests/system_tools.py); skip with the reason only when it cannot be had."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
@@ -11,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+
+from tests.system_tools import system_binary
 
 
 def free_port() -> int:
@@ -21,10 +22,7 @@ def free_port() -> int:
 
 
 def redis_binary() -> str:
-    path = shutil.which("redis-server")
-    if path is None:
-        pytest.skip("no redis-server on PATH (.ci/install-system-tools installs Debian's)")
-    return path
+    return system_binary("redis-server")
 
 
 class RedisServer:

@@ -70,3 +70,40 @@ async def test_autopilot_admits_by_footprint_and_hands_over_on_a_manual_change(
     assert after["mode"] == "manual"
     switch = next(e for e in events_after if e["field"] == "mode")
     assert "autopilot off" in switch["reason"]
+
+
+async def test_autopilot_over_two_replicas_budgets_both_caches(
+    start_sim: Start, start_gateway: Start
+) -> None:
+    """Two replicas of 256 blocks: the budget covers both (512), the balancer spreads it, and a
+    burst of 64-block requests preempts on neither."""
+    sims = [start_sim(profile="fast", kv_tokens=4096) for _ in range(2)]
+    engines = [engine_of(s) for s in sims]
+    gw = start_gateway(",".join(s.url for s in sims), autopilot=True)
+    peaks = [0, 0]
+
+    async def watch() -> None:
+        while True:
+            for i, e in enumerate(engines):
+                peaks[i] = max(peaks[i], at_engine(e))
+            await asyncio.sleep(0.002)
+
+    prompt = list(range(1, 1001))
+    async with httpx.AsyncClient(base_url=gw.url, timeout=60) as c:
+        ready = await wait_stats(
+            c, lambda s: (s.get("autopilot") or {}).get("capacity_blocks") == 512
+        )
+        assert ready["autopilot"]["budget_blocks"] is not None
+        watcher = asyncio.ensure_future(watch())
+        posts = [
+            asyncio.ensure_future(c.post("/v1/completions", json=body(24, prompt)))
+            for _ in range(16)
+        ]
+        results = await asyncio.gather(*posts)
+        watcher.cancel()
+        s = await wait_stats(c, lambda s: s["in_flight"] == 0 and s["queued"] == 0)
+    codes = [x.status_code for x in results]
+    assert codes.count(200) >= 8
+    assert [e.stats.num_preemptions for e in engines] == [0, 0]
+    assert all(1 <= p <= 256 // 64 + 1 for p in peaks)  # both used, neither past its cache
+    accounted(s)

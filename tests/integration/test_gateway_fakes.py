@@ -23,7 +23,8 @@ class FakeUpstream:
     """An OpenAI-ish SSE upstream; each request's JSON body picks its behaviour:
     tag (recorded in arrival order), chunks, hold_after (chunks sent before waiting on the
     gate), hang (never answers), status (answer with that status), think_s (a pause before
-    the headers and before each chunk)."""
+    the headers and before each chunk), linger_s (a pause after `data: [DONE]` before the
+    stream ends, as vLLM's server can leave between its last event and the end of the body)."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -100,7 +101,11 @@ class FakeUpstream:
                 await asyncio.sleep(think_s)
             chunk = f'data: {{"i": {i}}}\n\n'.encode()
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+        linger_s = float(opts.get("linger_s", 0.0))
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        if linger_s:
+            await asyncio.sleep(linger_s)
+        await send({"type": "http.response.body", "body": b""})
 
 
 async def _json(

@@ -225,6 +225,30 @@ async def test_disconnect_while_streaming_closes_upstream_and_frees_slot(
     accounted(s)
 
 
+async def test_client_leaving_after_done_is_completed_not_cancelled(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    """A client that stops at `data: [DONE]` (llmtop load, the OpenAI SDK) got the whole
+    answer: when the upstream's body ends a moment later (vLLM's does), that is completed."""
+    _, url = upstream
+    gw = start_gateway(url)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        async with (
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as streamer,
+            streamer.stream("POST", "/v1/completions", json=gen(linger_s=1.0)) as r,
+        ):
+            seen = b""
+            async for chunk in r.aiter_raw():
+                seen += chunk
+                if b"data: [DONE]" in seen:
+                    break
+        # leaving the block closed the connection while the upstream lingers
+        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
+    assert s["outcomes"]["completed"] == 1
+    assert s["outcomes"]["cancelled"] == 0
+    accounted(s)
+
+
 async def test_rate_limit_per_tenant(
     upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
 ) -> None:

@@ -178,7 +178,7 @@ async def test_dead_url_is_a_target_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     async with Runner(f"http://127.0.0.1:{port}") as runner:
-        with pytest.raises(TargetError, match="cannot reach"):
+        with pytest.raises(TargetError, match=r"cannot reach .*: connection refused$"):
             await runner.resolve_model()
 
 
@@ -197,8 +197,7 @@ def test_cli_dead_url_is_one_line_exit_3() -> None:
         port = s.getsockname()[1]
     out = run_cli("--url", f"http://127.0.0.1:{port}", "--requests", "1")
     assert out.returncode == 3
-    assert out.stderr.startswith("llmtop: cannot reach")
-    assert out.stderr.count("\n") == 1
+    assert out.stderr == f"llmtop: cannot reach http://127.0.0.1:{port}: connection refused\n"
     assert "Traceback" not in out.stderr
 
 

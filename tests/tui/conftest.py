@@ -1,5 +1,6 @@
 """TUI test helpers: a pinned clock and time zone, apps on the replayed demo story, a target that
-never answers, waiting on admin workers."""
+never answers, waiting on admin workers, keys typed faster than the app handles them, a what-if
+feed from a known sim profile."""
 
 from __future__ import annotations
 
@@ -9,15 +10,22 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from textual import events
 from textual.pilot import Pilot
 
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.snapshot import Snapshot
+from llmtop.gateway.limits import Limits
 from llmtop.settings import HealthSettings
+from llmtop.sim.profiles import get_profile
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import SnapshotSource
+from llmtop.tui.whatif_feed import WhatIfFeed
+from llmtop.whatif.lengths import LengthDist
+from llmtop.whatif.truth import Truth, scrape_run
+from llmtop.whatif.window import Point
 from tests.tui import story
 
 
@@ -100,3 +108,44 @@ def log_texts(app: LlmtopApp) -> list[str]:
 
 
 Maker = Callable[..., LlmtopApp]
+
+
+CHARACTERS = {"colon": ":", "space": " ", "plus": "+", "question_mark": "?", "enter": "\r"}
+"""The characters of the named keys `burst` types (a letter or a digit is its own name)."""
+
+
+def burst(app: LlmtopApp, *keys: str) -> None:
+    """Type `keys` with no pause between them, as a paste or `tmux send-keys` delivers them:
+    every key is queued before the app handles the first (Pilot.press waits after each). The
+    keys then travel app -> screen -> app: wait on what they do (`until`), not on one pause."""
+    for key in keys:
+        char = key if len(key) == 1 else CHARACTERS.get(key)
+        app.post_message(events.Key(key, char))
+
+
+async def until(pilot: Pilot[Any], done: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Whether `done()` came true within `timeout_s`, checked after each pause."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        await pilot.pause(0.01)
+    return True
+
+
+@pytest.fixture(scope="module")
+def points() -> list[Point]:
+    """What the what-if feed would have scraped: a known sim profile, in virtual time."""
+    truth = Truth(
+        get_profile("h100-8b"),
+        None,
+        4.0,
+        LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
+        LengthDist.fixed(128),
+        Limits(8, 128, 5.0),
+    )
+    return scrape_run(truth, 30.0)
+
+
+def feed_of(points: list[Point]) -> WhatIfFeed:
+    return WhatIfFeed("http://127.0.0.1:9", None, None, HealthSettings(), points=points, live=False)

@@ -20,6 +20,7 @@ from llmtop.core.snapshot import Snapshot
 from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import HISTORY_S, LlmtopApp
 
 FLEET = Path(__file__).resolve().parents[1] / "fixtures" / "fleet-3-sims.jsonl.gz"
@@ -59,16 +60,18 @@ def monitor() -> MonitorSettings:
     return MonitorSettings(vllm_urls=tuple(targets.get("vllm") or ()), gateway_url=None, nvml=False)
 
 
-def app_at(at_s: float, *, clock: Callable[[], float] = lambda: 0.0) -> LlmtopApp:
+def app_at(
+    at_s: float, *, clock: Callable[[], float] = lambda: 0.0, admin: AdminClient | None = None
+) -> LlmtopApp:
     """The live screen `at_s` seconds into the run: a paused replay as its source, the window
-    before it preloaded, a frozen age clock."""
+    before it preloaded, a frozen age clock; `admin` for the keys that change a gateway."""
     source = ReplaySource(recording(), HealthSettings(), paused=True)
     source.step(index_at(at_s))
     return LlmtopApp(
         source,
         monitor=monitor(),
         health=HealthSettings(),
-        admin=None,
+        admin=admin,
         clock=clock,
         history=source.history(HISTORY_S),
     )

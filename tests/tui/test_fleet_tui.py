@@ -16,12 +16,15 @@ import pytest
 from textual.pilot import Pilot
 
 from llmtop.core import format as fmt
+from llmtop.core.aggregate import combine
 from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.raw import RawPoll
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.present import CombinedEngines, throughput_chart, ttft_chart
 from llmtop.tui.screens.replica import ReplicaScreen
 from llmtop.tui.widgets.findings import FindingsPanel
+from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.replicas import ReplicaTable
 from tests.tui import fleet_story
 from tests.tui.conftest import SilentSource, make_app
@@ -177,6 +180,24 @@ async def test_a_hundred_replicas_at_80x24_show_the_worst_without_a_scrollbar() 
         assert table.selected == selected.key
         assert any(selected.name in line for line in table_lines(app)[1:-1])
         assert "above" in table_lines(app)[-1]
+        # the single-engine panels hidden under the table compute nothing
+        assert all(panel.view is None for panel in app.query(KvPanel))
+
+
+def test_charts_from_remembered_engines_are_the_combined_ones() -> None:
+    history = hundred()
+    memo = CombinedEngines(size=len(history))
+    assert ttft_chart(history, 2.0, 8, engine_of=memo) == ttft_chart(history, 2.0, 8)
+    assert throughput_chart(history, 8, engine_of=memo) == throughput_chart(history, 8)
+    newest = memo(history[-1])
+    assert newest == combine(history[-1].engines)
+    assert memo(history[-1]) is newest  # combined once
+    small = CombinedEngines(size=2)
+    oldest = small(history[0])
+    for snap in history[1:3]:
+        small(snap)
+    assert small(history[0]) is not oldest  # dropped with the oldest, combined again
+    assert small(history[0]) == oldest
 
 
 async def test_one_engine_has_no_table_and_no_replica_keys() -> None:

@@ -9,40 +9,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 from textual.pilot import Pilot
 
-from llmtop.gateway.limits import Limits
-from llmtop.settings import HealthSettings
-from llmtop.sim.profiles import get_profile
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.whatif import WhatIfScreen
 from llmtop.tui.whatif import WhatIfPreview
-from llmtop.tui.whatif_feed import WhatIfFeed
-from llmtop.whatif.lengths import LengthDist
-from llmtop.whatif.truth import Truth, scrape_run
 from llmtop.whatif.window import Point
-from tests.tui.conftest import make_app
+from tests.tui.conftest import feed_of, make_app
 
 SIZE = (120, 30)
-
-
-@pytest.fixture(scope="module")
-def points() -> list[Point]:
-    truth = Truth(
-        get_profile("h100-8b"),
-        None,
-        4.0,
-        LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
-        LengthDist.fixed(128),
-        Limits(8, 128, 5.0),
-    )
-    return scrape_run(truth, 30.0)
-
-
-def feed_of(points: list[Point]) -> WhatIfFeed:
-    return WhatIfFeed("http://127.0.0.1:9", None, None, HealthSettings(), points=points, live=False)
 
 
 async def wait_text(pilot: Pilot[Any], read: Any, want: str, timeout_s: float = 20.0) -> str:

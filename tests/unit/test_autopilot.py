@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected
 from llmtop.gateway.controller import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
 from llmtop.gateway.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
-from llmtop.gateway.kvinfo import EngineSignals, parse_scrape, quantile, signals
+from llmtop.gateway.kvinfo import EngineSignals, fleet_signals, parse_scrape, quantile, signals
 from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import get_profile
@@ -108,6 +109,62 @@ def test_reads_capacity_and_preemptions_from_the_sims_real_metrics() -> None:
     assert s.ttft_p95_s is not None
     assert s.ttft_p95_s > 1.0
     assert s.gen_tokens[-1][1] == 64
+
+
+def _engine_text(label: str) -> str:
+    """The real vLLM capture as engine `label` of a data-parallel server."""
+    text = Path("tests/fixtures/metrics-load.txt").read_text()
+    return "\n".join(
+        line.replace('engine="0"', f'engine="{label}"')
+        for line in text.splitlines()
+        if not line.startswith("#")
+    )
+
+
+def test_data_parallel_engines_add_capacity_and_average_kv_use() -> None:
+    one = parse_scrape(Path("tests/fixtures/metrics-load.txt").read_text())
+    both = parse_scrape(_engine_text("0") + "\n" + _engine_text("1") + "\n")
+    assert one.num_gpu_blocks is not None
+    assert both.num_gpu_blocks == 2 * one.num_gpu_blocks
+    assert both.kv_usage == pytest.approx(one.kv_usage)  # a mean of equals, not a sum
+    assert both.waiting == 2 * one.waiting
+    assert both.preemptions == 2 * one.preemptions
+
+
+def test_replicas_add_up_and_a_restart_on_one_is_not_a_negative_rate() -> None:
+    engines = [Engine(EngineConfig.from_profile(get_profile("seed"))) for _ in range(2)]
+    renders = [MetricsRenderer(e, "m", 0.0).render for e in engines]
+    first = [parse_scrape(r()) for r in renders]
+    for e in engines:
+        for _ in range(64):
+            e.add_request(4000, 64)
+        while e.has_work():
+            e.step()
+    second = [parse_scrape(r()) for r in renders]
+    both = fleet_signals(list(zip(second, first, strict=True)), 10.0)
+    one = signals(second[0], first[0], 10.0)
+    assert both.capacity_blocks == 2 * 2425
+    assert both.preempt_per_s == pytest.approx(sum(e.stats.num_preemptions for e in engines) / 10.0)
+    assert both.prompt_tokens == 2 * 64 * 4000
+    assert both.gen_tokens[-1][1] == 2 * 64
+    assert both.ttft_p95_s == pytest.approx(one.ttft_p95_s, rel=0.2)
+    # replica 1 restarted: its counters start again from zero, the other's interval stands
+    fresh = parse_scrape(MetricsRenderer(Engine(engines[1].config), "m", 0.0).render())
+    after = fleet_signals([(second[0], first[0]), (fresh, second[1])], 10.0)
+    assert after.preempt_per_s >= 0
+    assert after.prompt_tokens == 64 * 4000
+    assert after.itl_mean_s == pytest.approx(one.itl_mean_s)
+
+
+def test_a_full_replica_with_a_queue_cuts_even_when_the_mean_is_low() -> None:
+    pilot = Autopilot()
+    pilot.reset(1000)
+    jammed = sig(capacity_blocks=1000, waiting=5.0, kv_usage=0.5, kv_usage_waiting=0.97)
+    moves = [pilot.step(float(t), jammed, in_flight_blocks=900, queued=3) for t in range(4)]
+    cut = [m for m in moves if m is not None]
+    assert cut
+    assert cut[-1].new < 1000
+    assert "at KV 97%" in cut[-1].reason
 
 
 def test_quantile_interpolates_inside_the_bucket() -> None:

@@ -56,6 +56,13 @@ def test_bad_flag_value_is_one_line_exit_2() -> None:
     assert out.stderr.count("\n") == 1
 
 
+def test_unknown_flag_points_at_its_subcommands_help() -> None:
+    out = run_cli("gateway", "--port", "9000")
+    assert out.returncode == 2
+    expected = "unrecognized arguments: --port 9000 (see 'llmtop gateway --help')"
+    assert out.stderr == f"llmtop: {expected}\n"
+
+
 def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     out = run_cli("snapshot", "--config", str(tmp_path / "nope.toml"), "--vllm", "http://x")
     assert out.returncode == 2
@@ -122,3 +129,16 @@ def test_token_file(tmp_path: Path) -> None:
     assert settings.read_token("env-token", None) == "env-token"
     with pytest.raises(ConfigError, match="admin token file"):
         settings.read_token(None, str(tmp_path / "missing"))
+
+
+def test_the_replica_label_is_a_monitor_flag_and_a_bad_one_is_one_line() -> None:
+    for command in ("top", "snapshot"):
+        out = run_cli(command, "--help")
+        text = " ".join(out.stdout.split())
+        assert "--replica-label NAME" in text
+        assert "default: instance; env LLMTOP_PROMETHEUS_REPLICA_LABEL" in text
+    s = settings.load(MonitorSettings, environ={"LLMTOP_PROMETHEUS_REPLICA_LABEL": "pod"})
+    assert s.prometheus_replica_label == "pod"
+    out = run_cli("snapshot", "--prometheus", "http://127.0.0.1:9", "--replica-label", "k8s-pod")
+    assert out.returncode == 2
+    assert out.stderr == "llmtop: --replica-label 'k8s-pod' is not a Prometheus label name\n"

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import re
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
-import httpx
 import pytest
 
 from llmtop.core import promql
+from llmtop.core.promql_answers import (
+    data_parallel,
+    prometheus_replicas,
+    read_info,
+    read_rows,
+    replicas,
+    stale,
+)
+from llmtop.core.raw import PromAnswers, RawPoll
 from llmtop.errors import UsageError
-from llmtop.sources.prometheus import PrometheusSource
+from llmtop.sources.prometheus import Fetch, PrometheusSource
+from tests.promtool import check_promql
+
+REASONS = ("length", "stop")
 
 
 def test_selector_matchers_are_checked_and_reused() -> None:
@@ -26,104 +38,225 @@ def test_selector_matchers_are_checked_and_reused() -> None:
             promql.selector_matchers(bad)
 
 
-def test_every_series_carries_the_selector_and_every_figure_is_tagged() -> None:
-    q = promql.Queries('job="vllm"', 30.0)
-    for text in (q.gauges(), q.rates(), q.quantiles(), q.bucket_bounds()):
-        names = re.findall(r"vllm:[a-z0-9_:]+(.)", text)
+def test_the_replica_label_is_checked() -> None:
+    assert promql.Queries(replica_label="pod").replica_label == "pod"
+    for bad, why in (
+        ("k8s-pod", "not a Prometheus label name"),
+        ("__name__", "not a Prometheus label name"),
+        ("running", "uses that name"),
+        ("engine", "uses that name"),
+        ("finished_0", "uses that name"),
+    ):
+        with pytest.raises(UsageError, match=why):
+            promql.Queries(replica_label=bad)
+
+
+def test_every_query_parses_and_every_series_carries_the_selector(tmp_path: Path) -> None:
+    q = promql.Queries('job="vllm"', 30.0, "pod")
+    figures, quantiles = q.replicas(("stop", "we.ird|one"))
+    engine_figures, engine_quantiles = q.engines(REASONS)
+    queries = {"replicas": figures, "quantiles": quantiles, "info": q.info()}
+    queries.update({"engines": engine_figures, "engine_quantiles": engine_quantiles})
+    check_promql(queries, tmp_path)
+    for text in queries.values():
+        names = re.findall(r"(?:vllm:[a-z0-9_:]+|(?<![\w\"])up)(.)", text)
         assert names
         assert set(names) == {"{"}, text  # every series has a selector...
-        series = text.count("vllm:") + text.count("up{")
-        assert series == text.count('{job="vllm"')  # ...holding the user's matchers
-        assert text.count("label_replace(") == text.count('"llmtop_figure"')
-    assert 'up{job="vllm"}' in q.gauges()
-    assert "[30s]" in q.rates()
-    assert "histogram_quantile(0.95, sum by (instance, engine, le)" in q.quantiles()
-    assert "(vllm:inter_token_latency_seconds_bucket" in q.quantiles()  # new name first...
-    assert "or rate(vllm:time_per_output_token_seconds_bucket" in q.quantiles()  # ...old after
+        assert len(names) == len(re.findall(r'\{job="vllm"', text))  # ...with the user's matchers
+        assert "instance" not in text  # the replica label is the one given
+    assert figures.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    assert "* on (pod) group_left (running) count_values by (pod)" in figures
+    assert 'finished_reason!~"stop|we\\\\.ird\\\\|one"' in figures  # a reason not known yet
+    assert "group_left (finished_1)" in figures
+    assert "histogram_quantile" not in figures
+    assert quantiles.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    assert "* on (pod) group_left (q_ttft_p95) count_values by (pod)" in quantiles
+    assert "histogram_quantile(0.95, sum by (pod, le)" in quantiles
+    assert '(vllm:inter_token_latency_seconds_bucket{job="vllm"}[30s])' in quantiles  # new name...
+    assert "or rate(vllm:time_per_output_token_seconds_bucket" in quantiles  # ...old after
+    assert "sum by (pod, engine, le)" in engine_quantiles
 
 
-def item(figure: str, value: float | str, **labels: str) -> dict[str, Any]:
-    return {"metric": {"llmtop_figure": figure, **labels}, "value": [0, str(value)]}
+def packed(replica: str, engine: str | None = None, **figures: float | str) -> dict[str, Any]:
+    """One series of a packed answer, as Prometheus writes it (values as label strings)."""
+    labels = {"instance": replica, **({"engine": engine} if engine else {})}
+    labels.update({k: str(v) for k, v in figures.items()})
+    return {"metric": labels, "value": [1764400000.0, "1"]}
 
 
-ANSWER = [
-    item("up", 1, instance="a:1"),
-    item("running", 4, instance="a:1", engine="0", model_name="m"),
-    item("waiting", 2, instance="a:1", engine="0"),
-    item("kv_usage", 0.5, instance="a:1", engine="0"),
-    item("cache_config", 1, instance="a:1", engine="0", num_gpu_blocks="32", block_size="128"),
-    item("generation_tokens", 100, instance="a:1", engine="0"),
-    item("finished", 1.5, instance="a:1", engine="0", finished_reason="stop"),
-    item("q:itl:0.95", 0.00475, instance="a:1", engine="0"),
-    item("mean:itl", 0.003, instance="a:1", engine="0"),
-    item("q:ttft:0.95", "NaN", instance="a:1", engine="0"),
-    item("up", 0, instance="b:1"),
-    item("up", 1, instance="c:1"),
-    *(item("running", 3, instance="c:1", engine=e, model_name="m") for e in ("0", "1")),
-    item("waiting", 1, instance="c:1", engine="0"),
-    item("waiting", 9, instance="c:1", engine="1"),
-    item("kv_usage", 0.2, instance="c:1", engine="0"),
-    item("kv_usage", 1.0, instance="c:1", engine="1"),
+def tagged(figure: str, **labels: str) -> dict[str, Any]:
+    return {"metric": {"llmtop_figure": figure, **labels}, "value": [1764400000.0, "1"]}
+
+
+INFO = [
+    *(tagged("replica", instance=r) for r in ("a:1", "b:1", "c:1")),
+    tagged("cache_config", instance="a:1", engine="0", num_gpu_blocks="32", block_size="128"),
     *(
-        item("cache_config", 1, instance="c:1", engine=e, num_gpu_blocks="100", block_size="16")
-        for e in ("0", "1")
+        tagged("cache_config", instance="c:1", engine=e, num_gpu_blocks=n, block_size="16")
+        for e, n in (("0", "100"), ("1", "300"))
     ),
-    item("q:ttft:0.95", 1.5, instance="c:1"),
-    item("itl", 2, le="0.01"),  # a bucket_bounds answer: no replica label, read once
+    tagged("model", instance="a:1", model_name="m"),
+    tagged("model", instance="c:1", model_name="m"),
+    tagged("reason", finished_reason="stop"),
+    tagged("reason", finished_reason="length"),
+    tagged("bounds_itl", le="0.01"),
+    tagged("bounds_itl", le="0.025"),
+    tagged("bounds_itl", le="+Inf"),
+    tagged("bounds_ttft", le="0.001"),
+]
+ROWS = [
+    packed(
+        "a:1",
+        up=1,
+        engines=1,
+        running=4,
+        waiting=2,
+        kv_usage=0.5,
+        generation_tokens=100,
+        finished_0=0.25,  # length
+        finished_1=1.5,  # stop
+        q_itl_p95=0.00475,
+        mean_itl=0.003,
+        q_ttft_p95="NaN",
+        resets=0,
+        new_reasons="NaN",
+        waiting_deferred="oops",  # not a number: unknown, and the row is still read
+    ),
+    packed("b:1", up=0, engines="NaN", running="NaN", new_reasons="NaN"),
+    packed("c:1", up=1, engines=2, running=6, waiting=10, kv_usage=0.6, q_ttft_p95=1.5),
+]
+ENGINES = [
+    packed("c:1", "0", running=3, waiting=1, kv_usage=0.2),
+    packed("c:1", "1", running=3, waiting=9, kv_usage=1.0),
 ]
 
 
 def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
-    rows = promql.read_answers([ANSWER])
-    assert promql.data_parallel(rows)
-    out = {r.name: r for r in promql.replicas(rows, {"itl": 0.01})}
+    info = read_info(INFO)
+    assert info.reasons == REASONS
+    assert info.first_bounds == {"itl": 0.01, "ttft": 0.001}
+    rows = read_rows([ROWS], info)
+    assert data_parallel(rows)
+    assert not stale(info, rows, {})
+    rows += read_rows([ENGINES], info, by_engine=True)
+    answers = PromAnswers("http://prom", tuple(rows), {"itl": 0.01})
+    out = {r.name: r for r in replicas(answers)}
+    assert set(out) == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
     a = out["a:1"].stats
     assert (a.up, a.model, a.running, a.waiting, a.kv_cache_usage_frac) == (True, "m", 4, 2, 0.5)
     assert a.kv_capacity_tokens == 32 * 128
     assert a.decode_tok_per_s == 100
     assert a.decode_tok_per_s_per_seq == 25
-    assert a.finished_per_s == {"stop": 1.5}
+    assert a.finished_per_s == {"length": 0.25, "stop": 1.5}
     assert a.itl_p95_s == 0.003  # inside the first bucket: the window mean, as derive does
     assert a.ttft_p95_s is None  # NaN: unknown, never zero
+    assert a.waiting_deferred is None
+    assert out["a:1"].restarts == 0
     assert not out["b:1"].stats.up
     assert "up == 0" in (out["b:1"].stats.error or "")
     c = out["c:1"].stats
-    assert (c.running, c.waiting, c.kv_cache_usage_frac) == (6, 10, 0.6)  # blocks-weighted
-    assert c.ttft_p95_s == 1.5  # the server's own quantile, by replica
+    assert (c.running, c.waiting) == (6, 10)  # the server's own figures, by replica
+    assert c.kv_cache_usage_frac == pytest.approx((0.2 * 100 + 1.0 * 300) / 400)  # by KV blocks
+    assert c.kv_capacity_tokens == 400 * 16
+    assert c.ttft_p95_s == 1.5  # the whole server's quantile
     sub = out["c:1#1"]
-    assert (sub.parent, sub.engine, sub.stats.waiting) == ("c:1", "1", 9)
+    assert (sub.parent, sub.engine, sub.stats.waiting, sub.stats.kv_capacity_tokens) == (
+        "c:1",
+        "1",
+        9,
+        300 * 16,
+    )
 
 
-def test_the_source_asks_a_handful_of_queries_and_a_dead_server_is_one_down_row() -> None:
+def test_a_new_replica_a_new_reason_or_a_restart_asks_for_the_info_again() -> None:
+    info = read_info(INFO)
+    rows = read_rows([ROWS], info)
+    assert stale(info, read_rows([[packed("d:1", up=1)]], info), {})
+    assert stale(info, read_rows([[packed("a:1", up=1, new_reasons=1)]], info), {})
+    restarted = read_rows([[packed("a:1", up=1, resets=1)]], info)
+    assert stale(info, restarted, {r.replica: r.figures.get("resets") for r in rows})
+    assert not stale(info, restarted, {"a:1": 1.0})  # the same restart, still in window
+
+
+def test_answers_survive_a_recording_round_trip() -> None:
+    info = read_info(INFO)
+    rows = read_rows([ROWS], info) + read_rows([ENGINES], info, by_engine=True)
+    raw = RawPoll(time=1.0, prometheus=PromAnswers("http://prom", tuple(rows), {"itl": 0.01}))
+    back = RawPoll.from_dict(json.loads(json.dumps(raw.to_dict())))
+    assert back == raw
+    assert prometheus_replicas(back) == prometheus_replicas(raw)
+    assert prometheus_replicas(RawPoll(time=1.0)) == []
+
+
+def serve(asked: list[str], answers: dict[str, list[dict[str, Any]]]) -> Fetch:
+    """A Prometheus that answers each kind of query (info, replicas, engines) from `answers`."""
+
+    async def answer(endpoint: str, query: str) -> tuple[int, bytes]:
+        assert endpoint == "http://prom:9090/api/v1/query"
+        kind = "info" if "llmtop_figure" in query else "engines"
+        kind = "replicas" if query.startswith('count_values by (instance) ("up"') else kind
+        asked.append(kind)
+        body = {"status": "success", "data": {"resultType": "vector", "result": answers[kind]}}
+        return 200, json.dumps(body).encode()
+
+    return answer
+
+
+def test_the_source_asks_one_query_a_poll_and_the_info_now_and_then() -> None:
     asked: list[str] = []
+    now = [0.0]
+    answers = {"info": INFO, "replicas": ROWS[:2], "engines": ENGINES}
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        query = parse_qs(request.content.decode())["query"][0]
-        asked.append(query)
-        body = {"status": "success", "data": {"resultType": "vector", "result": ANSWER}}
-        return httpx.Response(200, content=json.dumps(body))
+    def poll(rows: list[dict[str, Any]], after_s: float = 1.0) -> list[str]:
+        """What one more poll asked, `after_s` after the previous one, answered `rows`."""
+        asked.clear()
+        answers["replicas"] = rows
+        now[0] += after_s
+        seen.append(asyncio.run(source.read()))
+        return list(asked)
 
-    async def poll_twice() -> list[Any]:
-        source = PrometheusSource("http://prom:9090", transport=httpx.MockTransport(answer))
+    seen: list[Any] = []
+    fetch = serve(asked, answers)
+    source = PrometheusSource("http://prom:9090/", fetch=fetch, clock=lambda: now[0])
+    try:
+        both = ["replicas", "replicas"]  # the quantiles, and the rest
+        assert poll(ROWS[:2]) == ["info", *both]  # the info at the start
+        assert poll(ROWS[:2]) == both
+        assert poll(ROWS) == [*both, "engines", "engines"]  # c:1 runs two engines: theirs too
+        assert {r.name for r in seen[-1]} == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
+        new = [*ROWS[:2], packed("d:1", up=1, running=1)]  # a replica the info does not know
+        assert poll(new) == [*both, "info"]  # the reasons did not change: not asked again
+        assert poll(ROWS[:2], promql.INFO_EVERY_S - 1.0) == both
+        assert poll(ROWS[:2]) == ["info", *both]  # a minute after the last info
+    finally:
+        asyncio.run(source.aclose())
+
+
+def test_a_server_that_cannot_answer_is_one_down_row_saying_why() -> None:
+    async def refuse(endpoint: str, query: str) -> tuple[int, bytes]:
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed")
+
+    async def not_prometheus(endpoint: str, query: str) -> tuple[int, bytes]:
+        return 200, b"<html>Grafana</html>"
+
+    async def refused_query(endpoint: str, query: str) -> tuple[int, bytes]:
+        return 400, b'{"status": "error", "error": "parse error at char 3"}'
+
+    async def read(fetch: Fetch) -> list[Any]:
+        source = PrometheusSource("http://prom:9090", fetch=fetch)
         try:
-            await source.read()
             return await source.read()
         finally:
             await source.aclose()
 
-    rows = asyncio.run(poll_twice())
-    assert len(asked) == 1 + 4 + 4  # bucket bounds once, then four a poll (a DP server seen)
-    assert {r.name for r in rows} >= {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
-
-    async def dead() -> list[Any]:
-        refuse = httpx.MockTransport(lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused")))
-        source = PrometheusSource("http://prom:9090", transport=refuse)
-        try:
-            return await source.read()
-        finally:
-            await source.aclose()
-
-    (row,) = asyncio.run(dead())
-    assert row.name == "prometheus"
-    assert not row.stats.up
-    assert "cannot connect to http://prom:9090/api/v1/query" in (row.stats.error or "")
+    only_series = {"info": [tagged("model", instance="a:1", model_name="m")], "replicas": []}
+    for fetch, why in (
+        (serve([], only_series), "matches vLLM series but not their targets' up"),
+        (refuse, "cannot connect to http://prom:9090/api/v1/query (connection refused)"),
+        (not_prometheus, "did not answer with JSON (HTTP 200; not a Prometheus API?)"),
+        (refused_query, "HTTP 400: parse error at char 3"),
+    ):
+        (row,) = asyncio.run(read(fetch))
+        assert row.name == "prometheus"
+        assert not row.stats.up
+        assert why in (row.stats.error or "")

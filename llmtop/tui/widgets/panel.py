@@ -64,6 +64,12 @@ class Panel(Widget):
         raise NotImplementedError
 
 
+def shown(widget: Widget) -> bool:
+    """Whether `widget` and every container above it are displayed: a panel that is not (the
+    single-engine panels under a fleet's replica table) need not compute what it would show."""
+    return all(node.display for node in widget.ancestors_with_self if isinstance(node, Widget))
+
+
 def label(text: str, width: int = 0) -> Text:
     """A dim field label, padded to `width`."""
     return Text(text.ljust(width), style="dim")

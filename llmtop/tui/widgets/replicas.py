@@ -31,7 +31,7 @@ class ReplicaTable(Panel):
 
     TITLE = "Replicas"
     DEFAULT_CSS = """
-    ReplicaTable { overflow: hidden hidden; }
+    ReplicaTable { overflow: hidden hidden; text-wrap: nowrap; }
     """
 
     selected: var[str | None] = var(None)
