@@ -10,7 +10,6 @@ weighted by each engine's KV blocks. A series that is absent stays None.
 
 from __future__ import annotations
 
-import math
 import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -126,34 +125,18 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
     """Sum one scrape's samples over engines into an `EngineScrape`.
 
     What depends only on the scrape's structure (its sample names and label sets, the same
-    poll after poll and replica after replica) is worked out once (`_ScrapePlan`); each scrape
+    poll after poll and replica after replica) is worked out once (`scrape_plan`); each scrape
     then only adds its values up, in the order `extract_direct` adds them.
     """
-    names, labels = list(map(_NAME, samples)), list(map(_LABELS, samples))
-    last = _LAST_PLAN[0]
-    if last is not None and last[0] == names and last[1] == labels:
-        plan = last[2]
-    else:
-        key = (tuple(names), tuple(labels))
-        found = _SCRAPE_PLANS.get(key, False)
-        if found is False:
-            try:
-                found = _ScrapePlan(names, labels)
-            except Exception:  # what the direct reading makes of it, it says itself
-                found = None
-            if len(_SCRAPE_PLANS) >= _SCRAPE_PLANS_MAX:
-                _SCRAPE_PLANS.clear()
-            _SCRAPE_PLANS[key] = found
-        plan = found  # type: ignore[assignment]
-        _LAST_PLAN[0] = (names, labels, plan)
+    plan = scrape_plan.plan_of(list(map(_NAME, samples)), list(map(_LABELS, samples)))
     if plan is None:
         return extract_direct(samples)
     return plan.apply(list(map(_VALUE, samples)))
 
 
 def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
-    """`extract` sample by sample: the reading `_ScrapePlan` stands for, and the one used
-    where a plan cannot be made (a NaN bucket bound)."""
+    """`extract` sample by sample: the reading a `scrape_plan.ScrapePlan` stands for, and the
+    one used where a plan cannot be made (a NaN bucket bound)."""
     by_name: dict[str, list[Sample]] = {}
     for name, run in groupby(samples, key=_NAME):  # a family's samples come together
         found = by_name.get(name)
@@ -234,57 +217,9 @@ def _by_reason(by_name: dict[str, list[Sample]], reason: str) -> float | None:
     return sum(found) if found else None
 
 
-class _BucketPlan:
-    """How one family's bucket samples add up, worked out once per label sets: which bound
-    each sample counts in (its `le`, parsed), the bounds sorted, the samples of each bound."""
-
-    __slots__ = ("bounds", "single")
-
-    def __init__(self, les: list[float | None]) -> None:
-        members: dict[float, list[int]] = {}
-        for i, le in enumerate(les):
-            if le is not None:
-                members.setdefault(le, []).append(i)
-        self.bounds = [(le, members[le]) for le in sorted(members)]
-        self.single = [(le, idx[0]) for le, idx in self.bounds if len(idx) == 1]
-        """(bound, sample) when every bound has one sample (one engine: the usual case)."""
-        if len(self.single) != len(self.bounds):
-            self.single = []
-
-    def buckets(self, values: list[float]) -> tuple[tuple[float, float], ...]:
-        """(bound, count) sorted, each count added up from 0.0 in the samples' order."""
-        if self.single:
-            return tuple([(le, 0.0 + values[i]) for le, i in self.single])
-        out = []
-        for le, idx in self.bounds:
-            total = 0.0
-            for i in idx:
-                total += values[i]
-            out.append((le, total))
-        return tuple(out)
-
-
-_PLANS: dict[tuple[Labels, ...], _BucketPlan | None] = {}
-"""Label sets of one family's buckets -> their plan (None: a NaN bound, added up as it comes).
-Label sets repeat every scrape; the bound of each is parsed once."""
-_PLANS_MAX = 4096
-
-
-def _plan(labels: tuple[Labels, ...]) -> _BucketPlan | None:
-    plan = _PLANS.get(labels, False)
-    if plan is not False:
-        return plan  # type: ignore[return-value]
-    les = [None if (le := _label(ls, "le")) is None else _le(le) for ls in labels]
-    made = None if any(le is not None and math.isnan(le) for le in les) else _BucketPlan(les)
-    if len(_PLANS) >= _PLANS_MAX:
-        _PLANS.clear()
-    _PLANS[labels] = made
-    return made
-
-
 def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:
     samples = by_name.get(fam + "_bucket", ())
-    plan = _plan(tuple([s.labels for s in samples])) if samples else None
+    plan = scrape_plan.bucket_plan(tuple([s.labels for s in samples])) if samples else None
     if plan is not None:
         sorted_buckets = plan.buckets([s.value for s in samples])
     else:
@@ -344,144 +279,6 @@ def _kv_capacity(info: list[Labels]) -> tuple[int | None, int | None]:
     return (total or None), block_size
 
 
-_Op = tuple[str, list[int]]
-"""("sum", samples) added by sum(), as the direct reading does, or ("fold", samples) added
-from 0.0 one by one (its counters.get(key, 0.0) + value)."""
-
-
-class _ScrapePlan:
-    """What a scrape's structure decides, worked out once: which samples each figure adds up
-    and how (the same additions in the same order as `extract_direct`), and the figures read
-    from labels alone (KV capacity, model, the names used)."""
-
-    def __init__(self, names: list[str], labels: list[Labels]) -> None:
-        by_name: dict[str, list[int]] = {}
-        for i, name in enumerate(names):
-            by_name.setdefault(name, []).append(i)
-        self.used: dict[str, str] = {}
-
-        def first(key: str, alternatives: tuple[str, ...]) -> list[int] | None:
-            for name in alternatives:
-                if name in by_name:
-                    self.used[key] = name
-                    return by_name[name]
-            return None
-
-        info = [labels[i] for i in by_name.get(CACHE_CONFIG, [])]
-        blocks = _blocks_by_engine(info)
-        self.gauges: list[tuple[str, str, list[int], list[float], float]] = []
-        for key, alternatives in GAUGES.items():
-            found = first(key, alternatives)
-            if found is None:
-                self.gauges.append((key, "none", [], [], 0.0))
-            elif key in FRACTIONS:
-                ws = [blocks.get(_label(labels[i], "engine") or "") for i in found]
-                if all(w for w in ws):
-                    weights = [w or 0.0 for w in ws]
-                    total = sum(w for w in ws if w)
-                    self.gauges.append((key, "weighted", found, weights, total))
-                else:
-                    self.gauges.append((key, "mean", found, [], 0.0))
-            else:
-                self.gauges.append((key, "sum", found, [], 0.0))
-        reasons = [(i, _label(labels[i], "reason")) for i in by_name.get(WAITING_BY_REASON, [])]
-        self.capacity = [i for i, r in reasons if r == "capacity"]
-        self.deferred = [i for i, r in reasons if r == "deferred"]
-
-        counters: dict[str, _Op] = {}
-        for key, alternatives in COUNTERS.items():
-            found = first(key, alternatives)
-            if found is not None:
-                counters[key] = ("sum", found)
-                if key == "admission_rejections":
-                    for i in found:
-                        why = _label(labels[i], "reason") or "unknown"
-                        counters.setdefault(f"admission:{why}", ("fold", []))[1].append(i)
-        for i in by_name.get(FINISHED, ()):
-            why = _label(labels[i], "finished_reason") or "unknown"
-            counters.setdefault(f"finished:{why}", ("fold", []))[1].append(i)
-        for i in by_name.get(PROMPT_BY_SOURCE, ()):
-            source = _label(labels[i], "source") or "unknown"
-            counters.setdefault(f"prompt_source:{source}", ("fold", []))[1].append(i)
-        self.counters = list(counters.items())
-
-        self.histograms: list[
-            tuple[str, _BucketPlan | None, list[int], list[tuple[float, int]], list[int], list[int]]
-        ] = []
-        """(key, bucket plan, bucket samples, (bound, sample) when one sample each, sum, count)"""
-        for key, alternatives in HISTOGRAMS.items():
-            for fam in alternatives:
-                if fam + "_count" in by_name or fam + "_bucket" in by_name:
-                    self.used[key] = fam
-                    buckets = by_name.get(fam + "_bucket", [])
-                    plan = _plan(tuple([labels[i] for i in buckets])) if buckets else None
-                    if buckets and plan is None:
-                        raise ValueError("a NaN bucket bound: read sample by sample")
-                    sums, counts = by_name.get(fam + "_sum", []), by_name.get(fam + "_count", [])
-                    single = [(le, buckets[i]) for le, i in plan.single] if plan else []
-                    self.histograms.append((key, plan, buckets, single, sums, counts))
-                    break
-        keys: list[tuple[str, object]] = [(name, None) for name, _ in self.counters]
-        for key, plan, *_ in self.histograms:
-            group = "h:" + key
-            keys += [(group, le) for le, _ in plan.bounds] if plan is not None else []
-            keys += [(group, "sum"), (group, "count")]
-        self.keys = tuple(keys)
-        self.kv = _kv_capacity(info)
-        self.model = _model(labels)
-        self.has_vllm = any(name.startswith(VLLM_PREFIX) for name in names)
-
-    def apply(self, values: list[float]) -> EngineScrape:
-        """The scrape of these values (in the samples' order)."""
-        gauges: dict[str, float | None] = {}
-        for key, how, idx, weights, total in self.gauges:
-            if how == "none":
-                gauges[key] = None
-            elif how == "sum":
-                gauges[key] = sum([values[i] for i in idx])
-            elif how == "weighted":
-                mine = [values[i] for i in idx]
-                gauges[key] = sum([v * w for v, w in zip(mine, weights, strict=True)]) / total
-            else:
-                gauges[key] = sum([values[i] for i in idx]) / len(idx)
-        counters: dict[str, float] = {}
-        for key, (how, idx) in self.counters:
-            if how == "sum":
-                counters[key] = sum([values[i] for i in idx])
-            else:
-                total_ = 0.0
-                for i in idx:
-                    total_ = total_ + values[i]
-                counters[key] = total_
-        histograms: dict[str, Histogram] = {}
-        for key, plan, buckets, single, sums, counts in self.histograms:
-            if single:  # as _BucketPlan.buckets: each count added up from 0.0
-                bounds = tuple([(le, 0.0 + values[i]) for le, i in single])
-            else:
-                bounds = plan.buckets([values[i] for i in buckets]) if plan is not None else ()
-            histograms[key] = Histogram(
-                buckets=bounds,
-                sum=sum([values[i] for i in sums]),
-                count=sum([values[i] for i in counts]),
-            )
-        capacity, block_size = self.kv
-        return EngineScrape(
-            gauges=gauges,
-            waiting_capacity=sum([values[i] for i in self.capacity]) if self.capacity else None,
-            counters=counters,
-            histograms=histograms,
-            kv_capacity_tokens=capacity,
-            kv_block_size=block_size,
-            model=self.model,
-            has_vllm=self.has_vllm,
-            names_used=dict(self.used),
-            waiting_deferred=sum([values[i] for i in self.deferred]) if self.deferred else None,
-            counter_keys=self.keys,
-        )
-
-
-_SCRAPE_PLANS: dict[tuple[tuple[str, ...], tuple[Labels, ...]], _ScrapePlan | None] = {}
-"""Structures seen -> their plan (None: read sample by sample)."""
-_SCRAPE_PLANS_MAX = 256
-_LAST_PLAN: list[tuple[list[str], list[Labels], _ScrapePlan | None] | None] = [None]
-"""The plan used last, checked first: a fleet's replicas share one structure."""
+# Last, as the plans read this module's names and this module reads the plans: a cycle that
+# Python resolves when each side only looks the other up at call time.
+from llmtop.core import scrape_plan  # noqa: E402
