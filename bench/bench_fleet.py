@@ -1,7 +1,9 @@
 """CPU cost of watching a fleet: 100 replicas scraped directly at 1 Hz, and through Prometheus.
 
-Targets: bench/fleet_targets.py serves the real vLLM 0.32 capture (53 KB, counters advancing)
-on N ports from another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
+Targets: bench/fleet_targets.py serves the real vLLM 0.32 capture (53 KB, counters advancing,
+no two replicas alike; with --gzip compressed for a client that accepts it, as
+prometheus_client's make_asgi_app does, though vLLM 0.32's /metrics does not) on N ports from
+another process. "direct": a FleetCollector scrapes all N each second (aiohttp,
 filtered parse, per-replica derive and rules, fleet rules). "prometheus": a real Prometheus
 (Debian's package) scrapes the same N every second and a FleetCollector reads them all through
 PromQL. Figure: CPU seconds of this process per poll (time.process_time around poll(), a poll a
@@ -10,6 +12,7 @@ CPU inside the fleet pipeline (per-replica derive and rules, fleet rules), the r
 and the wall time of a poll (median: how long Prometheus takes to answer, for that source).
 
     python bench/bench_fleet.py [--replicas 100] [--polls 30] [--mode direct|prometheus|both]
+                                [--gzip]
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--mode", choices=("direct", "prometheus", "both"), default="both")
+    ap.add_argument("--gzip", action="store_true", help="targets gzip when the client asks")
     args = ap.parse_args()
     procs: list[subprocess.Popen[bytes]] = []
     results: list[tuple[str, dict[str, float]]] = []
@@ -133,6 +137,7 @@ def main() -> None:
                         str(args.replicas),
                         "--ports-file",
                         str(ports_file),
+                        *(["--gzip"] if args.gzip else []),
                     ]
                 )
             )
@@ -183,7 +188,10 @@ def main() -> None:
             for p in procs:
                 p.wait(10)
     print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
-    print(f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up.\n")
+    print(
+        f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up; targets "
+        f"{'gzip when asked' if args.gzip else 'answer plain text'}.\n"
+    )
     print(
         "| source | replicas up | queries a poll | wall per poll | CPU per poll (median) | p90 "
         "| of which the pipeline (median) | share of one core |"

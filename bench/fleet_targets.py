@@ -4,13 +4,21 @@ Each of N ports serves the real vLLM 0.32 capture (tests/fixtures/metrics-load.t
 its counters and histograms advancing with time at a rate of its own, over keep-alive HTTP/1.1.
 A separate process, so that the benchmark's llmtop process measures only its own CPU.
 
-    python bench/fleet_targets.py --replicas 100 --ports-file ports.txt
+Every replica has a speed of its own, so no two serve the same text (real replicas never do,
+and a scraper that memoises lines must not gain from replicas sharing one); every counter line
+changes every second (a busy engine's worst case: in the recorded runs of tests/fixtures only
+26-36 % of the kept lines change between polls). With --gzip a replica compresses its answer
+when the request accepts gzip, as prometheus_client's make_asgi_app does (vLLM 0.32's /metrics
+does not: prometheus-fastapi-instrumentator serves it, uncompressed).
+
+    python bench/fleet_targets.py --replicas 100 --ports-file ports.txt [--gzip]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import re
 import time
 from pathlib import Path
@@ -23,9 +31,10 @@ _GROWS = ("_total", "_bucket", "_count", "_sum")
 class Payload:
     """The capture as (line prefix, value, grows) triples; render(t, speed) advances counters."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, cache: int = 64) -> None:
         self.parts: list[tuple[str, float, bool]] = []
-        self._cache: dict[tuple[int, float], bytes] = {}
+        self._cache: dict[tuple[int, float, bool], bytes] = {}
+        self._cache_max = cache
         for line in text.splitlines():
             m = _SAMPLE.match(line)
             if m is None or line.startswith("#"):
@@ -35,14 +44,16 @@ class Payload:
             grows = name.endswith(_GROWS) and "_created" not in name
             self.parts.append((m.group(1) + " ", float(m.group(2)), grows))
 
-    def render(self, elapsed_s: float, speed: float) -> bytes:
-        """The text at a whole second (cached: replicas of one speed share it), so that this
-        process stays light next to the llmtop process being measured."""
-        key = (int(elapsed_s), speed)
+    def render(self, elapsed_s: float, speed: float, compressed: bool = False) -> bytes:
+        """The text at a whole second (cached: a scrape repeated within the second gets it
+        again, gzipped once if asked), so that this process stays light next to the llmtop
+        process being measured."""
+        key = (int(elapsed_s), speed, compressed)
         if key not in self._cache:
-            if len(self._cache) > 64:
+            if len(self._cache) > self._cache_max:
                 self._cache.clear()
-            self._cache[key] = self._render(float(key[0]), speed)
+            text = self._render(float(key[0]), speed)
+            self._cache[key] = gzip.compress(text) if compressed else text
         return self._cache[key]
 
     def _render(self, elapsed_s: float, speed: float) -> bytes:
@@ -57,8 +68,21 @@ class Payload:
         return ("\n".join(out) + "\n").encode()
 
 
-async def serve(replicas: int, ports_file: Path) -> None:
-    payload = Payload(FIXTURE.read_text())
+def speed_of(replica: int) -> float:
+    """Counters grow by `speed` times their captured value a minute; no two replicas alike."""
+    return 1.0 + 0.37 * replica
+
+
+def accepts_gzip(head: bytes) -> bool:
+    """Whether the request's Accept-Encoding names gzip (prometheus_client's test)."""
+    for line in head.lower().split(b"\r\n"):
+        if line.startswith(b"accept-encoding:"):
+            return b"gzip" in line
+    return False
+
+
+async def serve(replicas: int, ports_file: Path, compress: bool = False) -> None:
+    payload = Payload(FIXTURE.read_text(), cache=4 * replicas)
     start = time.monotonic()
 
     def handler(speed: float):  # type: ignore[no-untyped-def]
@@ -67,14 +91,22 @@ async def serve(replicas: int, ports_file: Path) -> None:
                 while True:
                     head = await reader.readuntil(b"\r\n\r\n")
                     path = head.split(b" ", 2)[1]
+                    zipped = compress and accepts_gzip(head)
                     if path.endswith(b"/metrics"):
-                        body = payload.render(time.monotonic() - start, speed)
+                        body = payload.render(time.monotonic() - start, speed, zipped)
                         status = b"200 OK"
                     else:
-                        body, status = b"not found\n", b"404 Not Found"
+                        body, status, zipped = b"not found\n", b"404 Not Found", False
+                    encoding = b"content-encoding: gzip\r\n" if zipped else b""
                     writer.write(
-                        b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; version=0.0.4\r\n"
-                        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                        b"HTTP/1.1 "
+                        + status
+                        + b"\r\ncontent-type: text/plain; version=0.0.4\r\n"
+                        + encoding
+                        + b"content-length: "
+                        + str(len(body)).encode()
+                        + b"\r\n\r\n"
+                        + body
                     )
                     await writer.drain()
             except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -85,7 +117,7 @@ async def serve(replicas: int, ports_file: Path) -> None:
         return handle
 
     servers = [
-        await asyncio.start_server(handler(1.0 + i % 7), "127.0.0.1", 0) for i in range(replicas)
+        await asyncio.start_server(handler(speed_of(i)), "127.0.0.1", 0) for i in range(replicas)
     ]
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     tmp = ports_file.with_suffix(".tmp")
@@ -98,8 +130,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=100)
     ap.add_argument("--ports-file", type=Path, required=True)
+    ap.add_argument("--gzip", action="store_true", help="gzip answers that accept it, as vLLM")
     args = ap.parse_args()
-    asyncio.run(serve(args.replicas, args.ports_file))
+    asyncio.run(serve(args.replicas, args.ports_file, args.gzip))
 
 
 if __name__ == "__main__":

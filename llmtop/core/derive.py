@@ -12,15 +12,11 @@ cumulative means when no request finished inside the window.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from llmtop.core.engines import EngineScrape
-from llmtop.core.series import (
-    CounterWindow,
-    Key,
-    histogram_quantile,
-    quantile_lands_in_first_bucket,
-)
+from llmtop.core.series import Buckets, CounterWindow, Key
 from llmtop.core.snapshot import EngineStats
 
 NO_GAUGES = (
@@ -41,16 +37,31 @@ def counter_values(scrape: EngineScrape) -> dict[Key, float]:
     return values
 
 
+def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]:
+    """`counter_values` as (keys, values) in its order: from a planned scrape without building
+    the dict, its keys one tuple for every scrape of the structure."""
+    keys = scrape.counter_keys
+    if keys is None:
+        values = counter_values(scrape)
+        return tuple(values), list(values.values())
+    out = list(scrape.counters.values())
+    for h in scrape.histograms.values():
+        out += [c for _, c in h.buckets]
+        out.append(h.sum)
+        out.append(h.count)
+    return keys, out  # type: ignore[return-value]
+
+
+_BOUND = operator.itemgetter(0)
+
+
 class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        members = window.group("h:" + key, window_s)
-        self.sum = members.pop("sum", None)
-        self.count = members.pop("count", None)
-        self.buckets: list[tuple[float, float]] = [
-            (float(le), c) for le, c in members.items() if isinstance(le, float | int)
-        ]
+        self.buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
+        self._sorted = Buckets(self.buckets)  # sorted once for all the quantiles read
+        self._first_bound: float | None = None
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
@@ -58,11 +69,13 @@ class _Hist:
         return self.sum / self.count
 
     def quantile(self, q: float) -> float | None:
-        if quantile_lands_in_first_bucket(q, self.buckets):
+        if self._sorted.lands_in_first(q):
             mean = self.mean()
             if mean is not None:
-                return min(mean, min(le for le, _ in self.buckets))
-        return histogram_quantile(q, self.buckets)
+                if self._first_bound is None:
+                    self._first_bound = min(map(_BOUND, self.buckets))
+                return min(mean, self._first_bound)
+        return self._sorted.quantile(q)
 
 
 def _cumulative_mean(scrape: EngineScrape, key: str) -> float | None:

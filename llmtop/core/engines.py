@@ -10,10 +10,12 @@ weighted by each engine's KV blocks. A series that is absent stays None.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import groupby
 
-from llmtop.core.raw import Sample
+from llmtop.core.raw import Labels, Sample
 
 VLLM_PREFIX = "vllm:"
 
@@ -96,6 +98,16 @@ class EngineScrape:
     """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
     waiting_deferred: float | None = None
     """Waiting for a transient reason: LoRA budget, KV transfer, blocked (vLLM >= 0.20)."""
+    counter_keys: tuple[tuple[str, object], ...] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The keys `derive.counter_values` gives this scrape, in order, when its plan knows them
+    (one tuple for every scrape of a structure, so the counter window knows its layout)."""
+
+
+_NAME = operator.attrgetter("name")
+_LABELS = operator.attrgetter("labels")
+_VALUE = operator.attrgetter("value")
 
 
 def _label(labels: tuple[tuple[str, str], ...], key: str) -> str | None:
@@ -110,10 +122,28 @@ def _le(value: str) -> float:
 
 
 def extract(samples: tuple[Sample, ...]) -> EngineScrape:
-    """Sum one scrape's samples over engines into an `EngineScrape`."""
-    by_name: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        by_name[s.name].append(s)
+    """Sum one scrape's samples over engines into an `EngineScrape`.
+
+    What depends only on the scrape's structure (its sample names and label sets, the same
+    poll after poll and replica after replica) is worked out once (`scrape_plan`); each scrape
+    then only adds its values up, in the order `extract_direct` adds them.
+    """
+    plan = scrape_plan.plan_of(list(map(_NAME, samples)), list(map(_LABELS, samples)))
+    if plan is None:
+        return extract_direct(samples)
+    return plan.apply(list(map(_VALUE, samples)))
+
+
+def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
+    """`extract` sample by sample: the reading a `scrape_plan.ScrapePlan` stands for, and the
+    one used where a plan cannot be made (a NaN bucket bound)."""
+    by_name: dict[str, list[Sample]] = {}
+    for name, run in groupby(samples, key=_NAME):  # a family's samples come together
+        found = by_name.get(name)
+        if found is None:
+            by_name[name] = list(run)
+        else:
+            found.extend(run)
     used: dict[str, str] = {}
 
     def first(key: str, alternatives: tuple[str, ...]) -> list[Sample] | None:
@@ -123,7 +153,7 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
                 return by_name[name]
         return None
 
-    blocks = _blocks_by_engine(by_name.get(CACHE_CONFIG, []))
+    blocks = _blocks_by_engine([s.labels for s in by_name.get(CACHE_CONFIG, [])])
     gauges: dict[str, float | None] = {}
     for key, alternatives in GAUGES.items():
         found = first(key, alternatives)
@@ -163,12 +193,8 @@ def extract(samples: tuple[Sample, ...]) -> EngineScrape:
                 histograms[key] = _histogram(by_name, fam)
                 break
 
-    capacity, block_size = _kv_capacity(by_name.get(CACHE_CONFIG, []))
-    model = None
-    for s in samples:
-        model = _label(s.labels, "model_name")
-        if model is not None:
-            break
+    capacity, block_size = _kv_capacity([s.labels for s in by_name.get(CACHE_CONFIG, [])])
+    model = _model([s.labels for s in samples])
     return EngineScrape(
         gauges=gauges,
         waiting_capacity=waiting_capacity,
@@ -192,24 +218,38 @@ def _by_reason(by_name: dict[str, list[Sample]], reason: str) -> float | None:
 
 
 def _histogram(by_name: dict[str, list[Sample]], fam: str) -> Histogram:
-    buckets: dict[float, float] = defaultdict(float)
-    for s in by_name.get(fam + "_bucket", ()):
-        le = _label(s.labels, "le")
-        if le is not None:
-            buckets[_le(le)] += s.value
+    samples = by_name.get(fam + "_bucket", ())
+    plan = scrape_plan.bucket_plan(tuple([s.labels for s in samples])) if samples else None
+    if plan is not None:
+        sorted_buckets = plan.buckets([s.value for s in samples])
+    else:
+        buckets: dict[float, float] = defaultdict(float)
+        for s in samples:
+            le = _label(s.labels, "le")
+            if le is not None:
+                buckets[_le(le)] += s.value
+        sorted_buckets = tuple(sorted(buckets.items()))
     return Histogram(
-        buckets=tuple(sorted(buckets.items())),
+        buckets=sorted_buckets,
         sum=sum(s.value for s in by_name.get(fam + "_sum", ())),
         count=sum(s.value for s in by_name.get(fam + "_count", ())),
     )
 
 
-def _blocks_by_engine(info: list[Sample]) -> dict[str, float]:
+def _model(labels: list[Labels]) -> str | None:
+    for ls in labels:
+        model = _label(ls, "model_name")
+        if model is not None:
+            return model
+    return None
+
+
+def _blocks_by_engine(info: list[Labels]) -> dict[str, float]:
     """Engine label -> its num_gpu_blocks (engines whose value is unset are left out)."""
     out: dict[str, float] = {}
-    for s in info:
+    for ls in info:
         try:
-            out[_label(s.labels, "engine") or ""] = float(_label(s.labels, "num_gpu_blocks") or "")
+            out[_label(ls, "engine") or ""] = float(_label(ls, "num_gpu_blocks") or "")
         except ValueError:
             continue
     return out
@@ -224,16 +264,21 @@ def _weighted_mean(samples: list[Sample], weights: dict[str, float]) -> float:
     return sum(s.value for s in samples) / len(samples)
 
 
-def _kv_capacity(info: list[Sample]) -> tuple[int | None, int | None]:
+def _kv_capacity(info: list[Labels]) -> tuple[int | None, int | None]:
     """KV capacity in tokens summed over engines: num_gpu_blocks x block_size per engine."""
     total = 0
     block_size: int | None = None
-    for s in info:
+    for ls in info:
         try:
-            blocks = int(_label(s.labels, "num_gpu_blocks") or "")
-            size = int(_label(s.labels, "block_size") or "")
+            blocks = int(_label(ls, "num_gpu_blocks") or "")
+            size = int(_label(ls, "block_size") or "")
         except ValueError:
             return None, None
         total += blocks * size
         block_size = size
     return (total or None), block_size
+
+
+# Last, as the plans read this module's names and this module reads the plans: a cycle that
+# Python resolves when each side only looks the other up at call time.
+from llmtop.core import scrape_plan  # noqa: E402

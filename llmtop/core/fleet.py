@@ -15,14 +15,16 @@ keeps the per-replica `Fleet` in `.fleet` for the replica table and `snapshot --
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from llmtop.core import engines as vllm_names
-from llmtop.core.derive import counter_values, derive_engine
+from llmtop.core.derive import counter_columns, derive_engine
 from llmtop.core.health import Context, HealthState
+from llmtop.core.peaks import HistoryIndex
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
@@ -37,6 +39,7 @@ REPLICA_HISTORY_S = 120.0
 two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
 ENGINE_LABEL = "engine"
 _ONE_PER_ENGINE = "vllm:num_requests_running"
+_NAME = operator.attrgetter("name")
 _RESTART_KEYS: tuple[Key, ...] = (
     ("prompt_tokens", None),
     ("generation_tokens", None),
@@ -135,6 +138,8 @@ class _Track:
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings)
         self.snapshots: deque[Snapshot] = deque()
+        self.index = HistoryIndex()
+        """The rules' look-backs over `snapshots`."""
         self.last_progress: float | None = None
         self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
@@ -162,8 +167,7 @@ def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
 
     Samples without the label (vLLM's admission_rejections_total) stay with the server only.
     """
-    running = [s for s in samples if s.name == _ONE_PER_ENGINE]
-    if len(running) < 2:
+    if list(map(_NAME, samples)).count(_ONE_PER_ENGINE) < 2:
         return {}  # one engine (the usual case): no need to look at every label
     per: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -172,6 +176,21 @@ def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
                 per[v].append(s)
                 break
     return {k: tuple(v) for k, v in sorted(per.items())} if len(per) > 1 else {}
+
+
+def _restart_values(scrape: vllm_names.EngineScrape) -> dict[Key, float]:
+    """The `_RESTART_KEYS` of `counter_values(scrape)`, read from the scrape itself."""
+    out: dict[Key, float] = {}
+    for key in _RESTART_KEYS:
+        group, member = key
+        if member is None:
+            value = scrape.counters.get(str(group))
+        else:
+            h = scrape.histograms.get(str(group).removeprefix("h:"))
+            value = None if h is None else h.count
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _went_back(prev: dict[Key, float], now: dict[Key, float]) -> tuple[str, float, float] | None:
@@ -287,6 +306,7 @@ class FleetPipeline(Pipeline):
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None
         self._edge = Pipeline(self.settings, max_num_seqs=max_num_seqs)  # gateway and GPUs
+        self._index = None  # the fleet's Snapshots are not judged by the engine rules
         self._fleet_health = FleetHealth(self.rules)
         self._tracks: dict[str, _Track] = {}
         self._events: deque[FleetEvent] = deque()
@@ -348,14 +368,14 @@ class FleetPipeline(Pipeline):
     def _from_samples(
         self, t: float, key: str, name: str, url: str, samples: tuple[Sample, ...], raw: RawEngine
     ) -> Replica:
-        track = self._tracks.setdefault(key, _Track(self.settings))
+        track = self._track(key)
         scrape = vllm_names.extract(samples)
-        values = counter_values(scrape)
+        values = _restart_values(scrape)
         if track.counters is not None and (back := _went_back(track.counters, values)):
             what, before, now = back
             self._restart(t, name, f"{what.replace('_', ' ')} {before:,.0f} -> {now:,.0f}")
         track.counters = values
-        track.window.add(t, values)
+        track.window.add_columns(t, *counter_columns(scrape))
         total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
             "prompt_tokens", 0.0
         )
@@ -368,7 +388,7 @@ class FleetPipeline(Pipeline):
         return self._judge(t, key, name, stats)
 
     def _derived(self, t: float, d: DerivedReplica) -> Replica:
-        track = self._tracks.setdefault(d.key, _Track(self.settings))
+        track = self._track(d.key)
         if d.restarts is not None:
             if track.restarts is not None and d.restarts > track.restarts:
                 self._restart(t, d.name, "a counter went back (Prometheus resets())")
@@ -378,6 +398,13 @@ class FleetPipeline(Pipeline):
             track.last_progress = t
         row = self._judge(t, d.key, d.name, d.stats)
         return replace(row, engine=d.engine, parent=d.parent)
+
+    def _track(self, key: str) -> _Track:
+        """The row's track, made on first sight (not built each poll to be thrown away)."""
+        track = self._tracks.get(key)
+        if track is None:
+            track = self._tracks[key] = _Track(self.settings)
+        return track
 
     def _restart(self, t: float, name: str, evidence: str) -> None:
         self._events.append(
@@ -390,7 +417,7 @@ class FleetPipeline(Pipeline):
         )
 
     def _judge(self, t: float, key: str, name: str, stats: EngineStats) -> Replica:
-        track = self._tracks.setdefault(key, _Track(self.settings))
+        track = self._track(key)
         last = track.last_progress
         ctx = Context(
             time=t,
@@ -401,12 +428,16 @@ class FleetPipeline(Pipeline):
             history=tuple(track.snapshots),
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
+            history_index=track.index,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
-        track.snapshots.append(Snapshot(time=t, engines=(stats,), findings=findings, status=status))
+        snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
+        track.snapshots.append(snap)
+        track.index.add(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
+            track.index.drop_oldest()
         return Replica(key=key, name=name, stats=stats, findings=findings, status=status)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from llmtop.core import engines as vllm_names
 from llmtop.core.admin_api import LIMITS
-from llmtop.core.derive import counter_values, derive_engine
+from llmtop.core.derive import counter_columns, derive_engine
 from llmtop.core.health import Context, HealthState
+from llmtop.core.peaks import HistoryIndex
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
@@ -51,6 +52,8 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
+        self._index: HistoryIndex | None = HistoryIndex()
+        """The rules' look-backs over `_snapshots` (None: this history is not judged)."""
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
@@ -76,6 +79,7 @@ class Pipeline:
             history=tuple(self._snapshots),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
+            history_index=self._index,
         )
         findings = self.health.evaluate(ctx)
         snap = Snapshot(
@@ -95,9 +99,11 @@ class Pipeline:
             return EngineStats(
                 url=raw.url, up=False, error=raw.error or "no answer", model=raw.model
             )
-        track = self._engines.setdefault(raw.url, _EngineTrack())
+        track = self._engines.get(raw.url)
+        if track is None:
+            track = self._engines[raw.url] = _EngineTrack()
         scrape = vllm_names.extract(raw.samples)
-        track.window.add(t, counter_values(scrape))
+        track.window.add_columns(t, *counter_columns(scrape))
         total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
             "prompt_tokens", 0.0
         )
@@ -120,8 +126,12 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
+        if self._index is not None:
+            self._index.add(snap)
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
+            if self._index is not None:
+                self._index.drop_oldest()
 
 
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from llmtop.core import format as fmt
+from llmtop.core.peaks import HeldPeaks, HistoryIndex, held_tokens
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
@@ -40,6 +41,8 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
+    history_index: HistoryIndex | None = None
+    """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
 
 
 @dataclass(frozen=True)
@@ -204,23 +207,40 @@ class KvSize:
         )
 
 
-def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
-    """The most KV per running sequence at this poll and the earlier ones of the lookback."""
-    polls: list[tuple[EngineStats, float]] = [(e, 0.0)]
-    if now is not None:
+def _held(
+    e: EngineStats,
+    history: Sequence[Snapshot],
+    now: float | None,
+    index: HeldPeaks | None = None,
+) -> KvHeld | None:
+    """The most KV per running sequence at this poll and the earlier ones of the lookback
+    (this poll first, then newest to oldest: the first of equals wins). `index`, kept by the
+    pipeline over `history`, answers for the look-back where it is exact."""
+    best: tuple[float, float, float] | None = None  # usage, running, ago
+    most = 0.0
+    mine = held_tokens(e)
+    if mine is not None:
+        best, most = (mine[0], mine[1], 0.0), mine[2]
+    if now is None:
+        pass
+    elif index is not None and index.exact(e.url, now):
+        found = index.most(e.url, now, SIZE_LOOKBACK_S)
+        if found is not None and (best is None or found[2] > most):
+            best, most = (found[0], found[1], now - found[3]), found[2]
+    else:
+        url, oldest = e.url, now - SIZE_LOOKBACK_S
         for snap in reversed(history):
-            if snap.time < now - SIZE_LOOKBACK_S:
+            if snap.time < oldest:
                 break
-            polls += [(p, now - snap.time) for p in snap.engines if p.url == e.url and p.up]
-    best: KvHeld | None = None
-    for p, ago in polls:
-        cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
-        if cap is None or usage is None or not running or running <= 0:
-            continue
-        tokens = usage * cap / running
-        if best is None or tokens > best.tokens:
-            best = KvHeld(usage, running, tokens, max(0.0, ago))
-    return best
+            for p in snap.engines:
+                if p.url != url or not p.up:
+                    continue
+                held = held_tokens(p)
+                if held is not None and (best is None or held[2] > most):
+                    best, most = (held[0], held[1], now - snap.time), held[2]
+    if best is None:
+        return None
+    return KvHeld(best[0], best[1], most, max(0.0, best[2]))
 
 
 def kv_size(
@@ -228,6 +248,8 @@ def kv_size(
     history: Sequence[Snapshot] = (),
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
+    *,
+    index: HeldPeaks | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -257,7 +279,7 @@ def kv_size(
     cap = e.kv_capacity_tokens
     if cap is None or cap <= 0:
         return None
-    held = _held(e, history, now)
+    held = _held(e, history, now, index)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None
@@ -281,7 +303,8 @@ def kv_size(
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac)
+    index = ctx.history_index.held if ctx.history_index is not None else None
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, index=index)
 
 
 def kv_fit(
@@ -356,18 +379,24 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
     """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
     values = [e.kv_cache_usage_frac]
+    url, oldest = e.url, ctx.time - ctx.settings.window_s
     for i, snap in enumerate(reversed(ctx.history)):
         # The window, and at least the previous poll (its start when polls are a window apart).
-        if i > 0 and snap.time < ctx.time - ctx.settings.window_s:
+        if i > 0 and snap.time < oldest:
             break
-        values += [p.kv_cache_usage_frac for p in snap.engines if p.url == e.url and p.up]
+        for p in snap.engines:
+            if p.url == url and p.up:
+                values.append(p.kv_cache_usage_frac)
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
 
-def kv_pressed(ctx: Context, e: EngineStats) -> bool:
-    """KV at its high mark within the window, with preemptions or requests waiting."""
-    peak = kv_peak(ctx, e)
+def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:
+    """KV at its high mark within the window, with preemptions or requests waiting.
+
+    `peak`: `kv_peak(ctx, e)` when the caller has it already (False: work it out)."""
+    if peak is False:
+        peak = kv_peak(ctx, e)
     if peak is None or peak < ctx.settings.kv_high_frac:
         return False
     if e.preemptions_per_s:

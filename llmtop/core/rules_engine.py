@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 
 from llmtop.core import format as fmt
+from llmtop.core.peaks import scan_best_at_half
 from llmtop.core.rulebase import (
     Context,
     Verdict,
@@ -132,7 +133,8 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     the larger of the mean finished request and the KV each running sequence held, so a mix
     of short chats and long prompts is sized by what fills the cache, not by the chats)."""
     for e in up_engines(ctx):
-        if not kv_pressed(ctx, e):
+        peak = kv_peak(ctx, e)
+        if not kv_pressed(ctx, e, peak):
             continue
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         size = kv_size_now(ctx, e)
@@ -142,7 +144,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
             n = max(1, int(e.running))  # capacity unknown: what fits is what runs
             arithmetic = f"; the cache holds the {n} running now"
         summary = (
-            f"{where(ctx, e)}KV cache {fmt.frac(kv_peak(ctx, e))} full, "
+            f"{where(ctx, e)}KV cache {fmt.frac(peak)} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )
@@ -213,32 +215,24 @@ def batching_cliff(ctx: Context) -> Verdict | None:
 
 def decode_bound(ctx: Context) -> Verdict | None:
     s = ctx.settings
+    peaks = ctx.history_index.decode if ctx.history_index is not None else None
     for e in up_engines(ctx):
         if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
             continue
-        best: EngineStats | None = None
-        for snap in ctx.history:
-            for p in snap.engines:
-                if (
-                    p.url == e.url
-                    and p.running
-                    and p.decode_tok_per_s_per_seq is not None
-                    and p.running * 2 <= e.running
-                    and (
-                        best is None
-                        or p.decode_tok_per_s_per_seq > (best.decode_tok_per_s_per_seq or 0)
-                    )
-                ):
-                    best = p
-        if best is None or best.decode_tok_per_s_per_seq is None:
-            continue
-        if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:
-            continue
+        # The tests that need no look-back first: most polls end here, before the history.
         itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
         if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
         if _itl_tail_from_prefill(e, s.itl_slo_s):
             continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
+        if peaks is not None and peaks.exact(e.url):
+            best = peaks.best_at_half(e.url, e.running)
+        else:
+            best = scan_best_at_half(ctx.history, e)
+        if best is None or best.decode_tok_per_s_per_seq is None:
+            continue
+        if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:
+            continue
         n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
         summary = (
             f"{where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "

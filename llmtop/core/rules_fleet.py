@@ -12,6 +12,7 @@ A restart (counters going back) is an event, not a finding: see `fleet`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,30 @@ def _stands_out(fig: _Figure, value: float, median: float, rules: FleetRules) ->
     return value > rules.ttft_slo_s and value >= rules.outlier_factor * median
 
 
+def _medians_of_others(values: list[float]) -> list[float] | None:
+    """`statistics.median` of each value's peers (all the others), from one sort instead of
+    one per replica: the same middle values, the same sum. None (each replica's peers are
+    sorted then) with fewer than two values or a NaN, which has no place in a sort."""
+    n = len(values)
+    if n < 2 or any(math.isnan(v) for v in values):
+        return None
+    order = sorted(range(n), key=values.__getitem__)  # stable, as sorted(peers) is
+    ranked = [values[i] for i in order]
+    place = [0] * n
+    for k, i in enumerate(order):
+        place[i] = k
+    half, odd = divmod(n - 1, 2)
+    out: list[float] = []
+    for i in range(n):
+        skip = place[i]  # the peers are `ranked` without this place
+
+        def peer(j: int, skip: int = skip) -> float:
+            return ranked[j] if j < skip else ranked[j + 1]
+
+        out.append(peer(half) if odd else (peer(half - 1) + peer(half)) / 2)
+    return out
+
+
 def replica_outlier(view: FleetView) -> Verdict | None:
     rules = view.rules
     up = [r for r in view.leaves if r.stats.up and not r.stats.stats_disabled]
@@ -116,17 +141,21 @@ def replica_outlier(view: FleetView) -> Verdict | None:
         known = [(r, v) for r in up if (v := fig.read(r.stats)) is not None]
         if len(known) < rules.outlier_min_replicas:
             continue
-        for r, v in known:
-            peers = [p for q, p in known if q is not r]
-            median = statistics.median(peers)
+        distinct = len({id(r) for r, _ in known}) == len(known)  # peers: all the other rows
+        medians = _medians_of_others([v for _, v in known]) if distinct else None
+        for i, (r, v) in enumerate(known):
+            if medians is not None:
+                median, others = medians[i], len(known) - 1
+            else:
+                peers = [p for q, p in known if q is not r]
+                median, others = statistics.median(peers), len(peers)
             if not _stands_out(fig, v, median, rules):
                 continue
             if r.key not in found:
                 found[r.key] = []
                 order.append(r)
             found[r.key].append(
-                f"{fig.label} {fig.show(v)} vs a median of {fig.show(median)} "
-                f"on the other {len(peers)}"
+                f"{fig.label} {fig.show(v)} vs a median of {fig.show(median)} on the other {others}"
             )
             bottleneck = bottleneck or fig.bottleneck
     if not order or len(order) * 2 > len(up):

@@ -5,18 +5,87 @@ A counter that goes down was reset (the engine restarted): its increment for tha
 new value, as Prometheus's rate() assumes. Counters are grouped (one histogram's buckets, sum
 and count form one group) so a reset seen on any member resets the whole group. The window
 holds per-poll increments, so rates over it survive resets and gaps. Pure: time comes in.
+
+Cost: a scrape exports the same series in the same order poll after poll, so each poll's
+increments are kept as one list in the order of a shared `_Layout` (the keys, their positions,
+the members of each group). One derive reads nearly every key of the window; while the window's
+polls share one layout, every key's sum is taken at once, column by column in C, and each read
+is a lookup. The sums are the ones a key-by-key sum gives, bit for bit (the same additions in
+the same order, oldest poll first), not a running total: subtracting what leaves the window
+would drift from them in the last bits. Polls of different layouts (a series appeared or went)
+are summed key by key, as before.
 """
 
 from __future__ import annotations
 
 import math
+import operator
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
-Step = tuple[float, float, dict[str, dict[Hashable, float]]]
-"""(start time, end time, group -> member -> increment) of one poll."""
+
+
+class _Layout:
+    """The keys of one poll in order, each key's position, and each group's members."""
+
+    __slots__ = ("_histograms", "groups", "index", "keys")
+
+    def __init__(self, keys: tuple[Key, ...]) -> None:
+        self.keys = keys
+        self.index: dict[Key, int] = {k: i for i, k in enumerate(keys)}
+        self.groups: dict[str, list[tuple[Hashable, int]]] = {}
+        for i, (group, member) in enumerate(keys):
+            self.groups.setdefault(group, []).append((member, i))
+        self._histograms: dict[str, _HistogramLayout] = {}
+
+    def histogram(self, group: str) -> _HistogramLayout:
+        """The group read as a histogram: its numeric members as bounds, its sum and count."""
+        found = self._histograms.get(group)
+        if found is None:
+            found = self._histograms[group] = _HistogramLayout(self.groups.get(group, []))
+        return found
+
+
+class _HistogramLayout:
+    """Where a histogram's bounds (numeric members, as floats), sum and count sit in a layout."""
+
+    __slots__ = ("bounds", "count", "sum")
+
+    def __init__(self, members: list[tuple[Hashable, int]]) -> None:
+        positions = dict(members)
+        self.sum = positions.get("sum")
+        self.count = positions.get("count")
+        self.bounds = [
+            (float(m), i)
+            for m, i in positions.items()
+            if m not in ("sum", "count") and isinstance(m, float | int)
+        ]
+
+
+Step = tuple[float, float, _Layout, list[float]]
+"""(start time, end time, layout, increment of each key in the layout's order) of one poll."""
+
+
+class _Window:
+    """The steps of one window, and every key's sum over them when they share a layout."""
+
+    __slots__ = ("layout", "span", "steps", "sums")
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps = steps
+        self.span = None if not steps else steps[-1][1] - steps[0][0]
+        """Seconds the steps cover (None before two scrapes)."""
+        self.layout: _Layout | None = None
+        self.sums: list[float] | None = None
+        if steps:
+            layout = steps[0][2]
+            if all(s[2] is layout for s in steps):
+                self.layout = layout
+                # column by column, oldest poll first: the additions a key-by-key sum makes
+                self.sums = list(map(sum, zip(*(s[3] for s in steps), strict=True)))
 
 
 class CounterWindow:
@@ -24,36 +93,43 @@ class CounterWindow:
 
     def __init__(self, keep_s: float = 600.0) -> None:
         self.keep_s = keep_s
-        self._prev: dict[Key, float] | None = None
+        self._layout: _Layout | None = None
+        self._prev: list[float] | None = None
+        """The previous poll's values, in the order of `_layout`."""
         self._prev_time: float | None = None
         self._steps: deque[Step] = deque()
-        self._last_window: tuple[float, Step, list[Step]] | None = None
+        self._last_window: tuple[float, Step, _Window] | None = None
         """(window_s, latest step, its window): one derive asks for the same window ~25 times."""
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
         """Record one scrape's cumulative values at time `t` (seconds)."""
-        if self._prev is not None and self._prev_time is not None and t > self._prev_time:
-            prev = self._prev
-            reset_groups = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
-            inc: dict[str, dict[Hashable, float]] = {}
-            for k, v in values.items():
-                group, member = k
-                fresh = group in reset_groups or k not in prev
-                inc.setdefault(group, {})[member] = v if fresh else v - prev[k]
-            self._steps.append((self._prev_time, t, inc))
-            while self._steps and self._steps[0][1] < t - self.keep_s:
-                self._steps.popleft()
-        elif self._prev_time is not None and t <= self._prev_time:
-            self._steps.clear()  # time went backwards: start over rather than divide by <= 0
-        self._prev = dict(values)
+        self.add_columns(t, tuple(values), list(values.values()))
+
+    def add_columns(self, t: float, keys: tuple[Key, ...], vals: list[float]) -> None:
+        """`add` of (keys, values in their order): `vals` is the window's from now on."""
+        before = self._layout
+        same = before is not None and (before.keys is keys or before.keys == keys)
+        layout = before if same and before is not None else _Layout(keys)
+        prev = self._prev
+        if prev is not None and before is not None and self._prev_time is not None:
+            if t > self._prev_time:
+                if layout is before:
+                    inc = _increments(layout, vals, prev)
+                else:
+                    inc = _increments_by_key(keys, vals, dict(zip(before.keys, prev, strict=True)))
+                self._steps.append((self._prev_time, t, layout, inc))
+                while self._steps and self._steps[0][1] < t - self.keep_s:
+                    self._steps.popleft()
+            elif t <= self._prev_time:
+                self._steps.clear()  # time went backwards: start over rather than divide by <= 0
+        self._layout = layout
+        self._prev = vals
         self._prev_time = t
 
-    def _window(
-        self, window_s: float
-    ) -> list[tuple[float, float, dict[str, dict[Hashable, float]]]]:
+    def _window(self, window_s: float) -> _Window:
         """The steps that start inside the window (at least the latest one), oldest first."""
         if not self._steps:
-            return []
+            return _Window([])
         latest = self._steps[-1]
         memo = self._last_window
         if memo is not None and memo[0] == window_s and memo[1] is latest:
@@ -65,40 +141,164 @@ class CounterWindow:
                 break
             out.append(step)
         out.reverse()
-        self._last_window = (window_s, latest, out)
-        return out
+        window = _Window(out)
+        self._last_window = (window_s, latest, window)
+        return window
 
     def span_s(self, window_s: float) -> float | None:
         """Seconds the window's increments cover (None before two scrapes)."""
-        steps = self._window(window_s)
-        return None if not steps else steps[-1][1] - steps[0][0]
+        return self._window(window_s).span
 
     def delta(self, key: Key, window_s: float) -> float | None:
         """Increase of `key` over the window; None when it was not in two scrapes."""
-        group, member = key
-        found = [
-            s[2][group][member] for s in self._window(window_s) if member in s[2].get(group, {})
-        ]
+        return self._delta(self._window(window_s), key)
+
+    @staticmethod
+    def _delta(w: _Window, key: Key) -> float | None:
+        if w.sums is not None and w.layout is not None:
+            i = w.layout.index.get(key)
+            return None if i is None else w.sums[i]
+        found = [s[3][i] for s in w.steps if (i := s[2].index.get(key)) is not None]
         return sum(found) if found else None
 
     def rate(self, key: Key, window_s: float) -> float | None:
         """Per-second increase over the window; None when unknown."""
-        d = self.delta(key, window_s)
-        span = self.span_s(window_s)
+        w = self._window(window_s)
+        d, span = self._delta(w, key), w.span
         return None if d is None or not span else d / span
+
+    def histogram(self, group: str, window_s: float) -> Histogram:
+        """The group as a histogram over the window: (bound, increment) for each numeric
+        member, and the "sum" and "count" members (None when absent), as `group` gives them."""
+        w = self._window(window_s)
+        if w.sums is not None and w.layout is not None:
+            sums, h = w.sums, w.layout.histogram(group)
+            return (
+                [(le, sums[i]) for le, i in h.bounds],
+                None if h.sum is None else sums[h.sum],
+                None if h.count is None else sums[h.count],
+            )
+        members = self.group(group, window_s)
+        total, count = members.pop("sum", None), members.pop("count", None)
+        bounds = [(float(le), c) for le, c in members.items() if isinstance(le, float | int)]
+        return bounds, total, count
 
     def group(self, group: str, window_s: float) -> dict[Hashable, float]:
         """Summed increments of every member of `group` over the window."""
-        found = [g for _, _, inc in self._window(window_s) if (g := inc.get(group))]
-        if found and all(g.keys() == found[0].keys() for g in found):
-            # the usual case, the same members every poll: sum column by column, in C
-            sums = map(sum, zip(*(g.values() for g in found), strict=True))
-            return dict(zip(found[0], sums, strict=True))
-        out: dict[Hashable, float] = {}
-        for g in found:
-            for member, v in g.items():
-                out[member] = out.get(member, 0.0) + v
-        return out
+        w = self._window(window_s)
+        if w.sums is not None and w.layout is not None:
+            sums = w.sums
+            return {member: sums[i] for member, i in w.layout.groups.get(group, ())}
+        found: dict[Hashable, list[float]] = {}
+        for s in w.steps:
+            for member, i in s[2].groups.get(group, ()):
+                found.setdefault(member, []).append(s[3][i])
+        return {member: sum(incs) for member, incs in found.items()}
+
+
+Histogram = tuple[list[tuple[float, float]], float | None, float | None]
+"""(bounds with their summed increments, in the members' order; sum; count) of a window."""
+
+
+def _increments(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
+    """One poll's increments over the previous poll of the same layout; a group with a member
+    that went down was reset, and counts its new values."""
+    inc = list(map(operator.sub, values, prev))
+    if any(map(operator.lt, values, prev)):
+        keys = layout.keys
+        reset = {keys[i][0] for i, (v, p) in enumerate(zip(values, prev, strict=True)) if v < p}
+        for group in reset:
+            for _, i in layout.groups[group]:
+                inc[i] = values[i]
+    return inc
+
+
+def _increments_by_key(
+    keys: tuple[Key, ...], values: list[float], prev: dict[Key, float]
+) -> list[float]:
+    """As `_increments` when the keys changed: a key new since the previous poll counts its
+    value."""
+    pairs = list(zip(keys, values, strict=True))
+    reset_groups = {k[0] for k, v in pairs if k in prev and v < prev[k]}
+    return [v if k[0] in reset_groups or k not in prev else v - prev[k] for k, v in pairs]
+
+
+_COUNT = operator.itemgetter(1)
+
+
+def _running_max(counts: list[float]) -> list[float]:
+    """The counts made monotonic, as max(running, c) from running = 0.0 makes them: bucket
+    deltas of a window can dip across a reset. Counts that never fall (the usual case) are
+    their own running max, except the leading ones at or below zero: the running 0.0."""
+    if all(map(operator.le, counts, counts[1:])):
+        zeros = bisect_right(counts, 0.0)
+        return [0.0] * zeros + counts[zeros:] if zeros else counts
+    out: list[float] = []
+    running = 0.0
+    for c in counts:
+        running = max(running, c)
+        out.append(running)
+    return out
+
+
+class Buckets:
+    """Cumulative (upper bound, count) buckets sorted once: `derive` reads two or three
+    quantiles of each histogram, and asks each time whether it lands in the first bucket."""
+
+    __slots__ = ("_counts", "_ordered", "_peak")
+
+    def __init__(self, buckets: Sequence[tuple[float, float]]) -> None:
+        self._ordered = sorted(buckets)
+        self._counts: list[float] | None = None
+        self._peak: float | None = None
+
+    def quantile(self, q: float) -> float | None:
+        """`histogram_quantile(q, buckets)`."""
+        ordered = self._ordered
+        if not ordered or math.isnan(q):
+            return None
+        if not math.isinf(ordered[-1][0]):
+            return None  # no +Inf bucket: not a valid histogram
+        counts = self._counts
+        if counts is None:
+            counts = self._counts = _running_max(list(map(_COUNT, ordered)))
+        total = counts[-1]
+        if total <= 0:
+            return None
+        if q < 0:
+            return -math.inf
+        if q > 1:
+            return math.inf
+        rank = q * total
+        if rank == rank:  # the first count at the rank: counts never fall
+            i = bisect_left(counts, rank)
+        else:
+            i = next(i for i, c in enumerate(counts) if c >= rank)
+        if i == len(ordered) - 1:
+            return ordered[-2][0] if len(ordered) >= 2 else None
+        upper = ordered[i][0]
+        if i == 0:
+            if upper <= 0:
+                return upper
+            lower, below = 0.0, 0.0
+        else:
+            lower, below = ordered[i - 1][0], counts[i - 1]
+        in_bucket = counts[i] - below
+        if in_bucket <= 0:
+            return upper
+        # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
+        fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
+        return lower + (upper - lower) * fraction
+
+    def lands_in_first(self, q: float) -> bool:
+        """`quantile_lands_in_first_bucket(q, buckets)`."""
+        ordered = self._ordered
+        if not ordered:
+            return False
+        if self._peak is None:
+            self._peak = max(map(_COUNT, ordered))
+        total = self._peak
+        return total > 0 and ordered[0][1] >= q * total
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -107,47 +307,9 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     Linear interpolation inside the bucket holding the rank; the lowest bucket interpolates
     from 0; a rank in the +Inf bucket returns the largest finite bound. None when empty.
     """
-    if not buckets or math.isnan(q):
-        return None
-    ordered = sorted(buckets)
-    if not math.isinf(ordered[-1][0]):
-        return None  # no +Inf bucket: not a valid histogram
-    # Bucket deltas of a window can be slightly non-monotonic across a reset; force monotonic.
-    counts: list[float] = []
-    running = 0.0
-    for _, c in ordered:
-        running = max(running, c)
-        counts.append(running)
-    total = counts[-1]
-    if total <= 0:
-        return None
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
-    rank = q * total
-    i = next(i for i, c in enumerate(counts) if c >= rank)
-    if i == len(ordered) - 1:
-        return ordered[-2][0] if len(ordered) >= 2 else None
-    upper = ordered[i][0]
-    if i == 0:
-        if upper <= 0:
-            return upper
-        lower, below = 0.0, 0.0
-    else:
-        lower, below = ordered[i - 1][0], counts[i - 1]
-    in_bucket = counts[i] - below
-    if in_bucket <= 0:
-        return upper
-    # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
-    fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
-    return lower + (upper - lower) * fraction
+    return Buckets(buckets).quantile(q)
 
 
 def quantile_lands_in_first_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> bool:
     """Whether the q-quantile falls in the lowest bucket, where interpolation says nothing."""
-    if not buckets:
-        return False
-    ordered = sorted(buckets)
-    total = max(c for _, c in ordered)
-    return total > 0 and ordered[0][1] >= q * total
+    return Buckets(buckets).lands_in_first(q)

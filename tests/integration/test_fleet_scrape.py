@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import gzip
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.fleet import GC_GEN0_THRESHOLD, FleetCollector
 from llmtop.sources.scrape import FleetScraper
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
@@ -19,6 +23,8 @@ ANSWERS = {
     b"/bad/metrics": (b"200 OK", b"text/plain", b'{"error": "not metrics"}\n'),
     b"/gone/metrics": (b"404 Not Found", b"text/plain", b"no\n"),
 }
+HEADS: list[bytes] = []
+"""The request heads the server saw, newest last."""
 
 
 @pytest.fixture
@@ -27,15 +33,20 @@ async def server() -> AsyncIterator[str]:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                HEADS.append(head)
                 path = head.split(b" ", 2)[1]
                 if path == b"/slow/metrics":
                     await asyncio.sleep(5)
-                status, ctype, body = ANSWERS[path]
+                zipped = path == b"/zipped/metrics"  # compresses whatever was asked
+                status, ctype, body = ANSWERS[b"/ok/metrics" if zipped else path]
+                if zipped:
+                    body = gzip.compress(body)
                 writer.write(
                     b"HTTP/1.1 "
                     + status
                     + b"\r\ncontent-type: "
                     + ctype
+                    + (b"\r\ncontent-encoding: gzip" if zipped else b"")
                     + b"\r\ncontent-length: "
                     + str(len(body)).encode()
                     + b"\r\n\r\n"
@@ -83,3 +94,47 @@ async def test_each_problem_is_named_and_good_targets_still_read(server: str) ->
     assert "HTTP 404" in (gone.error or "")
     assert "no answer from" in (slow.error or "")
     assert "cannot connect" in (refused.error or "")
+
+
+async def test_scrapes_ask_for_plain_text_and_still_read_gzip(server: str) -> None:
+    """No gzip asked (compressing costs the engine, inflating costs us); a server that
+    compresses anyway is read all the same."""
+    scraper = FleetScraper(timeout_s=1.0, max_bytes=len(LOAD) * 2)
+    try:
+        ok, zipped = await scraper.scrape_all([f"{server}/ok", f"{server}/zipped"])
+    finally:
+        await scraper.aclose()
+    assert b"accept-encoding: identity" in HEADS[-1].lower()
+    assert ok.samples
+    assert zipped.samples == ok.samples
+
+
+async def test_an_unchanged_body_is_not_parsed_again(server: str) -> None:
+    """An idle replica's body, byte for byte the same: its samples are the same object; the
+    samples of a target that left the list are forgotten."""
+    scraper = FleetScraper(timeout_s=1.0, max_bytes=len(LOAD) * 2)
+    try:
+        (first,) = await scraper.scrape_all([f"{server}/ok"])
+        (again,) = await scraper.scrape_all([f"{server}/ok"])
+        await scraper.scrape_all([f"{server}/zipped"])
+        (after,) = await scraper.scrape_all([f"{server}/ok"])
+    finally:
+        await scraper.aclose()
+    assert first.samples is not None
+    assert again.samples is first.samples
+    assert after.samples == first.samples
+    assert after.samples is not first.samples
+
+
+async def test_the_gc_threshold_is_raised_while_a_fleet_is_watched() -> None:
+    """Raised while any FleetCollector is open (never lowered), put back when the last closes."""
+    before = gc.get_threshold()
+    monitor = MonitorSettings(vllm_urls=("http://a", "http://b"), gateway_url=None, nvml=False)
+    first = FleetCollector(monitor, HealthSettings())
+    second = FleetCollector(monitor, HealthSettings())
+    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
+    await first.aclose()
+    await first.aclose()  # twice: released once
+    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
+    await second.aclose()
+    assert gc.get_threshold() == before

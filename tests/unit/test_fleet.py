@@ -5,15 +5,20 @@ Hand-written vLLM 0.32-style scrapes on a fake clock (one poll a second).
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmtop.core import engines, promtext
 from llmtop.core.fleet import Fleet, FleetPipeline, split_engines
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
+from llmtop.core.rules_fleet import _medians_of_others
 from llmtop.settings import HealthSettings
 
 KEEP = promtext.keep_names(engines.sample_names())
@@ -220,3 +225,28 @@ def test_a_target_that_leaves_is_forgotten() -> None:
     assert p.fleet is not None
     assert [r.key for r in p.fleet.replicas] == [url(0)]
     assert list(p._tracks) == [url(0)]
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, 1.0, 1, 2.5, 3.0, 3, 8.0, 40.0, math.inf, -math.inf])
+        | st.floats(-1e3, 1e3, allow_nan=False),
+        min_size=2,
+        max_size=30,
+    )
+)
+def test_medians_of_the_others_from_one_sort(values: list[float]) -> None:
+    """Each replica's median of its peers, from one sort, is statistics.median of the peers:
+    the same middle values (equal ones of either sign or type included), the same sum."""
+    got = _medians_of_others(values)
+    assert got is not None
+    for i, median in enumerate(got):
+        peers = values[:i] + values[i + 1 :]
+        want = statistics.median(peers)
+        assert repr(median) == repr(want)
+        assert type(median) is type(want)
+
+
+def test_a_nan_is_left_to_the_sort_per_replica() -> None:
+    assert _medians_of_others([1.0, math.nan, 2.0]) is None
+    assert _medians_of_others([1.0]) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.core import engines, promtext
+from llmtop.core.raw import Sample, new_sample
 from llmtop.errors import ScrapeError
 
 KEEP = promtext.keep_names(engines.sample_names())
@@ -199,3 +201,18 @@ def test_bad_last_line_after_many_comments_is_named_quickly() -> None:
     with pytest.raises(ScrapeError, match="line 4001"):
         promtext.parse(text, KEEP)
     assert time.process_time() - start < 2.0
+
+
+def test_new_sample_is_the_constructors_sample() -> None:
+    """The parser's cheaper constructor makes the same Sample: fields, equality, hash, repr,
+    and what dataclasses make of it."""
+    labels = (("engine", "0"), ("le", "+Inf"))
+    made, built = new_sample("vllm:x_bucket", labels, 2.5), Sample("vllm:x_bucket", labels, 2.5)
+    assert type(made) is Sample
+    assert made == built
+    assert hash(made) == hash(built)
+    assert repr(made) == repr(built)
+    assert dataclasses.asdict(made) == dataclasses.asdict(built)
+    assert dataclasses.replace(made, value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.value = 1.0  # type: ignore[misc]

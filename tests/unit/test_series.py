@@ -120,3 +120,173 @@ def test_rates_never_negative_whatever_the_resets(values: list[int]) -> None:
         w.add(float(t), {K: float(v)})
         rate = w.rate(K, 5.0)
         assert rate is None or rate >= 0.0
+
+
+class _KeyByKey:
+    """The window as a plain dict of increments per poll, summed key by key: the oracle for
+    CounterWindow's shared layouts and all-at-once column sums."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self.prev: dict[tuple[str, object], float] | None = None
+        self.prev_time: float | None = None
+        self.steps: list[tuple[float, float, dict[str, dict[object, float]]]] = []
+
+    def add(self, t: float, values: dict[tuple[str, object], float]) -> None:
+        if self.prev is not None and self.prev_time is not None and t > self.prev_time:
+            prev = self.prev
+            reset = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
+            inc: dict[str, dict[object, float]] = {}
+            for (group, member), v in values.items():
+                fresh = group in reset or (group, member) not in prev
+                inc.setdefault(group, {})[member] = v if fresh else v - prev[(group, member)]
+            self.steps.append((self.prev_time, t, inc))
+            self.steps = [s for s in self.steps if not s[1] < t - self.keep_s]
+        elif self.prev_time is not None and t <= self.prev_time:
+            self.steps = []
+        self.prev, self.prev_time = dict(values), t
+
+    def window(self, window_s: float) -> list[tuple[float, float, dict[str, dict[object, float]]]]:
+        if not self.steps:
+            return []
+        cutoff = self.steps[-1][1] - window_s - 1e-9
+        out = []
+        for step in reversed(self.steps):
+            if step[0] < cutoff and out:
+                break
+            out.append(step)
+        return out[::-1]
+
+    def delta(self, key: tuple[str, object], window_s: float) -> float | None:
+        group, member = key
+        found = [
+            s[2][group][member] for s in self.window(window_s) if member in s[2].get(group, {})
+        ]
+        return sum(found) if found else None
+
+    def group(self, group: str, window_s: float) -> dict[object, float]:
+        found: dict[object, list[float]] = {}
+        for _, _, inc in self.window(window_s):
+            for member, v in inc.get(group, {}).items():
+                found.setdefault(member, []).append(v)
+        return {member: sum(incs) for member, incs in found.items()}
+
+
+_KEYS = [("a", None), ("h", 0.1), ("h", 1.0), ("h", INF), ("h", "sum"), ("b", None)]
+_ALL = [True] * len(_KEYS)
+_PRESENT = [_ALL, _ALL, _ALL, _ALL, [*_ALL[:-1], False], [True, True, False, True, True, True]]
+"""Which keys a poll has: mostly all (one layout, summed all at once), sometimes one gone."""
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.5, 1.0, 1.0, 1.0, 2.5, -0.5]),  # time step (back: restart)
+            st.sampled_from(_PRESENT),
+            st.lists(
+                st.floats(-1e6, 1e9, allow_nan=False) | st.floats(0, 1000).map(round),
+                min_size=len(_KEYS),
+                max_size=len(_KEYS),
+            ),
+            st.sampled_from([False] * 5 + [True]),  # keys in the other order
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([1.0, 3.0, 10.0]),
+)
+def test_window_sums_equal_a_key_by_key_sum(
+    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float
+) -> None:
+    """Whatever the keys do (appear, go, change order, reset, time going back), every delta
+    and group equals the plain key-by-key sum exactly, bit for bit, and in the same order."""
+    w, oracle = CounterWindow(keep_s=8.0), _KeyByKey(keep_s=8.0)
+    t = 0.0
+    growing = [0.0] * len(_KEYS)
+    for dt, present, steps, reverse in polls:
+        t += dt
+        for i, s in enumerate(steps):
+            growing[i] += abs(s) if s < 5e8 else -s  # mostly counting up, sometimes a reset
+        values = {k: growing[i] for i, k in enumerate(_KEYS) if present[i]}
+        if reverse:
+            values = dict(reversed(values.items()))
+        w.add(t, values)
+        oracle.add(t, values)
+        for key in _KEYS:
+            assert repr(w.delta(key, window_s)) == repr(oracle.delta(key, window_s))
+        for group in ("a", "h", "b", "none"):
+            assert repr(w.group(group, window_s)) == repr(oracle.group(group, window_s))
+            members = oracle.group(group, window_s)
+            total, count = members.pop("sum", None), members.pop("count", None)
+            bounds = [(float(m), c) for m, c in members.items() if isinstance(m, float | int)]
+            assert repr(w.histogram(group, window_s)) == repr((bounds, total, count))
+        span = w.span_s(window_s)
+        steps_ = oracle.window(window_s)
+        assert span == (steps_[-1][1] - steps_[0][0] if steps_ else None)
+
+
+def _quantile_bucket_by_bucket(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """PromQL's histogram_quantile written plainly: the oracle for Buckets' shortcuts (counts
+    taken as their own running max when they never fall, the rank found by bisection)."""
+    if not buckets or math.isnan(q):
+        return None
+    ordered = sorted(buckets)
+    if not math.isinf(ordered[-1][0]):
+        return None
+    counts: list[float] = []
+    running = 0.0
+    for _, c in ordered:
+        running = max(running, c)
+        counts.append(running)
+    total = counts[-1]
+    if total <= 0:
+        return None
+    if q < 0:
+        return -INF
+    if q > 1:
+        return INF
+    rank = q * total
+    i = next(i for i, c in enumerate(counts) if c >= rank)
+    if i == len(ordered) - 1:
+        return ordered[-2][0] if len(ordered) >= 2 else None
+    upper = ordered[i][0]
+    if i == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = ordered[i - 1][0], counts[i - 1]
+    in_bucket = counts[i] - below
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * min(1.0, max(0.0, (rank - below) / in_bucket))
+
+
+_count = st.sampled_from([0.0, -0.0, 1.0, 2.0, 2.0, 5.0, 1e-300, INF]) | st.floats(-1, 100)
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -1.0, 0.1, 0.5, 1.0, 2.5, INF]), _count), max_size=8),
+    st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0, -0.1, 1.5]),
+    st.booleans(),
+)
+@example(buckets=[(0.1, -0.5), (1.0, 1.0), (INF, 2.0)], q=0.0, cumulative=False)  # below 0
+@example(buckets=[(0.1, -0.0), (1.0, 0.0), (INF, 2.0)], q=0.0, cumulative=False)  # signed 0s
+def test_quantiles_equal_the_plain_reading(
+    buckets: list[tuple[float, float]], q: float, cumulative: bool
+) -> None:
+    """Cumulative or dipping counts, zeros of either sign, an infinite count: the same
+    quantile, bit for bit, and the same answer to whether it lands in the first bucket."""
+    if cumulative:  # counts that never fall, as a window's buckets mostly are
+        counts = sorted(c for _, c in buckets)
+        buckets = list(zip(sorted(le for le, _ in buckets), counts, strict=True))
+    try:
+        want = repr(_quantile_bucket_by_bucket(q, buckets))
+    except StopIteration:
+        with pytest.raises(StopIteration):
+            histogram_quantile(q, buckets)
+        return
+    assert repr(histogram_quantile(q, buckets)) == want
+    ordered = sorted(buckets)
+    lands = bool(ordered) and (peak := max(c for _, c in ordered)) > 0 and ordered[0][1] >= q * peak
+    assert quantile_lands_in_first_bucket(q, buckets) is lands

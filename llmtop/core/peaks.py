@@ -1,0 +1,252 @@
+"""The rules' look-backs, kept as the history grows instead of rescanned every poll. Pure.
+
+Two rules look back over many snapshots at every poll. decode-bound compares an engine's
+per-sequence decode rate with the best one in the history (ten minutes) at half the running
+sequences or fewer: the first snapshot, oldest first, whose rate is the highest among those
+where it ran at most half as many. `kv_size` sizes a slot by the most KV a running sequence
+held over the last minute: this poll first, then the newest snapshot back, the first of equals
+winning. Rescanning 600 snapshots (or 60 for each of a hundred replicas, scattered in memory)
+every poll was a third of a poll's derive. `HistoryIndex` keeps both as sliding-window maxima
+(monotonic deques: the best stays at the front, a value that can never win again is dropped
+as it is outdone), fed as the pipeline keeps a snapshot (`add`) and lets the oldest go
+(`drop_oldest`), so it holds exactly the history's snapshots. Where the order of the scan
+would decide between values that do not compare (a NaN), or the history's times are not in
+order (a clock stepped back), it says it is not exact and the rule scans as before. Each
+answer equals the scan's (hypothesis: tests/unit/test_peaks.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from llmtop.core.snapshot import EngineStats, Snapshot
+
+
+class _Entry:
+    """One engine row of one kept snapshot: where it stands in the scan's order."""
+
+    __slots__ = ("order", "rate", "running", "stats")
+
+    def __init__(self, order: tuple[int, int], stats: EngineStats, rate: float) -> None:
+        self.order = order
+        self.stats = stats
+        self.rate = rate
+        self.running = stats.running
+
+
+def scan_best_at_half(history: Sequence[Snapshot], e: EngineStats) -> EngineStats | None:
+    """The engine's snapshot with the best per-sequence decode rate at half its running now or
+    fewer, oldest first among equals: the scan `DecodePeaks` stands in for."""
+    best: EngineStats | None = None
+    running = e.running
+    if running is None:
+        return None
+    for snap in history:
+        for p in snap.engines:
+            if (
+                p.url == e.url
+                and p.running
+                and p.decode_tok_per_s_per_seq is not None
+                and p.running * 2 <= running
+                and (
+                    best is None
+                    or p.decode_tok_per_s_per_seq > (best.decode_tok_per_s_per_seq or 0)
+                )
+            ):
+                best = p
+    return best
+
+
+class DecodePeaks:
+    """Per URL and running count, the kept snapshots' best per-sequence decode rates."""
+
+    def __init__(self) -> None:
+        self._fronts: dict[str, dict[float, deque[_Entry]]] = {}
+        self._nan: dict[str, int] = {}
+        """URL -> kept rows whose rate is NaN (the index is not exact for it meanwhile)."""
+        self._kept: deque[list[tuple[str, _Entry | None]]] = deque()
+        """Per kept snapshot, oldest first: its indexed rows (None: a NaN rate)."""
+        self._added = 0
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        rows: list[tuple[str, _Entry | None]] = []
+        seq = self._added
+        self._added += 1
+        for pos, p in enumerate(snap.engines):
+            rate, running = p.decode_tok_per_s_per_seq, p.running
+            if not running or rate is None or math.isnan(running):
+                continue  # never a candidate: the scan skips it whatever runs now
+            if math.isnan(rate):
+                self._nan[p.url] = self._nan.get(p.url, 0) + 1
+                rows.append((p.url, None))
+                continue
+            entry = _Entry((seq, pos), p, rate)
+            front = self._fronts.setdefault(p.url, {}).setdefault(running, deque())
+            while front and front[-1].rate < rate:
+                front.pop()  # never the best again: this one is higher and stays longer
+            front.append(entry)
+            rows.append((p.url, entry))
+        self._kept.append(rows)
+
+    def drop_oldest(self) -> None:
+        """Forget the oldest indexed snapshot (the history has let it go)."""
+        for url, entry in self._kept.popleft():
+            if entry is None:
+                self._nan[url] -= 1
+                if not self._nan[url]:
+                    del self._nan[url]
+                continue
+            by_running = self._fronts[url]
+            front = by_running.get(entry.running)  # type: ignore[arg-type]
+            if front and front[0] is entry:
+                front.popleft()
+                if not front:
+                    del by_running[entry.running]  # type: ignore[arg-type]
+                    if not by_running:
+                        del self._fronts[url]
+
+    def exact(self, url: str) -> bool:
+        """Whether `best_at_half` answers for this URL (no NaN rate among its kept rows)."""
+        return url not in self._nan
+
+    def best_at_half(self, url: str, running: float) -> EngineStats | None:
+        """`scan_best_at_half` over the indexed history, for an engine running `running`."""
+        best: _Entry | None = None
+        for r, front in self._fronts.get(url, {}).items():
+            if not r * 2 <= running:
+                continue
+            top = front[0]
+            if (
+                best is None
+                or top.rate > best.rate
+                or (top.rate == best.rate and top.order < best.order)
+            ):
+                best = top
+        return None if best is None else best.stats
+
+
+class _Held:
+    """One engine row of one kept snapshot: the KV each running sequence held then."""
+
+    __slots__ = ("running", "time", "tokens", "usage")
+
+    def __init__(self, time: float, usage: float, running: float, tokens: float) -> None:
+        self.time = time
+        self.usage = usage
+        self.running = running
+        self.tokens = tokens
+
+
+def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
+    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown."""
+    cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
+    if cap is None or usage is None or not running or running <= 0:
+        return None
+    return usage, running, usage * cap / running
+
+
+class HeldPeaks:
+    """Per URL, the most KV a running sequence held in the kept snapshots, newest first."""
+
+    def __init__(self) -> None:
+        self._fronts: dict[str, deque[_Held]] = {}
+        self._nan: dict[str, int] = {}
+        self._kept: deque[list[tuple[str, _Held | None]]] = deque()
+        self._added = 0
+        self._dropped = 0
+        self._newest: float | None = None
+        self._out_of_order = 0
+        """The newest snapshot kept at a time before its predecessor's (0: none): the index
+        is exact again once that predecessor has gone."""
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        if self._newest is not None and not snap.time >= self._newest:
+            self._out_of_order = self._added
+        self._newest = snap.time
+        self._added += 1
+        rows: list[tuple[str, _Held | None]] = []
+        # The scan reads a snapshot's rows first to last, newest snapshot first; pushed last
+        # row first, a row outdoes the ones before it on equal terms.
+        for p in reversed(snap.engines):
+            held = held_tokens(p) if p.up else None
+            if held is None:
+                continue
+            usage, running, tokens = held
+            if math.isnan(tokens):
+                self._nan[p.url] = self._nan.get(p.url, 0) + 1
+                rows.append((p.url, None))
+                continue
+            entry = _Held(snap.time, usage, running, tokens)
+            front = self._fronts.setdefault(p.url, deque())
+            while front and front[-1].tokens <= tokens:
+                front.pop()  # older and no higher: never the answer while this one is kept
+            front.append(entry)
+            rows.append((p.url, entry))
+        self._kept.append(rows)
+
+    def drop_oldest(self) -> None:
+        """Forget the oldest indexed snapshot (the history has let it go)."""
+        self._dropped += 1
+        for url, entry in self._kept.popleft():
+            if entry is None:
+                self._nan[url] -= 1
+                if not self._nan[url]:
+                    del self._nan[url]
+                continue
+            front = self._fronts.get(url)
+            if front and front[0] is entry:
+                front.popleft()
+                if not front:
+                    del self._fronts[url]
+        if not self._kept:
+            self._newest = None
+
+    def exact(self, url: str, now: float) -> bool:
+        """Whether `most` answers for this URL at `now`: the kept times in order, none after
+        `now`, no NaN among the URL's rows."""
+        newest = self._newest
+        return (
+            self._dropped >= self._out_of_order
+            and (newest is None or now >= newest)
+            and url not in self._nan
+        )
+
+    def most(
+        self, url: str, now: float, lookback_s: float
+    ) -> tuple[float, float, float, float] | None:
+        """(usage, running, tokens, time) of the kept row that held the most KV per running
+        sequence since `now - lookback_s`, the newest of equals; None when none did.
+        Only where `exact` says so: rows older than the look-back are let go for good."""
+        front = self._fronts.get(url)
+        if not front:
+            return None
+        oldest = now - lookback_s
+        while front and front[0].time < oldest:
+            front.popleft()
+        if not front:
+            del self._fronts[url]
+            return None
+        top = front[0]
+        return top.usage, top.running, top.tokens, top.time
+
+
+class HistoryIndex:
+    """Both look-backs of one history, fed as it keeps and lets go of snapshots."""
+
+    def __init__(self) -> None:
+        self.decode = DecodePeaks()
+        self.held = HeldPeaks()
+
+    def add(self, snap: Snapshot) -> None:
+        """The history has kept `snap` (its newest)."""
+        self.decode.add(snap)
+        self.held.add(snap)
+
+    def drop_oldest(self) -> None:
+        """The history has let its oldest snapshot go."""
+        self.decode.drop_oldest()
+        self.held.drop_oldest()

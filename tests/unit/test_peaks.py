@@ -1,0 +1,151 @@
+"""peaks: the rules' indexed look-backs answer exactly as the scans of the history."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmtop.core.peaks import DecodePeaks, HistoryIndex, scan_best_at_half
+from llmtop.core.rulebase import _held
+from llmtop.core.snapshot import EngineStats, Snapshot
+
+URLS = ("http://a", "http://b")
+
+_row = st.tuples(
+    st.sampled_from(URLS),
+    st.sampled_from([None, 0.0, 1.0, 2.0, 2, 3.0, 4.0, 8.0, -1.0, math.nan, math.inf]),  # running
+    st.sampled_from([None, 0.0, -0.0, 5.0, 5.0, 7.5, 12.0, -3.0, math.inf, math.nan]),  # rate
+)
+
+
+@given(
+    st.lists(st.lists(_row, max_size=3), min_size=1, max_size=40),
+    st.integers(1, 12),
+    st.sampled_from([1.0, 2.0, 4.0, 8.0, 16.0, math.inf, math.nan]),
+)
+def test_index_answers_as_the_scan(
+    polls: list[list[tuple[str, float | None, float | None]]], keep: int, running_now: float
+) -> None:
+    """Whatever the rows (several per URL, none, unknown, zero, negative, equal, infinite or
+    NaN rates), while the history slides: the same snapshot as the scan, or the index says
+    it is not exact and the rule scans."""
+    peaks, history = DecodePeaks(), deque[Snapshot]()
+    for t, rows in enumerate(polls):
+        engines = tuple(
+            EngineStats(url=u, up=True, running=r, decode_tok_per_s_per_seq=rate)
+            for u, r, rate in rows
+        )
+        snap = Snapshot(time=float(t), engines=engines)
+        history.append(snap)
+        peaks.add(snap)
+        while len(history) > keep:
+            history.popleft()
+            peaks.drop_oldest()
+        for url in URLS:
+            now = EngineStats(url=url, up=True, running=running_now)
+            want = scan_best_at_half(tuple(history), now)
+            has_nan = any(
+                p.url == url
+                and p.running
+                and not math.isnan(p.running)
+                and p.decode_tok_per_s_per_seq is not None
+                and math.isnan(p.decode_tok_per_s_per_seq)
+                for s in history
+                for p in s.engines
+            )
+            assert peaks.exact(url) is not has_nan
+            if peaks.exact(url):
+                assert peaks.best_at_half(url, running_now) is want
+
+
+_kv_row = st.tuples(
+    st.sampled_from(URLS),
+    st.booleans() | st.just(True),  # up
+    st.sampled_from([None, 0.0, 0.5, 0.9, 1.0, 1.0] * 20 + [math.nan]),  # KV usage
+    st.sampled_from([None, 0, 4096, 4096, 8192]),  # capacity
+    st.sampled_from([None, 0.0, -1.0, 1.0, 2.0, 4.0, 4.0] * 20 + [math.nan]),  # running
+)
+"""Rows of either URL; a NaN is rare, as it keeps the index from answering for its URL."""
+
+
+Row = tuple[str, bool, float | None, int | None, float | None]
+
+
+def _replay_kv_held(polls: list[tuple[float, list[Row]]], keep: int) -> None:
+    """At each poll, before its snapshot is kept: the index's answer is the scan's, for each
+    row of the poll and for a row that knows nothing."""
+    index, history = HistoryIndex(), deque[Snapshot]()
+    t = 0.0
+    for dt, rows in polls:
+        t += dt
+        engines = tuple(
+            EngineStats(
+                url=u, up=up, kv_cache_usage_frac=usage, kv_capacity_tokens=cap, running=running
+            )
+            for u, up, usage, cap, running in rows
+        )
+        for url in URLS:
+            for e in (*(p for p in engines if p.url == url), EngineStats(url=url, up=True)):
+                want = _held(e, tuple(history), t)
+                assert repr(_held(e, tuple(history), t, index.held)) == repr(want)
+        snap = Snapshot(time=t, engines=engines)
+        history.append(snap)
+        index.add(snap)
+        while len(history) > keep:
+            history.popleft()
+            index.drop_oldest()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1.0] * 8 + [0.5, 7.0, 30.0, -5.0, -70.0]),  # seconds to this poll
+            st.lists(_kv_row, max_size=3),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 90),
+)
+@settings(max_examples=300)
+def test_kv_held_index_answers_as_the_scan(polls: list[tuple[float, list[Row]]], keep: int) -> None:
+    """Whatever the rows (up or not, unknown, zero, negative, equal or NaN figures) and the
+    time (mostly moving on, sometimes stepping back), as the history slides."""
+    _replay_kv_held(polls, keep)
+
+
+def _steady(n: int, dt: float = 1.0, first_high: int = 10) -> list[tuple[float, list[Row]]]:
+    """n polls of one URL, the one at index `first_high` holding the most KV by far."""
+    return [
+        (
+            dt,
+            [
+                (
+                    URLS[0],
+                    True,
+                    1.0 if i == first_high else 0.1,
+                    4096,
+                    1.0 if i == first_high else 4.0,
+                )
+            ],
+        )
+        for i in range(n)
+    ]
+
+
+def test_kv_held_after_the_clock_steps_back() -> None:
+    """A poll before the newest kept snapshot, then polls while that snapshot is still kept:
+    the scan reaches rows the index had let go as too old, so the rule scans."""
+    polls = _steady(100)
+    polls.append((-61.0, [(URLS[0], True, 0.1, 4096, 4.0)]))
+    polls += [(1.0, [(URLS[0], True, 0.1, 4096, 4.0)]) for _ in range(20)]
+    _replay_kv_held(polls, keep=200)
+
+
+def test_kv_held_look_back_ends_where_the_scan_ends() -> None:
+    """Polls half a second apart: the row of the most KV leaves the look-back on the poll
+    60 s after it, not a poll later."""
+    _replay_kv_held(_steady(200, dt=0.5), keep=300)
