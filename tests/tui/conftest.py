@@ -16,17 +16,15 @@ from textual.pilot import Pilot
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.snapshot import Snapshot
-from llmtop.gateway.limits import Limits
 from llmtop.settings import HealthSettings
-from llmtop.sim.profiles import get_profile
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.source import SnapshotSource
 from llmtop.tui.whatif_feed import WhatIfFeed
-from llmtop.whatif.lengths import LengthDist
-from llmtop.whatif.truth import Truth, scrape_run
+from llmtop.whatif.truth import scrape_run
 from llmtop.whatif.window import Point
 from tests.tui import story
+from tests.whatif_truths import H100
 
 
 @pytest.fixture(autouse=True)
@@ -136,15 +134,7 @@ async def until(pilot: Pilot[Any], done: Callable[[], bool], timeout_s: float = 
 @pytest.fixture(scope="module")
 def points() -> list[Point]:
     """What the what-if feed would have scraped: a known sim profile, in virtual time."""
-    truth = Truth(
-        get_profile("h100-8b"),
-        None,
-        4.0,
-        LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
-        LengthDist.fixed(128),
-        Limits(8, 128, 5.0),
-    )
-    return scrape_run(truth, 30.0)
+    return scrape_run(H100, 30.0)
 
 
 def feed_of(points: list[Point]) -> WhatIfFeed:

@@ -21,8 +21,9 @@ from llmtop.whatif.lengths import LengthDist, from_histogram
 from llmtop.whatif.predict import Candidate, State, candidates_for_caps, predict
 from llmtop.whatif.render import bucketed_p95
 from llmtop.whatif.service import Options, analyse, state_of
-from llmtop.whatif.truth import Truth, measure, scrape_run
+from llmtop.whatif.truth import measure, scrape_run
 from llmtop.whatif.window import Point, observe
+from tests.whatif_truths import H100
 
 # -- lengths ----------------------------------------------------------------------------------
 
@@ -79,15 +80,6 @@ def test_lengths_are_capped() -> None:
 
 
 # -- the window and the fit -------------------------------------------------------------------
-
-H100 = Truth(
-    get_profile("h100-8b"),
-    None,
-    4.0,
-    LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
-    LengthDist.fixed(128),
-    Limits(8, 128, 5.0),
-)
 
 
 @pytest.fixture(scope="module")

@@ -20,21 +20,12 @@ from llmtop.sim.config import EngineConfig
 from llmtop.sim.engine import RUNNING, WAITING, Engine
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.calibrate import calibrate, frontend_overhead
-from llmtop.whatif.lengths import LengthDist
 from llmtop.whatif.predict import Candidate, predict, spread
 from llmtop.whatif.service import state_of
 from llmtop.whatif.simulate import State, queued_ages
-from llmtop.whatif.truth import Truth, scrape_run
+from llmtop.whatif.truth import scrape_run
 from llmtop.whatif.window import Point, observe
-
-H100 = Truth(
-    get_profile("h100-8b"),
-    None,
-    4.0,
-    LengthDist(((255, 1536),), (1.0,), 1.0, 896.0),
-    LengthDist.fixed(128),
-    Limits(8, 128, 5.0),
-)
+from tests.whatif_truths import H100
 
 
 @pytest.fixture(scope="module")
