@@ -197,36 +197,45 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0)
 
 
 @contextlib.contextmanager
+def _llmtop(*args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`llmtop ARGS` as a child process (this interpreter, this import path); stopped on exit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmtop", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@contextlib.contextmanager
+def serve_gateway(upstream: str, gateway_args: Sequence[str]) -> Iterator[str]:
+    """`llmtop gateway` in front of `upstream` on a free 127.0.0.1 port, once it answers; its
+    URL; stopped on exit."""
+    port = _free_port()
+    listen = f"127.0.0.1:{port}"
+    with _llmtop("gateway", "--upstream", upstream, "--listen", listen, *gateway_args) as proc:
+        url = f"http://{listen}"
+        _wait_http(url + "/admin/stats", proc)
+        yield url
+
+
+@contextlib.contextmanager
 def serve_stack(sim_args: Sequence[str], gateway_args: Sequence[str]) -> Iterator[tuple[str, str]]:
     """`llmtop sim` and `llmtop gateway` in front of it, as child processes on free 127.0.0.1
     ports; (sim URL, gateway URL); both terminated on exit."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llmtop", *args],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        procs.append(proc)
-        return proc
-
-    try:
-        sim_port, gw_port = _free_port(), _free_port()
-        sim = f"http://127.0.0.1:{sim_port}"
-        _wait_http(sim + "/health", start("sim", "--port", str(sim_port), *sim_args))
-        gw = f"http://127.0.0.1:{gw_port}"
-        listen = f"127.0.0.1:{gw_port}"
-        proc = start("gateway", "--upstream", sim, "--listen", listen, *gateway_args)
-        _wait_http(gw + "/admin/stats", proc)
-        yield sim, gw
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+    port = _free_port()
+    with _llmtop("sim", "--port", str(port), *sim_args) as proc:
+        sim = f"http://127.0.0.1:{port}"
+        _wait_http(sim + "/health", proc)
+        with serve_gateway(sim, gateway_args) as gw:
+            yield sim, gw

@@ -26,15 +26,12 @@ import asyncio
 import contextlib
 import os
 import pickle
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmtop.whatif.service import Options
-from llmtop.whatif.verify import Phases, Row, Traffic, _free_port, _wait_http, verify
+from llmtop.whatif.verify import Phases, Row, Traffic, serve_gateway, verify
 from tests.real.vllm_client import wait_idle
 
 CAPS = (2, 3, 8)
@@ -53,25 +50,9 @@ ORDER_MARGIN = 0.2
 """Two caps whose predicted TTFT p95 differ by less than this are a tie (no order asserted)."""
 
 
-@contextlib.contextmanager
-def gateway(upstream: str, *args: str) -> Iterator[str]:
+def gateway(upstream: str, *args: str) -> contextlib.AbstractContextManager[str]:
     """`llmtop gateway` in front of `upstream` on a free 127.0.0.1 port; stopped on exit."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cmd = [sys.executable, "-m", "llmtop", "gateway", "--upstream", upstream]
-    cmd += ["--listen", f"127.0.0.1:{port}", *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_http(url + "/admin/stats", proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    return serve_gateway(upstream, args)
 
 
 def _s(v: float | None) -> str:
