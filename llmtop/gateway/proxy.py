@@ -474,9 +474,9 @@ class Proxy:
                         state.unanswered.answered(id(ticket))
                         first = False
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    if watch_done:
-                        tail = (tail + chunk)[-2 * len(_DONE) :]
-                        relay.done = _DONE in tail
+                    if watch_done and not relay.done:  # [DONE] may straddle two chunks
+                        relay.done = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
+                        tail = chunk[-len(_DONE) :]
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 reason = f"upstream failed mid-response: {describe_error(e)}"
                 state.upstream.failed(reason)
