@@ -5,37 +5,32 @@ A poll is two queries asked at once (the quantiles, and the rest), each answerin
 per replica (`core.promql` builds them and reads the answers), two more only when a
 data-parallel server is seen; the slow-changing figures
 (`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
-appears, restarts or shows a new finished reason. Over aiohttp, as the direct fleet scrape:
-its C parser costs half of httpx's CPU for the same answer (BENCHMARKS.md, "Fleet"). Never
-raises: when the server cannot answer, the fleet shows one down row naming it and why.
+appears, restarts or shows a new finished reason. Over `sources.lean_http`, as the direct fleet
+scrape: a bare protocol feeding httptools' C parser costs a fraction of aiohttp's CPU, itself
+half of httpx's (BENCHMARKS.md, "Fleet"). Never raises: when the server cannot answer, the fleet
+shows one down row naming it and why.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-
 from llmtop.core import promql, promql_answers
 from llmtop.core.fleet import DerivedReplica
 from llmtop.core.raw import PromAnswers
 from llmtop.errors import TargetError
+from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient
 
 Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 """POST one query to an endpoint: (HTTP status, body). Injected by tests."""
 
-
-def _cannot_connect(e: OSError) -> str:
-    """Why a connection failed, in words (aiohttp wraps the OSError)."""
-    err = getattr(e, "os_error", e)
-    if isinstance(err, ConnectionRefusedError) or getattr(err, "errno", None) == errno.ECONNREFUSED:
-        return "connection refused"
-    return getattr(err, "strerror", None) or str(e) or type(e).__name__
+MAX_ANSWER_BYTES = 256 << 20
+"""An answer larger than this is refused, not read: a selector matching far more than vLLM
+(a few thousand replicas answer a few tens of MB)."""
 
 
 class PrometheusSource:
@@ -65,15 +60,13 @@ class PrometheusSource:
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
         self._resets: dict[str, float | None] = {}
         self._fetch = fetch or self._post
-        self._session: aiohttp.ClientSession | None = None
+        self._http: LeanClient | None = None
 
     async def _post(self, endpoint: str, expr: str) -> tuple[int, bytes]:
-        if self._session is None:  # made inside the running loop
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
-            )
-        async with self._session.post(endpoint, data={"query": expr}) as resp:
-            return resp.status, await resp.read()
+        if self._http is None:  # made inside the running loop
+            self._http = LeanClient(timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
+        answer = await self._http.post_form(endpoint, {"query": expr})
+        return answer.status, answer.body
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """One instant query's result vector; TargetError in the user's words otherwise."""
@@ -81,10 +74,15 @@ class PrometheusSource:
         self.queries_sent += 1
         try:
             status, raw = await asyncio.wait_for(self._fetch(endpoint, expr), self.timeout_s)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):
             raise TargetError(f"no answer from {endpoint} within {self.timeout_s:.1f} s") from None
-        except OSError as e:
-            raise TargetError(f"cannot connect to {endpoint} ({_cannot_connect(e)})") from None
+        except CannotConnect as e:
+            raise TargetError(f"cannot connect to {endpoint} ({e.reason})") from None
+        except OSError as e:  # an injected fetch's own
+            reason = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+            raise TargetError(f"cannot connect to {endpoint} ({reason})") from None
+        except HttpError as e:
+            raise TargetError(f"{endpoint}: {e}") from None
         except Exception as e:
             detail = f": {e}" if str(e) else ""
             raise TargetError(f"{endpoint}: {type(e).__name__}{detail}") from None
@@ -146,7 +144,7 @@ class PrometheusSource:
         return promql_answers.replicas(await self.read_answers())
 
     async def aclose(self) -> None:
-        """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the keep-alive connections."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
