@@ -285,15 +285,19 @@ def caps_around(current: int | None, suggested: int | None, limit: int = 4) -> t
 def preview_line(
     obs: Observed, checks: Sequence[FitCheck], now: Prediction, new: Prediction, horizon_s: float
 ) -> str:
-    """One line for the TUI's `:cap N`: the prediction beside what the window measured."""
+    """One line for the TUI's `:cap N`: the prediction beside what the window measured.
+
+    TTFT here is the client's (the gateway's queue included), which a cap trades against the
+    engine's TTFT the latency panel shows; the line says so."""
     lim = new.candidate.limits
     cap = lim.max_concurrency if lim is not None else None
     rejected = f"{new.rejected / new.offered:.0%}" if new.offered else "n/a"
     fit = {c.name: c.error_frac for c in checks}
     return (
-        f"PREDICTED cap {cap}, next {horizon_s:.0f} s: TTFT p95 {_s(new.ttft_client_p95_s)},"
+        f"PREDICTED cap {cap}, next {horizon_s:.0f} s: client TTFT p95"
+        f" {_s(new.ttft_client_p95_s)},"
         f" goodput {_pct(new.goodput_frac)}, {new.output_tok_per_s:,.0f} tok/s,"
-        f" 429s {rejected} | measured now: TTFT p95 {_s(obs.gateway_ttft_p95_s)},"
+        f" 429s {rejected} | measured now: client TTFT p95 {_s(obs.gateway_ttft_p95_s)},"
         f" {obs.generation_tok_per_s:,.0f} tok/s | fit error: tok/s"
         f" {_err(fit.get('output tok/s'))}, TTFT p95 {_err(fit.get('client TTFT p95 (s)'))}"
     )

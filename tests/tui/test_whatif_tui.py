@@ -38,7 +38,7 @@ async def test_typing_cap_n_previews_the_prediction_before_enter(points: list[Po
         preview = app.query_one(WhatIfPreview)
         text = await wait_text(pilot, lambda: preview.render(), "PREDICTED cap 2")
         assert preview.display
-        assert "PREDICTED cap 2, next 60 s: TTFT p95" in text
+        assert "PREDICTED cap 2, next 60 s: client TTFT p95" in text
         assert "fit error" in text
         assert "measured now" in text
         await pilot.press("escape")
