@@ -13,6 +13,11 @@ and the wall time of a poll (median: how long Prometheus takes to answer, for th
 
     python bench/bench_fleet.py [--replicas 100] [--polls 30] [--mode direct|prometheus|both]
                                 [--gzip]
+    python bench/bench_fleet.py --mode clients   # the HTTP GET alone, two clients side by side
+
+"clients": each second, the N bodies are read once over an aiohttp session (as the fleet read
+them before llmtop/sources/lean_http.py) and once over the lean client, alternating in the same
+process; CPU per round of N GETs, median.
 """
 
 from __future__ import annotations
@@ -114,12 +119,50 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
     }
 
 
+async def measure_clients(urls: tuple[str, ...], polls: int, warmup: int) -> dict[str, float]:
+    """CPU of N GETs a second over aiohttp and over the lean client, alternating; medians."""
+    import aiohttp
+
+    from llmtop.sources.lean_http import LeanClient
+
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        headers={"Accept-Encoding": "identity"},
+    )
+    lean = LeanClient(timeout_s=0.9, max_bytes=64 << 20)
+
+    async def over_aiohttp(url: str) -> bytes:
+        async with session.get(url) as resp:
+            return await resp.read()
+
+    async def over_lean(url: str) -> bytes:
+        return (await lean.get(url)).body
+
+    spent: dict[str, list[float]] = {"aiohttp": [], "lean": []}
+    try:
+        for i in range(polls + warmup):
+            start = time.monotonic()
+            for name, get in (("aiohttp", over_aiohttp), ("lean", over_lean)):
+                c = time.process_time()
+                bodies = await asyncio.gather(*(get(u + "/metrics") for u in urls))
+                took = time.process_time() - c
+                assert all(len(b) > 1000 for b in bodies)
+                if i >= warmup:
+                    spent[name].append(took)
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+    finally:
+        await session.close()
+        lean.close()
+    return {name: statistics.median(v) for name, v in spent.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=100)
     ap.add_argument("--polls", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--mode", choices=("direct", "prometheus", "both"), default="both")
+    ap.add_argument("--mode", choices=("direct", "prometheus", "both", "clients"), default="both")
     ap.add_argument("--gzip", action="store_true", help="targets gzip when the client asks")
     args = ap.parse_args()
     procs: list[subprocess.Popen[bytes]] = []
@@ -144,6 +187,17 @@ def main() -> None:
             wait_file(ports_file, 30)
             ports = ports_file.read_text().split()
             urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
+            if args.mode == "clients":
+                got = asyncio.run(measure_clients(urls, args.polls, args.warmup))
+                n = len(urls)
+                print(f"## The GET alone: CPU of {n} GETs a second, median of {args.polls}\n")
+                print("| client | CPU per round | per GET | vs aiohttp |\n|---|---:|---:|---:|")
+                for name, v in got.items():
+                    print(
+                        f"| {name} | {v * 1000:.1f} ms | {v / n * 1e6:.0f} us "
+                        f"| {v / got['aiohttp']:.2f}x |"
+                    )
+                return
             if args.mode in ("direct", "both"):
                 monitor = MonitorSettings(vllm_urls=urls, gateway_url=None, nvml=False)
                 results.append(("direct", asyncio.run(measure(monitor, args.polls, args.warmup))))
