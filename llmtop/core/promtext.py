@@ -166,13 +166,15 @@ _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
 _PLAIN_LABELS = re.compile(rf"(?:\{{(?:{_PAIR}(?:,{_PAIR})*,?)?\}})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INTEGER = re.compile(r"[-+]?[0-9]+")
-_PREFIXES_MAX = 50_000
+_MEMO_MAX = 32_768
 
 _Read = tuple[str, Labels] | None
-"""What a sample line's name and labels read as: (name, labels); None when the exact path must
-judge them. A skipped name reads as `_SKIPPED`."""
+"""What the text before a block line's value reads as: (name, labels); None when the exact path
+must judge it. A skipped name reads as `_SKIPPED`."""
 _SKIPPED: tuple[str, Labels] = ("(skipped)", ())
 _UNREAD: tuple[str, Labels] = ("(not read yet)", ())  # told apart by identity: not names
+_SKIPPED_SAMPLE = Sample("(skipped)", (), 0.0)
+_EXACT = Sample("(for the exact path)", (), 0.0)
 
 
 class KeepNames:
@@ -187,20 +189,52 @@ class KeepNames:
         self._heads = frozenset(n[:i] for n in self._all for i in range(1, len(n) + 1))
         """Every start of a kept name: a family block whose name is not one holds none."""
         self._prefixes: dict[str, _Read] = {}
-        """A sample line's text before its value -> how it reads (they repeat every scrape)."""
+        """The text before a block line's value -> how it reads (the same every scrape)."""
+        self._lines: dict[str, Sample] = {}
+        self._lines_before: dict[str, Sample] = {}
+        """Block lines read -> their Sample (`_SKIPPED_SAMPLE`, `_EXACT`), in two generations:
+        when the current one is full it becomes the one before, and a line still in use moves
+        back on reading. Between two scrapes of a busy vLLM most kept lines do not change
+        (64-74 % of the samples in the recorded runs of tests/fixtures)."""
 
     def __call__(self, name: str) -> bool:
         return name in self._all
 
-    def read_prefix(self, prefix: str) -> _Read:
-        """A block line's name and labels (the text before its value), memoised."""
+    def read_line(self, line: str) -> Sample:
+        """A block line's Sample, `_SKIPPED_SAMPLE` or `_EXACT` (memoised)."""
+        sample = self._lines_before.get(line)
+        if sample is None:
+            sample = self._read(line)
+        if len(self._lines) >= _MEMO_MAX:
+            self._lines_before, self._lines = self._lines, {}
+        self._lines[line] = sample
+        return sample
+
+    def _read(self, line: str) -> Sample:
+        prefix, _, value_text = line.rpartition(" ")  # a block line: one space before the value
+        read = self._prefixes.get(prefix, _UNREAD)
+        if read is _UNREAD:
+            read = self._read_prefix(prefix)
+        if read is _SKIPPED:
+            return _SKIPPED_SAMPLE
+        if read is None:
+            return _EXACT
+        try:  # the value characters: no "_", no blanks, as prometheus_client requires
+            value = float(value_text)
+        except ValueError:
+            return _EXACT
+        if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
+            value = 0.0  # "-0": prometheus_client reads an int first
+        return new_sample(read[0], read[1], value)
+
+    def _read_prefix(self, prefix: str) -> _Read:
         name, brace, label_text = prefix.partition("{")
         if name not in self._all:
             out: _Read = _SKIPPED
         else:
             labels = _labels(brace + label_text)
             out = None if labels is None else (name, labels)
-        if len(self._prefixes) >= _PREFIXES_MAX:
+        if len(self._prefixes) >= _MEMO_MAX:
             self._prefixes.clear()
         self._prefixes[prefix] = out
         return out
@@ -243,9 +277,6 @@ def _stray(line: str, keep: KeepNames) -> Sample | None:
     return None if labels is None or value is None else new_sample(name, labels, value)
 
 
-_SKIPPED_SAMPLE = Sample("", (), 0.0)
-
-
 def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
     """The kept samples, read in one regex pass; None when the text is not in the plain shape
     every exporter writes, and the exact path must read it."""
@@ -254,27 +285,21 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
     if any(end in text for end in _OTHER_ENDS[:6]):
         return None
     out: list[Sample] = []
-    heads, known = keep._heads, keep._prefixes
+    heads, lines = keep._heads, keep._lines
     for family, block, line, bad in _TEXT.findall(text if text.endswith("\n") else text + "\n"):
         if family:
             if family not in heads:
                 continue  # no kept name starts with it: a skipped family, checked by the pass
             for sample_line in block.split("\n"):  # the last is "": read as skipped
-                prefix, _, value_text = sample_line.rpartition(" ")
-                read = known.get(prefix, _UNREAD)
-                if read is _UNREAD:
-                    read = keep.read_prefix(prefix)
-                if read is _SKIPPED:
+                sample = lines.get(sample_line)
+                if sample is None:
+                    sample = keep.read_line(sample_line)
+                    lines = keep._lines  # a new generation when the last was full
+                if sample is _SKIPPED_SAMPLE:
                     continue
-                if read is None:
+                if sample is _EXACT:
                     return None
-                try:  # value_text is the value characters: no "_", no blanks
-                    value = float(value_text)
-                except ValueError:
-                    return None
-                if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
-                    value = 0.0  # "-0": prometheus_client reads an int first
-                out.append(new_sample(read[0], read[1], value))
+                out.append(sample)
         elif bad:
             return None
         elif line and line[0] not in "# \t\n":
