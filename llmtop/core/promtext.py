@@ -166,7 +166,8 @@ _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
 _PLAIN_LABELS = re.compile(rf"(?:\{{(?:{_PAIR}(?:,{_PAIR})*,?)?\}})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INTEGER = re.compile(r"[-+]?[0-9]+")
-_MEMO_MAX = 32_768
+_PREFIXES_MAX = 50_000
+_LAYOUTS_MAX = 8  # per family: past that, blocks are read line by line
 
 _Read = tuple[str, Labels] | None
 """What the text before a block line's value reads as: (name, labels); None when the exact path
@@ -174,7 +175,6 @@ must judge it. A skipped name reads as `_SKIPPED`."""
 _SKIPPED: tuple[str, Labels] = ("(skipped)", ())
 _UNREAD: tuple[str, Labels] = ("(not read yet)", ())  # told apart by identity: not names
 _SKIPPED_SAMPLE = Sample("(skipped)", (), 0.0)
-_EXACT = Sample("(for the exact path)", (), 0.0)
 
 
 class KeepNames:
@@ -190,42 +190,50 @@ class KeepNames:
         """Every start of a kept name: a family block whose name is not one holds none."""
         self._prefixes: dict[str, _Read] = {}
         """The text before a block line's value -> how it reads (the same every scrape)."""
-        self._lines: dict[str, Sample] = {}
-        self._lines_before: dict[str, Sample] = {}
-        """Block lines read -> their Sample (`_SKIPPED_SAMPLE`, `_EXACT`), in two generations:
-        when the current one is full it becomes the one before, and a line still in use moves
-        back on reading. Between two scrapes of a busy vLLM most kept lines do not change
-        (64-74 % of the samples in the recorded runs of tests/fixtures)."""
+        self._layouts: dict[str, list[_Layout]] = {}
+        """Family -> the layouts its kept blocks were seen in (a few: replicas alike share)."""
 
     def __call__(self, name: str) -> bool:
         return name in self._all
 
-    def read_line(self, line: str) -> Sample:
-        """A block line's Sample, `_SKIPPED_SAMPLE` or `_EXACT` (memoised)."""
-        sample = self._lines_before.get(line)
-        if sample is None:
-            sample = self._read(line)
-        if len(self._lines) >= _MEMO_MAX:
-            self._lines_before, self._lines = self._lines, {}
-        self._lines[line] = sample
-        return sample
+    def read_block(self, family: str, block: str, out: list[Sample]) -> bool:
+        """Append a kept family's samples from its block lines; False when the exact path must
+        read the text. A block in a layout seen before is matched whole, its values read in
+        one call (a busy scrape changes the values, not the lines' names and labels)."""
+        for layout in self._layouts.get(family, ()):
+            m = layout.pattern.fullmatch(block)
+            if m is not None:
+                try:
+                    out.extend(map(new_sample, layout.names, layout.labels, map(float, m.groups())))
+                except ValueError:
+                    return False
+                return True
+        return self._read_lines(family, block, out)
 
-    def _read(self, line: str) -> Sample:
-        prefix, _, value_text = line.rpartition(" ")  # a block line: one space before the value
-        read = self._prefixes.get(prefix, _UNREAD)
-        if read is _UNREAD:
-            read = self._read_prefix(prefix)
-        if read is _SKIPPED:
-            return _SKIPPED_SAMPLE
-        if read is None:
-            return _EXACT
-        try:  # the value characters: no "_", no blanks, as prometheus_client requires
-            value = float(value_text)
-        except ValueError:
-            return _EXACT
-        if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
-            value = 0.0  # "-0": prometheus_client reads an int first
-        return new_sample(read[0], read[1], value)
+    def _read_lines(self, family: str, block: str, out: list[Sample]) -> bool:
+        """The block line by line; then, if it read, its layout is kept for the next time."""
+        reads: list[tuple[str, _Read]] = []
+        for line in block.split("\n")[:-1]:
+            prefix, _, value_text = line.rpartition(" ")  # a block line: one space, the value
+            read = self._prefixes.get(prefix, _UNREAD)
+            if read is _UNREAD:
+                read = self._read_prefix(prefix)
+            if read is None:
+                return False
+            reads.append((prefix, read))
+            if read is _SKIPPED:
+                continue
+            try:  # the value characters: no "_", no blanks, as prometheus_client requires
+                value = float(value_text)
+            except ValueError:
+                return False
+            if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
+                value = 0.0  # "-0": prometheus_client reads an int first
+            out.append(new_sample(read[0], read[1], value))
+        layouts = self._layouts.setdefault(family, [])
+        if len(layouts) < _LAYOUTS_MAX and all(layout.reads != reads for layout in layouts):
+            layouts.append(_Layout(reads))
+        return True
 
     def _read_prefix(self, prefix: str) -> _Read:
         name, brace, label_text = prefix.partition("{")
@@ -234,10 +242,28 @@ class KeepNames:
         else:
             labels = _labels(brace + label_text)
             out = None if labels is None else (name, labels)
-        if len(self._prefixes) >= _MEMO_MAX:
+        if len(self._prefixes) >= _PREFIXES_MAX:
             self._prefixes.clear()
         self._prefixes[prefix] = out
         return out
+
+
+class _Layout:
+    """A kept family's block lines less their values, as one pattern whose groups are the kept
+    lines' values. A "-0" does not match (prometheus_client reads it as 0, float() as -0.0):
+    the block is then read line by line."""
+
+    def __init__(self, reads: list[tuple[str, _Read]]) -> None:
+        self.reads = reads
+        kept = [read for _, read in reads if read is not _SKIPPED and read is not None]
+        self.names = [name for name, _ in kept]
+        self.labels = [labels for _, labels in kept]
+        self.pattern = re.compile(
+            "".join(
+                re.escape(prefix) + (r" .*\n" if read is _SKIPPED else r" ((?!-0+\n).*)\n")
+                for prefix, read in reads
+            )
+        )
 
 
 def _labels(text: str) -> Labels | None:
@@ -285,21 +311,11 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
     if any(end in text for end in _OTHER_ENDS[:6]):
         return None
     out: list[Sample] = []
-    heads, lines = keep._heads, keep._lines
+    heads = keep._heads
     for family, block, line, bad in _TEXT.findall(text if text.endswith("\n") else text + "\n"):
         if family:
-            if family not in heads:
-                continue  # no kept name starts with it: a skipped family, checked by the pass
-            for sample_line in block.split("\n"):  # the last is "": read as skipped
-                sample = lines.get(sample_line)
-                if sample is None:
-                    sample = keep.read_line(sample_line)
-                    lines = keep._lines  # a new generation when the last was full
-                if sample is _SKIPPED_SAMPLE:
-                    continue
-                if sample is _EXACT:
-                    return None
-                out.append(sample)
+            if family in heads and not keep.read_block(family, block, out):
+                return None  # else no kept name starts with it: skipped, checked by the pass
         elif bad:
             return None
         elif line and line[0] not in "# \t\n":
