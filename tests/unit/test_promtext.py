@@ -269,6 +269,43 @@ def test_fast_path_takes_the_blocks() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "value", ["2.5", "0", "-0", "-00", "+0", "-0.0", "-1", "1e400", "NaN", "+Inf", "1.2.3", "e"]
+)
+def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> None:
+    """The second time a block's layout is seen it is matched whole: values that read
+    differently there ("-0") or not at all fall back to the lines, or to the exact path."""
+    keep = promtext.keep_names(engines.sample_names())
+    block = (
+        "# HELP vllm:request_prompt_tokens x\n# TYPE vllm:request_prompt_tokens histogram\n"
+        'vllm:request_prompt_tokens_bucket{{le="1"}} {v}\n'
+        "vllm:request_prompt_tokens_count {v}\nvllm:request_prompt_tokens_sum 3\n"
+    )
+    first = block.format(v="1")
+    assert promtext._fast(first, keep) == _exact(first)
+    assert len(keep._layouts["vllm:request_prompt_tokens"]) == 1
+    text = block.format(v=value)
+    by_lines: list[str] = []
+    read_lines = keep._read_lines
+    keep._read_lines = lambda f, b, out: by_lines.append(b) or read_lines(f, b, out)  # type: ignore[method-assign]
+    fast = promtext._fast(text, keep)
+    assert bool(by_lines) == (value in ("-0", "-00"))  # the others: read by the layout
+    if value in ("1.2.3", "e"):
+        assert fast is None  # the exact path names the line
+    else:
+        assert fast is not None
+        assert _same(fast, _exact(text))
+
+
+def test_past_eight_layouts_a_family_is_read_line_by_line() -> None:
+    keep = promtext.keep_names(engines.sample_names())
+    for engine in range(12):
+        text = f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{engine}"}} 1\n'
+        for _ in range(2):
+            assert promtext._fast(text, keep) == _exact(text)
+    assert len(keep._layouts["vllm:num_requests_running"]) == 8
+
+
 def test_a_family_name_on_a_sample_line_is_kept_on_both_paths() -> None:
     """The exact path keeps a sample named as a kept family (a counter written without
     `_total`); the fast path used to skip it."""
