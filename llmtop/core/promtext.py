@@ -167,7 +167,8 @@ _PLAIN_LABELS = re.compile(rf"(?:\{{(?:{_PAIR}(?:,{_PAIR})*,?)?\}})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INTEGER = re.compile(r"[-+]?[0-9]+")
 _PREFIXES_MAX = 50_000
-_LAYOUTS_MAX = 8  # per family: past that, blocks are read line by line
+_LAYOUTS_MAX = 8
+_RELAYOUT_EVERY = 32
 
 _Read = tuple[str, Labels] | None
 """What the text before a block line's value reads as: (name, labels); None when the exact path
@@ -191,7 +192,10 @@ class KeepNames:
         self._prefixes: dict[str, _Read] = {}
         """The text before a block line's value -> how it reads (the same every scrape)."""
         self._layouts: dict[str, list[_Layout]] = {}
-        """Family -> the layouts its kept blocks were seen in (a few: replicas alike share)."""
+        """Family -> the layouts its kept blocks were seen in (a few: replicas alike share),
+        the most recently matched first; a family with more is read line by line, and one of
+        its layouts replaced every `_RELAYOUT_EVERY` blocks read so (a compile is ~1 ms)."""
+        self._misses: dict[str, int] = {}
 
     def __call__(self, name: str) -> bool:
         return name in self._all
@@ -200,9 +204,12 @@ class KeepNames:
         """Append a kept family's samples from its block lines; False when the exact path must
         read the text. A block in a layout seen before is matched whole, its values read in
         one call (a busy scrape changes the values, not the lines' names and labels)."""
-        for layout in self._layouts.get(family, ()):
+        layouts = self._layouts.get(family, [])
+        for i, layout in enumerate(layouts):
             m = layout.pattern.fullmatch(block)
             if m is not None:
+                if i:  # the most recently matched first
+                    layouts.insert(0, layouts.pop(i))
                 try:
                     out.extend(map(new_sample, layout.names, layout.labels, map(float, m.groups())))
                 except ValueError:
@@ -231,7 +238,12 @@ class KeepNames:
                 value = 0.0  # "-0": prometheus_client reads an int first
             out.append(new_sample(read[0], read[1], value))
         layouts = self._layouts.setdefault(family, [])
-        if len(layouts) < _LAYOUTS_MAX and all(layout.reads != reads for layout in layouts):
+        if all(layout.reads != reads for layout in layouts):
+            if len(layouts) >= _LAYOUTS_MAX:  # replace the least recently matched, now and then
+                self._misses[family] = misses = self._misses.get(family, 0) + 1
+                if misses % _RELAYOUT_EVERY:
+                    return True
+                layouts.pop()
             layouts.append(_Layout(reads))
         return True
 

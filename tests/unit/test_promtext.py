@@ -298,12 +298,21 @@ def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> 
 
 
 def test_past_eight_layouts_a_family_is_read_line_by_line() -> None:
+    """and a layout seen often enough replaces the least recently matched one."""
     keep = promtext.keep_names(engines.sample_names())
     for engine in range(12):
         text = f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{engine}"}} 1\n'
         for _ in range(2):
             assert promtext._fast(text, keep) == _exact(text)
-    assert len(keep._layouts["vllm:num_requests_running"]) == 8
+    layouts = keep._layouts["vllm:num_requests_running"]
+    assert len(layouts) == 8
+    text = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="new"} 1\n'
+    for _ in range(promtext._RELAYOUT_EVERY):
+        assert promtext._fast(text, keep) == _exact(text)
+    assert len(layouts) == 8
+    assert layouts[0].pattern.fullmatch(text.split("\n", 1)[1])  # in, first when matched
+    old = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="0"} 1\n'
+    assert not any(layout.pattern.fullmatch(old.split("\n", 1)[1]) for layout in layouts)
 
 
 def test_a_family_name_on_a_sample_line_is_kept_on_both_paths() -> None:
