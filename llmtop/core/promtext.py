@@ -15,6 +15,7 @@ side.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
@@ -208,8 +209,10 @@ class KeepNames:
         for i, layout in enumerate(layouts):
             m = layout.pattern.fullmatch(block)
             if m is not None:
-                if i:  # the most recently matched first
-                    layouts.insert(0, layouts.pop(i))
+                if i:  # the most recently matched first (another thread may have moved it)
+                    with contextlib.suppress(ValueError):
+                        layouts.remove(layout)
+                        layouts.insert(0, layout)
                 try:
                     out.extend(map(new_sample, layout.names, layout.labels, map(float, m.groups())))
                 except ValueError:
@@ -243,7 +246,7 @@ class KeepNames:
                 self._misses[family] = misses = self._misses.get(family, 0) + 1
                 if misses % _RELAYOUT_EVERY:
                     return True
-                layouts.pop()
+                del layouts[_LAYOUTS_MAX - 1 :]
             layouts.append(_Layout(reads))
         return True
 

@@ -354,3 +354,27 @@ def test_new_sample_is_the_constructors_sample() -> None:
     assert dataclasses.replace(made, value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.value = 1.0  # type: ignore[misc]
+
+
+def test_threads_sharing_a_keep_read_every_text_exactly() -> None:
+    """The layouts are reordered and replaced as threads read: never a wrong answer."""
+    import threading
+
+    keep = promtext.keep_names(engines.sample_names())
+    texts = [
+        f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{i % 12}"}} {i}\n'
+        for i in range(300)
+    ]
+    wrong: list[str] = []
+
+    def read() -> None:
+        for text in texts:
+            if promtext.parse(text, keep) != _exact(text):
+                wrong.append(text)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not wrong
