@@ -136,8 +136,8 @@ _OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _TYPES = r" (?:gauge|histogram|summary|untyped)"
 _VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
-# Possessive repeats (3.11+) match the same lines here (what follows them always matches), with
-# less bookkeeping per line.
+# Possessive repeats (3.11+) match the same lines here (what follows them is never a character
+# they take, or always matches), with less bookkeeping per line.
 _ONCE = "+" if sys.version_info >= (3, 11) else ""
 # The text in one pass, one match per family block or other line, in the shapes the fast path
 # accepts (the exact path's loose check of skipped lines, starting in column 0; HELP lines; TYPE
@@ -152,8 +152,8 @@ _ONCE = "+" if sys.version_info >= (3, 11) else ""
 # The third alternative always matches, so the pass never backtracks over earlier lines, and
 # each match starts where the last ended: every line is seen.
 _TEXT = re.compile(
-    rf"# HELP ({_METRIC}) .*\n(?:# TYPE \1(?:(?<=_total) counter|{_TYPES})\n)?"
-    rf"((?:\1[a-zA-Z0-9_:]*(?:\{{.*\}} | ){_VALUE_CHARS}+\n)*{_ONCE})"
+    rf"# HELP ({_METRIC}{_ONCE}) .*\n(?:# TYPE \1(?:(?<=_total) counter|{_TYPES})\n)?"
+    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){_VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
     rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{_VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
     rf"|# (?:HELP .*|TYPE {_METRIC}(?:_total counter|{_TYPES}))\n"
     r"|#(?! HELP )(?!.*TYPE).*\n"
