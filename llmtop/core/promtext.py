@@ -3,8 +3,9 @@
 Two paths, the same answer. The fast path (a `keep_names` filter, the text in the plain shape
 every exporter writes) reads the text in one regex pass, a family block (HELP, TYPE, samples)
 per match: a skipped family (python_*, http_*, `_created`, ~70 % of a vLLM scrape) is only
-checked there (the same loose check as below), a kept one's sample lines are read in Python,
-their name and labels memoised, since they repeat every scrape. Anything unusual (escapes,
+checked there (the same loose check as below); a kept one's block is matched whole against
+the layout it was seen in before (its lines less their values: names and labels repeat every
+scrape), its values read in one call, or read line by line. Anything unusual (escapes,
 timestamps, CRs, odd TYPE lines) falls back to the exact path: prometheus_client's parser over
 the kept lines, skipped lines checked with a loose pattern so that a body that is not
 exposition text (an HTML page, a JSON error) is an error, not an empty scrape. The parser
