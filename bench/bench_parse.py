@@ -16,18 +16,28 @@ sum and count advanced (bench/fleet_targets.py's Payload), so no kept line but t
 one seen before: the worst case (between polls of the recorded runs in tests/fixtures, 26-36 %
 of the kept samples change).
 
-    python bench/bench_parse.py [--repeat 300]
+The fleet rows are the worst case of a fleet scraped directly: each round a second of 100
+replicas, each with counters of its own speed (bench/fleet_targets.py's speed_of), so that the
+100 bodies are distinct and every counter line has advanced since the round before; the CPU
+time (thread time) to parse all 100, per body, median over the rounds. With --against REV the
+same rounds also parse with llmtop/core/promtext.py as it was at git revision REV (loaded
+beside this tree's), interleaved, so both are measured in one sitting; prometheus_client's
+parser of the same bodies is the baseline.
+
+    python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
-from fleet_targets import Payload
+from fleet_targets import Payload, speed_of
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.core import engines, promtext
@@ -35,7 +45,8 @@ from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.settings import HealthSettings
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics-load.txt"
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "metrics-load.txt"
 KEEP = promtext.keep_names(engines.sample_names())
 
 
@@ -54,9 +65,54 @@ def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, f
     return {name: statistics.median(ts) * 1e6 for name, ts in times.items()}
 
 
+def promtext_at(rev: str) -> types.ModuleType:
+    """llmtop/core/promtext.py as it was at git revision `rev`, loaded beside this tree's (it
+    imports the rest of llmtop from this tree)."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:llmtop/core/promtext.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    module = types.ModuleType(f"promtext_at_{rev}")
+    exec(compile(source, f"{rev}:llmtop/core/promtext.py", "exec"), module.__dict__)
+    return module
+
+
+def fleet_rows(payload: Payload, rounds: int, against: str | None) -> dict[str, float]:
+    """The fleet's worst case: per round, 100 distinct fresh bodies (a second of 100 replicas,
+    rendered before the clock starts) parsed by each variant in turn, the order alternating
+    round by round; CPU ms per body, median over the rounds (the first two warm up). The
+    baseline parses every tenth body only."""
+    parsers: dict[str, Callable[[str], object]] = {}
+    if against is not None:
+        old = promtext_at(against)
+        old_keep = old.keep_names(engines.sample_names())
+        parsers[f"promtext.parse, filtered, at {against}"] = lambda t: old.parse(t, old_keep)
+    parsers["promtext.parse, filtered, this tree"] = lambda t: promtext.parse(t, KEEP)
+    parsers["prometheus_client plain parse (baseline)"] = lambda t: [
+        s for fam in text_string_to_metric_families(t) for s in fam.samples
+    ]
+    times: dict[str, list[float]] = {name: [] for name in parsers}
+    for second in range(rounds + 2):
+        bodies = [payload.render(float(second), speed_of(r)).decode() for r in range(100)]
+        order = list(parsers.items())
+        for name, parse in order if second % 2 else order[::-1]:
+            some = bodies[::10] if "baseline" in name else bodies  # 10 of them: 100x slower
+            t0 = time.thread_time()
+            for body in some:
+                parse(body)
+            if second >= 2:
+                times[name].append((time.thread_time() - t0) / len(some))
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=300)
+    ap.add_argument("--fleet-rounds", type=int, default=20, help="seconds of 100 replicas")
+    ap.add_argument("--against", metavar="REV", help="also parse with promtext.py at REV")
     args = ap.parse_args()
     text = FIXTURE.read_text()
 
@@ -132,6 +188,17 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, us in rows:
         print(f"| {name} | {us / 1000:.2f} ms | {us / base:.2f}x |")
+
+    fleet = fleet_rows(Payload(text, cache=300), args.fleet_rounds, args.against)
+    base = fleet["prometheus_client plain parse (baseline)"]
+    print(
+        f"\n### The fleet's worst case: 100 distinct fresh bodies a round, every counter "
+        f"advancing\n\nCPU time per body, median of {args.fleet_rounds} rounds of 100.\n"
+    )
+    print("| parser | CPU per body | vs plain parse |")
+    print("|---|---:|---:|")
+    for name, ms in fleet.items():
+        print(f"| {name} | {ms:.3f} ms | {ms / base:.3f}x |")
 
 
 if __name__ == "__main__":

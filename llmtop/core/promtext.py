@@ -1,22 +1,26 @@
 """Prometheus exposition text -> the `Sample`s llmtop reads, with errors that name the line.
 
 Two paths, the same answer. The fast path (a `keep_names` filter, the text in the plain shape
-every exporter writes) never splits lines: one regex pass checks the whole text's shape (the
-same loose check of skipped lines as below), a second finds the kept families' lines by a trie
-of their names, and label sets are memoised, since they repeat every scrape. Anything unusual
-(escapes, timestamps, CRs, odd TYPE lines) falls back to the exact path: prometheus_client's
-parser over the kept lines, skipped lines (python_*, http_*, `_created`, ~70 % of a vLLM
-scrape) checked with a loose pattern so that a body that is not exposition text (an HTML page,
-a JSON error) is an error, not an empty scrape. The parser raises a bare ValueError without a
-position; on that path only, the failing line is found by bisection and named in the
-`ScrapeError`. `bench/bench_parse.py` measures all of them side by side.
+every exporter writes) reads the text in one regex pass, a family block (HELP, TYPE, samples)
+per match: a skipped family (python_*, http_*, `_created`, ~70 % of a vLLM scrape) is only
+checked there (the same loose check as below); a kept one's block is matched whole against
+the layout it was seen in before (its lines less their values: names and labels repeat every
+scrape), its values read in one call, or read line by line. Anything unusual (escapes,
+timestamps, CRs, odd TYPE lines) falls back to the exact path: prometheus_client's parser over
+the kept lines, skipped lines checked with a loose pattern so that a body that is not
+exposition text (an HTML page, a JSON error) is an error, not an empty scrape. The parser
+raises a bare ValueError without a position; on that path only, the failing line is found by
+bisection and named in the `ScrapeError`. `bench/bench_parse.py` measures all of them side by
+side.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
+import sys
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -99,8 +103,17 @@ def _samples(lines: list[str]) -> tuple[Sample, ...]:
     out: list[Sample] = []
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
-            out.append(Sample(s.name, tuple(sorted(s.labels.items())), float(s.value)))
+            out.append(Sample(s.name, tuple(sorted(s.labels.items())), _float(s.value)))
     return tuple(out)
+
+
+def _float(value: float) -> float:
+    """prometheus_client reads "123" as an int; one past a float's range is ±inf, as float()
+    reads its text (and as the fast path does), not an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _first_bad(lines: list[str]) -> int:
@@ -117,84 +130,168 @@ def _first_bad(lines: list[str]) -> int:
     return lo
 
 
-# --- the fast path -------------------------------------------------------------------------
+# --- the fast path ---------------------------------------------------------------------------
 # Line ends other than "\n" that str.splitlines() honours: a text holding one is left to the
 # exact path, so that both paths always see the same lines.
 _OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-# The whole text, line by line, in the shapes the fast path accepts: a sample line that the
-# exact path's loose check accepts, starting in column 0; a HELP line; a TYPE line that renames
-# no sample (counter families named *_total, as every exporter writes them); a comment without
-# "TYPE"; a blank line. Everything else goes to the exact path. The alternatives exclude each
-# other, so a line matches one way only and a bad line late in the text cannot set off
-# exponential backtracking over the lines before it.
-_SHAPE = re.compile(
-    rf"(?:{_METRIC}(?:\{{.*\}})?[ \t]+[-+0-9.eEnNaAIf]+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
-    rf"|# (?:HELP .*|TYPE {_METRIC}(?:_total counter| (?:gauge|histogram|summary|untyped)))\n"
+_TYPES = r" (?:gauge|histogram|summary|untyped)"
+_VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
+# Possessive repeats (3.11+) match the same lines here (what follows them is never a character
+# they take, or always matches), with less bookkeeping per line.
+_ONCE = "+" if sys.version_info >= (3, 11) else ""
+# The text in one pass, one match per family block or other line, in the shapes the fast path
+# accepts (the exact path's loose check of skipped lines, starting in column 0; HELP lines; TYPE
+# lines that rename no sample: counter families named *_total, as every exporter writes them;
+# comments without "TYPE"; blank lines):
+#   1. a family block: "# HELP F ...", its TYPE line, then its sample lines in the plain form
+#      every exporter writes: a name starting with F, plain `{...}` or none, one space, the
+#      value (group 1: F, group 2: the sample lines). Per line only a comparison with F and a
+#      few character classes: the cheap way through the ~70 % of a vLLM scrape llmtop skips.
+#   2. any other line in those shapes (group 3);
+#   3. anything else: a line the exact path must judge (group 4), or "" at the end of the text.
+# The third alternative always matches, so the pass never backtracks over earlier lines, and
+# each match starts where the last ended: every line is seen.
+_TEXT = re.compile(
+    rf"# HELP ({_METRIC}{_ONCE}) .*\n(?:# TYPE \1(?:(?<=_total) counter|{_TYPES})\n)?"
+    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){_VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
+    rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{_VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
+    rf"|# (?:HELP .*|TYPE {_METRIC}(?:_total counter|{_TYPES}))\n"
     r"|#(?! HELP )(?!.*TYPE).*\n"
-    r"|[ \t]*\n)*"
+    r"|[ \t]*\n)"
+    r"|(.*\n?)"
 )
+_STRAY_NAME = re.compile(_METRIC)
 # The labels part of a kept sample line in its plain form: no escapes, no blanks. Anything
 # else (escapes, timestamps, duplicate or reserved labels) is left to the exact path.
 _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
 _PLAIN_LABELS = re.compile(rf"(?:\{{(?:{_PAIR}(?:,{_PAIR})*,?)?\}})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INTEGER = re.compile(r"[-+]?[0-9]+")
-_LABEL_CACHE: dict[str, Labels | None] = {}
-_LABEL_CACHE_MAX = 50_000
+_PREFIXES_MAX = 50_000
+_LAYOUTS_MAX = 8
+_RELAYOUT_EVERY = 32
 
-
-def _alternation(words: Iterable[str]) -> str:
-    """A regex matching exactly `words`, as a trie: one pass tests them all at once."""
-    trie: dict[str, Any] = {}
-    for w in words:
-        node = trie
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def node_rx(node: dict[str, Any]) -> str:
-        alts = [re.escape(ch) + node_rx(sub) for ch, sub in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        if len(alts) == 1 and "" not in node:
-            return alts[0]
-        return "(?:" + "|".join(alts) + ")" + ("?" if "" in node else "")
-
-    return node_rx(trie)
+_Read = tuple[str, Labels] | None
+"""What the text before a block line's value reads as: (name, labels); None when the exact path
+must judge it. A skipped name reads as `_SKIPPED`."""
+_SKIPPED: tuple[str, Labels] = ("(skipped)", ())
+_UNREAD: tuple[str, Labels] = ("(not read yet)", ())  # told apart by identity: not names
+_SKIPPED_SAMPLE = Sample("(skipped)", (), 0.0)
 
 
 class KeepNames:
-    """A `Keep` for a set of sample names, with the pattern that finds their lines in one pass.
+    """A `Keep` for a set of sample names, with what the fast path needs to find their lines.
 
-    Their family names (`# HELP/TYPE`) match too.
+    Their family names (`# HELP/TYPE`) match too, on sample lines as on the exact path.
     """
 
     def __init__(self, sample_names: Iterable[str]) -> None:
         self.names = frozenset(sample_names)
         self._all = frozenset(_family_of(n) for n in self.names) | self.names
-        self.lines = re.compile(rf"\n({_alternation(self.names)})([{{ \t][^\n]*)")
+        self._heads = frozenset(n[:i] for n in self._all for i in range(1, len(n) + 1))
+        """Every start of a kept name: a family block whose name is not one holds none."""
+        self._prefixes: dict[str, _Read] = {}
+        """The text before a block line's value -> how it reads (the same every scrape)."""
+        self._layouts: dict[str, list[_Layout]] = {}
+        """Family -> the layouts its kept blocks were seen in (a few: replicas alike share),
+        the most recently matched first; a family with more is read line by line, and one of
+        its layouts replaced every `_RELAYOUT_EVERY` blocks read so (a compile is ~1 ms)."""
+        self._misses: dict[str, int] = {}
 
     def __call__(self, name: str) -> bool:
         return name in self._all
 
+    def read_block(self, family: str, block: str, out: list[Sample]) -> bool:
+        """Append a kept family's samples from its block lines; False when the exact path must
+        read the text. A block in a layout seen before is matched whole, its values read in
+        one call (a busy scrape changes the values, not the lines' names and labels)."""
+        layouts = self._layouts.get(family, [])
+        for i, layout in enumerate(layouts):
+            m = layout.pattern.fullmatch(block)
+            if m is not None:
+                if i:  # the most recently matched first (another thread may have moved it)
+                    with contextlib.suppress(ValueError):
+                        layouts.remove(layout)
+                        layouts.insert(0, layout)
+                try:
+                    out.extend(map(new_sample, layout.names, layout.labels, map(float, m.groups())))
+                except ValueError:
+                    return False
+                return True
+        return self._read_lines(family, block, out)
+
+    def _read_lines(self, family: str, block: str, out: list[Sample]) -> bool:
+        """The block line by line; then, if it read, its layout is kept for the next time."""
+        reads: list[tuple[str, _Read]] = []
+        for line in block.split("\n")[:-1]:
+            prefix, _, value_text = line.rpartition(" ")  # a block line: one space, the value
+            read = self._prefixes.get(prefix, _UNREAD)
+            if read is _UNREAD:
+                read = self._read_prefix(prefix)
+            if read is None:
+                return False
+            reads.append((prefix, read))
+            if read is _SKIPPED:
+                continue
+            try:  # the value characters: no "_", no blanks, as prometheus_client requires
+                value = float(value_text)
+            except ValueError:
+                return False
+            if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
+                value = 0.0  # "-0": prometheus_client reads an int first
+            out.append(new_sample(read[0], read[1], value))
+        layouts = self._layouts.setdefault(family, [])
+        if all(layout.reads != reads for layout in layouts):
+            if len(layouts) >= _LAYOUTS_MAX:  # replace the least recently matched, now and then
+                self._misses[family] = misses = self._misses.get(family, 0) + 1
+                if misses % _RELAYOUT_EVERY:
+                    return True
+                del layouts[_LAYOUTS_MAX - 1 :]
+            layouts.append(_Layout(reads))
+        return True
+
+    def _read_prefix(self, prefix: str) -> _Read:
+        name, brace, label_text = prefix.partition("{")
+        if name not in self._all:
+            out: _Read = _SKIPPED
+        else:
+            labels = _labels(brace + label_text)
+            out = None if labels is None else (name, labels)
+        if len(self._prefixes) >= _PREFIXES_MAX:
+            self._prefixes.clear()
+        self._prefixes[prefix] = out
+        return out
+
+
+class _Layout:
+    """A kept family's block lines less their values, as one pattern whose groups are the kept
+    lines' values. A "-0" does not match (prometheus_client reads it as 0, float() as -0.0):
+    the block is then read line by line."""
+
+    def __init__(self, reads: list[tuple[str, _Read]]) -> None:
+        self.reads = reads
+        kept = [read for _, read in reads if read is not _SKIPPED and read is not None]
+        self.names = [name for name, _ in kept]
+        self.labels = [labels for _, labels in kept]
+        self.pattern = re.compile(
+            "".join(
+                re.escape(prefix) + (r" .*\n" if read is _SKIPPED else r" ((?!-0+\n).*)\n")
+                for prefix, read in reads
+            )
+        )
+
 
 def _labels(text: str) -> Labels | None:
-    """Sorted labels of a sample's `{...}` part (memoised: label sets repeat every scrape);
-    None when the exact parser must judge it (escapes, blanks, duplicate or `__` names)."""
-    cached = _LABEL_CACHE.get(text, False)
-    if cached is not False:
-        return cached  # type: ignore[return-value]
-    out: Labels | None = None
-    if _PLAIN_LABELS.fullmatch(text) is not None:
-        pairs = _LABEL.findall(text)
-        names = {k for k, _ in pairs}
-        if len(names) == len(pairs) and not any(k.startswith("__") for k in names):
-            out = tuple(sorted(pairs))
-    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-        _LABEL_CACHE.clear()
-    _LABEL_CACHE[text] = out
-    return out
+    """Sorted labels of a sample's `{...}` part; None when the exact parser must judge it
+    (escapes, blanks, duplicate or `__` names)."""
+    if _PLAIN_LABELS.fullmatch(text) is None:
+        return None
+    pairs = _LABEL.findall(text)
+    names = {k for k, _ in pairs}
+    if len(names) != len(pairs) or any(k.startswith("__") for k in names):
+        return None
+    return tuple(sorted(pairs))
 
 
 def _value(text: str) -> float | None:
@@ -210,55 +307,37 @@ def _value(text: str) -> float | None:
     return value
 
 
-class _LineMemo:
-    """Kept sample lines already read -> their Sample (None: the exact path must read it).
-
-    Between two scrapes of a busy vLLM most kept lines do not change (64-74 % of the samples
-    in the recorded runs of tests/fixtures), so each is parsed once. Two generations: when the
-    current one is full it becomes the old one, and a line still in use moves back on reading.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.current: dict[tuple[str, str], Sample | None] = {}
-        self.old: dict[tuple[str, str], Sample | None] = {}
-
-    def read(self, line: tuple[str, str]) -> Sample | None:
-        """The line's Sample, from the memo or parsed now."""
-        sample = self.old.get(line, _MISSING)
-        if sample is _MISSING:
-            name, rest = line
-            label_text, space, value_text = rest.rpartition(" ")
-            labels = _labels(label_text) if space else None
-            value = _value(value_text)
-            sample = None if labels is None or value is None else new_sample(name, labels, value)
-        if len(self.current) >= self.size:
-            self.old, self.current = self.current, {}
-        self.current[line] = sample
-        return sample
-
-
-_LINES = _LineMemo(_LABEL_CACHE_MAX)
-_MISSING = Sample("", (), 0.0)
-"""What the memo's current generation answers for a line it does not hold."""
+def _stray(line: str, keep: KeepNames) -> Sample | None:
+    """A sample line outside a family block (the block's form broken: a timestamp, a tab, a
+    name not of the family): _SKIPPED_SAMPLE when skipped, None when the exact path must judge."""
+    name = _STRAY_NAME.match(line).group(0)  # type: ignore[union-attr]  # a sample line
+    if name not in keep._all:
+        return _SKIPPED_SAMPLE
+    label_text, space, value_text = line[len(name) : -1].rpartition(" ")
+    labels = _labels(label_text) if space else None
+    value = _value(value_text)
+    return None if labels is None or value is None else new_sample(name, labels, value)
 
 
 def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
-    """The kept samples, found without splitting lines; None when the text is not in the plain
-    shape every exporter writes, and the exact path must read it."""
+    """The kept samples, read in one regex pass; None when the text is not in the plain shape
+    every exporter writes, and the exact path must read it."""
     if not text.isascii() and any(end in text for end in _OTHER_ENDS[6:]):
         return None
     if any(end in text for end in _OTHER_ENDS[:6]):
         return None
-    if _SHAPE.fullmatch(text if text.endswith("\n") else text + "\n") is None:
-        return None
     out: list[Sample] = []
-    memo = _LINES
-    for line in keep.lines.findall("\n" + text):  # (name, the rest of its line)
-        sample = memo.current.get(line, _MISSING)
-        if sample is _MISSING:
-            sample = memo.read(line)
-        if sample is None:
+    heads = keep._heads
+    for family, block, line, bad in _TEXT.findall(text if text.endswith("\n") else text + "\n"):
+        if family:
+            if family in heads and not keep.read_block(family, block, out):
+                return None  # else no kept name starts with it: skipped, checked by the pass
+        elif bad:
             return None
-        out.append(sample)
+        elif line and line[0] not in "# \t\n":
+            sample = _stray(line, keep)
+            if sample is None:
+                return None
+            if sample is not _SKIPPED_SAMPLE:
+                out.append(sample)
     return tuple(out)

@@ -36,7 +36,18 @@ _AT_LINE = re.compile(r" at line (\d+): (.*)$")
 
 # exposition-shaped lines with odd parts: the parser's corners, not just noise
 names = st.sampled_from(
-    ["vllm:num_requests_running", "vllm:kv_cache_usage_perc", "x", "9bad", "a-b", ""]
+    [
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens",  # a kept family's name: kept on sample lines too
+        "vllm:prompt_tokens_total",
+        "vllm:request_prompt_tokens_bucket",  # a kept family, a skipped sample name
+        "python_gc_total",
+        "x",
+        "9bad",
+        "a-b",
+        "",
+    ]
 )
 label_values = st.text(alphabet='ab"\\\n{}=, é', max_size=6)
 values = st.sampled_from(["1", "-0", "1e3", "NaN", "+Inf", "-Inf", "0x1", "", "1 2 3", "abc"])
@@ -45,8 +56,11 @@ lines = st.one_of(
     st.builds(lambda n, lv, v: f'{n}{{engine="{lv}"}} {v}', names, label_values, values),
     st.builds(lambda n, t: f"# TYPE {n} {t}", names, st.sampled_from(["counter", "gauge", "x"])),
     st.builds(lambda n: f"# HELP {n} help \\ text", names),
+    st.builds(lambda n, s: f"{n}{s} 1", names, st.sampled_from(["_total", "_bucket", "x"])),
     st.text(max_size=30),
 )
+# the real capture's family blocks (HELP, TYPE, samples), for reordering and repeating
+BLOCKS = ["# HELP " + b for b in LOAD.decode().split("# HELP ")[1:]]
 
 
 def check(text: str, keep: promtext.Keep | None) -> str:
@@ -180,3 +194,32 @@ def test_fast_path_equals_exact_path() -> None:
 
     run()
     FIGURES["inputs"] += tried
+
+
+def test_fast_path_equals_exact_path_on_reordered_blocks() -> None:
+    """The fast path reads a family block in one match: the capture's blocks shuffled,
+    repeated, with odd lines put between or inside them and the text cut anywhere."""
+    exact: promtext.Keep = lambda name: VLLM_KEEP(name)  # noqa: E731 (a plain predicate: no fast path)
+    tried = {"samples": 0, "error": 0}
+
+    @FUZZ
+    @given(
+        blocks=st.lists(st.sampled_from(BLOCKS), min_size=1, max_size=12),
+        inserts=st.lists(st.tuples(st.integers(0, 1 << 16), lines), max_size=3),
+        cut=st.integers(0, 1 << 16) | st.none(),
+    )
+    def run(blocks: list[str], inserts: list[tuple[int, str]], cut: int | None) -> None:
+        text = "".join(blocks)
+        for at, line in inserts:
+            at = text.rfind("\n", 0, at % (len(text) + 1)) + 1  # at a line start
+            text = text[:at] + line + "\n" + text[at:]
+        if cut is not None:
+            text = text[: cut % (len(text) + 1)]
+        outcome = _outcome(text, VLLM_KEEP)
+        assert outcome == _outcome(text, exact)
+        tried["error" if outcome.startswith("error") else "samples"] += 1
+
+    run()
+    FIGURES["inputs"] += sum(tried.values())
+    assert tried["samples"] > 0
+    assert tried["error"] > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,35 @@ FAST_CORNERS = [
     "vllm:num_requests_running 1\r\nvllm:num_requests_waiting 2\n",
     "vllm:num_requests_running 1\u2028vllm:num_requests_waiting 2\n",
     'vllm:num_requests_running{engine="\u00e9"} 1',
+    # the family blocks the fast path reads in one match, and their near misses
+    "# HELP vllm:prompt_tokens_total doc\n# TYPE vllm:prompt_tokens_total counter\n"
+    'vllm:prompt_tokens_total{engine="0"} 5\nvllm:prompt_tokens_created{engine="0"} 1e9\n',
+    "# HELP vllm:prompt_tokens doc\n# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens 5\n",
+    "vllm:prompt_tokens 2\nvllm:time_to_first_token_seconds 1\n",  # family names, kept
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1 1700000000\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running  1\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1 \n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1.2.3\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running -0\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running -" + "1" * 400 + "\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running " + "9" * 5000 + "\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1e400\n",
+    '# HELP vllm:num_requests_running x\nvllm:num_requests_running{a="1",a="2"} 1\n',
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_runningx 1\n",
+    "# HELP vllm:num_requests x\nvllm:num_requests_running 1\nvllm:num_requests_waiting 2\n",
+    "# HELP python_gc x\n# TYPE python_gc counter\npython_gc_total 1\n",
+    "# HELP python_gc x\npython_gc_total 1\nvllm:num_requests_running 3\n",
+    '# HELP python_gc x\npython_gc_total{a="1"} 1\npython_gc_total oops\n',
+    '# HELP python_gc x\npython_gc_total 1\n{__name__="vllm:num_requests_running"} 1\n',
+    "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n"
+    "vllm:num_requests_running 1\nvllm:num_requests_running 2\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1\nnot exposition\n"
+    "vllm:num_requests_running 2\n",
+    "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1\r\n",
+    '# HELP vllm:num_requests_running x\nvllm:num_requests_running{engine="0"} 1',
+    '# HELP vllm:num_requests_running x\nvllm:num_requests_running{engine="0"',
+    "# HELP vllm:num_requests_running\nvllm:num_requests_running 1\n",
+    "# HELP  vllm:num_requests_running x\nvllm:num_requests_running 1\n",
 ]
 
 
@@ -190,6 +220,114 @@ def test_fast_path_agrees_with_exact_path_on_corners(text: str) -> None:
 def test_fast_path_agrees_with_exact_path_on_near_misses(parts: list[str]) -> None:
     text = "".join(parts)
     assert _same(_either(text), _exact(text))
+
+
+def _family(name: str, kind: str, values: list[str]) -> str:
+    """One family block as prometheus_client writes it (HELP, TYPE, samples)."""
+    suffix = {"histogram": "_bucket", "counter": "", "gauge": ""}[kind]
+    lines = [f"# HELP {name} Some help.", f"# TYPE {name} {kind}"]
+    for i, v in enumerate(values):
+        lines.append(f'{name}{suffix}{{engine="0",le="{i}"}} {v}')
+    return "\n".join(lines) + "\n"
+
+
+FAMILIES = [
+    _family("vllm:num_requests_running", "gauge", ["4.0"]),
+    _family("vllm:prompt_tokens_total", "counter", ["5291.0"]),
+    _family("vllm:prompt_tokens_created", "gauge", ["1.7e9"]),
+    _family("vllm:time_to_first_token_seconds", "histogram", ["0.0", "3.0", "7.0"]),
+    _family("vllm:request_prompt_tokens", "histogram", ["1.0", "2.0"]),  # a kept name's start
+    _family("python_gc_objects_collected_total", "counter", ["14851.0"]),
+    _family("http_request_duration_seconds", "histogram", ["1.0", "+Inf"]),
+]
+
+
+@given(
+    st.lists(st.sampled_from(FAMILIES), max_size=10),
+    st.integers(0, 2000),
+    st.sampled_from(["", "not exposition\n", "\r", "vllm:num_requests_running 7\n", "\n"]),
+)
+def test_fast_path_agrees_with_exact_path_on_family_blocks(
+    families: list[str], at: int, insert: str
+) -> None:
+    """Blocks in any order, repeated, cut anywhere, a bad or stray line put anywhere."""
+    text = "".join(families)
+    for body in (text, text[:at], text[:at] + insert + text[at:]):
+        assert _same(_either(body), _exact(body))
+
+
+def test_fast_path_takes_the_blocks() -> None:
+    """Each of those blocks, whole, is read by the fast path (no fallback)."""
+    text = "".join(FAMILIES)
+    fast = promtext._fast(text, KEEP)
+    assert fast is not None
+    assert fast == _exact(text)
+    assert {s.name for s in fast} == {
+        "vllm:num_requests_running",
+        "vllm:prompt_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+    }
+
+
+@pytest.mark.parametrize(
+    "value", ["2.5", "0", "-0", "-00", "+0", "-0.0", "-1", "1e400", "NaN", "+Inf", "1.2.3", "e"]
+)
+def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> None:
+    """The second time a block's layout is seen it is matched whole: values that read
+    differently there ("-0") or not at all fall back to the lines, or to the exact path."""
+    keep = promtext.keep_names(engines.sample_names())
+    block = (
+        "# HELP vllm:request_prompt_tokens x\n# TYPE vllm:request_prompt_tokens histogram\n"
+        'vllm:request_prompt_tokens_bucket{{le="1"}} {v}\n'
+        "vllm:request_prompt_tokens_count {v}\nvllm:request_prompt_tokens_sum 3\n"
+    )
+    first = block.format(v="1")
+    assert promtext._fast(first, keep) == _exact(first)
+    assert len(keep._layouts["vllm:request_prompt_tokens"]) == 1
+    text = block.format(v=value)
+    by_lines: list[str] = []
+    read_lines = keep._read_lines
+    keep._read_lines = lambda f, b, out: by_lines.append(b) or read_lines(f, b, out)  # type: ignore[method-assign]
+    fast = promtext._fast(text, keep)
+    assert bool(by_lines) == (value in ("-0", "-00"))  # the others: read by the layout
+    if value in ("1.2.3", "e"):
+        assert fast is None  # the exact path names the line
+    else:
+        assert fast is not None
+        assert _same(fast, _exact(text))
+
+
+def test_past_eight_layouts_a_family_is_read_line_by_line() -> None:
+    """and a layout seen often enough replaces the least recently matched one."""
+    keep = promtext.keep_names(engines.sample_names())
+    for engine in range(12):
+        text = f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{engine}"}} 1\n'
+        for _ in range(2):
+            assert promtext._fast(text, keep) == _exact(text)
+    layouts = keep._layouts["vllm:num_requests_running"]
+    assert len(layouts) == 8
+    text = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="new"} 1\n'
+    for _ in range(promtext._RELAYOUT_EVERY):
+        assert promtext._fast(text, keep) == _exact(text)
+    assert len(layouts) == 8
+    assert layouts[0].pattern.fullmatch(text.split("\n", 1)[1])  # in, first when matched
+    old = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="0"} 1\n'
+    assert not any(layout.pattern.fullmatch(old.split("\n", 1)[1]) for layout in layouts)
+
+
+def test_a_family_name_on_a_sample_line_is_kept_on_both_paths() -> None:
+    """The exact path keeps a sample named as a kept family (a counter written without
+    `_total`); the fast path used to skip it."""
+    text = "vllm:prompt_tokens 2\n"
+    assert promtext.parse(text, KEEP) == (Sample("vllm:prompt_tokens", (), 2.0),)
+    assert _exact(text) == promtext.parse(text, KEEP)
+
+
+def test_an_integer_past_a_floats_range_is_inf_on_both_paths() -> None:
+    """prometheus_client reads it as an int, which float() cannot take: not an OverflowError."""
+    text = "vllm:num_requests_running -" + "1" * 400 + "\n"
+    assert promtext.parse(text, KEEP) == (Sample("vllm:num_requests_running", (), -math.inf),)
+    assert _exact(text) == promtext.parse(text, KEEP)
 
 
 def test_bad_last_line_after_many_comments_is_named_quickly() -> None:
@@ -216,3 +354,27 @@ def test_new_sample_is_the_constructors_sample() -> None:
     assert dataclasses.replace(made, value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.value = 1.0  # type: ignore[misc]
+
+
+def test_threads_sharing_a_keep_read_every_text_exactly() -> None:
+    """The layouts are reordered and replaced as threads read: never a wrong answer."""
+    import threading
+
+    keep = promtext.keep_names(engines.sample_names())
+    texts = [
+        f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{i % 12}"}} {i}\n'
+        for i in range(300)
+    ]
+    wrong: list[str] = []
+
+    def read() -> None:
+        for text in texts:
+            if promtext.parse(text, keep) != _exact(text):
+                wrong.append(text)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not wrong
