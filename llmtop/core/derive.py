@@ -38,18 +38,13 @@ def counter_values(scrape: EngineScrape) -> dict[Key, float]:
 
 
 def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]:
-    """`counter_values` as (keys, values) in its order: from a planned scrape without building
-    the dict, its keys one tuple for every scrape of the structure."""
-    keys = scrape.counter_keys
-    if keys is None:
+    """`counter_values` as (keys, values) in its order: a planned scrape has them already, its
+    keys one tuple for every scrape of the structure."""
+    keys, columns = scrape.counter_keys, scrape.counter_columns
+    if keys is None or columns is None:
         values = counter_values(scrape)
         return tuple(values), list(values.values())
-    out = list(scrape.counters.values())
-    for h in scrape.histograms.values():
-        out += [c for _, c in h.buckets]
-        out.append(h.sum)
-        out.append(h.count)
-    return keys, out  # type: ignore[return-value]
+    return keys, columns  # type: ignore[return-value]
 
 
 _BOUND = operator.itemgetter(0)
@@ -59,9 +54,16 @@ class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        self.buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
-        self._sorted = Buckets(self.buckets)  # sorted once for all the quantiles read
+        ordered = window.sorted_histogram("h:" + key, window_s)
         self._first_bound: float | None = None
+        if ordered is not None:  # the layout's bounds, in order: none is NaN
+            self._sorted, self.sum, self.count = ordered
+            self._first_bound = self._sorted.first_bound()
+        else:
+            buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
+            self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
+            if buckets:
+                self._first_bound = min(map(_BOUND, buckets))
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
@@ -71,9 +73,7 @@ class _Hist:
     def quantile(self, q: float) -> float | None:
         if self._sorted.lands_in_first(q):
             mean = self.mean()
-            if mean is not None:
-                if self._first_bound is None:
-                    self._first_bound = min(map(_BOUND, self.buckets))
+            if mean is not None and self._first_bound is not None:
                 return min(mean, self._first_bound)
         return self._sorted.quantile(q)
 
