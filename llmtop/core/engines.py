@@ -126,14 +126,17 @@ def _le(value: str) -> float:
     return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
 
 
-def extract(samples: tuple[Sample, ...]) -> EngineScrape:
+def extract(samples: tuple[Sample, ...], names: list[str] | None = None) -> EngineScrape:
     """Sum one scrape's samples over engines into an `EngineScrape`.
 
     What depends only on the scrape's structure (its sample names and label sets, the same
     poll after poll and replica after replica) is worked out once (`scrape_plan`); each scrape
-    then only adds its values up, in the order `extract_direct` adds them.
+    then only adds its values up, in the order `extract_direct` adds them. `names`: the
+    samples' names, when the caller has them already.
     """
-    plan = scrape_plan.plan_of(list(map(_NAME, samples)), list(map(_LABELS, samples)))
+    if names is None:
+        names = list(map(_NAME, samples))
+    plan = scrape_plan.plan_of(names, list(map(_LABELS, samples)))
     if plan is None:
         return extract_direct(samples)
     return plan.apply(list(map(_VALUE, samples)))

@@ -23,9 +23,10 @@ from typing import Literal
 
 from llmtop.core import engines as vllm_names
 from llmtop.core.derive import counter_columns, derive_engine
-from llmtop.core.health import Context, HealthState
+from llmtop.core.health import REPLICA_RULES, Context, HealthState
 from llmtop.core.peaks import HistoryIndex
 from llmtop.core.pipeline import Pipeline
+from llmtop.core.quickinit import quick_init
 from llmtop.core.raw import RawEngine, RawPoll, Sample
 from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.series import CounterWindow, Key
@@ -49,6 +50,7 @@ _RESTART_KEYS: tuple[Key, ...] = (
 """Counters that only a restart sends back (finished requests, tokens)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Replica:
     """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
@@ -116,6 +118,7 @@ class FleetSnapshot(Snapshot):
     fleet: Fleet | None = field(default=None, compare=False)
 
 
+@quick_init
 @dataclass(frozen=True)
 class DerivedReplica:
     """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""
@@ -136,7 +139,7 @@ class _Track:
         # derive reads one window: keeping ten minutes of increments for each of a hundred
         # replicas would hold ~0.5 GB of dicts for nothing
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
-        self.health = HealthState(settings)
+        self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
         self.index = HistoryIndex()
         """The rules' look-backs over `snapshots`."""
@@ -162,12 +165,17 @@ def replica_status(stats: EngineStats, findings: Sequence[Finding]) -> Status:
     return "degraded" if findings else "ok"
 
 
-def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
+def split_engines(
+    samples: tuple[Sample, ...], names: list[str] | None = None
+) -> dict[str, tuple[Sample, ...]]:
     """A data-parallel scrape's samples per `engine` label; {} when there is one engine.
 
     Samples without the label (vLLM's admission_rejections_total) stay with the server only.
+    `names`: the samples' names, when the caller has them already.
     """
-    if list(map(_NAME, samples)).count(_ONE_PER_ENGINE) < 2:
+    if names is None:
+        names = list(map(_NAME, samples))
+    if names.count(_ONE_PER_ENGINE) < 2:
         return {}  # one engine (the usual case): no need to look at every label
     per: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -202,10 +210,13 @@ def _went_back(prev: dict[Key, float], now: dict[Key, float]) -> tuple[str, floa
     return None
 
 
+_STATUS_RANK = {"critical": 1, "degraded": 2}
+
+
 def _rank(r: Replica) -> tuple[int, float, float, float]:
     """Sort key, worst first: down, critical, warning; then waiting, KV, TTFT p95."""
     e = r.stats
-    severity = 0 if not e.up else {"critical": 1, "degraded": 2}.get(r.status, 3)
+    severity = 0 if not e.up else _STATUS_RANK.get(r.status, 3)
     return (
         severity,
         -(e.waiting or 0.0),
@@ -358,18 +369,26 @@ class FleetPipeline(Pipeline):
         if raw.samples is None:
             stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
             return [self._judge(t, raw.url, name, stats)]
-        rows = [self._from_samples(t, raw.url, name, raw.url, raw.samples, raw)]
-        for engine, samples in split_engines(raw.samples).items():
+        names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
+        rows = [self._from_samples(t, raw.url, name, raw.url, raw.samples, raw, names)]
+        for engine, samples in split_engines(raw.samples, names).items():
             key = f"{raw.url}#engine={engine}"
             row = self._from_samples(t, key, f"{name}#{engine}", raw.url, samples, raw)
             rows.append(replace(row, engine=engine, parent=raw.url))
         return rows
 
     def _from_samples(
-        self, t: float, key: str, name: str, url: str, samples: tuple[Sample, ...], raw: RawEngine
+        self,
+        t: float,
+        key: str,
+        name: str,
+        url: str,
+        samples: tuple[Sample, ...],
+        raw: RawEngine,
+        names: list[str] | None = None,
     ) -> Replica:
         track = self._track(key)
-        scrape = vllm_names.extract(samples)
+        scrape = vllm_names.extract(samples, names)
         values = _restart_values(scrape)
         if track.counters is not None and (back := _went_back(track.counters, values)):
             what, before, now = back

@@ -23,6 +23,7 @@ import operator
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import accumulate
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
@@ -31,11 +32,13 @@ Key = tuple[str, Hashable]
 class _Layout:
     """The keys of one poll in order, each key's position, and each group's members."""
 
-    __slots__ = ("_histograms", "groups", "index", "keys")
+    __slots__ = ("_histograms", "counters", "groups", "index", "keys")
 
     def __init__(self, keys: tuple[Key, ...]) -> None:
         self.keys = keys
         self.index: dict[Key, int] = {k: i for i, k in enumerate(keys)}
+        self.counters = [(k, i) for k, i in self.index.items() if k[1] is None]
+        """The plain counters' keys (member None) and positions."""
         self.groups: dict[str, list[tuple[Hashable, int]]] = {}
         for i, (group, member) in enumerate(keys):
             self.groups.setdefault(group, []).append((member, i))
@@ -80,7 +83,7 @@ Step = tuple[float, float, _Layout, list[float]]
 class _Window:
     """The steps of one window, and every key's sum over them when they share a layout."""
 
-    __slots__ = ("layout", "span", "steps", "sums")
+    __slots__ = ("counters", "layout", "span", "steps", "sums")
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
@@ -94,6 +97,8 @@ class _Window:
                 self.layout = layout
                 # column by column, oldest poll first: the additions a key-by-key sum makes
                 self.sums = list(map(sum, zip(*(s[3] for s in steps), strict=True)))
+        self.counters: dict[Key, float] | None = None
+        """The plain counters' increases, once asked for (`CounterWindow.counter_deltas`)."""
 
 
 class CounterWindow:
@@ -168,6 +173,22 @@ class CounterWindow:
             return None if i is None else w.sums[i]
         found = [s[3][i] for s in w.steps if (i := s[2].index.get(key)) is not None]
         return sum(found) if found else None
+
+    def counter_deltas(self, window_s: float) -> dict[Key, float]:
+        """`delta` of every plain counter (member None) the window has, in one dict: one
+        derive reads a dozen of them."""
+        w = self._window(window_s)
+        if w.counters is None:
+            if w.sums is not None and w.layout is not None:
+                sums = w.sums
+                w.counters = {key: sums[i] for key, i in w.layout.counters}
+            else:  # as `_delta` adds each key up: over the steps that have it, oldest first
+                found: dict[Key, list[float]] = {}
+                for step in w.steps:
+                    for key, i in step[2].counters:
+                        found.setdefault(key, []).append(step[3][i])
+                w.counters = {key: sum(incs) for key, incs in found.items()}
+        return w.counters
 
     def rate(self, key: Key, window_s: float) -> float | None:
         """Per-second increase over the window; None when unknown."""
@@ -257,12 +278,9 @@ def _running_max(counts: list[float]) -> list[float]:
     if all(map(operator.le, counts, counts[1:])):
         zeros = bisect_right(counts, 0.0)
         return [0.0] * zeros + counts[zeros:] if zeros else counts
-    out: list[float] = []
-    running = 0.0
-    for c in counts:
-        running = max(running, c)
-        out.append(running)
-    return out
+    running = accumulate(counts, max, initial=0.0)  # the same max(running, c) calls, in C
+    next(running)  # the initial 0.0
+    return list(running)
 
 
 class Buckets:
