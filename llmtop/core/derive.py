@@ -38,18 +38,13 @@ def counter_values(scrape: EngineScrape) -> dict[Key, float]:
 
 
 def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]:
-    """`counter_values` as (keys, values) in its order: from a planned scrape without building
-    the dict, its keys one tuple for every scrape of the structure."""
-    keys = scrape.counter_keys
-    if keys is None:
+    """`counter_values` as (keys, values) in its order: a planned scrape has them already, its
+    keys one tuple for every scrape of the structure."""
+    keys, columns = scrape.counter_keys, scrape.counter_columns
+    if keys is None or columns is None:
         values = counter_values(scrape)
         return tuple(values), list(values.values())
-    out = list(scrape.counters.values())
-    for h in scrape.histograms.values():
-        out += [c for _, c in h.buckets]
-        out.append(h.sum)
-        out.append(h.count)
-    return keys, out  # type: ignore[return-value]
+    return keys, columns  # type: ignore[return-value]
 
 
 _BOUND = operator.itemgetter(0)
@@ -59,23 +54,39 @@ class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        self.buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
-        self._sorted = Buckets(self.buckets)  # sorted once for all the quantiles read
+        ordered = window.sorted_histogram("h:" + key, window_s)
         self._first_bound: float | None = None
+        if ordered is not None:  # the layout's bounds, in order: none is NaN
+            self._sorted, self.sum, self.count = ordered
+            self._first_bound = self._sorted.first_bound()
+        else:
+            buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
+            self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
+            if buckets:
+                self._first_bound = min(map(_BOUND, buckets))
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
             return None
         return self.sum / self.count
 
-    def quantile(self, q: float) -> float | None:
-        if self._sorted.lands_in_first(q):
-            mean = self.mean()
-            if mean is not None:
-                if self._first_bound is None:
-                    self._first_bound = min(map(_BOUND, self.buckets))
-                return min(mean, self._first_bound)
-        return self._sorted.quantile(q)
+    def quantiles(self, *qs: float) -> list[float | None]:
+        """Each q-quantile; one that lands in the first bucket is the window's mean, capped at
+        that bucket's bound (see the module docstring)."""
+        buckets, mean, first = self._sorted, self.mean(), self._first_bound
+        return [
+            min(mean, first)
+            if mean is not None and first is not None and buckets.lands_in_first(q)
+            else buckets.quantile(q)
+            for q in qs
+        ]
+
+
+def _window_mean(window: CounterWindow, key: str, window_s: float) -> float | None:
+    """Δsum/Δcount of a histogram read for its mean only (`_Hist.mean` without its buckets)."""
+    total = window.delta(("h:" + key, "sum"), window_s)
+    count = window.delta(("h:" + key, "count"), window_s)
+    return None if total is None or not count else total / count
 
 
 def _cumulative_mean(scrape: EngineScrape, key: str) -> float | None:
@@ -101,24 +112,27 @@ def derive_engine(
             error="exports no vllm:* metrics (started with --disable-log-stats?)",
         )
 
+    deltas = window.counter_deltas(window_s)
+    span = window.span_s(window_s)
+
     def rate(name: str) -> float | None:
-        return window.rate((name, None), window_s)
+        d = deltas.get((name, None))
+        return None if d is None or not span else d / span
 
     def delta(name: str) -> float | None:
-        return window.delta((name, None), window_s)
+        return deltas.get((name, None))
 
     g = scrape.gauges
     running = g.get("running")
     decode = rate("generation_tokens")
     per_seq = decode / running if decode is not None and running else None
-    span = window.span_s(window_s)
     finished: dict[str, float] = {}
     refused: dict[str, float] = {}
     if span:
         for name in scrape.counters:
             kind, _, reason = name.partition(":")
             if kind in ("finished", "admission"):
-                d = delta(name)
+                d = deltas.get((name, None))
                 if d is not None:
                     (finished if kind == "finished" else refused)[reason] = d / span
 
@@ -128,22 +142,19 @@ def derive_engine(
     prefix_frac = hits / queries if hits is not None and queries else None
     cache_frac = _cache_share(scrape, delta)
 
-    def h(key: str) -> _Hist:
-        return _Hist(window, key, window_s)
-
     ttft, itl, e2e, queue, prefill = (
-        h("ttft"),
-        h("itl"),
-        h("e2e"),
-        h("queue_time"),
-        h("prefill_time"),
+        _Hist(window, key, window_s) for key in ("ttft", "itl", "e2e", "queue_time", "prefill_time")
     )
-    prompt_len, gen_len = h("prompt_len"), h("generation_len")
-    mean_prompt = prompt_len.mean()
-    mean_gen = gen_len.mean()
+    mean_prompt = _window_mean(window, "prompt_len", window_s)
+    mean_gen = _window_mean(window, "generation_len", window_s)
     if mean_prompt is None or mean_gen is None:
         mean_prompt = _cumulative_mean(scrape, "prompt_len")
         mean_gen = _cumulative_mean(scrape, "generation_len")
+    ttft_p50, ttft_p95, ttft_p99 = ttft.quantiles(0.5, 0.95, 0.99)
+    itl_p50, itl_p95, itl_p99 = itl.quantiles(0.5, 0.95, 0.99)
+    e2e_p50, e2e_p95, e2e_p99 = e2e.quantiles(0.5, 0.95, 0.99)
+    queue_p50, queue_p95, queue_p99 = queue.quantiles(0.5, 0.95, 0.99)
+    (prefill_p95,) = prefill.quantiles(0.95)
 
     return EngineStats(
         url=url,
@@ -166,19 +177,19 @@ def derive_engine(
         prefix_cache_hit_frac=prefix_frac,
         mean_prompt_tokens=mean_prompt,
         mean_generation_tokens=mean_gen,
-        ttft_p50_s=ttft.quantile(0.5),
-        ttft_p95_s=ttft.quantile(0.95),
-        ttft_p99_s=ttft.quantile(0.99),
-        itl_p50_s=itl.quantile(0.5),
-        itl_p95_s=itl.quantile(0.95),
-        itl_p99_s=itl.quantile(0.99),
-        e2e_p50_s=e2e.quantile(0.5),
-        e2e_p95_s=e2e.quantile(0.95),
-        queue_time_p50_s=queue.quantile(0.5),
-        queue_time_p95_s=queue.quantile(0.95),
-        prefill_time_p95_s=prefill.quantile(0.95),
-        e2e_p99_s=e2e.quantile(0.99),
-        queue_time_p99_s=queue.quantile(0.99),
+        ttft_p50_s=ttft_p50,
+        ttft_p95_s=ttft_p95,
+        ttft_p99_s=ttft_p99,
+        itl_p50_s=itl_p50,
+        itl_p95_s=itl_p95,
+        itl_p99_s=itl_p99,
+        e2e_p50_s=e2e_p50,
+        e2e_p95_s=e2e_p95,
+        queue_time_p50_s=queue_p50,
+        queue_time_p95_s=queue_p95,
+        prefill_time_p95_s=prefill_p95,
+        e2e_p99_s=e2e_p99,
+        queue_time_p99_s=queue_p99,
         error=None if running is not None else NO_GAUGES,
         ttft_mean_s=ttft.mean(),
         queue_time_mean_s=queue.mean(),

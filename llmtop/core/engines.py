@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from llmtop.core.quickinit import quick_init
 from llmtop.core.raw import Labels, Sample
 
 VLLM_PREFIX = "vllm:"
@@ -70,6 +71,7 @@ def sample_names() -> frozenset[str]:
     return frozenset(names)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Histogram:
     """A cumulative histogram summed over engines: (upper bound, count) sorted, +Inf last."""
@@ -79,6 +81,7 @@ class Histogram:
     count: float
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineScrape:
     """The values of one scrape that llmtop uses, engines summed; None = not exported."""
@@ -103,6 +106,8 @@ class EngineScrape:
     )
     """The keys `derive.counter_values` gives this scrape, in order, when its plan knows them
     (one tuple for every scrape of a structure, so the counter window knows its layout)."""
+    counter_columns: list[float] | None = field(default=None, compare=False, repr=False)
+    """Their values in that order (the plan adds them up once, for the window to keep)."""
 
 
 _NAME = operator.attrgetter("name")
@@ -121,14 +126,17 @@ def _le(value: str) -> float:
     return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
 
 
-def extract(samples: tuple[Sample, ...]) -> EngineScrape:
+def extract(samples: tuple[Sample, ...], names: list[str] | None = None) -> EngineScrape:
     """Sum one scrape's samples over engines into an `EngineScrape`.
 
     What depends only on the scrape's structure (its sample names and label sets, the same
     poll after poll and replica after replica) is worked out once (`scrape_plan`); each scrape
-    then only adds its values up, in the order `extract_direct` adds them.
+    then only adds its values up, in the order `extract_direct` adds them. `names`: the
+    samples' names, when the caller has them already.
     """
-    plan = scrape_plan.plan_of(list(map(_NAME, samples)), list(map(_LABELS, samples)))
+    if names is None:
+        names = list(map(_NAME, samples))
+    plan = scrape_plan.plan_of(names, list(map(_LABELS, samples)))
     if plan is None:
         return extract_direct(samples)
     return plan.apply(list(map(_VALUE, samples)))

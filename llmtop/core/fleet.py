@@ -23,10 +23,12 @@ from typing import Literal
 
 from llmtop.core import engines as vllm_names
 from llmtop.core.derive import counter_columns, derive_engine
-from llmtop.core.health import Context, HealthState
+from llmtop.core.fleet_scrape import restart_values, split_engines, went_back
+from llmtop.core.health import REPLICA_RULES, Context, HealthState
 from llmtop.core.peaks import HistoryIndex
 from llmtop.core.pipeline import Pipeline
-from llmtop.core.raw import RawEngine, RawPoll, Sample
+from llmtop.core.quickinit import quick_init
+from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.core.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.series import CounterWindow, Key
 from llmtop.core.snapshot import EngineStats, Finding, Snapshot, Status
@@ -37,18 +39,9 @@ HISTORY_S = 600.0
 REPLICA_HISTORY_S = 120.0
 """Each replica's own snapshots, for its rules' look-backs (decode-bound scans all of them):
 two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
-ENGINE_LABEL = "engine"
-_ONE_PER_ENGINE = "vllm:num_requests_running"
-_NAME = operator.attrgetter("name")
-_RESTART_KEYS: tuple[Key, ...] = (
-    ("prompt_tokens", None),
-    ("generation_tokens", None),
-    ("h:e2e", "count"),
-    ("h:ttft", "count"),
-)
-"""Counters that only a restart sends back (finished requests, tokens)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Replica:
     """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
@@ -116,6 +109,7 @@ class FleetSnapshot(Snapshot):
     fleet: Fleet | None = field(default=None, compare=False)
 
 
+@quick_init
 @dataclass(frozen=True)
 class DerivedReplica:
     """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""
@@ -136,7 +130,7 @@ class _Track:
         # derive reads one window: keeping ten minutes of increments for each of a hundred
         # replicas would hold ~0.5 GB of dicts for nothing
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
-        self.health = HealthState(settings)
+        self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
         self.index = HistoryIndex()
         """The rules' look-backs over `snapshots`."""
@@ -162,50 +156,14 @@ def replica_status(stats: EngineStats, findings: Sequence[Finding]) -> Status:
     return "degraded" if findings else "ok"
 
 
-def split_engines(samples: tuple[Sample, ...]) -> dict[str, tuple[Sample, ...]]:
-    """A data-parallel scrape's samples per `engine` label; {} when there is one engine.
-
-    Samples without the label (vLLM's admission_rejections_total) stay with the server only.
-    """
-    if list(map(_NAME, samples)).count(_ONE_PER_ENGINE) < 2:
-        return {}  # one engine (the usual case): no need to look at every label
-    per: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        for k, v in s.labels:
-            if k == ENGINE_LABEL:
-                per[v].append(s)
-                break
-    return {k: tuple(v) for k, v in sorted(per.items())} if len(per) > 1 else {}
-
-
-def _restart_values(scrape: vllm_names.EngineScrape) -> dict[Key, float]:
-    """The `_RESTART_KEYS` of `counter_values(scrape)`, read from the scrape itself."""
-    out: dict[Key, float] = {}
-    for key in _RESTART_KEYS:
-        group, member = key
-        if member is None:
-            value = scrape.counters.get(str(group))
-        else:
-            h = scrape.histograms.get(str(group).removeprefix("h:"))
-            value = None if h is None else h.count
-        if value is not None:
-            out[key] = value
-    return out
-
-
-def _went_back(prev: dict[Key, float], now: dict[Key, float]) -> tuple[str, float, float] | None:
-    """The first counter lower than at the previous poll: the engine restarted."""
-    for key in _RESTART_KEYS:
-        before, value = prev.get(key), now.get(key)
-        if before is not None and value is not None and value < before:
-            return str(key[0]).removeprefix("h:"), before, value
-    return None
+_STATUS_RANK = {"critical": 1, "degraded": 2}
+_NAME = operator.attrgetter("name")
 
 
 def _rank(r: Replica) -> tuple[int, float, float, float]:
     """Sort key, worst first: down, critical, warning; then waiting, KV, TTFT p95."""
     e = r.stats
-    severity = 0 if not e.up else {"critical": 1, "degraded": 2}.get(r.status, 3)
+    severity = 0 if not e.up else _STATUS_RANK.get(r.status, 3)
     return (
         severity,
         -(e.waiting or 0.0),
@@ -358,20 +316,20 @@ class FleetPipeline(Pipeline):
         if raw.samples is None:
             stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
             return [self._judge(t, raw.url, name, stats)]
-        rows = [self._from_samples(t, raw.url, name, raw.url, raw.samples, raw)]
-        for engine, samples in split_engines(raw.samples).items():
+        names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
+        rows = [self._from_scrape(t, raw.url, name, vllm_names.extract(raw.samples, names), raw)]
+        for engine, samples in split_engines(raw.samples, names).items():
             key = f"{raw.url}#engine={engine}"
-            row = self._from_samples(t, key, f"{name}#{engine}", raw.url, samples, raw)
+            row = self._from_scrape(t, key, f"{name}#{engine}", vllm_names.extract(samples), raw)
             rows.append(replace(row, engine=engine, parent=raw.url))
         return rows
 
-    def _from_samples(
-        self, t: float, key: str, name: str, url: str, samples: tuple[Sample, ...], raw: RawEngine
+    def _from_scrape(
+        self, t: float, key: str, name: str, scrape: vllm_names.EngineScrape, raw: RawEngine
     ) -> Replica:
         track = self._track(key)
-        scrape = vllm_names.extract(samples)
-        values = _restart_values(scrape)
-        if track.counters is not None and (back := _went_back(track.counters, values)):
+        values = restart_values(scrape)
+        if track.counters is not None and (back := went_back(track.counters, values)):
             what, before, now = back
             self._restart(t, name, f"{what.replace('_', ' ')} {before:,.0f} -> {now:,.0f}")
         track.counters = values
@@ -382,7 +340,7 @@ class FleetPipeline(Pipeline):
         if track.progress_total is None or total != track.progress_total:
             track.last_progress = t
         track.progress_total = total
-        stats = derive_engine(url, scrape, track.window, self.window_s, version=raw.version)
+        stats = derive_engine(raw.url, scrape, track.window, self.window_s, version=raw.version)
         if stats.model is None and raw.model is not None:
             stats = replace(stats, model=raw.model)
         return self._judge(t, key, name, stats)
@@ -396,8 +354,7 @@ class FleetPipeline(Pipeline):
         moving = (d.stats.decode_tok_per_s or 0.0) + (d.stats.prompt_tok_per_s or 0.0)
         if track.last_progress is None or moving > 0:
             track.last_progress = t
-        row = self._judge(t, d.key, d.name, d.stats)
-        return replace(row, engine=d.engine, parent=d.parent)
+        return self._judge(t, d.key, d.name, d.stats, d.engine, d.parent)
 
     def _track(self, key: str) -> _Track:
         """The row's track, made on first sight (not built each poll to be thrown away)."""
@@ -416,7 +373,15 @@ class FleetPipeline(Pipeline):
             )
         )
 
-    def _judge(self, t: float, key: str, name: str, stats: EngineStats) -> Replica:
+    def _judge(
+        self,
+        t: float,
+        key: str,
+        name: str,
+        stats: EngineStats,
+        engine: str | None = None,
+        parent: str | None = None,
+    ) -> Replica:
         track = self._track(key)
         last = track.last_progress
         ctx = Context(
@@ -438,7 +403,7 @@ class FleetPipeline(Pipeline):
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
             track.index.drop_oldest()
-        return Replica(key=key, name=name, stats=stats, findings=findings, status=status)
+        return Replica(key, name, stats, findings, status, engine, parent)
 
 
 def _fleet_status(servers: Sequence[Replica], findings: Sequence[Finding]) -> Status:

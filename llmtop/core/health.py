@@ -37,7 +37,7 @@ from llmtop.core.rules_engine import (
 from llmtop.core.snapshot import Finding
 from llmtop.core.thresholds import HealthSettings
 
-__all__ = ["RULES", "Context", "HealthState", "Rule", "Verdict"]
+__all__ = ["REPLICA_RULES", "RULES", "Context", "HealthState", "Rule", "Verdict"]
 
 
 RULES: tuple[Rule[Context], ...] = (
@@ -56,6 +56,13 @@ RULES: tuple[Rule[Context], ...] = (
     Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
     Rule("gpu-memory-full", "warning", "gpu", gpu_memory_full),
 )
+
+_EDGE_CHECKS = frozenset(
+    {gateway_saturated, gateway_paused, gateway_down, gpu_throttled, gpu_memory_full}
+)
+REPLICA_RULES: tuple[Rule[Context], ...] = tuple(r for r in RULES if r.check not in _EDGE_CHECKS)
+"""The rules a fleet replica's own Context can make hold: it carries no gateway and no GPUs,
+and the gateway and GPU rules read nothing else (the fleet's edge pipeline judges those)."""
 
 
 class HealthState:

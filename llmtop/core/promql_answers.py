@@ -11,6 +11,7 @@ server's KV usage weighted by its engines' KV blocks, its engines as sub-rows, a
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -162,25 +163,38 @@ def data_parallel(rows: Iterable[PromRow]) -> bool:
     return any((row.figures.get("engines") or 0) > 1 for row in rows)
 
 
-_QUANTILE_KEYS = {
-    (key, q): (quantile_figure(key, q), f"mean_{key}") for key, qs in QUANTILES.items() for q in qs
-}
+_QUANTILE_FIELDS: tuple[tuple[str, str, str | None, str], ...] = tuple(
+    (
+        sys.intern(f"{key}_p{round(q * 100)}_s"),  # interned: matched as a keyword at once
+        key,
+        quantile_figure(key, q) if q in QUANTILES.get(key, ()) else None,
+        f"mean_{key}",
+    )
+    for key, qs in (
+        ("ttft", (0.5, 0.95, 0.99)),
+        ("itl", (0.5, 0.95, 0.99)),
+        ("e2e", (0.5, 0.95, 0.99)),
+        ("queue_time", (0.5, 0.95, 0.99)),
+        ("prefill_time", (0.95,)),
+    )
+    for q in qs
+)
+"""(EngineStats field, histogram, figure asked or None, its window mean's figure) of each
+quantile a replica's stats carry."""
 
 
-def _quantile(
-    f: Mapping[str, float | None], key: str, q: float, bounds: Mapping[str, float]
-) -> float | None:
-    """PromQL's quantile, or the window mean capped at the first bound when it falls there."""
-    names = _QUANTILE_KEYS.get((key, q))
-    if names is None:
-        return None  # not asked (a direct scrape's e2e p50, say): unknown
-    v = f.get(names[0])
-    if v is None:
-        return None
-    bound, mean = bounds.get(key), f.get(names[1])
-    if bound is not None and v <= bound and mean is not None:
-        return min(mean, bound)
-    return v
+def _quantiles(f: Mapping[str, float | None], bounds: Mapping[str, float]) -> dict[str, Any]:
+    """Every quantile field: PromQL's quantile, or the window mean capped at the first bound
+    when it falls there; None when unknown or not asked (a direct scrape's e2e p50, say)."""
+    out: dict[str, Any] = {}
+    for name, key, figure, mean_figure in _QUANTILE_FIELDS:
+        v = None if figure is None else f.get(figure)
+        if v is not None:
+            bound, mean = bounds.get(key), f.get(mean_figure)
+            if bound is not None and v <= bound and mean is not None:
+                v = min(mean, bound)
+        out[name] = v
+    return out
 
 
 def _engines_kv(server: PromRow, engines: Sequence[PromRow]) -> float | None:
@@ -231,19 +245,7 @@ def _stats(url: str, row: PromRow, bounds: Mapping[str, float], kv: float | None
         prefix_cache_hit_frac=f.get("prefix_hit_frac"),
         mean_prompt_tokens=f.get("mean_prompt_len"),
         mean_generation_tokens=f.get("mean_generation_len"),
-        ttft_p50_s=_quantile(f, "ttft", 0.5, bounds),
-        ttft_p95_s=_quantile(f, "ttft", 0.95, bounds),
-        ttft_p99_s=_quantile(f, "ttft", 0.99, bounds),
-        itl_p50_s=_quantile(f, "itl", 0.5, bounds),
-        itl_p95_s=_quantile(f, "itl", 0.95, bounds),
-        itl_p99_s=_quantile(f, "itl", 0.99, bounds),
-        e2e_p50_s=_quantile(f, "e2e", 0.5, bounds),
-        e2e_p95_s=_quantile(f, "e2e", 0.95, bounds),
-        e2e_p99_s=_quantile(f, "e2e", 0.99, bounds),
-        queue_time_p50_s=_quantile(f, "queue_time", 0.5, bounds),
-        queue_time_p95_s=_quantile(f, "queue_time", 0.95, bounds),
-        queue_time_p99_s=_quantile(f, "queue_time", 0.99, bounds),
-        prefill_time_p95_s=_quantile(f, "prefill_time", 0.95, bounds),
+        **_quantiles(f, bounds),
         ttft_mean_s=f.get("mean_ttft"),
         queue_time_mean_s=f.get("mean_queue_time"),
         prefill_time_mean_s=f.get("mean_prefill_time"),

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtop.core.quickinit import quick_init
 from llmtop.core.snapshot import GpuStats
 
 Labels = tuple[tuple[str, str], ...]
@@ -54,6 +55,7 @@ class RawEngine:
     model: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class PromRow:
     """What Prometheus answered for one replica (engine "") or one engine of a data-parallel

@@ -12,6 +12,7 @@ from typing import Generic, TypeVar
 
 from llmtop.core import format as fmt
 from llmtop.core.peaks import HeldPeaks, HistoryIndex, held_tokens
+from llmtop.core.quickinit import quick_init
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
@@ -27,6 +28,7 @@ X = TypeVar("X")
 """What a rule sees: an engine's `Context`, or the fleet's view."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Context:
     """What the rules see at one poll."""
@@ -45,6 +47,7 @@ class Context:
     """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Verdict:
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
@@ -140,6 +143,7 @@ a long prompt's life (its prefill, its answer), so one wave of them finishing do
 few short chats the measure of a slot."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class KvHeld:
     """What each running sequence held at one poll: usage x capacity / running."""
@@ -150,6 +154,7 @@ class KvHeld:
     ago_s: float
 
 
+@quick_init
 @dataclass(frozen=True)
 class KvSize:
     """What one concurrency slot costs in KV tokens, and how many slots the cache holds."""
@@ -394,12 +399,11 @@ def kv_peak(ctx: Context, e: EngineStats) -> float | None:
 def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:
     """KV at its high mark within the window, with preemptions or requests waiting.
 
-    `peak`: `kv_peak(ctx, e)` when the caller has it already (False: work it out)."""
+    `peak`: `kv_peak(ctx, e)` when the caller has it already (False: work it out, only when
+    the engine preempts or has requests waiting: the look-back is the costly part)."""
+    waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+    if not e.preemptions_per_s and not waiting:
+        return False
     if peak is False:
         peak = kv_peak(ctx, e)
-    if peak is None or peak < ctx.settings.kv_high_frac:
-        return False
-    if e.preemptions_per_s:
-        return True
-    waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
-    return bool(waiting)
+    return peak is not None and not peak < ctx.settings.kv_high_frac  # NaN: as `peak < high` had it

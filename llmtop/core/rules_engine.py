@@ -133,10 +133,12 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     the larger of the mean finished request and the KV each running sequence held, so a mix
     of short chats and long prompts is sized by what fills the cache, not by the chats)."""
     for e in up_engines(ctx):
+        waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+        if not e.preemptions_per_s and not waiting:
+            continue  # not pressed (`kv_pressed`), whatever the peak: no look-back
         peak = kv_peak(ctx, e)
         if not kv_pressed(ctx, e, peak):
             continue
-        waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         size = kv_size_now(ctx, e)
         n = size.fits if size is not None else None
         arithmetic = f"; {size.arithmetic()}" if size is not None else ""
@@ -184,8 +186,10 @@ def _cliff_inputs(e: EngineStats) -> bool:
 def batching_cliff(ctx: Context) -> Verdict | None:
     s = ctx.settings
     for e in up_engines(ctx):
+        if e.waiting is None or e.decode_tok_per_s is None:
+            continue  # before the look-back, which is the costly part
         past = _past(ctx, e.url, s.window_s, _cliff_inputs)
-        if past is None or e.waiting is None or e.decode_tok_per_s is None:
+        if past is None:
             continue
         dt, then = past
         if then.waiting is None or not then.decode_tok_per_s:

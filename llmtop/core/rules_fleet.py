@@ -112,22 +112,24 @@ def _medians_of_others(values: list[float]) -> list[float] | None:
     one per replica: the same middle values, the same sum. None (each replica's peers are
     sorted then) with fewer than two values or a NaN, which has no place in a sort."""
     n = len(values)
-    if n < 2 or any(math.isnan(v) for v in values):
+    if n < 2 or any(map(math.isnan, values)):
         return None
     order = sorted(range(n), key=values.__getitem__)  # stable, as sorted(peers) is
     ranked = [values[i] for i in order]
-    place = [0] * n
-    for k, i in enumerate(order):
-        place[i] = k
     half, odd = divmod(n - 1, 2)
-    out: list[float] = []
-    for i in range(n):
-        skip = place[i]  # the peers are `ranked` without this place
-
-        def peer(j: int, skip: int = skip) -> float:
-            return ranked[j] if j < skip else ranked[j + 1]
-
-        out.append(peer(half) if odd else (peer(half - 1) + peer(half)) / 2)
+    # A value's peers are `ranked` without its place: their middle is one of two values (an
+    # odd count of peers) or three means (even), by the side of the middle the place is on.
+    if odd:
+        above, at_or_below = ranked[half], ranked[half + 1]
+        middles = [above if place > half else at_or_below for place in range(n)]
+    else:
+        above = (ranked[half - 1] + ranked[half]) / 2
+        at = (ranked[half - 1] + ranked[half + 1]) / 2
+        below = (ranked[half] + ranked[half + 1]) / 2
+        middles = [above if place > half else at if place == half else below for place in range(n)]
+    out = [0.0] * n
+    for place, i in enumerate(order):
+        out[i] = middles[place]
     return out
 
 
@@ -137,11 +139,11 @@ def replica_outlier(view: FleetView) -> Verdict | None:
     found: dict[str, list[str]] = {}
     bottleneck: Bottleneck | None = None
     order: list[Replica] = []
+    distinct = len({id(r) for r in up}) == len(up)  # a row's peers: all the other rows
     for fig in _FIGURES:
         known = [(r, v) for r in up if (v := fig.read(r.stats)) is not None]
         if len(known) < rules.outlier_min_replicas:
             continue
-        distinct = len({id(r) for r, _ in known}) == len(known)  # peers: all the other rows
         medians = _medians_of_others([v for _, v in known]) if distinct else None
         for i, (r, v) in enumerate(known):
             if medians is not None:

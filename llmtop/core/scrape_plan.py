@@ -12,6 +12,7 @@ Plans are memoised, the one used last checked first. Pure.
 from __future__ import annotations
 
 import math
+import operator
 
 from llmtop.core import engines as E
 from llmtop.core.raw import Labels
@@ -125,12 +126,11 @@ class ScrapePlan:
         for i in by_name.get(E.PROMPT_BY_SOURCE, ()):
             source = E._label(labels[i], "source") or "unknown"
             counters.setdefault(f"prompt_source:{source}", ("fold", []))[1].append(i)
-        self.counters = list(counters.items())
-
-        self.histograms: list[
-            tuple[str, _BucketPlan | None, list[int], list[tuple[float, int]], list[int], list[int]]
-        ] = []
-        """(key, bucket plan, bucket samples, (bound, sample) when one sample each, sum, count)"""
+        self.counter_names = list(counters)
+        keys: list[tuple[str, object]] = [(name, None) for name in counters]
+        folds = [(how == "sum", idx) for how, idx in counters.values()]
+        self.histograms: list[tuple[str, list[float], int]] = []
+        """(key, bucket bounds, column of its first bucket): its buckets, then sum and count."""
         for key, alternatives in E.HISTOGRAMS.items():
             for fam in alternatives:
                 if fam + "_count" in by_name or fam + "_bucket" in by_name:
@@ -139,19 +139,47 @@ class ScrapePlan:
                     plan = bucket_plan(tuple([labels[i] for i in buckets])) if buckets else None
                     if buckets and plan is None:
                         raise ValueError("a NaN bucket bound: read sample by sample")
-                    sums, counts = by_name.get(fam + "_sum", []), by_name.get(fam + "_count", [])
-                    single = [(le, buckets[i]) for le, i in plan.single] if plan else []
-                    self.histograms.append((key, plan, buckets, single, sums, counts))
+                    bounds = [le for le, _ in plan.bounds] if plan is not None else []
+                    self.histograms.append((key, bounds, len(keys)))
+                    for le, members in plan.bounds if plan is not None else ():
+                        keys.append(("h:" + key, le))
+                        folds.append((False, [buckets[i] for i in members]))
+                    keys += [("h:" + key, "sum"), ("h:" + key, "count")]
+                    folds.append((True, by_name.get(fam + "_sum", [])))
+                    folds.append((True, by_name.get(fam + "_count", [])))
                     break
-        keys: list[tuple[str, object]] = [(name, None) for name, _ in self.counters]
-        for key, plan, *_ in self.histograms:
-            group = "h:" + key
-            keys += [(group, le) for le, _ in plan.bounds] if plan is not None else []
-            keys += [(group, "sum"), (group, "count")]
         self.keys = tuple(keys)
+        """The counter window's keys (`derive.counter_values`' order), one per column."""
+        self._folds = folds
+        self._zeros = [0 if by_sum else 0.0 for by_sum, _ in folds]
+        self._gather = operator.itemgetter(*[idx[0] if idx else 0 for _, idx in folds] or [0])
+        """The first sample of every column, in one call (one engine: the only one)."""
+        self._others = [(i, by_sum, idx) for i, (by_sum, idx) in enumerate(folds) if len(idx) != 1]
+        """Columns of no sample or of several (engines, reasons), added up one by one."""
         self.kv = E._kv_capacity(info)
         self.model = E._model(labels)
         self.has_vllm = any(name.startswith(E.VLLM_PREFIX) for name in names)
+
+    def columns(self, values: list[float]) -> list[float]:
+        """The values of `keys`, each added up as the direct reading adds it: sum() of its
+        samples (a counter, a histogram's sum or count; 0 when none) or from 0.0 one by one
+        (a bucket, a counter by reason)."""
+        if len(self._zeros) < 2:  # itemgetter of one index gives no tuple
+            return [self._add_up(values, *fold) for fold in self._folds]
+        # one sample: 0 + v is sum([v]), 0.0 + v the fold of one
+        out = list(map(operator.add, self._zeros, self._gather(values)))
+        for i, by_sum, idx in self._others:
+            out[i] = self._add_up(values, by_sum, idx)
+        return out
+
+    @staticmethod
+    def _add_up(values: list[float], by_sum: bool, idx: list[int]) -> float:
+        if by_sum:
+            return sum([values[i] for i in idx])
+        total = 0.0
+        for i in idx:
+            total = total + values[i]
+        return total
 
     def apply(self, values: list[float]) -> E.EngineScrape:
         """The scrape of these values (in the samples' order)."""
@@ -166,31 +194,18 @@ class ScrapePlan:
                 gauges[key] = sum([v * w for v, w in zip(mine, weights, strict=True)]) / total
             else:
                 gauges[key] = sum([values[i] for i in idx]) / len(idx)
-        counters: dict[str, float] = {}
-        for key, (how, idx) in self.counters:
-            if how == "sum":
-                counters[key] = sum([values[i] for i in idx])
-            else:
-                total_ = 0.0
-                for i in idx:
-                    total_ = total_ + values[i]
-                counters[key] = total_
+        columns = self.columns(values)
         histograms: dict[str, E.Histogram] = {}
-        for key, plan, buckets, single, sums, counts in self.histograms:
-            if single:  # as _BucketPlan.buckets: each count added up from 0.0
-                bounds = tuple([(le, 0.0 + values[i]) for le, i in single])
-            else:
-                bounds = plan.buckets([values[i] for i in buckets]) if plan is not None else ()
+        for key, bounds, first in self.histograms:
+            end = first + len(bounds)
             histograms[key] = E.Histogram(
-                buckets=bounds,
-                sum=sum([values[i] for i in sums]),
-                count=sum([values[i] for i in counts]),
+                tuple(zip(bounds, columns[first:end], strict=True)), columns[end], columns[end + 1]
             )
         capacity, block_size = self.kv
         return E.EngineScrape(
             gauges=gauges,
             waiting_capacity=sum([values[i] for i in self.capacity]) if self.capacity else None,
-            counters=counters,
+            counters=dict(zip(self.counter_names, columns[: len(self.counter_names)], strict=True)),
             histograms=histograms,
             kv_capacity_tokens=capacity,
             kv_block_size=block_size,
@@ -199,6 +214,7 @@ class ScrapePlan:
             names_used=dict(self.used),
             waiting_deferred=sum([values[i] for i in self.deferred]) if self.deferred else None,
             counter_keys=self.keys,
+            counter_columns=columns,
         )
 
 

@@ -22,7 +22,8 @@ import math
 import operator
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import accumulate
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
@@ -31,11 +32,13 @@ Key = tuple[str, Hashable]
 class _Layout:
     """The keys of one poll in order, each key's position, and each group's members."""
 
-    __slots__ = ("_histograms", "groups", "index", "keys")
+    __slots__ = ("_histograms", "counters", "groups", "index", "keys")
 
     def __init__(self, keys: tuple[Key, ...]) -> None:
         self.keys = keys
         self.index: dict[Key, int] = {k: i for i, k in enumerate(keys)}
+        self.counters = [(k, i) for k, i in self.index.items() if k[1] is None]
+        """The plain counters' keys (member None) and positions."""
         self.groups: dict[str, list[tuple[Hashable, int]]] = {}
         for i, (group, member) in enumerate(keys):
             self.groups.setdefault(group, []).append((member, i))
@@ -52,7 +55,7 @@ class _Layout:
 class _HistogramLayout:
     """Where a histogram's bounds (numeric members, as floats), sum and count sit in a layout."""
 
-    __slots__ = ("bounds", "count", "sum")
+    __slots__ = ("bounds", "count", "ordered", "sum")
 
     def __init__(self, members: list[tuple[Hashable, int]]) -> None:
         positions = dict(members)
@@ -63,6 +66,14 @@ class _HistogramLayout:
             for m, i in positions.items()
             if m not in ("sum", "count") and isinstance(m, float | int)
         ]
+        self.ordered: tuple[list[float], Callable[[list[float]], Sequence[float]]] | None = None
+        """The bounds ascending and a getter of their counts in that order; None when a bound
+        is NaN (sorting (bound, count) pairs then depends on the counts)."""
+        if self.bounds and not any(math.isnan(le) for le, _ in self.bounds):
+            ranked = sorted(self.bounds)  # distinct bounds (distinct keys): by bound alone
+            where = [i for _, i in ranked]
+            get = operator.itemgetter(*where) if len(where) > 1 else lambda v: [v[where[0]]]
+            self.ordered = ([le for le, _ in ranked], get)
 
 
 Step = tuple[float, float, _Layout, list[float]]
@@ -72,7 +83,7 @@ Step = tuple[float, float, _Layout, list[float]]
 class _Window:
     """The steps of one window, and every key's sum over them when they share a layout."""
 
-    __slots__ = ("layout", "span", "steps", "sums")
+    __slots__ = ("counters", "layout", "span", "steps", "sums")
 
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
@@ -86,6 +97,8 @@ class _Window:
                 self.layout = layout
                 # column by column, oldest poll first: the additions a key-by-key sum makes
                 self.sums = list(map(sum, zip(*(s[3] for s in steps), strict=True)))
+        self.counters: dict[Key, float] | None = None
+        """The plain counters' increases, once asked for (`CounterWindow.counter_deltas`)."""
 
 
 class CounterWindow:
@@ -161,6 +174,22 @@ class CounterWindow:
         found = [s[3][i] for s in w.steps if (i := s[2].index.get(key)) is not None]
         return sum(found) if found else None
 
+    def counter_deltas(self, window_s: float) -> dict[Key, float]:
+        """`delta` of every plain counter (member None) the window has, in one dict: one
+        derive reads a dozen of them."""
+        w = self._window(window_s)
+        if w.counters is None:
+            if w.sums is not None and w.layout is not None:
+                sums = w.sums
+                w.counters = {key: sums[i] for key, i in w.layout.counters}
+            else:  # as `_delta` adds each key up: over the steps that have it, oldest first
+                found: dict[Key, list[float]] = {}
+                for step in w.steps:
+                    for key, i in step[2].counters:
+                        found.setdefault(key, []).append(step[3][i])
+                w.counters = {key: sum(incs) for key, incs in found.items()}
+        return w.counters
+
     def rate(self, key: Key, window_s: float) -> float | None:
         """Per-second increase over the window; None when unknown."""
         w = self._window(window_s)
@@ -182,6 +211,25 @@ class CounterWindow:
         total, count = members.pop("sum", None), members.pop("count", None)
         bounds = [(float(le), c) for le, c in members.items() if isinstance(le, float | int)]
         return bounds, total, count
+
+    def sorted_histogram(
+        self, group: str, window_s: float
+    ) -> tuple[Buckets, float | None, float | None] | None:
+        """`histogram` as `Buckets`, without building and sorting (bound, count) pairs: the
+        layout has the bounds in order. None where `histogram` must be read instead (the
+        window's polls of different layouts, a NaN bound, no bounds)."""
+        w = self._window(window_s)
+        if w.sums is None or w.layout is None:
+            return None
+        sums, h = w.sums, w.layout.histogram(group)
+        if h.ordered is None:
+            return None
+        bounds, counts = h.ordered
+        return (
+            Buckets.of_sorted(bounds, list(counts(sums))),
+            None if h.sum is None else sums[h.sum],
+            None if h.count is None else sums[h.count],
+        )
 
     def group(self, group: str, window_s: float) -> dict[Hashable, float]:
         """Summed increments of every member of `group` over the window."""
@@ -223,9 +271,6 @@ def _increments_by_key(
     return [v if k[0] in reset_groups or k not in prev else v - prev[k] for k, v in pairs]
 
 
-_COUNT = operator.itemgetter(1)
-
-
 def _running_max(counts: list[float]) -> list[float]:
     """The counts made monotonic, as max(running, c) from running = 0.0 makes them: bucket
     deltas of a window can dip across a reset. Counts that never fall (the usual case) are
@@ -233,35 +278,41 @@ def _running_max(counts: list[float]) -> list[float]:
     if all(map(operator.le, counts, counts[1:])):
         zeros = bisect_right(counts, 0.0)
         return [0.0] * zeros + counts[zeros:] if zeros else counts
-    out: list[float] = []
-    running = 0.0
-    for c in counts:
-        running = max(running, c)
-        out.append(running)
-    return out
+    running = accumulate(counts, max, initial=0.0)  # the same max(running, c) calls, in C
+    next(running)  # the initial 0.0
+    return list(running)
 
 
 class Buckets:
     """Cumulative (upper bound, count) buckets sorted once: `derive` reads two or three
     quantiles of each histogram, and asks each time whether it lands in the first bucket."""
 
-    __slots__ = ("_counts", "_ordered", "_peak")
+    __slots__ = ("_bounds", "_counts", "_peak", "_raw")
 
     def __init__(self, buckets: Sequence[tuple[float, float]]) -> None:
-        self._ordered = sorted(buckets)
+        ordered = sorted(buckets)
+        self._bounds = [b for b, _ in ordered]
+        self._raw = [c for _, c in ordered]
         self._counts: list[float] | None = None
         self._peak: float | None = None
 
+    @classmethod
+    def of_sorted(cls, bounds: list[float], counts: list[float]) -> Buckets:
+        """Buckets already in the order `sorted` gives them, as bounds and counts."""
+        self = cls.__new__(cls)
+        self._bounds, self._raw, self._counts, self._peak = bounds, counts, None, None
+        return self
+
     def quantile(self, q: float) -> float | None:
         """`histogram_quantile(q, buckets)`."""
-        ordered = self._ordered
-        if not ordered or math.isnan(q):
+        bounds = self._bounds
+        if not bounds or math.isnan(q):
             return None
-        if not math.isinf(ordered[-1][0]):
+        if not math.isinf(bounds[-1]):
             return None  # no +Inf bucket: not a valid histogram
         counts = self._counts
         if counts is None:
-            counts = self._counts = _running_max(list(map(_COUNT, ordered)))
+            counts = self._counts = _running_max(self._raw)
         total = counts[-1]
         if total <= 0:
             return None
@@ -274,15 +325,15 @@ class Buckets:
             i = bisect_left(counts, rank)
         else:
             i = next(i for i, c in enumerate(counts) if c >= rank)
-        if i == len(ordered) - 1:
-            return ordered[-2][0] if len(ordered) >= 2 else None
-        upper = ordered[i][0]
+        if i == len(bounds) - 1:
+            return bounds[-2] if len(bounds) >= 2 else None
+        upper = bounds[i]
         if i == 0:
             if upper <= 0:
                 return upper
             lower, below = 0.0, 0.0
         else:
-            lower, below = ordered[i - 1][0], counts[i - 1]
+            lower, below = bounds[i - 1], counts[i - 1]
         in_bucket = counts[i] - below
         if in_bucket <= 0:
             return upper
@@ -292,13 +343,17 @@ class Buckets:
 
     def lands_in_first(self, q: float) -> bool:
         """`quantile_lands_in_first_bucket(q, buckets)`."""
-        ordered = self._ordered
-        if not ordered:
+        raw = self._raw
+        if not raw:
             return False
         if self._peak is None:
-            self._peak = max(map(_COUNT, ordered))
+            self._peak = max(raw)
         total = self._peak
-        return total > 0 and ordered[0][1] >= q * total
+        return total > 0 and raw[0] >= q * total
+
+    def first_bound(self) -> float | None:
+        """The lowest bound (None without buckets)."""
+        return self._bounds[0] if self._bounds else None
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmtop.core.quickinit import quick_init
+
 Severity = Literal["warning", "critical"]
 Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
 Status = Literal["ok", "degraded", "critical", "unknown"]
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineStats:
     """One engine (one /metrics URL; data-parallel engines inside it are already summed)."""
@@ -154,6 +157,7 @@ class GpuStats:
     processes: tuple[str, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class Finding:
     """A named problem: which resource binds, the measured evidence, and what to do."""
@@ -167,6 +171,7 @@ class Finding:
     """Time (seconds, the snapshot clock) the finding fired."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Snapshot:
     """Everything one poll knows, after derivation and the health rules."""
