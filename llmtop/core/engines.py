@@ -110,9 +110,9 @@ class EngineScrape:
     """Their values in that order (the plan adds them up once, for the window to keep)."""
 
 
-_NAME = operator.attrgetter("name")
-_LABELS = operator.attrgetter("labels")
-_VALUE = operator.attrgetter("value")
+_NAME = operator.itemgetter(0)  # Sample is a named tuple: (name, labels, value)
+_LABELS = operator.itemgetter(1)
+_VALUE = operator.itemgetter(2)
 
 
 def _label(labels: tuple[tuple[str, str], ...], key: str) -> str | None:

@@ -157,7 +157,7 @@ def replica_status(stats: EngineStats, findings: Sequence[Finding]) -> Status:
 
 
 _STATUS_RANK = {"critical": 1, "degraded": 2}
-_NAME = operator.attrgetter("name")
+_NAME = operator.itemgetter(0)  # Sample is a named tuple: (name, labels, value)
 
 
 def _rank(r: Replica) -> tuple[int, float, float, float]:

@@ -12,7 +12,7 @@ from llmtop.core.series import Key
 
 ENGINE_LABEL = "engine"
 _ONE_PER_ENGINE = "vllm:num_requests_running"
-_NAME = operator.attrgetter("name")
+_NAME = operator.itemgetter(0)  # Sample is a named tuple: (name, labels, value)
 _RESTART_KEYS: tuple[Key, ...] = (
     ("prompt_tokens", None),
     ("generation_tokens", None),

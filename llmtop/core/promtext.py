@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.raw import Labels, Sample, new_sample
+from llmtop.core.raw import Labels, Sample, new_sample, samples_of
 from llmtop.errors import ScrapeError
 
 _NAME = re.compile(r"[^{\s]+")
@@ -215,7 +215,7 @@ class KeepNames:
                         layouts.remove(layout)
                         layouts.insert(0, layout)
                 try:
-                    out.extend(map(new_sample, layout.names, layout.labels, map(float, m.groups())))
+                    out.extend(samples_of(layout.names, layout.labels, map(float, m.groups())))
                 except ValueError:
                     return False
                 return True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.core import engines, promtext
-from llmtop.core.raw import Sample, new_sample
+from llmtop.core.raw import Sample, samples_of
 from llmtop.errors import ScrapeError
 
 KEEP = promtext.keep_names(engines.sample_names())
@@ -341,19 +340,22 @@ def test_bad_last_line_after_many_comments_is_named_quickly() -> None:
     assert time.process_time() - start < 2.0
 
 
-def test_new_sample_is_the_constructors_sample() -> None:
-    """The parser's cheaper constructor makes the same Sample: fields, equality, hash, repr,
-    and what dataclasses make of it."""
+def test_samples_made_in_c_are_the_constructors() -> None:
+    """The parser's C-built Samples are the constructor's: fields, equality, hash, repr,
+    still immutable; a length mismatch is an error, not a short read."""
     labels = (("engine", "0"), ("le", "+Inf"))
-    made, built = new_sample("vllm:x_bucket", labels, 2.5), Sample("vllm:x_bucket", labels, 2.5)
+    (made,) = samples_of(["vllm:x_bucket"], [labels], [2.5])
+    built = Sample("vllm:x_bucket", labels, 2.5)
     assert type(made) is Sample
+    assert (made.name, made.labels, made.value) == ("vllm:x_bucket", labels, 2.5)
     assert made == built
     assert hash(made) == hash(built)
     assert repr(made) == repr(built)
-    assert dataclasses.asdict(made) == dataclasses.asdict(built)
-    assert dataclasses.replace(made, value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert made._replace(value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
+    with pytest.raises(AttributeError):
         made.value = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="shorter"):
+        list(samples_of(["a", "b"], [(), ()], [1.0]))
 
 
 def test_threads_sharing_a_keep_read_every_text_exactly() -> None:
