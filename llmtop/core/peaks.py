@@ -141,11 +141,13 @@ class _Held:
 
 
 def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
-    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown."""
+    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown (a NaN
+    or infinite figure too: it sizes nothing, and would stick as the look-back's most)."""
     cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
     if cap is None or usage is None or not running or running <= 0:
         return None
-    return usage, running, usage * cap / running
+    tokens = usage * cap / running
+    return (usage, running, tokens) if math.isfinite(tokens) else None
 
 
 class HeldPeaks:

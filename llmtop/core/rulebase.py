@@ -282,7 +282,7 @@ def kv_size(
     cleared. None when the capacity is unknown or nothing has run or finished.
     """
     cap = e.kv_capacity_tokens
-    if cap is None or cap <= 0:
+    if cap is None or not math.isfinite(cap) or cap <= 0:
         return None
     held = _held(e, history, now, index)
     mean = (
@@ -290,7 +290,11 @@ def kv_size(
         if e.mean_prompt_tokens is not None
         else None
     )
-    candidates = [v for v in (mean, held.tokens if held else None) if v is not None and v > 0]
+    candidates = [
+        v
+        for v in (mean, held.tokens if held else None)
+        if v is not None and v > 0 and math.isfinite(v)  # a NaN or 1e309 figure sizes nothing
+    ]
     if not candidates:
         return None
     per_req = math.ceil(max(candidates))  # whole tokens, as printed: the figures give `fits`
