@@ -19,6 +19,7 @@ import base64
 import ssl
 import zlib
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import unquote, urlencode, urljoin, urlsplit
 
 import httptools
@@ -125,8 +126,8 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a cast, not an isinstance check: uvloop's TCPTransport is not an asyncio.Transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._answer is None:  # bytes nobody asked for: the connection is out of step

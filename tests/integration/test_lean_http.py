@@ -309,3 +309,29 @@ async def test_a_form_is_posted_and_a_307_keeps_it(client: LeanClient) -> None:
     answer = await client.post_form(server.url + "/see", {"query": query})
     assert answer.body == b"GET "
     assert server.connections == 1
+
+
+def test_it_runs_on_uvloop_too() -> None:
+    """uvloop (installed with uvicorn[standard]) hands the protocol a transport that is not an
+    asyncio.Transport: the client must not care."""
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed on this platform")
+
+    async def scrape() -> tuple[int, bytes]:
+        async def ok(head: bytes, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+            w.write(reply(b"200 OK", BODY))
+            return True
+
+        server = await serve(ok)
+        http = LeanClient(timeout_s=2.0, max_bytes=len(BODY) * 2)
+        try:
+            answer = await http.get(server.url + "/metrics")
+            again = await http.get(server.url + "/metrics")
+        finally:
+            http.close()
+            for srv in SERVERS:
+                srv.close()
+            SERVERS.clear()
+        assert again.body == answer.body
+        return answer.status, answer.body
+
+    assert uvloop.run(scrape()) == (200, BODY)
