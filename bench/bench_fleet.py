@@ -187,7 +187,12 @@ def main() -> None:
         help="leave CPU placement to the scheduler (default: llmtop on one core, the targets "
         "and Prometheus on the others)",
     )
+    ap.add_argument("--uvloop", action="store_true", help="run llmtop's side on uvloop's loop")
     args = ap.parse_args()
+    if args.uvloop:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     pinned = pin(not args.no_pin)
     procs: list[subprocess.Popen[bytes]] = []
     results: list[tuple[str, dict[str, float]]] = []
@@ -271,7 +276,8 @@ def main() -> None:
     print(
         f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up; targets "
         f"{'gzip when asked' if args.gzip else 'answer plain text'}; "
-        f"{'llmtop pinned to one core, the rest to the others' if pinned else 'not pinned'}.\n"
+        f"{'llmtop pinned to one core, the rest to the others' if pinned else 'not pinned'}"
+        f"{'; on uvloop' if args.uvloop else ''}.\n"
     )
     print(
         "| source | replicas up | queries a poll | wall per poll | CPU per poll (median) | p90 "
