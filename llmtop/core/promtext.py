@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.raw import Labels, Sample, new_sample, samples_of
+from llmtop.core.raw import Labels, Sample, samples_of
 from llmtop.errors import ScrapeError
 
 _NAME = re.compile(r"[^{\s]+")
@@ -240,7 +240,7 @@ class KeepNames:
                 return False
             if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
                 value = 0.0  # "-0": prometheus_client reads an int first
-            out.append(new_sample(read[0], read[1], value))
+            out.append(Sample(read[0], read[1], value))
         layouts = self._layouts.setdefault(family, [])
         if all(layout.reads != reads for layout in layouts):
             if len(layouts) >= _LAYOUTS_MAX:  # replace the least recently matched, now and then
@@ -316,7 +316,7 @@ def _stray(line: str, keep: KeepNames) -> Sample | None:
     label_text, space, value_text = line[len(name) : -1].rpartition(" ")
     labels = _labels(label_text) if space else None
     value = _value(value_text)
-    return None if labels is None or value is None else new_sample(name, labels, value)
+    return None if labels is None or value is None else Sample(name, labels, value)
 
 
 def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:

@@ -34,9 +34,6 @@ class Sample(NamedTuple):
     value: float
 
 
-new_sample = Sample
-"""The constructor by its older name (it was once a faster path than a dataclass's)."""
-
 _tuple_new = tuple.__new__
 
 

@@ -4,6 +4,7 @@ infinity): no exception, and what is finite still sizes. Both used to raise out 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -57,7 +58,8 @@ def test_non_finite_figures_size_from_what_is_finite(figures: dict[str, float]) 
     rules = HealthState(settings)
     ctx = Context(time=5.0, engines=(e,), gateway=None, gpus=(), settings=settings)
     findings = rules.evaluate(replace(ctx, history=[before]))  # the KV rules size it, no raise
-    assert any(f.id == "kv-exhausted" for f in findings) or e.kv_cache_usage_frac != 0.97
+    if e.kv_cache_usage_frac == 0.97:  # the cache still full and finite: it is still judged so
+        assert any(f.id == "kv-exhausted" for f in findings)
     assert all(math.isfinite(float(n)) for f in findings for n in _numbers(f.summary))
 
 
@@ -68,6 +70,4 @@ def test_an_infinite_capacity_is_no_capacity() -> None:
 
 
 def _numbers(text: str) -> list[str]:
-    import re
-
     return re.findall(r"\d[\d,]*\.?\d*", text.replace(",", ""))
