@@ -236,19 +236,121 @@ class HeldPeaks:
         return top.usage, top.running, top.tokens, top.time
 
 
+class _Usage:
+    """One engine row of one kept snapshot: its KV usage then."""
+
+    __slots__ = ("time", "usage")
+
+    def __init__(self, time: float, usage: float) -> None:
+        self.time = time
+        self.usage = usage
+
+
+class KvPeaks:
+    """Per URL, the highest KV usage of the kept snapshots since a time, newest first among
+    equals: `rulebase.kv_peak`'s look-back over the rules' window (kv-exhausted reads it for
+    every replica at every poll while its cache is full)."""
+
+    def __init__(self) -> None:
+        self._fronts: dict[str, deque[_Usage]] = {}
+        self._nan: dict[str, int] = {}
+        self._kept: deque[list[tuple[str, _Usage | None]]] = deque()
+        self._added = 0
+        self._dropped = 0
+        self._newest: float | None = None
+        self._out_of_order = 0
+        """As `HeldPeaks._out_of_order`: exact again once the earlier-timed one's predecessor
+        has gone."""
+        self._cut = -math.inf
+        """The latest `since` rows were let go for (an earlier one asks for them: not exact)."""
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        if self._newest is not None and not snap.time >= self._newest:
+            self._out_of_order = self._added
+        self._newest = snap.time
+        self._added += 1
+        rows: list[tuple[str, _Usage | None]] = []
+        # The scan reads a snapshot's rows first to last, newest snapshot first, and `max`
+        # keeps the first of equals: pushed last row first, a row outdoes the ones before it
+        # on equal terms.
+        for p in reversed(snap.engines):
+            usage = p.kv_cache_usage_frac
+            if usage is None or not p.up:
+                continue
+            if math.isnan(usage):
+                self._nan[p.url] = self._nan.get(p.url, 0) + 1
+                rows.append((p.url, None))
+                continue
+            entry = _Usage(snap.time, usage)
+            front = self._fronts.setdefault(p.url, deque())
+            while front and front[-1].usage <= usage:
+                front.pop()  # older and no higher: never the answer while this one is kept
+            front.append(entry)
+            rows.append((p.url, entry))
+        self._kept.append(rows)
+
+    def drop_oldest(self) -> None:
+        """Forget the oldest indexed snapshot (the history has let it go)."""
+        self._dropped += 1
+        for url, entry in self._kept.popleft():
+            if entry is None:
+                self._nan[url] -= 1
+                if not self._nan[url]:
+                    del self._nan[url]
+                continue
+            front = self._fronts.get(url)
+            if front and front[0] is entry:
+                front.popleft()
+                if not front:
+                    del self._fronts[url]
+        if not self._kept:
+            self._newest = None
+
+    def peak(self, url: str, since: float) -> tuple[bool, float | None]:
+        """(exact, the highest KV usage of the URL's up rows in the newest kept snapshot and
+        every one at `since` or later, the newest of equals; None: no row knows it). Not exact
+        where the scan must answer: kept times out of order, a NaN among the URL's rows, the
+        newest snapshot before `since`, or `since` earlier than one asked before."""
+        newest = self._newest
+        if newest is None:
+            return True, None
+        if (
+            self._dropped < self._out_of_order
+            or url in self._nan
+            or not newest >= since  # the scan still reads the newest: rare, and cheap there
+            or since < self._cut
+        ):
+            return False, None
+        front = self._fronts.get(url)
+        if not front:
+            return True, None
+        if front[0].time < since:
+            self._cut = since  # rows before it are let go for good: later asks start later
+            while front and front[0].time < since:
+                front.popleft()
+            if not front:
+                del self._fronts[url]
+                return True, None
+        return True, front[0].usage
+
+
 class HistoryIndex:
-    """Both look-backs of one history, fed as it keeps and lets go of snapshots."""
+    """The look-backs of one history, fed as it keeps and lets go of snapshots."""
 
     def __init__(self) -> None:
         self.decode = DecodePeaks()
         self.held = HeldPeaks()
+        self.kv = KvPeaks()
 
     def add(self, snap: Snapshot) -> None:
         """The history has kept `snap` (its newest)."""
         self.decode.add(snap)
         self.held.add(snap)
+        self.kv.add(snap)
 
     def drop_oldest(self) -> None:
         """The history has let its oldest snapshot go."""
         self.decode.drop_oldest()
         self.held.drop_oldest()
+        self.kv.drop_oldest()

@@ -386,9 +386,19 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 
 
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
-    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
-    values = [e.kv_cache_usage_frac]
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
+
+    The pipeline's `history_index` answers for the look-back where it is exact (`KvPeaks`);
+    `max` of this poll's value and its answer is the scan's, this poll first among equals."""
+    now = e.kv_cache_usage_frac
     url, oldest = e.url, ctx.time - ctx.settings.window_s
+    if ctx.history_index is not None:
+        exact, before = ctx.history_index.kv.peak(url, oldest)
+        if exact:
+            if before is None or now is None:
+                return now if before is None else before
+            return max(now, before)
+    values = [now]
     for i, snap in enumerate(reversed(ctx.history)):
         # The window, and at least the previous poll (its start when polls are a window apart).
         if i > 0 and snap.time < oldest:

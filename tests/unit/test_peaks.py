@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmtop.core.peaks import DecodePeaks, HistoryIndex, scan_best_at_half
-from llmtop.core.rulebase import _held
+from llmtop.core.rulebase import Context, _held, kv_peak
 from llmtop.core.snapshot import EngineStats, Snapshot
+from llmtop.core.thresholds import HealthSettings
 
 URLS = ("http://a", "http://b")
 
@@ -149,3 +151,77 @@ def test_kv_held_look_back_ends_where_the_scan_ends() -> None:
     """Polls half a second apart: the row of the most KV leaves the look-back on the poll
     60 s after it, not a poll later."""
     _replay_kv_held(_steady(200, dt=0.5), keep=300)
+
+
+_usage_row = st.tuples(
+    st.sampled_from(URLS),
+    st.booleans() | st.just(True),  # up
+    st.sampled_from([None, 0.0, -0.0, 0.5, 0.9, 1.0, 1, math.inf] * 10 + [math.nan]),
+)
+
+
+def _replay_kv_peak(
+    polls: list[tuple[float, list[tuple[str, bool, float | None]]]], keep: int, window_s: float
+) -> None:
+    """At each poll, before its snapshot is kept: `kv_peak` with the index is `kv_peak`'s scan,
+    for each row of the poll and for a row that knows nothing (repr: a -0.0 or NaN shows)."""
+    settings = HealthSettings(window_s=window_s)
+    index, history = HistoryIndex(), deque[Snapshot]()
+    t = 0.0
+    for dt, rows in polls:
+        t += dt
+        engines = tuple(EngineStats(url=u, up=up, kv_cache_usage_frac=v) for u, up, v in rows)
+        for url in URLS:
+            for e in (*(p for p in engines if p.url == url), EngineStats(url=url, up=True)):
+                seen = {"time": t, "engines": (e,), "gateway": None, "gpus": ()}
+                scan = Context(**seen, settings=settings, history=tuple(history))
+                indexed = replace(scan, history_index=index)
+                assert repr(kv_peak(indexed, e)) == repr(kv_peak(scan, e))
+        snap = Snapshot(time=t, engines=engines)
+        history.append(snap)
+        index.add(snap)
+        while len(history) > keep:
+            history.popleft()
+            index.drop_oldest()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1.0] * 8 + [0.5, 0.0, 7.0, 30.0, -5.0, -70.0]),  # seconds to this poll
+            st.lists(_usage_row, max_size=3),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 40),
+    st.sampled_from([1.0, 3.0, 10.0, 10.0, 25.0]),
+)
+@settings(max_examples=400)
+def test_kv_peak_index_answers_as_the_scan(
+    polls: list[tuple[float, list[tuple[str, bool, float | None]]]], keep: int, window_s: float
+) -> None:
+    """Whatever the rows (up or not, unknown, equal, signed zeros, infinite or NaN usage) and
+    the time (mostly moving on, sometimes standing or stepping back, gaps past the window), as
+    the history slides: the index answers as the scan, or says it cannot and the rule scans."""
+    _replay_kv_peak(polls, keep, window_s)
+
+
+def test_kv_peak_index_lets_the_peak_leave_the_window() -> None:
+    """A full cache, then a calm one for longer than the window: the peak drops to the calm
+    usage on the poll the full one leaves the window, as the scan's does (not a poll late)."""
+    polls = [(1.0, [(URLS[0], True, 1.0 if i == 3 else 0.2)]) for i in range(30)]
+    _replay_kv_peak(polls, keep=200, window_s=10.0)
+    index = HistoryIndex()
+    for i, (_, rows) in enumerate(polls):
+        index.add(
+            Snapshot(
+                time=float(i),
+                engines=tuple(
+                    EngineStats(url=u, up=up, kv_cache_usage_frac=v) for u, up, v in rows
+                ),
+            )
+        )
+    assert index.kv.peak(URLS[0], 3.0) == (True, 1.0)
+    assert index.kv.peak(URLS[0], 4.0) == (True, 0.2)
+    assert index.kv.peak(URLS[0], 3.0) == (False, None)  # let go already: the scan answers
