@@ -22,18 +22,20 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from math import isfinite
 
 NA = "n/a"
 
 
 def _unknown(v: float | int | None) -> bool:
-    """None, NaN and infinities print as n/a: none of them is a measurement."""
+    """None, NaN and infinities print as n/a: none of them is a measurement. (Inlined in the
+    forms the findings use: their text is built for every replica at every poll.)"""
     return v is None or (isinstance(v, float) and not math.isfinite(v))
 
 
 def seconds(v: float | None) -> str:
     """A latency: '850 ms', '3.2 s', '1 m 05 s'."""
-    if _unknown(v) or v is None:
+    if v is None or (isinstance(v, float) and not isfinite(v)):  # `_unknown`, inlined
         return NA
     if v < 1.0:
         return f"{v * 1000:.0f} ms" if v >= 0.0095 else f"{v * 1000:.1f} ms"
@@ -45,28 +47,28 @@ def seconds(v: float | None) -> str:
 
 def tok_per_s(v: float | None) -> str:
     """A token rate: '1,041 tok/s', '8.5 tok/s'."""
-    if _unknown(v) or v is None:
+    if v is None or (isinstance(v, float) and not isfinite(v)):  # `_unknown`, inlined
         return NA
     return f"{v:,.0f} tok/s" if v >= 100 else f"{v:.1f} tok/s"
 
 
 def per_s(v: float | None, unit: str = "/s") -> str:
     """An event rate: '0.8/s', '12/s'."""
-    if _unknown(v) or v is None:
+    if v is None or (isinstance(v, float) and not isfinite(v)):  # `_unknown`, inlined
         return NA
     return f"{v:,.0f}{unit}" if v >= 100 else f"{v:.1f}{unit}"
 
 
 def frac(v: float | None) -> str:
     """A 0..1 fraction as a percentage: '93%'."""
-    if _unknown(v) or v is None:
+    if v is None or (isinstance(v, float) and not isfinite(v)):  # `_unknown`, inlined
         return NA
     return f"{v * 100:.0f}%"
 
 
 def count(v: float | int | None) -> str:
     """A count: '42', '38,800'."""
-    if _unknown(v) or v is None:
+    if v is None or (isinstance(v, float) and not isfinite(v)):  # `_unknown`, inlined
         return NA
     return f"{v:,.0f}"
 

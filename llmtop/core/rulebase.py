@@ -87,14 +87,15 @@ class Hysteresis(Generic[X]):
     def __init__(self, rules: Sequence[Rule[X]]) -> None:
         self.rules = tuple(rules)
         self._held: dict[str, _Held] = {r.id: _Held() for r in self.rules}
+        self._pairs = tuple((r, self._held[r.id]) for r in self.rules)
+        """Each rule with its state, as `evaluate` walks them (once per replica and poll)."""
 
     def evaluate(
         self, seen: X, t: float, fire_after_s: float, clear_after_s: float
     ) -> tuple[Finding, ...]:
         """The findings active at `t`, critical first."""
         out: list[Finding] = []
-        for rule in self.rules:
-            st = self._held[rule.id]
+        for rule, st in self._pairs:
             verdict = rule.check(seen)
             if verdict is not None:
                 st.verdict, st.false_since = verdict, None
@@ -122,12 +123,19 @@ class Hysteresis(Generic[X]):
                         since=st.fired_since,
                     )
                 )
-        out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
+        if len(out) > 1:
+            out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
         return tuple(out)
 
 
 def up_engines(ctx: Context) -> list[EngineStats]:
-    return [e for e in ctx.engines if e.up and not e.stats_disabled]
+    """The engines the rules judge: up and exporting their figures. (A fleet's replica is one
+    engine, and each of its rules asks: that case skips building a comprehension.)"""
+    engines = ctx.engines
+    if len(engines) == 1:
+        e = engines[0]
+        return [e] if e.up and not e.stats_disabled else []
+    return [e for e in engines if e.up and not e.stats_disabled]
 
 
 def where(ctx: Context, e: EngineStats) -> str:
@@ -152,6 +160,12 @@ class KvHeld:
     running: float
     tokens: float
     ago_s: float
+
+
+_BUDGETS: dict[tuple[int, float], str] = {}
+"""(capacity, target) -> `KvSize.budget`'s text: kv-exhausted states it for every full
+replica at every poll, and it changes only with the cache size or the target."""
+_BUDGETS_KEPT = 256
 
 
 @quick_init
@@ -193,10 +207,20 @@ class KvSize:
 
     def budget(self) -> str:
         """The tokens divided, with the capacity and target they come from."""
-        return (
-            f"{fmt.count(self.budget_tokens)} KV tokens ({self.target_frac * 100:g}% target of "
-            f"{fmt.count(self.capacity_tokens)})"
-        )
+        key = (self.capacity_tokens, self.target_frac)
+        text = _BUDGETS.get(key)
+        if text is None:
+            text = (
+                f"{fmt.count(self.budget_tokens)} KV tokens ({self.target_frac * 100:g}% target "
+                f"of {fmt.count(self.capacity_tokens)})"
+            )
+            # Cached only for positive inputs: equal keys then print alike (0.0 and -0.0,
+            # equal as keys, would not), and a fleet has a few cache sizes, not thousands.
+            if self.capacity_tokens > 0 and self.target_frac > 0:
+                if len(_BUDGETS) >= _BUDGETS_KEPT:
+                    _BUDGETS.clear()
+                _BUDGETS[key] = text
+        return text
 
     def division(self) -> str:
         """Budget / size per request, in blocks when known: the sum behind `fits`."""

@@ -162,20 +162,19 @@ def _past(
     among those where `known` holds: a first poll has no rates yet, and unknown is not a
     reason to look no further (a snapshot's first poll is exactly its window ago)."""
     best: tuple[float, EngineStats] | None = None
+    best_gap = 0.0  # abs(best[0] - ago_s) once `best` is set, worked out once
+    now, half = ctx.time, ago_s / 2
     for snap in reversed(ctx.history):
-        dt = ctx.time - snap.time
-        if dt < ago_s / 2:
+        dt = now - snap.time
+        if dt < half:
             continue
-        if best is not None and dt - ago_s > abs(best[0] - ago_s):
+        if best is not None and dt - ago_s > best_gap:
             break  # only further from `ago_s` from here on
         for e in snap.engines:
-            if (
-                e.url == url
-                and e.up
-                and known(e)
-                and (best is None or abs(dt - ago_s) < abs(best[0] - ago_s))
-            ):
-                best = (dt, e)
+            if e.url == url and e.up and known(e):
+                gap = abs(dt - ago_s)
+                if best is None or gap < best_gap:
+                    best, best_gap = (dt, e), gap
     return best
 
 
@@ -306,16 +305,16 @@ VLLM_REFUSAL_FLAGS = {
 def vllm_admission(ctx: Context) -> Verdict | None:
     """vLLM refuses work itself (503): from its own counter (0.32+) or the gateway's count."""
     g = ctx.gateway
-    seen_by_gateway = {
-        k: v
-        for k, v in (g.upstream_errors_per_s if g is not None and g.up else {}).items()
-        if k in VLLM_REFUSAL_FLAGS and v
-    }
+    seen_by_gateway = (
+        {k: v for k, v in g.upstream_errors_per_s.items() if k in VLLM_REFUSAL_FLAGS and v}
+        if g is not None and g.up
+        else {}
+    )
     for e in up_engines(ctx):
-        reasons = {k: v for k, v in e.admission_rejections_by_reason_per_s.items() if v}
         rate = e.admission_rejections_per_s or sum(seen_by_gateway.values())
         if not rate:
-            continue
+            continue  # the common case: no refusals, and no reasons to list
+        reasons = {k: v for k, v in e.admission_rejections_by_reason_per_s.items() if v}
         return _refusal(f"{where(ctx, e)}vLLM", rate, reasons or seen_by_gateway, seen_by_gateway)
     if seen_by_gateway and not up_engines(ctx):
         return _refusal("vLLM", sum(seen_by_gateway.values()), seen_by_gateway, seen_by_gateway)
