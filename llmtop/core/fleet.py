@@ -390,7 +390,10 @@ class FleetPipeline(Pipeline):
             gateway=None,
             gpus=(),
             settings=self.settings,
-            history=tuple(track.snapshots),
+            # the deque itself, not a copy: the rules only read it, before it grows below, and
+            # copying 120 snapshots (touching each one's count twice) for each replica and
+            # poll cost more than most rules
+            history=track.snapshots,
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
             history_index=track.index,

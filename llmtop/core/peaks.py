@@ -18,22 +18,16 @@ answer equals the scan's (hypothesis: tests/unit/test_peaks.py).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 
 from llmtop.core.snapshot import EngineStats, Snapshot
 
-
-class _Entry:
-    """One engine row of one kept snapshot: where it stands in the scan's order."""
-
-    __slots__ = ("order", "rate", "running", "stats")
-
-    def __init__(self, order: tuple[int, int], stats: EngineStats, rate: float) -> None:
-        self.order = order
-        self.stats = stats
-        self.rate = rate
-        self.running = stats.running
+_Entry = tuple[float, tuple[int, int], float | None, EngineStats]
+"""One engine row of one kept snapshot: (rate, where it stands in the scan's order, running,
+the row). Tuples, not a class: the indexes build one per replica and poll, and a class's
+`__init__` costs a Python call each."""
 
 
 def scan_best_at_half(history: Sequence[Snapshot], e: EngineStats) -> EngineStats | None:
@@ -83,9 +77,9 @@ class DecodePeaks:
                 self._nan[p.url] = self._nan.get(p.url, 0) + 1
                 rows.append((p.url, None))
                 continue
-            entry = _Entry((seq, pos), p, rate)
+            entry = (rate, (seq, pos), running, p)
             front = self._fronts.setdefault(p.url, {}).setdefault(running, deque())
-            while front and front[-1].rate < rate:
+            while front and front[-1][0] < rate:
                 front.pop()  # never the best again: this one is higher and stays longer
             front.append(entry)
             rows.append((p.url, entry))
@@ -100,11 +94,11 @@ class DecodePeaks:
                     del self._nan[url]
                 continue
             by_running = self._fronts[url]
-            front = by_running.get(entry.running)  # type: ignore[arg-type]
+            front = by_running.get(entry[2])  # type: ignore[arg-type]
             if front and front[0] is entry:
                 front.popleft()
                 if not front:
-                    del by_running[entry.running]  # type: ignore[arg-type]
+                    del by_running[entry[2]]  # type: ignore[arg-type]
                     if not by_running:
                         del self._fronts[url]
 
@@ -119,25 +113,14 @@ class DecodePeaks:
             if not r * 2 <= running:
                 continue
             top = front[0]
-            if (
-                best is None
-                or top.rate > best.rate
-                or (top.rate == best.rate and top.order < best.order)
-            ):
+            if best is None or top[0] > best[0] or (top[0] == best[0] and top[1] < best[1]):
                 best = top
-        return None if best is None else best.stats
+        return None if best is None else best[3]
 
 
-class _Held:
-    """One engine row of one kept snapshot: the KV each running sequence held then."""
-
-    __slots__ = ("running", "time", "tokens", "usage")
-
-    def __init__(self, time: float, usage: float, running: float, tokens: float) -> None:
-        self.time = time
-        self.usage = usage
-        self.running = running
-        self.tokens = tokens
+_Held = tuple[float, float, float, float]
+"""One engine row of one kept snapshot: (KV tokens per running sequence, time, usage,
+running), a tuple as `_Entry`."""
 
 
 def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
@@ -182,9 +165,9 @@ class HeldPeaks:
                 self._nan[p.url] = self._nan.get(p.url, 0) + 1
                 rows.append((p.url, None))
                 continue
-            entry = _Held(snap.time, usage, running, tokens)
+            entry = (tokens, snap.time, usage, running)
             front = self._fronts.setdefault(p.url, deque())
-            while front and front[-1].tokens <= tokens:
+            while front and front[-1][0] <= tokens:
                 front.pop()  # older and no higher: never the answer while this one is kept
             front.append(entry)
             rows.append((p.url, entry))
@@ -227,23 +210,18 @@ class HeldPeaks:
         if not front:
             return None
         oldest = now - lookback_s
-        while front and front[0].time < oldest:
+        while front and front[0][1] < oldest:
             front.popleft()
         if not front:
             del self._fronts[url]
             return None
-        top = front[0]
-        return top.usage, top.running, top.tokens, top.time
+        tokens, time, usage, running = front[0]
+        return usage, running, tokens, time
 
 
-class _Usage:
-    """One engine row of one kept snapshot: its KV usage then."""
-
-    __slots__ = ("time", "usage")
-
-    def __init__(self, time: float, usage: float) -> None:
-        self.time = time
-        self.usage = usage
+_Usage = tuple[float, float]
+"""One engine row of one kept snapshot: (time, KV usage) (a tuple: built for every replica at
+every poll, where a class's `__init__` costs a Python call)."""
 
 
 class KvPeaks:
@@ -282,9 +260,9 @@ class KvPeaks:
                 self._nan[p.url] = self._nan.get(p.url, 0) + 1
                 rows.append((p.url, None))
                 continue
-            entry = _Usage(snap.time, usage)
+            entry = (snap.time, usage)
             front = self._fronts.setdefault(p.url, deque())
-            while front and front[-1].usage <= usage:
+            while front and front[-1][1] <= usage:
                 front.pop()  # older and no higher: never the answer while this one is kept
             front.append(entry)
             rows.append((p.url, entry))
@@ -325,14 +303,126 @@ class KvPeaks:
         front = self._fronts.get(url)
         if not front:
             return True, None
-        if front[0].time < since:
+        if front[0][0] < since:
             self._cut = since  # rows before it are let go for good: later asks start later
-            while front and front[0].time < since:
+            while front and front[0][0] < since:
                 front.popleft()
             if not front:
                 del self._fronts[url]
                 return True, None
-        return True, front[0].usage
+        return True, front[0][1]
+
+
+def cliff_inputs(e: EngineStats) -> bool:
+    """Whether a row knows what batching-cliff compares (waiting, decode rate)."""
+    return e.waiting is not None and e.decode_tok_per_s is not None
+
+
+_Row = tuple[int, float, EngineStats]
+"""One engine row of one kept snapshot where `cliff_inputs` holds: (its snapshot's number,
+time, the row), a tuple as `_Usage`."""
+
+
+class PastRows:
+    """Per URL, the kept up rows that know the batching-cliff inputs, oldest first: the row
+    closest to a time ago found by bisection (`rules_engine._past`) instead of walking back
+    through the snapshots, each one a cache miss when a hundred replicas are judged in turn."""
+
+    known = staticmethod(cliff_inputs)
+    """The rows kept: `_past` asks with this test or scans."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, deque[_Row]] = {}
+        self._kept: deque[list[str]] = deque()
+        """Per kept snapshot, oldest first: the URL of each of its indexed rows."""
+        self._added = 0
+        self._dropped = 0
+        self._newest: float | None = None
+        self._out_of_order = 0
+        """As `HeldPeaks._out_of_order`."""
+        self._not_finite = 0
+        """Kept snapshots at a NaN or infinite time (not exact while any is kept)."""
+        self._finite: deque[bool] = deque()
+        """Per kept snapshot, oldest first: whether its time is finite."""
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        t = snap.time
+        if self._newest is not None and not t >= self._newest:
+            self._out_of_order = self._added
+        finite = math.isfinite(t)
+        if not finite:
+            self._not_finite += 1
+        self._finite.append(finite)
+        self._newest = t
+        seq = self._added
+        self._added += 1
+        urls: list[str] = []
+        for p in snap.engines:
+            if p.up and cliff_inputs(p):
+                self._rows.setdefault(p.url, deque()).append((seq, t, p))
+                urls.append(p.url)
+        self._kept.append(urls)
+
+    def drop_oldest(self) -> None:
+        """Forget the oldest indexed snapshot (the history has let it go)."""
+        self._dropped += 1
+        for url in self._kept.popleft():
+            rows = self._rows[url]
+            rows.popleft()  # a URL's rows are in the order kept: the oldest snapshot's first
+            if not rows:
+                del self._rows[url]
+        if not self._finite.popleft():
+            self._not_finite -= 1
+        if not self._kept:
+            self._newest = None
+
+    def closest(
+        self, url: str, now: float, ago_s: float
+    ) -> tuple[bool, tuple[float, EngineStats] | None]:
+        """(exact, the scan's answer: (now - its time, the row) of the row closest to `ago_s`
+        before `now`, at least half of it, the first the scan meets among equals). Not exact
+        (the rule scans) with kept times out of order or not finite, or `now` or `ago_s` not
+        finite, or `ago_s` not above zero."""
+        if (
+            self._dropped < self._out_of_order
+            or self._not_finite
+            or not math.isfinite(now)
+            or not math.isfinite(ago_s)
+            or not ago_s > 0
+        ):
+            return False, None
+        rows = self._rows.get(url)
+        if not rows:
+            return True, None
+
+        def back(r: _Row) -> float:
+            return -(now - r[1])  # non-decreasing along `rows`: dt = now - time grows older
+
+        half = ago_s / 2
+        end = bisect_right(rows, -half, key=back)  # rows before `end`: dt >= half
+        if end == 0:
+            return True, None
+        split = bisect_right(rows, -ago_s, 0, end, key=back)  # before `split`: dt >= ago_s
+        best: int | None = None
+        best_gap = 0.0
+        if split < end:  # the newer side: the scan meets it first, so it wins a tie
+            gap = abs((now - rows[split][1]) - ago_s)
+            last = split
+            while last + 1 < end and abs((now - rows[last + 1][1]) - ago_s) == gap:
+                last += 1  # equal distances (rounding): the newest of them is met first
+            best, best_gap = last, gap
+        if split > 0:
+            gap = abs((now - rows[split - 1][1]) - ago_s)
+            if best is None or gap < best_gap:
+                best = split - 1
+        if best is None:
+            return True, None
+        seq = rows[best][0]
+        while best > 0 and rows[best - 1][0] == seq:
+            best -= 1  # the first row of that snapshot: the scan reads a snapshot's rows in order
+        _, time, stats = rows[best]
+        return True, (now - time, stats)
 
 
 class HistoryIndex:
@@ -342,15 +432,18 @@ class HistoryIndex:
         self.decode = DecodePeaks()
         self.held = HeldPeaks()
         self.kv = KvPeaks()
+        self.past = PastRows()
 
     def add(self, snap: Snapshot) -> None:
         """The history has kept `snap` (its newest)."""
         self.decode.add(snap)
         self.held.add(snap)
         self.kv.add(snap)
+        self.past.add(snap)
 
     def drop_oldest(self) -> None:
         """The history has let its oldest snapshot go."""
         self.decode.drop_oldest()
         self.held.drop_oldest()
         self.kv.drop_oldest()
+        self.past.drop_oldest()

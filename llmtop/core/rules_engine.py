@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 
 from llmtop.core import format as fmt
-from llmtop.core.peaks import scan_best_at_half
+from llmtop.core.peaks import cliff_inputs, scan_best_at_half
 from llmtop.core.rulebase import (
     Context,
     Verdict,
@@ -161,6 +161,11 @@ def _past(
     """The engine's stats from the snapshot closest to `ago_s` before now (at least half)
     among those where `known` holds: a first poll has no rates yet, and unknown is not a
     reason to look no further (a snapshot's first poll is exactly its window ago)."""
+    index = ctx.history_index
+    if index is not None and known is index.past.known:
+        exact, found = index.past.closest(url, ctx.time, ago_s)
+        if exact:
+            return found
     best: tuple[float, EngineStats] | None = None
     best_gap = 0.0  # abs(best[0] - ago_s) once `best` is set, worked out once
     now, half = ctx.time, ago_s / 2
@@ -178,8 +183,8 @@ def _past(
     return best
 
 
-def _cliff_inputs(e: EngineStats) -> bool:
-    return e.waiting is not None and e.decode_tok_per_s is not None
+_cliff_inputs = cliff_inputs
+"""The test `PastRows` indexes by (so `_past` asks the index with it)."""
 
 
 def batching_cliff(ctx: Context) -> Verdict | None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from llmtop.core.peaks import DecodePeaks, HistoryIndex, scan_best_at_half
 from llmtop.core.rulebase import Context, _held, kv_peak
+from llmtop.core.rules_engine import _cliff_inputs, _past
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.core.thresholds import HealthSettings
 
@@ -225,3 +226,86 @@ def test_kv_peak_index_lets_the_peak_leave_the_window() -> None:
     assert index.kv.peak(URLS[0], 3.0) == (True, 1.0)
     assert index.kv.peak(URLS[0], 4.0) == (True, 0.2)
     assert index.kv.peak(URLS[0], 3.0) == (False, None)  # let go already: the scan answers
+
+
+_cliff_row = st.tuples(
+    st.sampled_from(URLS),
+    st.booleans() | st.just(True),  # up
+    st.sampled_from([None, 0.0, 3.0, 40.0]),  # waiting
+    st.sampled_from([None, 100.0, 0.0]),  # decode tok/s
+)
+
+
+def _replay_past(
+    polls: list[tuple[float, list[tuple[str, bool, float | None, float | None]]]],
+    keep: int,
+    ago_s: float,
+    start: float,
+) -> None:
+    """At each poll, before its snapshot is kept: `_past` through the index finds the very
+    row the scan finds (the same object, the same dt)."""
+    index, history = HistoryIndex(), deque[Snapshot]()
+    t = start
+    for dt, rows in polls:
+        t += dt
+        engines = tuple(
+            EngineStats(url=u, up=up, waiting=w, decode_tok_per_s=d) for u, up, w, d in rows
+        )
+        for url in URLS:
+            seen = {"time": t, "engines": (), "gateway": None, "gpus": ()}
+            scan = Context(**seen, settings=HealthSettings(), history=tuple(history))
+            want = _past(scan, url, ago_s, _cliff_inputs)
+            got = _past(replace(scan, history_index=index), url, ago_s, _cliff_inputs)
+            assert repr(got) == repr(want)
+            assert (got is None) == (want is None)
+            if got is not None and want is not None:
+                assert got[1] is want[1]
+        snap = Snapshot(time=t, engines=engines)
+        history.append(snap)
+        index.add(snap)
+        while len(history) > keep:
+            history.popleft()
+            index.drop_oldest()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            # seconds to this poll: mostly a second; standing still, fractions whose sums
+            # round, a step back, a gap past the look-back
+            st.sampled_from([1.0] * 8 + [0.0, 0.1, 0.3, 0.5, 2.5, 7.0, -3.0, 40.0]),
+            st.lists(_cliff_row, max_size=3),
+        ),
+        min_size=1,
+        max_size=50,
+    ),
+    st.integers(1, 40),
+    st.sampled_from([10.0, 10.0, 3.0, 2.0, 0.7, 0.0, -1.0, math.inf, math.nan]),
+    st.sampled_from([0.0, 1_764_000_000.1, 1e17]),
+)
+@settings(max_examples=500)
+def test_past_index_finds_the_scans_row(
+    polls: list[tuple[float, list[tuple[str, bool, float | None, float | None]]]],
+    keep: int,
+    ago_s: float,
+    start: float,
+) -> None:
+    """Whatever the rows (up or not, known or not, several per URL), the times (standing,
+    rounding at epoch scale and beyond, stepping back, gaps) and the look-back: the index's
+    row is the scan's, or it says it cannot answer and the rule scans."""
+    _replay_past(polls, keep, ago_s, start)
+
+
+def test_past_index_answers_in_a_steady_run() -> None:
+    """Polls a second apart: the index answers (it is exact) with the row a window ago."""
+    index = HistoryIndex()
+    for i in range(30):
+        engines = (EngineStats(url=URLS[0], up=True, waiting=float(i), decode_tok_per_s=1.0),)
+        index.add(Snapshot(time=float(i), engines=engines))
+    exact, found = index.past.closest(URLS[0], 30.0, 10.0)
+    assert exact
+    assert found is not None
+    assert found[0] == 10.0
+    assert found[1].waiting == 20.0
+    polls = [(1.0, [(URLS[0], True, float(i), 1.0), (URLS[0], True, 0.0, 1.0)]) for i in range(40)]
+    _replay_past(polls, keep=25, ago_s=10.0, start=0.0)
