@@ -128,13 +128,14 @@ class Hysteresis(Generic[X]):
         return tuple(out)
 
 
-def up_engines(ctx: Context) -> list[EngineStats]:
+def up_engines(ctx: Context) -> Sequence[EngineStats]:
     """The engines the rules judge: up and exporting their figures. (A fleet's replica is one
-    engine, and each of its rules asks: that case skips building a comprehension.)"""
+    engine, and each of its rules asks: that case answers with the Context's own tuple, or
+    the empty one, building nothing.)"""
     engines = ctx.engines
     if len(engines) == 1:
         e = engines[0]
-        return [e] if e.up and not e.stats_disabled else []
+        return engines if e.up and not e.stats_disabled else ()
     return [e for e in engines if e.up and not e.stats_disabled]
 
 
