@@ -133,46 +133,47 @@ async def test_an_exporter_that_cannot_narrow_is_scraped_in_full(
         await scraper.aclose()
 
 
-async def test_a_narrow_answer_that_fails_falls_back_to_full_in_the_same_poll(
-    exporter: Exporter,
-) -> None:
+@pytest.fixture
+async def narrowed(exporter: Exporter) -> AsyncIterator[tuple[FleetScraper, Clock]]:
+    """A scraper on a fake clock that has found the exporter's narrow answer."""
     clock = Clock()
     scraper = FleetScraper(timeout_s=2.0, max_bytes=1 << 20, clock=clock)
     try:
         await scraper.scrape(exporter.url)
         assert scraper.narrow_url(exporter.url) is not None
-        exporter.mount = "error"
-        exporter.paths.clear()
-        got = await scraper.scrape(exporter.url)
-        assert got.error is None
-        assert got.samples == FULL
-        assert exporter.paths == ["/metrics/", "/metrics"]
-        assert scraper.narrow_url(exporter.url) is None
-        exporter.paths.clear()
-        clock.now += 1
-        await scraper.scrape(exporter.url)
-        assert exporter.paths == ["/metrics"]
+        yield scraper, clock
     finally:
         await scraper.aclose()
+
+
+async def test_a_narrow_answer_that_fails_falls_back_to_full_in_the_same_poll(
+    exporter: Exporter, narrowed: tuple[FleetScraper, Clock]
+) -> None:
+    scraper, clock = narrowed
+    exporter.mount = "error"
+    exporter.paths.clear()
+    got = await scraper.scrape(exporter.url)
+    assert got.error is None
+    assert got.samples == FULL  # nothing lost, no error shown
+    assert exporter.paths == ["/metrics/", "/metrics"]
+    assert scraper.narrow_url(exporter.url) is None
+    exporter.paths.clear()
+    clock.now += 1
+    await scraper.scrape(exporter.url)
+    assert exporter.paths == ["/metrics"]
 
 
 async def test_a_narrowed_target_is_checked_again_and_dropped_when_short(
-    exporter: Exporter,
+    exporter: Exporter, narrowed: tuple[FleetScraper, Clock]
 ) -> None:
-    clock = Clock()
-    scraper = FleetScraper(timeout_s=2.0, max_bytes=1 << 20, clock=clock)
-    try:
-        await scraper.scrape(exporter.url)
-        assert scraper.narrow_url(exporter.url) is not None
-        exporter.mount = "short"  # now answers a series short: only a check can tell
-        clock.now += narrow.REPROBE_S
-        exporter.paths.clear()
-        got = await scraper.scrape(exporter.url)
-        assert got.samples == FULL
-        assert exporter.paths == ["/metrics", "/metrics", "/metrics/"]
-        assert scraper.narrow_url(exporter.url) is None
-    finally:
-        await scraper.aclose()
+    scraper, clock = narrowed
+    exporter.mount = "short"  # now answers a series short: only a check can tell
+    clock.now += narrow.REPROBE_S
+    exporter.paths.clear()
+    got = await scraper.scrape(exporter.url)
+    assert got.samples == FULL
+    assert exporter.paths == ["/metrics", "/metrics", "/metrics/"]
+    assert scraper.narrow_url(exporter.url) is None
 
 
 async def test_full_scrape_asks_for_nothing_else(exporter: Exporter) -> None:
