@@ -15,6 +15,11 @@ and the wall time of a poll (median: how long Prometheus takes to answer, for th
                                 [--gzip]
     python bench/bench_fleet.py --mode clients   # the HTTP GET alone, two clients side by side
 
+"direct" is measured twice a round, full scrapes then narrow ones (llmtop/core/narrow.py: the
+targets, as vLLM, answer /metrics/?name[]=... with only the series named), `--rounds` rounds;
+with --no-name-filter the targets have no such answer (an exporter without prometheus_client's
+mount) and llmtop, finding so, scrapes them in full both times.
+
 "clients": each second, the N bodies are read once over an aiohttp session (as the fleet read
 them before llmtop/sources/lean_http.py) and once over the lean client, alternating in the same
 process; CPU per round of N GETs, median.
@@ -74,6 +79,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
     """Poll once a second; CPU per poll (median, p90) after warm-up, of which the fleet
     pipeline's (derive, rules), replicas seen up."""
     collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
+    scraper = collector._scraper
     cpu: list[float] = []
     queries: list[int] = []
     in_pipeline: list[float] = []
@@ -117,6 +123,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
         "queries": statistics.median(queries) if queries else float("nan"),
         "pipeline": statistics.median(in_pipeline),
         "wall": statistics.median(wall),
+        "narrow": float(sum(scraper.narrow_url(u) is not None for u in monitor.vllm_urls)),
     }
 
 
@@ -188,6 +195,12 @@ def main() -> None:
         "and Prometheus on the others)",
     )
     ap.add_argument("--uvloop", action="store_true", help="run llmtop's side on uvloop's loop")
+    ap.add_argument("--rounds", type=int, default=1, help="direct: rounds of (full, narrow)")
+    ap.add_argument(
+        "--no-name-filter",
+        action="store_true",
+        help="targets without /metrics/?name[]= (every scrape then a full one)",
+    )
     args = ap.parse_args()
     if args.uvloop:
         import uvloop
@@ -211,6 +224,7 @@ def main() -> None:
                         "--ports-file",
                         str(ports_file),
                         *(["--gzip"] if args.gzip else []),
+                        *(["--no-name-filter"] if args.no_name_filter else []),
                     ]
                 )
             )
@@ -229,8 +243,17 @@ def main() -> None:
                     )
                 return
             if args.mode in ("direct", "both"):
-                monitor = MonitorSettings(vllm_urls=urls, gateway_url=None, nvml=False)
-                results.append(("direct", asyncio.run(measure(monitor, args.polls, args.warmup))))
+                for _ in range(args.rounds):
+                    for narrow in (False, True):
+                        monitor = MonitorSettings(
+                            vllm_urls=urls, gateway_url=None, nvml=False, narrow_scrape=narrow
+                        )
+                        results.append(
+                            (
+                                f"direct, {'narrow' if narrow else 'full'} scrapes",
+                                asyncio.run(measure(monitor, args.polls, args.warmup)),
+                            )
+                        )
             if args.mode in ("prometheus", "both"):
                 binary = shutil.which("prometheus")
                 if binary is None:
@@ -275,19 +298,21 @@ def main() -> None:
     print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
     print(
         f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up; targets "
-        f"{'gzip when asked' if args.gzip else 'answer plain text'}; "
+        f"{'gzip when asked' if args.gzip else 'answer plain text'}"
+        f"{', no ?name[]= answer' if args.no_name_filter else ''}; "
         f"{'llmtop pinned to one core, the rest to the others' if pinned else 'not pinned'}"
         f"{'; on uvloop' if args.uvloop else ''}.\n"
     )
     print(
-        "| source | replicas up | queries a poll | wall per poll | CPU per poll (median) | p90 "
-        "| of which the pipeline (median) | share of one core |"
+        "| source | replicas up | scraped narrow | queries a poll | wall per poll "
+        "| CPU per poll (median) | p90 | of which the pipeline (median) | share of one core |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results:
         queries = "-" if r["queries"] != r["queries"] else f"{r['queries']:g}"  # NaN: direct
         print(
-            f"| {name} | {r['up']:.0f} | {queries} | {r['wall'] * 1000:.0f} ms "
+            f"| {name} | {r['up']:.0f} | {r['narrow']:.0f} | {queries} "
+            f"| {r['wall'] * 1000:.0f} ms "
             f"| {r['median'] * 1000:.1f} ms "
             f"| {r['p90'] * 1000:.1f} ms | {r['pipeline'] * 1000:.1f} ms "
             f"| {r['median'] * 100:.1f}% |"

@@ -24,6 +24,10 @@ same rounds also parse with llmtop/core/promtext.py as it was at git revision RE
 beside this tree's), interleaved, so both are measured in one sitting; prometheus_client's
 parser of the same bodies is the baseline.
 
+The narrow rows parse the same replicas' seconds as a vLLM answers llmtop's narrow scrape
+(only the series it reads, ~16 KB), by the block pass and memoised per replica as the fleet's
+scraper does (core/promtext_memo.py).
+
     python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
 """
 
@@ -40,10 +44,11 @@ from pathlib import Path
 from fleet_targets import Payload, speed_of
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core import engines, promtext
+from llmtop.core import engines, promtext, promtext_memo
 from llmtop.core.pipeline import Pipeline
 from llmtop.core.raw import RawEngine, RawPoll
 from llmtop.settings import HealthSettings
+from llmtop.sim.exposition import restrict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "metrics-load.txt"
@@ -80,31 +85,47 @@ def promtext_at(rev: str) -> types.ModuleType:
     return module
 
 
-def fleet_rows(payload: Payload, rounds: int, against: str | None) -> dict[str, float]:
+def fleet_rows(
+    payload: Payload, narrowed: Payload, rounds: int, against: str | None
+) -> dict[str, float]:
     """The fleet's worst case: per round, 100 distinct fresh bodies (a second of 100 replicas,
     rendered before the clock starts) parsed by each variant in turn, the order alternating
     round by round; CPU ms per body, median over the rounds (the first two warm up). The
-    baseline parses every tenth body only."""
-    parsers: dict[str, Callable[[str], object]] = {}
+    baseline parses every tenth body only. The narrow rows read the same seconds of the same
+    replicas as a vLLM answers llmtop's narrow scrape (core/narrow.py: the kept series only),
+    by the block pass and memoised per replica (core/promtext_memo.py), as the fleet does."""
+    parsers: dict[str, tuple[bool, Callable[[int, str], object]]] = {}
     if against is not None:
         old = promtext_at(against)
         old_keep = old.keep_names(engines.sample_names())
-        parsers[f"promtext.parse, filtered, at {against}"] = lambda t: old.parse(t, old_keep)
-    parsers["promtext.parse, filtered, this tree"] = lambda t: promtext.parse(t, KEEP)
-    parsers["prometheus_client plain parse (baseline)"] = lambda t: [
-        s for fam in text_string_to_metric_families(t) for s in fam.samples
-    ]
+        parsers[f"promtext.parse, filtered, at {against}"] = (
+            False,
+            lambda i, t: old.parse(t, old_keep),
+        )
+    parsers["promtext.parse, filtered, this tree"] = (False, lambda i, t: promtext.parse(t, KEEP))
+    parsers["prometheus_client plain parse (baseline)"] = (
+        False,
+        lambda i, t: [s for fam in text_string_to_metric_families(t) for s in fam.samples],
+    )
+    memos = [promtext_memo.Memo() for _ in range(100)]
+    parsers["narrow scrape, promtext.parse"] = (True, lambda i, t: promtext.parse(t, KEEP))
+    parsers["narrow scrape, promtext_memo.parse (the fleet's)"] = (
+        True,
+        lambda i, t: promtext_memo.parse(t, KEEP, memos[i]),
+    )
     times: dict[str, list[float]] = {name: [] for name in parsers}
     for second in range(rounds + 2):
-        bodies = [payload.render(float(second), speed_of(r)).decode() for r in range(100)]
+        full = [payload.render(float(second), speed_of(r)).decode() for r in range(100)]
+        narrow = [narrowed.render(float(second), speed_of(r)).decode() for r in range(100)]
         order = list(parsers.items())
-        for name, parse in order if second % 2 else order[::-1]:
-            some = bodies[::10] if "baseline" in name else bodies  # 10 of them: 100x slower
+        for name, (is_narrow, parse) in order if second % 2 else order[::-1]:
+            bodies = narrow if is_narrow else full
+            step = 10 if "baseline" in name else 1  # 10 of them: 100x slower
             t0 = time.thread_time()
-            for body in some:
-                parse(body)
+            for i in range(0, 100, step):
+                parse(i, bodies[i])
             if second >= 2:
-                times[name].append((time.thread_time() - t0) / len(some))
+                times[name].append((time.thread_time() - t0) / len(range(0, 100, step)))
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
@@ -189,7 +210,8 @@ def main() -> None:
     for name, us in rows:
         print(f"| {name} | {us / 1000:.2f} ms | {us / base:.2f}x |")
 
-    fleet = fleet_rows(Payload(text, cache=300), args.fleet_rounds, args.against)
+    narrowed = Payload(restrict(text, KEEP.names), cache=300)
+    fleet = fleet_rows(Payload(text, cache=300), narrowed, args.fleet_rounds, args.against)
     base = fleet["prometheus_client plain parse (baseline)"]
     print(
         f"\n### The fleet's worst case: 100 distinct fresh bodies a round, every counter "

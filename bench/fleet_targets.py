@@ -4,6 +4,11 @@ Each of N ports serves the real vLLM 0.32 capture (tests/fixtures/metrics-load.t
 its counters and histograms advancing with time at a rate of its own, over keep-alive HTTP/1.1.
 A separate process, so that the benchmark's llmtop process measures only its own CPU.
 
+As on a real vLLM, /metrics ignores a query and /metrics/ answers `?name[]=...` with only the
+samples named (vLLM's prometheus_client mount; llmtop's narrow scrapes ask it, core/narrow.py);
+with --no-name-filter /metrics/ is not found, as on an exporter without that mount, and every
+scrape is a full one.
+
 Every replica has a speed of its own, so no two serve the same text (real replicas never do,
 and a scraper that memoises lines must not gain from replicas sharing one); every counter line
 changes every second (a busy engine's worst case: in the recorded runs of tests/fixtures only
@@ -11,7 +16,7 @@ changes every second (a busy engine's worst case: in the recorded runs of tests/
 when the request accepts gzip, as prometheus_client's make_asgi_app does (vLLM 0.32's /metrics
 does not: prometheus-fastapi-instrumentator serves it, uncompressed).
 
-    python bench/fleet_targets.py --replicas 100 --ports-file ports.txt [--gzip]
+    python bench/fleet_targets.py --replicas 100 --ports-file ports.txt [--gzip] [--no-name-filter]
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import gzip
 import re
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from llmtop.sim.exposition import restrict
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics-load.txt"
 _SAMPLE = re.compile(r"^(\S+?(?:\{.*\})?) (\S+)$")
@@ -81,9 +89,27 @@ def accepts_gzip(head: bytes) -> bool:
     return False
 
 
-async def serve(replicas: int, ports_file: Path, compress: bool = False) -> None:
-    payload = Payload(FIXTURE.read_text(), cache=4 * replicas)
+async def serve(
+    replicas: int, ports_file: Path, compress: bool = False, name_filter: bool = True
+) -> None:
+    text = FIXTURE.read_text()
+    payload = Payload(text, cache=4 * replicas)
+    narrowed: dict[str, Payload] = {}  # query -> the capture restricted to its names
     start = time.monotonic()
+
+    def payload_of(path: bytes) -> Payload | None:
+        """The payload a GET of `path` answers with; None: not found."""
+        parts = urlsplit(path.decode("latin-1"))
+        if parts.path.endswith("/metrics"):
+            return payload  # vLLM's plain /metrics route: the query ignored
+        if not (name_filter and parts.path.endswith("/metrics/")):
+            return None
+        names = parse_qs(parts.query).get("name[]")
+        if not names:
+            return payload
+        if parts.query not in narrowed:
+            narrowed[parts.query] = Payload(restrict(text, set(names)), cache=4 * replicas)
+        return narrowed[parts.query]
 
     def handler(speed: float):  # type: ignore[no-untyped-def]
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,8 +118,9 @@ async def serve(replicas: int, ports_file: Path, compress: bool = False) -> None
                     head = await reader.readuntil(b"\r\n\r\n")
                     path = head.split(b" ", 2)[1]
                     zipped = compress and accepts_gzip(head)
-                    if path.endswith(b"/metrics"):
-                        body = payload.render(time.monotonic() - start, speed, zipped)
+                    answer = payload_of(path)
+                    if answer is not None:
+                        body = answer.render(time.monotonic() - start, speed, zipped)
                         status = b"200 OK"
                     else:
                         body, status, zipped = b"not found\n", b"404 Not Found", False
@@ -131,8 +158,13 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=100)
     ap.add_argument("--ports-file", type=Path, required=True)
     ap.add_argument("--gzip", action="store_true", help="gzip answers that accept it, as vLLM")
+    ap.add_argument(
+        "--no-name-filter",
+        action="store_true",
+        help="no /metrics/ answering ?name[]= (an exporter without prometheus_client's mount)",
+    )
     args = ap.parse_args()
-    asyncio.run(serve(args.replicas, args.ports_file, args.gzip))
+    asyncio.run(serve(args.replicas, args.ports_file, args.gzip, not args.no_name_filter))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ class MonitorSettings:
     """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
     prometheus_replica_label: str = "instance"
     """The Prometheus label that names a replica (e.g. `pod` when the scrape config relabels)."""
+    narrow_scrape: bool = True
+    """Ask a fleet's exporters for only the series llmtop reads where they can (probed)."""
 
 
 GATEWAY_PRIORITIES: tuple[str, ...] = ("high", "normal", "low")

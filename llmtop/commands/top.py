@@ -30,6 +30,9 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("prometheus_replica_label", "--replica-label",
      "with --prometheus: the label that names a replica (one row per value)",
      {"metavar": "NAME"}),
+    ("narrow_scrape", "--full-scrape",
+     "scrape a fleet's /metrics in full: narrow_scrape off (on, a target that answers "
+     "?name[]= sends only the series llmtop reads)", {"action": "store_const", "const": False}),
 )  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval", "seconds between polls", {"metavar": "S", "type": float}),

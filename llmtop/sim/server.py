@@ -34,6 +34,7 @@ from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
 from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence
+from llmtop.sim.exposition import restrict
 from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
 from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
 from llmtop.sim.profiles import get_profile
@@ -259,6 +260,13 @@ class SimServer:
         text = generate_latest(self._process_registry).decode() + self.metrics.render()
         return Response(text, media_type=CONTENT_TYPE)
 
+    async def prometheus_mount(self, request: Request) -> Response:
+        """/metrics/, as vLLM's prometheus_client mount answers it: `?name[]=` honoured (its
+        plain /metrics ignores the query)."""
+        text = generate_latest(self._process_registry).decode() + self.metrics.render()
+        names = request.query_params.getlist("name[]")
+        return Response(restrict(text, set(names)) if names else text, media_type=CONTENT_TYPE)
+
     async def dcgm_metrics(self, request: Request) -> Response:
         return Response(self.dcgm.render(time.monotonic()), media_type=CONTENT_TYPE)
 
@@ -288,6 +296,7 @@ def create_app(settings: SimSettings) -> Starlette:
             Route("/ping", sim.health, methods=["GET", "POST"]),
             Route("/version", sim.version, methods=["GET"]),
             Route("/metrics", sim.prometheus, methods=["GET"]),
+            Route("/metrics/", sim.prometheus_mount, methods=["GET"]),
             Route("/dcgm/metrics", sim.dcgm_metrics, methods=["GET"]),
         ],
         lifespan=lifespan,

@@ -70,7 +70,11 @@ class FleetCollector(Collector):
         self._static = targets_from_urls(monitor.vllm_urls)
         if self._file is not None:
             self._file.current()  # a bad file is an error at start, naming the line
-        self._scraper = FleetScraper(timeout_s=self.timeout_s, max_bytes=monitor.max_scrape_bytes)
+        self._scraper = FleetScraper(
+            timeout_s=self.timeout_s,
+            max_bytes=monitor.max_scrape_bytes,
+            narrow=monitor.narrow_scrape,
+        )
         self.prometheus: PrometheusSource | None = None
         if monitor.prometheus_url:
             self.prometheus = PrometheusSource(
