@@ -8,9 +8,9 @@ pass over, which is most of what a hundred replicas a second cost a direct scrap
 
 Whether a target narrows is found out, never assumed: right after a full scrape a probe reads
 each candidate URL, and one is used only when its answer holds exactly the kept series of the
-full scrape and is smaller than it. A narrow scrape that fails in a way the full one might not
-(a status, an unreadable body) goes back to full at once, the same poll, and the target is
-probed again `REPROBE_S` later; so is a target whose probe found nothing.
+full scrape and is clearly smaller than it (`WORTH`). A narrow scrape that fails in a way the
+full one might not (a status, an unreadable body) goes back to full at once, the same poll,
+and the target is probed again `REPROBE_S` later; so is a target whose probe found nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from llmtop.core.raw import Sample
 
 REPROBE_S = 600.0
 """Seconds before a target that did not narrow (or stopped) is probed again."""
+WORTH = 0.9
+"""A narrow answer is used only when at most this share of the full one's bytes: a full text's
+length varies with its values, so a query ignored can come back a few bytes shorter."""
+
+
+def worth(full_bytes: int, narrow_bytes: int) -> bool:
+    """Whether a narrow answer is enough smaller than the full one to be the query answered."""
+    return narrow_bytes <= WORTH * full_bytes
 
 
 def query(sample_names: Iterable[str]) -> str:

@@ -125,12 +125,12 @@ class FleetScraper:
         return samples
 
     async def _probe(self, murl: str, body: bytes, samples: tuple[Sample, ...]) -> str | None:
-        """The first narrow URL whose answer is smaller than `body` and holds the same kept
-        series as `samples`; None when no candidate does."""
+        """The first narrow URL whose answer is clearly smaller than `body` and holds the same
+        kept series as `samples`; None when no candidate does."""
         for candidate in narrowing.candidates(murl, _NAMES_QUERY):
             try:
                 narrow = await self._fetch(candidate)
-                if len(narrow) >= len(body):
+                if not narrowing.worth(len(body), len(narrow)):
                     continue  # the query ignored (vLLM's plain /metrics): nothing to gain
                 got = promtext.parse(narrow.decode("utf-8", errors="replace"), VLLM_KEEP)
             except (ScrapeError, HttpError):

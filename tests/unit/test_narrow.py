@@ -61,3 +61,9 @@ def test_a_failed_narrow_url_goes_back_to_full_until_the_next_probe() -> None:
     assert state.use(11.0) is None
     assert not state.due(11.0)
     assert state.due(10.0 + narrow.REPROBE_S)
+
+
+def test_a_narrow_answer_must_be_clearly_smaller_than_the_full_one() -> None:
+    # a full text's length varies with its values: a query ignored comes back about as long
+    assert not narrow.worth(53_000, 52_990)
+    assert narrow.worth(53_000, 16_000)
