@@ -3,17 +3,20 @@ histogram quantiles as PromQL's histogram_quantile computes them.
 
 A counter that goes down was reset (the engine restarted): its increment for that poll is its
 new value, as Prometheus's rate() assumes. Counters are grouped (one histogram's buckets, sum
-and count form one group) so a reset seen on any member resets the whole group. The window
-holds per-poll increments, so rates over it survive resets and gaps. Pure: time comes in.
+and count form one group) so a reset seen on any member resets the whole group. Rates over the
+window survive resets and gaps. Pure: time comes in.
 
-Cost: a scrape exports the same series in the same order poll after poll, so each poll's
-increments are kept as one list in the order of a shared `_Layout` (the keys, their positions,
-the members of each group). One derive reads nearly every key of the window; while the window's
-polls share one layout, every key's sum is taken at once, column by column in C, and each read
-is a lookup. The sums are the ones a key-by-key sum gives, bit for bit (the same additions in
-the same order, oldest poll first), not a running total: subtracting what leaves the window
-would drift from them in the last bits. Polls of different layouts (a series appeared or went)
-are summed key by key, as before.
+Cost: a scrape exports the same series in the same order poll after poll, so each poll's values
+are kept as one list in the order of a shared `_Layout` (the keys, their positions, the members
+of each group). Each poll also has reset-adjusted values: the values themselves until a reset,
+after it the value plus what the group's members had counted before (an offset per key, kept
+only once a reset happened), so they grow while the counters do. A window whose steps form one
+run (one layout, finite values) then sums as last - first: one subtraction per key, in C, as
+Prometheus' increase() does, instead of adding up every poll's increment. That is exact for
+integer counters (vLLM's tokens and requests) and rounds once for float sums, where the per-poll
+sum rounded at every poll: the figures differ from it in the last bits only. Windows of several
+layouts (a series appeared or went) or holding a non-finite value are summed key by key from
+each poll's increments, as before.
 """
 
 from __future__ import annotations
@@ -76,27 +79,68 @@ class _HistogramLayout:
             self.ordered = ([le for le, _ in ranked], get)
 
 
-Step = tuple[float, float, _Layout, list[float]]
-"""(start time, end time, layout, increment of each key in the layout's order) of one poll."""
+class _Step:
+    """One poll's step: its times and layout, the reset-adjusted cumulative values at its
+    start and end (`base`, `adj`: one subtraction gives its increments), and how to work out
+    its increments one by one, as they were before this module summed runs (`increments`)."""
+
+    __slots__ = ("_inc", "_keys_before", "_prev", "_values", "adj", "base", "clean", "end",
+                 "layout", "run", "start")  # fmt: skip
+
+    def __init__(
+        self,
+        start: float,
+        end: float,
+        layout: _Layout,
+        values: list[float],
+        prev: list[float],
+        keys_before: tuple[Key, ...] | None,
+    ) -> None:
+        self.start, self.end, self.layout = start, end, layout
+        self._values, self._prev, self._keys_before = values, prev, keys_before
+        """This poll's and the previous poll's values; the previous poll's keys when they
+        differ from this one's (None: the same layout)."""
+        self._inc: list[float] | None = None
+        self.base: list[float] = values
+        self.adj: list[float] = values
+        self.clean = True
+        """Whether `adj` and `base` are finite (then their difference is the increments)."""
+        self.run = 0
+        """Steps of one run share a layout and are clean: a window within a run sums as the
+        last step's `adj` less the first's `base`."""
+
+    def increments(self) -> list[float]:
+        """The poll's increment of each key, in its layout's order (read key by key where the
+        window's steps differ in layout or are not clean)."""
+        if self._inc is None:
+            if self._keys_before is None:
+                self._inc = _increments(self.layout, self._values, self._prev)
+            else:
+                before = dict(zip(self._keys_before, self._prev, strict=True))
+                self._inc = _increments_by_key(self.layout.keys, self._values, before)
+        return self._inc
 
 
 class _Window:
-    """The steps of one window, and every key's sum over them when they share a layout."""
+    """The steps of one window, and every key's sum over them when they are of one run."""
 
-    __slots__ = ("counters", "layout", "span", "steps", "sums")
+    __slots__ = ("counters", "incs", "layout", "span", "steps", "sums")
 
-    def __init__(self, steps: list[Step]) -> None:
+    def __init__(self, steps: list[_Step]) -> None:
         self.steps = steps
-        self.span = None if not steps else steps[-1][1] - steps[0][0]
+        self.span = None if not steps else steps[-1].end - steps[0].start
         """Seconds the steps cover (None before two scrapes)."""
         self.layout: _Layout | None = None
         self.sums: list[float] | None = None
+        self.incs: list[list[float]] = []
+        """Each step's increments, where the window is read key by key (`sums` None)."""
         if steps:
-            layout = steps[0][2]
-            if all(s[2] is layout for s in steps):
-                self.layout = layout
-                # column by column, oldest poll first: the additions a key-by-key sum makes
-                self.sums = list(map(sum, zip(*(s[3] for s in steps), strict=True)))
+            first, last = steps[0], steps[-1]
+            if first.run == last.run and last.clean:  # one run: every key at once
+                self.layout = last.layout
+                self.sums = list(map(operator.sub, last.adj, first.base))
+            else:
+                self.incs = [s.increments() for s in steps]
         self.counters: dict[Key, float] | None = None
         """The plain counters' increases, once asked for (`CounterWindow.counter_deltas`)."""
 
@@ -110,8 +154,18 @@ class CounterWindow:
         self._prev: list[float] | None = None
         """The previous poll's values, in the order of `_layout`."""
         self._prev_time: float | None = None
-        self._steps: deque[Step] = deque()
-        self._last_window: tuple[float, Step, _Window] | None = None
+        self._adj: list[float] = []
+        """The previous poll's reset-adjusted values (`_offset` + values; the values
+        themselves while `_offset` is None)."""
+        self._offset: list[float] | None = None
+        """What each key had counted before its group's resets (None: no reset yet)."""
+        self._clean = False
+        """Whether `_adj` is finite."""
+        self._run = 0
+        self._open = False
+        """Whether the next step of the same layout may join run `_run`."""
+        self._steps: deque[_Step] = deque()
+        self._last_window: tuple[float, _Step, _Window] | None = None
         """(window_s, latest step, its window): one derive asks for the same window ~25 times."""
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
@@ -123,21 +177,72 @@ class CounterWindow:
         before = self._layout
         same = before is not None and (before.keys is keys or before.keys == keys)
         layout = before if same and before is not None else _Layout(keys)
-        prev = self._prev
-        if prev is not None and before is not None and self._prev_time is not None:
-            if t > self._prev_time:
-                if layout is before:
-                    inc = _increments(layout, vals, prev)
-                else:
-                    inc = _increments_by_key(keys, vals, dict(zip(before.keys, prev, strict=True)))
-                self._steps.append((self._prev_time, t, layout, inc))
-                while self._steps and self._steps[0][1] < t - self.keep_s:
-                    self._steps.popleft()
-            elif t <= self._prev_time:
+        prev, prev_time = self._prev, self._prev_time
+        if prev is not None and before is not None and prev_time is not None and t > prev_time:
+            step = _Step(prev_time, t, layout, vals, prev, None if same else before.keys)
+            self._adjust(step, before, prev)
+            if step.clean and same and self._open:
+                step.run = self._run
+            else:
+                self._run += 1
+                step.run = self._run
+            self._open = step.clean
+            self._steps.append(step)
+            while self._steps and self._steps[0].end < t - self.keep_s:
+                self._steps.popleft()
+        else:
+            if prev_time is not None and t <= prev_time:
                 self._steps.clear()  # time went backwards: start over rather than divide by <= 0
+            self._offset, self._adj = None, vals
+            self._clean = math.isfinite(sum(vals))
+            self._open = False
         self._layout = layout
         self._prev = vals
         self._prev_time = t
+
+    def _adjust(self, step: _Step, before: _Layout, prev: list[float]) -> None:
+        """The step's `base` and `adj`: a group reset at this poll carries on from what its
+        members had counted, so adjusted values only grow while the counters do."""
+        layout, vals, prev_adj = step.layout, step._values, self._adj
+        offset = self._offset
+        if not self._clean:  # after non-finite values: start the adjusted values over
+            step.base, offset = prev_adj, None
+        elif layout is before:
+            step.base = prev_adj
+            if any(map(operator.lt, vals, prev)):
+                keys = layout.keys
+                reset = {
+                    keys[i][0] for i, (v, p) in enumerate(zip(vals, prev, strict=True)) if v < p
+                }
+                offset = [0.0] * len(vals) if offset is None else list(offset)
+                for group in reset:
+                    for _, i in layout.groups[group]:
+                        offset[i] = prev_adj[i]
+        else:  # the keys changed: a key new since the previous poll counts from 0
+            where = before.index
+            old = dict(zip(before.keys, prev, strict=True))
+            reset = {
+                k[0] for k, v in zip(layout.keys, vals, strict=True) if k in old and v < old[k]
+            }
+            step.base = base = [
+                0.0 if (j := where.get(k)) is None else prev_adj[j] for k in layout.keys
+            ]
+            if reset or offset is not None:
+                carried = offset
+                offset = [
+                    base[i]
+                    if k[0] in reset
+                    else 0.0
+                    if carried is None or (j := where.get(k)) is None
+                    else carried[j]
+                    for i, k in enumerate(layout.keys)
+                ]
+        adj = vals if offset is None else list(map(operator.add, offset, vals))
+        finite = math.isfinite(sum(adj))  # NaN and inf make the sum non-finite
+        if not finite:
+            offset, adj = None, vals
+        step.adj, step.clean = adj, self._clean and finite
+        self._offset, self._adj, self._clean = offset, adj, finite
 
     def _window(self, window_s: float) -> _Window:
         """The steps that start inside the window (at least the latest one), oldest first."""
@@ -147,10 +252,10 @@ class CounterWindow:
         memo = self._last_window
         if memo is not None and memo[0] == window_s and memo[1] is latest:
             return memo[2]
-        cutoff = latest[1] - window_s - 1e-9
-        out: list[Step] = []
+        cutoff = latest.end - window_s - 1e-9
+        out: list[_Step] = []
         for step in reversed(self._steps):
-            if step[0] < cutoff and out:
+            if step.start < cutoff and out:
                 break
             out.append(step)
         out.reverse()
@@ -171,7 +276,11 @@ class CounterWindow:
         if w.sums is not None and w.layout is not None:
             i = w.layout.index.get(key)
             return None if i is None else w.sums[i]
-        found = [s[3][i] for s in w.steps if (i := s[2].index.get(key)) is not None]
+        found = [
+            inc[i]
+            for s, inc in zip(w.steps, w.incs, strict=True)
+            if (i := s.layout.index.get(key)) is not None
+        ]
         return sum(found) if found else None
 
     def counter_deltas(self, window_s: float) -> dict[Key, float]:
@@ -184,9 +293,9 @@ class CounterWindow:
                 w.counters = {key: sums[i] for key, i in w.layout.counters}
             else:  # as `_delta` adds each key up: over the steps that have it, oldest first
                 found: dict[Key, list[float]] = {}
-                for step in w.steps:
-                    for key, i in step[2].counters:
-                        found.setdefault(key, []).append(step[3][i])
+                for step, inc in zip(w.steps, w.incs, strict=True):
+                    for key, i in step.layout.counters:
+                        found.setdefault(key, []).append(inc[i])
                 w.counters = {key: sum(incs) for key, incs in found.items()}
         return w.counters
 
@@ -238,9 +347,9 @@ class CounterWindow:
             sums = w.sums
             return {member: sums[i] for member, i in w.layout.groups.get(group, ())}
         found: dict[Hashable, list[float]] = {}
-        for s in w.steps:
-            for member, i in s[2].groups.get(group, ()):
-                found.setdefault(member, []).append(s[3][i])
+        for s, inc in zip(w.steps, w.incs, strict=True):
+            for member, i in s.layout.groups.get(group, ()):
+                found.setdefault(member, []).append(inc[i])
         return {member: sum(incs) for member, incs in found.items()}
 
 
