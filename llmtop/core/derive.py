@@ -73,13 +73,9 @@ class _Hist:
     def quantiles(self, *qs: float) -> list[float | None]:
         """Each q-quantile; one that lands in the first bucket is the window's mean, capped at
         that bucket's bound (see the module docstring)."""
-        buckets, mean, first = self._sorted, self.mean(), self._first_bound
-        return [
-            min(mean, first)
-            if mean is not None and first is not None and buckets.lands_in_first(q)
-            else buckets.quantile(q)
-            for q in qs
-        ]
+        mean, first = self.mean(), self._first_bound
+        cap = min(mean, first) if mean is not None and first is not None else None
+        return self._sorted.quantiles(qs, cap)
 
 
 def _window_mean(window: CounterWindow, key: str, window_s: float) -> float | None:

@@ -414,41 +414,64 @@ class Buckets:
 
     def quantile(self, q: float) -> float | None:
         """`histogram_quantile(q, buckets)`."""
-        bounds = self._bounds
-        if not bounds or math.isnan(q):
-            return None
-        if not math.isinf(bounds[-1]):
-            return None  # no +Inf bucket: not a valid histogram
-        counts = self._counts
-        if counts is None:
-            counts = self._counts = _running_max(self._raw)
-        total = counts[-1]
-        if total <= 0:
-            return None
-        if q < 0:
-            return -math.inf
-        if q > 1:
-            return math.inf
-        rank = q * total
-        if rank == rank:  # the first count at the rank: counts never fall
-            i = bisect_left(counts, rank)
-        else:
-            i = next(i for i, c in enumerate(counts) if c >= rank)
-        if i == len(bounds) - 1:
-            return bounds[-2] if len(bounds) >= 2 else None
-        upper = bounds[i]
-        if i == 0:
-            if upper <= 0:
-                return upper
-            lower, below = 0.0, 0.0
-        else:
-            lower, below = bounds[i - 1], counts[i - 1]
-        in_bucket = counts[i] - below
-        if in_bucket <= 0:
-            return upper
-        # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
-        fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
-        return lower + (upper - lower) * fraction
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Sequence[float], cap: float | None = None) -> list[float | None]:
+        """`quantile` of each q, the histogram's checks made once; with a `cap`, a q that
+        `lands_in_first` reads the cap instead (derive: the window's mean, capped)."""
+        raw, bounds = self._raw, self._bounds
+        peak = None
+        if cap is not None and raw:
+            peak = self._peak
+            if peak is None:
+                peak = self._peak = max(raw)
+            if not peak > 0:
+                peak = None
+        counts: list[float] = []
+        total = 0.0
+        if bounds and math.isinf(bounds[-1]):  # else no +Inf bucket: not a valid histogram
+            counts = self._counts if self._counts is not None else _running_max(raw)
+            self._counts = counts
+            total = counts[-1]
+        out: list[float | None] = []
+        last = len(bounds) - 1
+        for q in qs:
+            if peak is not None and raw[0] >= q * peak:
+                out.append(cap)
+                continue
+            if not counts or total <= 0 or math.isnan(q):
+                out.append(None)
+                continue
+            if q < 0:
+                out.append(-math.inf)
+                continue
+            if q > 1:
+                out.append(math.inf)
+                continue
+            rank = q * total
+            if rank == rank:  # the first count at the rank: counts never fall
+                i = bisect_left(counts, rank)
+            else:
+                i = next(i for i, c in enumerate(counts) if c >= rank)
+            if i == last:
+                out.append(bounds[-2] if last >= 1 else None)
+                continue
+            upper = bounds[i]
+            if i == 0:
+                if upper <= 0:
+                    out.append(upper)
+                    continue
+                lower, below = 0.0, 0.0
+            else:
+                lower, below = bounds[i - 1], counts[i - 1]
+            in_bucket = counts[i] - below
+            if in_bucket <= 0:
+                out.append(upper)
+                continue
+            # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
+            fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
+            out.append(lower + (upper - lower) * fraction)
+        return out
 
     def lands_in_first(self, q: float) -> bool:
         """`quantile_lands_in_first_bucket(q, buckets)`."""

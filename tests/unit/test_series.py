@@ -8,7 +8,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from llmtop.core.series import CounterWindow, histogram_quantile, quantile_lands_in_first_bucket
+from llmtop.core.series import (
+    Buckets,
+    CounterWindow,
+    histogram_quantile,
+    quantile_lands_in_first_bucket,
+)
 
 INF = math.inf
 K = ("tokens", None)
@@ -394,3 +399,31 @@ def test_quantiles_equal_the_plain_reading(
     ordered = sorted(buckets)
     lands = bool(ordered) and (peak := max(c for _, c in ordered)) > 0 and ordered[0][1] >= q * peak
     assert quantile_lands_in_first_bucket(q, buckets) is lands
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -1.0, 0.1, 0.5, 1.0, 2.5, INF]), _count), max_size=8),
+    st.lists(st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0, -0.1, 1.5, math.nan]), max_size=4),
+    st.sampled_from([None, 0.004, 0.0, math.nan]),
+    st.booleans(),
+)
+def test_several_quantiles_at_once_equal_one_at_a_time(
+    buckets: list[tuple[float, float]], qs: list[float], cap: float | None, cumulative: bool
+) -> None:
+    """`Buckets.quantiles(qs, cap)` (derive's reading): for each q, the cap where the q lands
+    in the first bucket, else the plain quantile, bit for bit."""
+    if cumulative:
+        counts = sorted(c for _, c in buckets)
+        buckets = list(zip(sorted(le for le, _ in buckets), counts, strict=True))
+    try:
+        want = [
+            cap
+            if cap is not None and quantile_lands_in_first_bucket(q, buckets)
+            else _quantile_bucket_by_bucket(q, buckets)
+            for q in qs
+        ]
+    except StopIteration:
+        with pytest.raises(StopIteration):
+            Buckets(buckets).quantiles(qs, cap)
+        return
+    assert repr(Buckets(buckets).quantiles(qs, cap)) == repr(want)
