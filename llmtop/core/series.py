@@ -69,13 +69,19 @@ class _HistogramLayout:
             for m, i in positions.items()
             if m not in ("sum", "count") and isinstance(m, float | int)
         ]
-        self.ordered: tuple[list[float], Callable[[list[float]], Sequence[float]]] | None = None
+        self.ordered: tuple[list[float], Callable[[list[float]], list[float]]] | None = None
         """The bounds ascending and a getter of their counts in that order; None when a bound
         is NaN (sorting (bound, count) pairs then depends on the counts)."""
         if self.bounds and not any(math.isnan(le) for le, _ in self.bounds):
             ranked = sorted(self.bounds)  # distinct bounds (distinct keys): by bound alone
             where = [i for _, i in ranked]
-            get = operator.itemgetter(*where) if len(where) > 1 else lambda v: [v[where[0]]]
+            if where == list(range(where[0], where[0] + len(where))):  # a plan's: in order
+                get: Callable[[list[float]], list[float]] = operator.itemgetter(
+                    slice(where[0], where[0] + len(where))
+                )
+            else:
+                gather = operator.itemgetter(*where)  # two or more: a tuple
+                get = lambda v: list(gather(v))  # noqa: E731
             self.ordered = ([le for le, _ in ranked], get)
 
 
@@ -335,7 +341,7 @@ class CounterWindow:
             return None
         bounds, counts = h.ordered
         return (
-            Buckets.of_sorted(bounds, list(counts(sums))),
+            Buckets.of_sorted(bounds, counts(sums)),
             None if h.sum is None else sums[h.sum],
             None if h.count is None else sums[h.count],
         )
