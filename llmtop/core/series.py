@@ -8,15 +8,16 @@ window survive resets and gaps. Pure: time comes in.
 
 Cost: a scrape exports the same series in the same order poll after poll, so each poll's values
 are kept as one list in the order of a shared `_Layout` (the keys, their positions, the members
-of each group). Each poll also has reset-adjusted values: the values themselves until a reset,
-after it the value plus what the group's members had counted before (an offset per key, kept
-only once a reset happened), so they grow while the counters do. A window whose steps form one
-run (one layout, finite values) then sums as last - first: one subtraction per key, in C, as
-Prometheus' increase() does, instead of adding up every poll's increment. That is exact for
-integer counters (vLLM's tokens and requests) and rounds once for float sums, where the per-poll
-sum rounded at every poll: the figures differ from it in the last bits only. Windows of several
-layouts (a series appeared or went) or holding a non-finite value are summed key by key from
-each poll's increments, as before.
+of each group), with the list its increments start from: the previous poll's own list, or after
+a reset a copy with 0 for the reset group's members (and 0 for a key new at this poll). Polls
+with no reset, one layout and finite values form a run, over which every key's increase is its
+last value less its first: one subtraction per key, in C, as Prometheus' increase() does,
+instead of adding up every poll's increment. A window over several runs of one layout (a reset
+inside it) adds each run's last less first. That is exact for integer counters (vLLM's tokens
+and requests) and rounds once a run for float sums, where the per-poll sum rounded at every
+poll: the figures differ from it in the last bits only. Windows of several layouts (a series
+appeared or went) or holding a non-finite value are summed key by key from each poll's
+increments, as before.
 """
 
 from __future__ import annotations
@@ -86,12 +87,10 @@ class _HistogramLayout:
 
 
 class _Step:
-    """One poll's step: its times and layout, the reset-adjusted cumulative values at its
-    start and end (`base`, `adj`: one subtraction gives its increments), and how to work out
-    its increments one by one, as they were before this module summed runs (`increments`)."""
+    """One poll's step: its times and layout, the poll's values and its `base`, the values its
+    increments start from (the previous poll's, 0 for a key new or reset at this poll)."""
 
-    __slots__ = ("_inc", "_keys_before", "_prev", "_values", "adj", "base", "clean", "end",
-                 "layout", "run", "start")  # fmt: skip
+    __slots__ = ("_inc", "base", "clean", "end", "layout", "run", "start", "values")
 
     def __init__(
         self,
@@ -99,36 +98,27 @@ class _Step:
         end: float,
         layout: _Layout,
         values: list[float],
-        prev: list[float],
-        keys_before: tuple[Key, ...] | None,
+        base: list[float],
+        clean: bool,
     ) -> None:
         self.start, self.end, self.layout = start, end, layout
-        self._values, self._prev, self._keys_before = values, prev, keys_before
-        """This poll's and the previous poll's values; the previous poll's keys when they
-        differ from this one's (None: the same layout)."""
-        self._inc: list[float] | None = None
-        self.base: list[float] = values
-        self.adj: list[float] = values
-        self.clean = True
-        """Whether `adj` and `base` are finite (then their difference is the increments)."""
+        self.values, self.base = values, base
+        self.clean = clean
+        """Whether `values` and `base` are finite."""
         self.run = 0
-        """Steps of one run share a layout and are clean: a window within a run sums as the
-        last step's `adj` less the first's `base`."""
+        """Steps of one run are clean, share a layout and had no reset after the first: a
+        window within a run sums as the last step's `values` less the first's `base`."""
+        self._inc: list[float] | None = None
 
     def increments(self) -> list[float]:
-        """The poll's increment of each key, in its layout's order (read key by key where the
-        window's steps differ in layout or are not clean)."""
+        """The poll's increment of each key, in its layout's order."""
         if self._inc is None:
-            if self._keys_before is None:
-                self._inc = _increments(self.layout, self._values, self._prev)
-            else:
-                before = dict(zip(self._keys_before, self._prev, strict=True))
-                self._inc = _increments_by_key(self.layout.keys, self._values, before)
+            self._inc = list(map(operator.sub, self.values, self.base))
         return self._inc
 
 
 class _Window:
-    """The steps of one window, and every key's sum over them when they are of one run."""
+    """The steps of one window, and every key's sum over them when they share a layout."""
 
     __slots__ = ("counters", "incs", "layout", "span", "steps", "sums")
 
@@ -140,15 +130,32 @@ class _Window:
         self.sums: list[float] | None = None
         self.incs: list[list[float]] = []
         """Each step's increments, where the window is read key by key (`sums` None)."""
-        if steps:
-            first, last = steps[0], steps[-1]
-            if first.run == last.run and last.clean:  # one run: every key at once
-                self.layout = last.layout
-                self.sums = list(map(operator.sub, last.adj, first.base))
-            else:
-                self.incs = [s.increments() for s in steps]
+        if not steps:
+            pass
+        elif steps[0].run == steps[-1].run and steps[-1].clean:  # one run: last - first
+            self.layout = steps[-1].layout
+            self.sums = list(map(operator.sub, steps[-1].values, steps[0].base))
+        elif all(s.clean and s.layout is steps[0].layout for s in steps):  # runs: each's, added
+            self.layout = steps[0].layout
+            self.sums = _sum_of_runs(steps)
+        else:
+            self.incs = [s.increments() for s in steps]
         self.counters: dict[Key, float] | None = None
         """The plain counters' increases, once asked for (`CounterWindow.counter_deltas`)."""
+
+
+def _sum_of_runs(steps: list[_Step]) -> list[float]:
+    """Each key's sum over clean steps of one layout: each run's last - first, the runs'
+    differences added oldest first."""
+    parts, start = [], 0
+    for i, step in enumerate(steps):
+        if i + 1 == len(steps) or steps[i + 1].run != step.run:
+            parts.append(list(map(operator.sub, step.values, steps[start].base)))
+            start = i + 1
+    total = parts[0]
+    for part in parts[1:]:
+        total = list(map(operator.add, total, part))
+    return total
 
 
 class CounterWindow:
@@ -160,13 +167,8 @@ class CounterWindow:
         self._prev: list[float] | None = None
         """The previous poll's values, in the order of `_layout`."""
         self._prev_time: float | None = None
-        self._adj: list[float] = []
-        """The previous poll's reset-adjusted values (`_offset` + values; the values
-        themselves while `_offset` is None)."""
-        self._offset: list[float] | None = None
-        """What each key had counted before its group's resets (None: no reset yet)."""
         self._clean = False
-        """Whether `_adj` is finite."""
+        """Whether the previous poll's values are finite."""
         self._run = 0
         self._open = False
         """Whether the next step of the same layout may join run `_run`."""
@@ -184,12 +186,13 @@ class CounterWindow:
         same = before is not None and (before.keys is keys or before.keys == keys)
         layout = before if same and before is not None else _Layout(keys)
         prev, prev_time = self._prev, self._prev_time
+        finite = math.isfinite(sum(vals))  # NaN and inf make the sum non-finite
         if prev is not None and before is not None and prev_time is not None and t > prev_time:
-            step = _Step(prev_time, t, layout, vals, prev, None if same else before.keys)
-            self._adjust(step, before, prev)
-            if step.clean and same and self._open:
+            base = _base(layout, vals, prev) if same else _base_by_key(layout, vals, before, prev)
+            step = _Step(prev_time, t, layout, vals, base, self._clean and finite)
+            if step.clean and base is prev and self._open:
                 step.run = self._run
-            else:
+            else:  # a reset, new keys, non-finite values: a run starts
                 self._run += 1
                 step.run = self._run
             self._open = step.clean
@@ -199,56 +202,11 @@ class CounterWindow:
         else:
             if prev_time is not None and t <= prev_time:
                 self._steps.clear()  # time went backwards: start over rather than divide by <= 0
-            self._offset, self._adj = None, vals
-            self._clean = math.isfinite(sum(vals))
             self._open = False
         self._layout = layout
         self._prev = vals
         self._prev_time = t
-
-    def _adjust(self, step: _Step, before: _Layout, prev: list[float]) -> None:
-        """The step's `base` and `adj`: a group reset at this poll carries on from what its
-        members had counted, so adjusted values only grow while the counters do."""
-        layout, vals, prev_adj = step.layout, step._values, self._adj
-        offset = self._offset
-        if not self._clean:  # after non-finite values: start the adjusted values over
-            step.base, offset = prev_adj, None
-        elif layout is before:
-            step.base = prev_adj
-            if any(map(operator.lt, vals, prev)):
-                keys = layout.keys
-                reset = {
-                    keys[i][0] for i, (v, p) in enumerate(zip(vals, prev, strict=True)) if v < p
-                }
-                offset = [0.0] * len(vals) if offset is None else list(offset)
-                for group in reset:
-                    for _, i in layout.groups[group]:
-                        offset[i] = prev_adj[i]
-        else:  # the keys changed: a key new since the previous poll counts from 0
-            where = before.index
-            old = dict(zip(before.keys, prev, strict=True))
-            reset = {
-                k[0] for k, v in zip(layout.keys, vals, strict=True) if k in old and v < old[k]
-            }
-            step.base = base = [
-                0.0 if (j := where.get(k)) is None else prev_adj[j] for k in layout.keys
-            ]
-            if reset or offset is not None:
-                carried = offset
-                offset = [
-                    base[i]
-                    if k[0] in reset
-                    else 0.0
-                    if carried is None or (j := where.get(k)) is None
-                    else carried[j]
-                    for i, k in enumerate(layout.keys)
-                ]
-        adj = vals if offset is None else list(map(operator.add, offset, vals))
-        finite = math.isfinite(sum(adj))  # NaN and inf make the sum non-finite
-        if not finite:
-            offset, adj = None, vals
-        step.adj, step.clean = adj, self._clean and finite
-        self._offset, self._adj, self._clean = offset, adj, finite
+        self._clean = finite
 
     def _window(self, window_s: float) -> _Window:
         """The steps that start inside the window (at least the latest one), oldest first."""
@@ -363,27 +321,28 @@ Histogram = tuple[list[tuple[float, float]], float | None, float | None]
 """(bounds with their summed increments, in the members' order; sum; count) of a window."""
 
 
-def _increments(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
-    """One poll's increments over the previous poll of the same layout; a group with a member
-    that went down was reset, and counts its new values."""
-    inc = list(map(operator.sub, values, prev))
-    if any(map(operator.lt, values, prev)):
-        keys = layout.keys
-        reset = {keys[i][0] for i, (v, p) in enumerate(zip(values, prev, strict=True)) if v < p}
-        for group in reset:
-            for _, i in layout.groups[group]:
-                inc[i] = values[i]
-    return inc
+def _base(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
+    """Where a poll's increments start from: the previous poll's values (that very list), or
+    where a group has a member that went down (reset), a copy with 0 for its members, which
+    then count their new values."""
+    if not any(map(operator.lt, values, prev)):
+        return prev
+    keys, base = layout.keys, list(prev)
+    reset = {keys[i][0] for i, (v, p) in enumerate(zip(values, prev, strict=True)) if v < p}
+    for group in reset:
+        for _, i in layout.groups[group]:
+            base[i] = 0.0
+    return base
 
 
-def _increments_by_key(
-    keys: tuple[Key, ...], values: list[float], prev: dict[Key, float]
+def _base_by_key(
+    layout: _Layout, values: list[float], before: _Layout, prev: list[float]
 ) -> list[float]:
-    """As `_increments` when the keys changed: a key new since the previous poll counts its
-    value."""
-    pairs = list(zip(keys, values, strict=True))
-    reset_groups = {k[0] for k, v in pairs if k in prev and v < prev[k]}
-    return [v if k[0] in reset_groups or k not in prev else v - prev[k] for k, v in pairs]
+    """`_base` when the keys changed: a key new since the previous poll counts its value."""
+    old = dict(zip(before.keys, prev, strict=True))
+    pairs = list(zip(layout.keys, values, strict=True))
+    reset = {k[0] for k, v in pairs if k in old and v < old[k]}
+    return [0.0 if k[0] in reset or k not in old else old[k] for k, _ in pairs]
 
 
 def _running_max(counts: list[float]) -> list[float]:

@@ -185,7 +185,7 @@ _PRESENT = [_ALL, _ALL, _ALL, _ALL, [*_ALL[:-1], False], [True, True, False, Tru
 
 def _close(got: object, want: object, scale: float, exact: bool) -> bool:
     """Equal (exact: bit for bit), or within a few ulps of the largest cumulative value seen
-    (`scale`): last - first rounds once where the key-by-key sum rounds at every poll."""
+    (`scale`): last - first rounds once a run where the key-by-key sum rounds at every poll."""
     if exact or not isinstance(want, float) or not isinstance(got, float):
         return repr(got) == repr(want)
     return math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-13 * scale)
@@ -295,7 +295,7 @@ def _fake_engine(polls: int, restart_at: set[int], new_reason_at: int | None) ->
     [
         (set(), None, 10.0),  # no reset: one run, the window shorter than the history
         ({14}, None, 10.0),  # a reset inside the window
-        ({3}, None, 10.0),  # a reset before the window (its offset carried on)
+        ({3}, None, 10.0),  # a reset before the window
         ({3, 9, 16}, None, 5.0),  # resets before, at the window's start and inside
         (set(), 8, 10.0),  # a series appears, then the same layout again
         ({8}, 8, 10.0),  # a series appears at a restart
