@@ -13,7 +13,7 @@ cumulative means when no request finished inside the window.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from llmtop.core.engines import EngineScrape
 from llmtop.core.series import Buckets, CounterWindow, Key
@@ -73,13 +73,9 @@ class _Hist:
     def quantiles(self, *qs: float) -> list[float | None]:
         """Each q-quantile; one that lands in the first bucket is the window's mean, capped at
         that bucket's bound (see the module docstring)."""
-        buckets, mean, first = self._sorted, self.mean(), self._first_bound
-        return [
-            min(mean, first)
-            if mean is not None and first is not None and buckets.lands_in_first(q)
-            else buckets.quantile(q)
-            for q in qs
-        ]
+        mean, first = self.mean(), self._first_bound
+        cap = min(mean, first) if mean is not None and first is not None else None
+        return self._sorted.quantiles(qs, cap)
 
 
 def _window_mean(window: CounterWindow, key: str, window_s: float) -> float | None:
@@ -92,6 +88,43 @@ def _window_mean(window: CounterWindow, key: str, window_s: float) -> float | No
 def _cumulative_mean(scrape: EngineScrape, key: str) -> float | None:
     h = scrape.histograms.get(key)
     return h.sum / h.count if h is not None and h.count > 0 else None
+
+
+class _CounterNames:
+    """The counters derive reads by their prefix, in the scrape's order: finished and refused
+    requests by reason, prompt tokens by source. The same for every scrape of a structure."""
+
+    __slots__ = ("by_reason", "sources")
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.by_reason: list[tuple[Key, bool, str]] = []
+        """(window key, finished (else refused), reason)."""
+        self.sources: list[str] = []
+        for name in names:
+            kind, _, reason = name.partition(":")
+            if kind in ("finished", "admission"):
+                self.by_reason.append(((name, None), kind == "finished", reason))
+            if name.startswith("prompt_source:"):
+                self.sources.append(name)
+
+
+_NAMES: dict[int, tuple[object, _CounterNames]] = {}
+"""id(a plan's counter keys) -> (those keys, kept alive so the id stays theirs; their names)."""
+_NAMES_MAX = 256
+
+
+def _names_of(scrape: EngineScrape) -> _CounterNames:
+    """The scrape's `_CounterNames`, worked out once per plan (its counter keys' tuple is
+    the same object for every scrape of the structure)."""
+    keys = scrape.counter_keys
+    if keys is None:
+        return _CounterNames(scrape.counters)
+    found = _NAMES.get(id(keys))
+    if found is None or found[0] is not keys:
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        found = _NAMES[id(keys)] = (keys, _CounterNames(scrape.counters))
+    return found[1]
 
 
 def derive_engine(
@@ -128,19 +161,18 @@ def derive_engine(
     per_seq = decode / running if decode is not None and running else None
     finished: dict[str, float] = {}
     refused: dict[str, float] = {}
+    names = _names_of(scrape)
     if span:
-        for name in scrape.counters:
-            kind, _, reason = name.partition(":")
-            if kind in ("finished", "admission"):
-                d = deltas.get((name, None))
-                if d is not None:
-                    (finished if kind == "finished" else refused)[reason] = d / span
+        for key, is_finished, reason in names.by_reason:
+            d = deltas.get(key)
+            if d is not None:
+                (finished if is_finished else refused)[reason] = d / span
 
     hits, queries = delta("prefix_hits"), delta("prefix_queries")
     if not queries:
         hits, queries = scrape.counters.get("prefix_hits"), scrape.counters.get("prefix_queries")
     prefix_frac = hits / queries if hits is not None and queries else None
-    cache_frac = _cache_share(scrape, delta)
+    cache_frac = _cache_share(scrape, names.sources, delta)
 
     ttft, itl, e2e, queue, prefill = (
         _Hist(window, key, window_s) for key in ("ttft", "itl", "e2e", "queue_time", "prefill_time")
@@ -200,9 +232,10 @@ def derive_engine(
     )
 
 
-def _cache_share(scrape: EngineScrape, delta: Callable[[str], float | None]) -> float | None:
+def _cache_share(
+    scrape: EngineScrape, sources: list[str], delta: Callable[[str], float | None]
+) -> float | None:
     """Cache-hit share of the prompt tokens by source over the window (else since start)."""
-    sources = [k for k in scrape.counters if k.startswith("prompt_source:")]
     if not sources:
         return None
     hit_key = "prompt_source:local_cache_hit"

@@ -14,6 +14,7 @@ import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from llmtop.core.quickinit import quick_init
 from llmtop.core.raw import Labels, Sample
@@ -79,6 +80,31 @@ class Histogram:
     buckets: tuple[tuple[float, float], ...]
     sum: float
     count: float
+
+    @classmethod
+    def planned(
+        cls, bounds: list[float], columns: list[float], first: int, total: float, count: float
+    ) -> Histogram:
+        """A histogram whose buckets are zipped from a plan's columns (`bounds` and the
+        counts from `columns[first]` on) when first read: derive reads the counter window's
+        columns instead, so most scrapes' buckets are never read. Once read, the same object
+        as one built with them (equal, same repr and hash)."""
+        self = cls.__new__(cls)
+        self.__dict__.update(sum=total, count=count, _columns=(bounds, columns, first))
+        return self
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute an Any
+
+        def __getattr__(self, name: str) -> object:
+            """`buckets` of a `planned` histogram, zipped on first read (called only for an
+            attribute not found)."""
+            lazy = self.__dict__.get("_columns") if name == "buckets" else None
+            if lazy is None:
+                raise AttributeError(name)
+            bounds, columns, first = lazy
+            end = first + len(bounds)
+            buckets = self.__dict__["buckets"] = tuple(zip(bounds, columns[first:end], strict=True))
+            return buckets
 
 
 @quick_init

@@ -198,8 +198,8 @@ class ScrapePlan:
         histograms: dict[str, E.Histogram] = {}
         for key, bounds, first in self.histograms:
             end = first + len(bounds)
-            histograms[key] = E.Histogram(
-                tuple(zip(bounds, columns[first:end], strict=True)), columns[end], columns[end + 1]
+            histograms[key] = E.Histogram.planned(
+                bounds, columns, first, columns[end], columns[end + 1]
             )
         capacity, block_size = self.kv
         return E.EngineScrape(

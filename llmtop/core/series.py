@@ -3,17 +3,21 @@ histogram quantiles as PromQL's histogram_quantile computes them.
 
 A counter that goes down was reset (the engine restarted): its increment for that poll is its
 new value, as Prometheus's rate() assumes. Counters are grouped (one histogram's buckets, sum
-and count form one group) so a reset seen on any member resets the whole group. The window
-holds per-poll increments, so rates over it survive resets and gaps. Pure: time comes in.
+and count form one group) so a reset seen on any member resets the whole group. Rates over the
+window survive resets and gaps. Pure: time comes in.
 
-Cost: a scrape exports the same series in the same order poll after poll, so each poll's
-increments are kept as one list in the order of a shared `_Layout` (the keys, their positions,
-the members of each group). One derive reads nearly every key of the window; while the window's
-polls share one layout, every key's sum is taken at once, column by column in C, and each read
-is a lookup. The sums are the ones a key-by-key sum gives, bit for bit (the same additions in
-the same order, oldest poll first), not a running total: subtracting what leaves the window
-would drift from them in the last bits. Polls of different layouts (a series appeared or went)
-are summed key by key, as before.
+Cost: a scrape exports the same series in the same order poll after poll, so each poll's values
+are kept as one list in the order of a shared `_Layout` (the keys, their positions, the members
+of each group), with the list its increments start from: the previous poll's own list, or after
+a reset a copy with 0 for the reset group's members (and 0 for a key new at this poll). Polls
+with no reset, one layout and finite values form a run, over which every key's increase is its
+last value less its first: one subtraction per key, in C, as Prometheus' increase() does,
+instead of adding up every poll's increment. A window over several runs of one layout (a reset
+inside it) adds each run's last less first. That is exact for integer counters (vLLM's tokens
+and requests) and rounds once a run for float sums, where the per-poll sum rounded at every
+poll: the figures differ from it in the last bits only. Windows of several layouts (a series
+appeared or went) or holding a non-finite value are summed key by key from each poll's
+increments, as before.
 """
 
 from __future__ import annotations
@@ -66,39 +70,92 @@ class _HistogramLayout:
             for m, i in positions.items()
             if m not in ("sum", "count") and isinstance(m, float | int)
         ]
-        self.ordered: tuple[list[float], Callable[[list[float]], Sequence[float]]] | None = None
+        self.ordered: tuple[list[float], Callable[[list[float]], list[float]]] | None = None
         """The bounds ascending and a getter of their counts in that order; None when a bound
         is NaN (sorting (bound, count) pairs then depends on the counts)."""
         if self.bounds and not any(math.isnan(le) for le, _ in self.bounds):
             ranked = sorted(self.bounds)  # distinct bounds (distinct keys): by bound alone
             where = [i for _, i in ranked]
-            get = operator.itemgetter(*where) if len(where) > 1 else lambda v: [v[where[0]]]
+            if where == list(range(where[0], where[0] + len(where))):  # a plan's: in order
+                get: Callable[[list[float]], list[float]] = operator.itemgetter(
+                    slice(where[0], where[0] + len(where))
+                )
+            else:
+                gather = operator.itemgetter(*where)  # two or more: a tuple
+                get = lambda v: list(gather(v))  # noqa: E731
             self.ordered = ([le for le, _ in ranked], get)
 
 
-Step = tuple[float, float, _Layout, list[float]]
-"""(start time, end time, layout, increment of each key in the layout's order) of one poll."""
+class _Step:
+    """One poll's step: its times and layout, the poll's values and its `base`, the values its
+    increments start from (the previous poll's, 0 for a key new or reset at this poll)."""
+
+    __slots__ = ("_inc", "base", "clean", "end", "layout", "run", "start", "values")
+
+    def __init__(
+        self,
+        start: float,
+        end: float,
+        layout: _Layout,
+        values: list[float],
+        base: list[float],
+        clean: bool,
+    ) -> None:
+        self.start, self.end, self.layout = start, end, layout
+        self.values, self.base = values, base
+        self.clean = clean
+        """Whether `values` and `base` are finite."""
+        self.run = 0
+        """Steps of one run are clean, share a layout and had no reset after the first: a
+        window within a run sums as the last step's `values` less the first's `base`."""
+        self._inc: list[float] | None = None
+
+    def increments(self) -> list[float]:
+        """The poll's increment of each key, in its layout's order."""
+        if self._inc is None:
+            self._inc = list(map(operator.sub, self.values, self.base))
+        return self._inc
 
 
 class _Window:
     """The steps of one window, and every key's sum over them when they share a layout."""
 
-    __slots__ = ("counters", "layout", "span", "steps", "sums")
+    __slots__ = ("counters", "incs", "layout", "span", "steps", "sums")
 
-    def __init__(self, steps: list[Step]) -> None:
+    def __init__(self, steps: list[_Step]) -> None:
         self.steps = steps
-        self.span = None if not steps else steps[-1][1] - steps[0][0]
+        self.span = None if not steps else steps[-1].end - steps[0].start
         """Seconds the steps cover (None before two scrapes)."""
         self.layout: _Layout | None = None
         self.sums: list[float] | None = None
-        if steps:
-            layout = steps[0][2]
-            if all(s[2] is layout for s in steps):
-                self.layout = layout
-                # column by column, oldest poll first: the additions a key-by-key sum makes
-                self.sums = list(map(sum, zip(*(s[3] for s in steps), strict=True)))
+        self.incs: list[list[float]] = []
+        """Each step's increments, where the window is read key by key (`sums` None)."""
+        if not steps:
+            pass
+        elif steps[0].run == steps[-1].run and steps[-1].clean:  # one run: last - first
+            self.layout = steps[-1].layout
+            self.sums = list(map(operator.sub, steps[-1].values, steps[0].base))
+        elif all(s.clean and s.layout is steps[0].layout for s in steps):  # runs: each's, added
+            self.layout = steps[0].layout
+            self.sums = _sum_of_runs(steps)
+        else:
+            self.incs = [s.increments() for s in steps]
         self.counters: dict[Key, float] | None = None
         """The plain counters' increases, once asked for (`CounterWindow.counter_deltas`)."""
+
+
+def _sum_of_runs(steps: list[_Step]) -> list[float]:
+    """Each key's sum over clean steps of one layout: each run's last - first, the runs'
+    differences added oldest first."""
+    parts, start = [], 0
+    for i, step in enumerate(steps):
+        if i + 1 == len(steps) or steps[i + 1].run != step.run:
+            parts.append(list(map(operator.sub, step.values, steps[start].base)))
+            start = i + 1
+    total = parts[0]
+    for part in parts[1:]:
+        total = list(map(operator.add, total, part))
+    return total
 
 
 class CounterWindow:
@@ -110,8 +167,13 @@ class CounterWindow:
         self._prev: list[float] | None = None
         """The previous poll's values, in the order of `_layout`."""
         self._prev_time: float | None = None
-        self._steps: deque[Step] = deque()
-        self._last_window: tuple[float, Step, _Window] | None = None
+        self._clean = False
+        """Whether the previous poll's values are finite."""
+        self._run = 0
+        self._open = False
+        """Whether the next step of the same layout may join run `_run`."""
+        self._steps: deque[_Step] = deque()
+        self._last_window: tuple[float, _Step, _Window] | None = None
         """(window_s, latest step, its window): one derive asks for the same window ~25 times."""
 
     def add(self, t: float, values: Mapping[Key, float]) -> None:
@@ -123,21 +185,28 @@ class CounterWindow:
         before = self._layout
         same = before is not None and (before.keys is keys or before.keys == keys)
         layout = before if same and before is not None else _Layout(keys)
-        prev = self._prev
-        if prev is not None and before is not None and self._prev_time is not None:
-            if t > self._prev_time:
-                if layout is before:
-                    inc = _increments(layout, vals, prev)
-                else:
-                    inc = _increments_by_key(keys, vals, dict(zip(before.keys, prev, strict=True)))
-                self._steps.append((self._prev_time, t, layout, inc))
-                while self._steps and self._steps[0][1] < t - self.keep_s:
-                    self._steps.popleft()
-            elif t <= self._prev_time:
+        prev, prev_time = self._prev, self._prev_time
+        finite = math.isfinite(sum(vals))  # NaN and inf make the sum non-finite
+        if prev is not None and before is not None and prev_time is not None and t > prev_time:
+            base = _base(layout, vals, prev) if same else _base_by_key(layout, vals, before, prev)
+            step = _Step(prev_time, t, layout, vals, base, self._clean and finite)
+            if step.clean and base is prev and self._open:
+                step.run = self._run
+            else:  # a reset, new keys, non-finite values: a run starts
+                self._run += 1
+                step.run = self._run
+            self._open = step.clean
+            self._steps.append(step)
+            while self._steps and self._steps[0].end < t - self.keep_s:
+                self._steps.popleft()
+        else:
+            if prev_time is not None and t <= prev_time:
                 self._steps.clear()  # time went backwards: start over rather than divide by <= 0
+            self._open = False
         self._layout = layout
         self._prev = vals
         self._prev_time = t
+        self._clean = finite
 
     def _window(self, window_s: float) -> _Window:
         """The steps that start inside the window (at least the latest one), oldest first."""
@@ -147,10 +216,10 @@ class CounterWindow:
         memo = self._last_window
         if memo is not None and memo[0] == window_s and memo[1] is latest:
             return memo[2]
-        cutoff = latest[1] - window_s - 1e-9
-        out: list[Step] = []
+        cutoff = latest.end - window_s - 1e-9
+        out: list[_Step] = []
         for step in reversed(self._steps):
-            if step[0] < cutoff and out:
+            if step.start < cutoff and out:
                 break
             out.append(step)
         out.reverse()
@@ -171,7 +240,11 @@ class CounterWindow:
         if w.sums is not None and w.layout is not None:
             i = w.layout.index.get(key)
             return None if i is None else w.sums[i]
-        found = [s[3][i] for s in w.steps if (i := s[2].index.get(key)) is not None]
+        found = [
+            inc[i]
+            for s, inc in zip(w.steps, w.incs, strict=True)
+            if (i := s.layout.index.get(key)) is not None
+        ]
         return sum(found) if found else None
 
     def counter_deltas(self, window_s: float) -> dict[Key, float]:
@@ -184,9 +257,9 @@ class CounterWindow:
                 w.counters = {key: sums[i] for key, i in w.layout.counters}
             else:  # as `_delta` adds each key up: over the steps that have it, oldest first
                 found: dict[Key, list[float]] = {}
-                for step in w.steps:
-                    for key, i in step[2].counters:
-                        found.setdefault(key, []).append(step[3][i])
+                for step, inc in zip(w.steps, w.incs, strict=True):
+                    for key, i in step.layout.counters:
+                        found.setdefault(key, []).append(inc[i])
                 w.counters = {key: sum(incs) for key, incs in found.items()}
         return w.counters
 
@@ -226,7 +299,7 @@ class CounterWindow:
             return None
         bounds, counts = h.ordered
         return (
-            Buckets.of_sorted(bounds, list(counts(sums))),
+            Buckets.of_sorted(bounds, counts(sums)),
             None if h.sum is None else sums[h.sum],
             None if h.count is None else sums[h.count],
         )
@@ -238,9 +311,9 @@ class CounterWindow:
             sums = w.sums
             return {member: sums[i] for member, i in w.layout.groups.get(group, ())}
         found: dict[Hashable, list[float]] = {}
-        for s in w.steps:
-            for member, i in s[2].groups.get(group, ()):
-                found.setdefault(member, []).append(s[3][i])
+        for s, inc in zip(w.steps, w.incs, strict=True):
+            for member, i in s.layout.groups.get(group, ()):
+                found.setdefault(member, []).append(inc[i])
         return {member: sum(incs) for member, incs in found.items()}
 
 
@@ -248,27 +321,28 @@ Histogram = tuple[list[tuple[float, float]], float | None, float | None]
 """(bounds with their summed increments, in the members' order; sum; count) of a window."""
 
 
-def _increments(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
-    """One poll's increments over the previous poll of the same layout; a group with a member
-    that went down was reset, and counts its new values."""
-    inc = list(map(operator.sub, values, prev))
-    if any(map(operator.lt, values, prev)):
-        keys = layout.keys
-        reset = {keys[i][0] for i, (v, p) in enumerate(zip(values, prev, strict=True)) if v < p}
-        for group in reset:
-            for _, i in layout.groups[group]:
-                inc[i] = values[i]
-    return inc
+def _base(layout: _Layout, values: list[float], prev: list[float]) -> list[float]:
+    """Where a poll's increments start from: the previous poll's values (that very list), or
+    where a group has a member that went down (reset), a copy with 0 for its members, which
+    then count their new values."""
+    if not any(map(operator.lt, values, prev)):
+        return prev
+    keys, base = layout.keys, list(prev)
+    reset = {keys[i][0] for i, (v, p) in enumerate(zip(values, prev, strict=True)) if v < p}
+    for group in reset:
+        for _, i in layout.groups[group]:
+            base[i] = 0.0
+    return base
 
 
-def _increments_by_key(
-    keys: tuple[Key, ...], values: list[float], prev: dict[Key, float]
+def _base_by_key(
+    layout: _Layout, values: list[float], before: _Layout, prev: list[float]
 ) -> list[float]:
-    """As `_increments` when the keys changed: a key new since the previous poll counts its
-    value."""
-    pairs = list(zip(keys, values, strict=True))
-    reset_groups = {k[0] for k, v in pairs if k in prev and v < prev[k]}
-    return [v if k[0] in reset_groups or k not in prev else v - prev[k] for k, v in pairs]
+    """`_base` when the keys changed: a key new since the previous poll counts its value."""
+    old = dict(zip(before.keys, prev, strict=True))
+    pairs = list(zip(layout.keys, values, strict=True))
+    reset = {k[0] for k, v in pairs if k in old and v < old[k]}
+    return [0.0 if k[0] in reset or k not in old else old[k] for k, _ in pairs]
 
 
 def _running_max(counts: list[float]) -> list[float]:
@@ -305,41 +379,64 @@ class Buckets:
 
     def quantile(self, q: float) -> float | None:
         """`histogram_quantile(q, buckets)`."""
-        bounds = self._bounds
-        if not bounds or math.isnan(q):
-            return None
-        if not math.isinf(bounds[-1]):
-            return None  # no +Inf bucket: not a valid histogram
-        counts = self._counts
-        if counts is None:
-            counts = self._counts = _running_max(self._raw)
-        total = counts[-1]
-        if total <= 0:
-            return None
-        if q < 0:
-            return -math.inf
-        if q > 1:
-            return math.inf
-        rank = q * total
-        if rank == rank:  # the first count at the rank: counts never fall
-            i = bisect_left(counts, rank)
-        else:
-            i = next(i for i, c in enumerate(counts) if c >= rank)
-        if i == len(bounds) - 1:
-            return bounds[-2] if len(bounds) >= 2 else None
-        upper = bounds[i]
-        if i == 0:
-            if upper <= 0:
-                return upper
-            lower, below = 0.0, 0.0
-        else:
-            lower, below = bounds[i - 1], counts[i - 1]
-        in_bucket = counts[i] - below
-        if in_bucket <= 0:
-            return upper
-        # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
-        fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
-        return lower + (upper - lower) * fraction
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Sequence[float], cap: float | None = None) -> list[float | None]:
+        """`quantile` of each q, the histogram's checks made once; with a `cap`, a q that
+        `lands_in_first` reads the cap instead (derive: the window's mean, capped)."""
+        raw, bounds = self._raw, self._bounds
+        peak = None
+        if cap is not None and raw:
+            peak = self._peak
+            if peak is None:
+                peak = self._peak = max(raw)
+            if not peak > 0:
+                peak = None
+        counts: list[float] = []
+        total = 0.0
+        if bounds and math.isinf(bounds[-1]):  # else no +Inf bucket: not a valid histogram
+            counts = self._counts if self._counts is not None else _running_max(raw)
+            self._counts = counts
+            total = counts[-1]
+        out: list[float | None] = []
+        last = len(bounds) - 1
+        for q in qs:
+            if peak is not None and raw[0] >= q * peak:
+                out.append(cap)
+                continue
+            if not counts or total <= 0 or math.isnan(q):
+                out.append(None)
+                continue
+            if q < 0:
+                out.append(-math.inf)
+                continue
+            if q > 1:
+                out.append(math.inf)
+                continue
+            rank = q * total
+            if rank == rank:  # the first count at the rank: counts never fall
+                i = bisect_left(counts, rank)
+            else:
+                i = next(i for i, c in enumerate(counts) if c >= rank)
+            if i == last:
+                out.append(bounds[-2] if last >= 1 else None)
+                continue
+            upper = bounds[i]
+            if i == 0:
+                if upper <= 0:
+                    out.append(upper)
+                    continue
+                lower, below = 0.0, 0.0
+            else:
+                lower, below = bounds[i - 1], counts[i - 1]
+            in_bucket = counts[i] - below
+            if in_bucket <= 0:
+                out.append(upper)
+                continue
+            # Clamped: with subnormal counts the division can round past 1 and leave the bucket.
+            fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
+            out.append(lower + (upper - lower) * fraction)
+        return out
 
     def lands_in_first(self, q: float) -> bool:
         """`quantile_lands_in_first_bucket(q, buckets)`."""

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from llmtop.core.series import CounterWindow, histogram_quantile, quantile_lands_in_first_bucket
+from llmtop.core.series import (
+    Buckets,
+    CounterWindow,
+    histogram_quantile,
+    quantile_lands_in_first_bucket,
+)
 
 INF = math.inf
 K = ("tokens", None)
@@ -178,51 +183,160 @@ _PRESENT = [_ALL, _ALL, _ALL, _ALL, [*_ALL[:-1], False], [True, True, False, Tru
 """Which keys a poll has: mostly all (one layout, summed all at once), sometimes one gone."""
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from([0.0, 0.5, 1.0, 1.0, 1.0, 2.5, -0.5]),  # time step (back: restart)
-            st.sampled_from(_PRESENT),
-            st.lists(
-                st.floats(-1e6, 1e9, allow_nan=False) | st.floats(0, 1000).map(round),
-                min_size=len(_KEYS),
-                max_size=len(_KEYS),
-            ),
-            st.sampled_from([False] * 5 + [True]),  # keys in the other order
-        ),
-        min_size=1,
-        max_size=40,
-    ),
-    st.sampled_from([1.0, 3.0, 10.0]),
-)
-def test_window_sums_equal_a_key_by_key_sum(
-    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float
+def _close(got: object, want: object, scale: float, exact: bool) -> bool:
+    """Equal (exact: bit for bit), or within a few ulps of the largest cumulative value seen
+    (`scale`): last - first rounds once a run where the key-by-key sum rounds at every poll."""
+    if exact or not isinstance(want, float) or not isinstance(got, float):
+        return repr(got) == repr(want)
+    return math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-13 * scale)
+
+
+def _same_sums(
+    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float, exact: bool
 ) -> None:
-    """Whatever the keys do (appear, go, change order, reset, time going back), every delta
-    and group equals the plain key-by-key sum exactly, bit for bit, and in the same order."""
     w, oracle = CounterWindow(keep_s=8.0), _KeyByKey(keep_s=8.0)
     t = 0.0
     growing = [0.0] * len(_KEYS)
+    scale = 0.0
     for dt, present, steps, reverse in polls:
         t += dt
         for i, s in enumerate(steps):
             growing[i] += abs(s) if s < 5e8 else -s  # mostly counting up, sometimes a reset
+        scale += sum(map(abs, growing))  # bounds every adjusted value and partial sum
         values = {k: growing[i] for i, k in enumerate(_KEYS) if present[i]}
         if reverse:
             values = dict(reversed(values.items()))
         w.add(t, values)
         oracle.add(t, values)
         for key in _KEYS:
-            assert repr(w.delta(key, window_s)) == repr(oracle.delta(key, window_s))
+            assert _close(w.delta(key, window_s), oracle.delta(key, window_s), scale, exact)
         for group in ("a", "h", "b", "none"):
-            assert repr(w.group(group, window_s)) == repr(oracle.group(group, window_s))
+            got, want = w.group(group, window_s), oracle.group(group, window_s)
+            assert list(got) == list(want)
+            assert all(_close(got[m], want[m], scale, exact) for m in want)
             members = oracle.group(group, window_s)
             total, count = members.pop("sum", None), members.pop("count", None)
             bounds = [(float(m), c) for m, c in members.items() if isinstance(m, float | int)]
-            assert repr(w.histogram(group, window_s)) == repr((bounds, total, count))
+            h_bounds, h_total, h_count = w.histogram(group, window_s)
+            assert [le for le, _ in h_bounds] == [le for le, _ in bounds]
+            assert all(
+                _close(a[1], b[1], scale, exact) for a, b in zip(h_bounds, bounds, strict=True)
+            )
+            assert _close(h_total, total, scale, exact)
+            assert _close(h_count, count, scale, exact)
+            ordered = w.sorted_histogram(group, window_s)  # the layout's bounds in order
+            if ordered is not None:
+                qs = (0.0, 0.5, 0.95, 0.99, 1.0)
+                assert repr(ordered[0].quantiles(qs)) == repr(Buckets(h_bounds).quantiles(qs))
+                assert repr(ordered[1:]) == repr((h_total, h_count))
         span = w.span_s(window_s)
         steps_ = oracle.window(window_s)
         assert span == (steps_[-1][1] - steps_[0][0] if steps_ else None)
+
+
+_POLLS = st.tuples(
+    st.sampled_from([0.0, 0.5, 1.0, 1.0, 1.0, 2.5, -0.5]),  # time step (back: restart)
+    st.sampled_from(_PRESENT),
+    st.lists(
+        st.floats(-1e6, 1e9, allow_nan=False) | st.floats(0, 1000).map(round),
+        min_size=len(_KEYS),
+        max_size=len(_KEYS),
+    ),
+    st.sampled_from([False] * 5 + [True]),  # keys in the other order
+)
+
+
+@given(st.lists(_POLLS, min_size=1, max_size=40), st.sampled_from([1.0, 3.0, 10.0]))
+def test_window_sums_equal_a_key_by_key_sum(
+    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float
+) -> None:
+    """Whatever the keys do (appear, go, change order, reset, time going back), every delta
+    and group equals the plain key-by-key sum within a few ulps of the counters' size."""
+    _same_sums(polls, window_s, exact=False)
+
+
+@given(st.lists(_POLLS, min_size=1, max_size=40), st.sampled_from([1.0, 3.0, 10.0]))
+def test_window_sums_of_integer_counters_are_exact(
+    polls: list[tuple[float, list[bool], list[float], bool]], window_s: float
+) -> None:
+    """Integer counts (vLLM's tokens and requests): last - first is the key-by-key sum, bit
+    for bit, whatever the resets and layouts."""
+    whole = [
+        (dt, present, [float(round(v)) for v in vals], rev) for dt, present, vals, rev in polls
+    ]
+    _same_sums(whole, window_s, exact=True)
+
+
+_H = [("h", 0.1), ("h", 1.0), ("h", INF), ("h", "sum"), ("h", "count")]
+
+
+def _fake_engine(polls: int, restart_at: set[int], new_reason_at: int | None) -> list[dict]:
+    """A vLLM-like engine's counters at 1 Hz: integer tokens and counts, a float seconds sum;
+    a restart sends them back to small values; a finish reason may appear."""
+    out = []
+    tokens, count, total, buckets = 0.0, 0.0, 0.0, [0.0, 0.0, 0.0]
+    for i in range(polls):
+        if i in restart_at:
+            tokens, count, total, buckets = 0.0, 0.0, 0.0, [0.0, 0.0, 0.0]
+        tokens += 1000.0 + 37 * (i % 7)
+        count += 3.0
+        total += 0.1 * (1 + i % 5) + 0.0123456789 * i  # seconds: not integers
+        buckets = [buckets[0] + 1.0, buckets[1] + 2.0, buckets[2] + 3.0]
+        values: dict = {K: tokens, ("finished:stop", None): count}
+        if new_reason_at is not None and i >= new_reason_at:
+            values[("finished:length", None)] = float(i - new_reason_at + 1)
+        values.update(zip(_H, [*buckets, total, count], strict=True))
+        out.append(values)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("restart_at", "new_reason_at", "window_s"),
+    [
+        (set(), None, 10.0),  # no reset: one run, the window shorter than the history
+        ({14}, None, 10.0),  # a reset inside the window
+        ({3}, None, 10.0),  # a reset before the window
+        ({3, 9, 16}, None, 5.0),  # resets before, at the window's start and inside
+        (set(), 8, 10.0),  # a series appears, then the same layout again
+        ({8}, 8, 10.0),  # a series appears at a restart
+        ({11}, 5, 30.0),  # the window longer than the history
+    ],
+)
+def test_last_minus_first_equals_key_by_key_on_a_fake_clock(
+    restart_at: set[int], new_reason_at: int | None, window_s: float
+) -> None:
+    """Integer counters exactly, the seconds sum within rel 1e-12, at every poll."""
+    w, oracle = CounterWindow(keep_s=20.0), _KeyByKey(keep_s=20.0)
+    keys = [K, ("finished:stop", None), ("finished:length", None), *_H]
+    for i, values in enumerate(_fake_engine(30, restart_at, new_reason_at)):
+        t = 100.0 + i
+        w.add(t, values)
+        oracle.add(t, values)
+        for key in keys:
+            got, want = w.delta(key, window_s), oracle.delta(key, window_s)
+            if key == ("h", "sum") and got is not None and want is not None:
+                assert math.isclose(got, want, rel_tol=1e-12)
+            else:
+                assert repr(got) == repr(want)
+        steps = oracle.window(window_s)
+        assert w.span_s(window_s) == (steps[-1][1] - steps[0][0] if steps else None)
+
+
+def test_non_finite_values_read_key_by_key_then_clean_again() -> None:
+    """A NaN or inf poll makes the windows holding it NaN, as the per-poll sum would; once it
+    leaves the window the sums are finite again, resets after it included."""
+    w, oracle = CounterWindow(keep_s=20.0), _KeyByKey(keep_s=20.0)
+    values = [0.0, 10.0, 20.0, math.nan, 40.0, 50.0, 5.0, 15.0, INF, 25.0, 35.0, 45.0, 55.0]
+    values += [65.0, 1.0, 2.0, 3.0]
+    for i, v in enumerate(values):
+        poll = {K: v, ("b", None): float(i)}
+        w.add(float(i), poll)
+        oracle.add(float(i), poll)
+        for window_s in (1.0, 3.0, 6.0):
+            assert repr(w.delta(K, window_s)) == repr(oracle.delta(K, window_s))
+            assert repr(w.delta(("b", None), window_s)) == repr(oracle.delta(("b", None), window_s))
+    assert w.delta(K, 3.0) == 1.0 + 1.0 + 1.0  # 65 -> 1 (a reset: 1), 2, 3
+    assert w._window(3.0).sums is not None  # read as last - first again
 
 
 def _quantile_bucket_by_bucket(q: float, buckets: list[tuple[float, float]]) -> float | None:
@@ -290,3 +404,31 @@ def test_quantiles_equal_the_plain_reading(
     ordered = sorted(buckets)
     lands = bool(ordered) and (peak := max(c for _, c in ordered)) > 0 and ordered[0][1] >= q * peak
     assert quantile_lands_in_first_bucket(q, buckets) is lands
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -1.0, 0.1, 0.5, 1.0, 2.5, INF]), _count), max_size=8),
+    st.lists(st.sampled_from([0.0, 0.5, 0.95, 0.99, 1.0, -0.1, 1.5, math.nan]), max_size=4),
+    st.sampled_from([None, 0.004, 0.0, math.nan]),
+    st.booleans(),
+)
+def test_several_quantiles_at_once_equal_one_at_a_time(
+    buckets: list[tuple[float, float]], qs: list[float], cap: float | None, cumulative: bool
+) -> None:
+    """`Buckets.quantiles(qs, cap)` (derive's reading): for each q, the cap where the q lands
+    in the first bucket, else the plain quantile, bit for bit."""
+    if cumulative:
+        counts = sorted(c for _, c in buckets)
+        buckets = list(zip(sorted(le for le, _ in buckets), counts, strict=True))
+    try:
+        want = [
+            cap
+            if cap is not None and quantile_lands_in_first_bucket(q, buckets)
+            else _quantile_bucket_by_bucket(q, buckets)
+            for q in qs
+        ]
+    except StopIteration:
+        with pytest.raises(StopIteration):
+            Buckets(buckets).quantiles(qs, cap)
+        return
+    assert repr(Buckets(buckets).quantiles(qs, cap)) == repr(want)
