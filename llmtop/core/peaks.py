@@ -21,9 +21,11 @@ import math
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
 
 from llmtop.core.snapshot import EngineStats, Snapshot
 
+_E = TypeVar("_E", bound=tuple[Any, ...])
 _Entry = tuple[float, tuple[int, int], float | None, EngineStats]
 """One engine row of one kept snapshot: (rate, where it stands in the scan's order, running,
 the row). Tuples, not a class: the indexes build one per replica and poll, and a class's
@@ -133,13 +135,17 @@ def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
     return (usage, running, tokens) if math.isfinite(tokens) else None
 
 
-class HeldPeaks:
-    """Per URL, the most KV a running sequence held in the kept snapshots, newest first."""
+class _Fronts(Generic[_E]):
+    """Per URL, sliding maxima over the kept snapshots' rows: a monotonic deque of entries
+    (tuples whose `_VALUE`th item is compared), newest first among equals; the rows of each
+    kept snapshot remembered so that `drop_oldest` lets the same entries go."""
+
+    _VALUE: int
 
     def __init__(self) -> None:
-        self._fronts: dict[str, deque[_Held]] = {}
+        self._fronts: dict[str, deque[_E]] = {}
         self._nan: dict[str, int] = {}
-        self._kept: deque[list[tuple[str, _Held | None]]] = deque()
+        self._kept: deque[list[tuple[str, _E | None]]] = deque()
         self._added = 0
         self._dropped = 0
         self._newest: float | None = None
@@ -147,31 +153,27 @@ class HeldPeaks:
         """The newest snapshot kept at a time before its predecessor's (0: none): the index
         is exact again once that predecessor has gone."""
 
-    def add(self, snap: Snapshot) -> None:
-        """Index the snapshot the history has just kept (its newest)."""
+    def _rows(self, snap: Snapshot) -> list[tuple[str, _E | None]]:
+        """A new kept snapshot's list of rows, its time noted."""
         if self._newest is not None and not snap.time >= self._newest:
             self._out_of_order = self._added
         self._newest = snap.time
         self._added += 1
-        rows: list[tuple[str, _Held | None]] = []
-        # The scan reads a snapshot's rows first to last, newest snapshot first; pushed last
-        # row first, a row outdoes the ones before it on equal terms.
-        for p in reversed(snap.engines):
-            held = held_tokens(p) if p.up else None
-            if held is None:
-                continue
-            usage, running, tokens = held
-            if math.isnan(tokens):
-                self._nan[p.url] = self._nan.get(p.url, 0) + 1
-                rows.append((p.url, None))
-                continue
-            entry = (tokens, snap.time, usage, running)
-            front = self._fronts.setdefault(p.url, deque())
-            while front and front[-1][0] <= tokens:
-                front.pop()  # older and no higher: never the answer while this one is kept
-            front.append(entry)
-            rows.append((p.url, entry))
+        rows: list[tuple[str, _E | None]] = []
         self._kept.append(rows)
+        return rows
+
+    def _nan_row(self, rows: list[tuple[str, _E | None]], url: str) -> None:
+        self._nan[url] = self._nan.get(url, 0) + 1
+        rows.append((url, None))
+
+    def _push(self, rows: list[tuple[str, _E | None]], url: str, entry: _E) -> None:
+        value = entry[self._VALUE]
+        front = self._fronts.setdefault(url, deque())
+        while front and front[-1][self._VALUE] <= value:
+            front.pop()  # older and no higher: never the answer while this one is kept
+        front.append(entry)
+        rows.append((url, entry))
 
     def drop_oldest(self) -> None:
         """Forget the oldest indexed snapshot (the history has let it go)."""
@@ -189,6 +191,27 @@ class HeldPeaks:
                     del self._fronts[url]
         if not self._kept:
             self._newest = None
+
+
+class HeldPeaks(_Fronts[_Held]):
+    """Per URL, the most KV a running sequence held in the kept snapshots, newest first."""
+
+    _VALUE = 0  # (tokens, time, usage, running)
+
+    def add(self, snap: Snapshot) -> None:
+        """Index the snapshot the history has just kept (its newest)."""
+        rows = self._rows(snap)
+        # The scan reads a snapshot's rows first to last, newest snapshot first; pushed last
+        # row first, a row outdoes the ones before it on equal terms.
+        for p in reversed(snap.engines):
+            held = held_tokens(p) if p.up else None
+            if held is None:
+                continue
+            usage, running, tokens = held
+            if math.isnan(tokens):
+                self._nan_row(rows, p.url)
+                continue
+            self._push(rows, p.url, (tokens, snap.time, usage, running))
 
     def exact(self, url: str, now: float) -> bool:
         """Whether `most` answers for this URL at `now`: the kept times in order, none after
@@ -224,31 +247,21 @@ _Usage = tuple[float, float]
 every poll, where a class's `__init__` costs a Python call)."""
 
 
-class KvPeaks:
+class KvPeaks(_Fronts[_Usage]):
     """Per URL, the highest KV usage of the kept snapshots since a time, newest first among
     equals: `rulebase.kv_peak`'s look-back over the rules' window (kv-exhausted reads it for
     every replica at every poll while its cache is full)."""
 
+    _VALUE = 1  # (time, usage)
+
     def __init__(self) -> None:
-        self._fronts: dict[str, deque[_Usage]] = {}
-        self._nan: dict[str, int] = {}
-        self._kept: deque[list[tuple[str, _Usage | None]]] = deque()
-        self._added = 0
-        self._dropped = 0
-        self._newest: float | None = None
-        self._out_of_order = 0
-        """As `HeldPeaks._out_of_order`: exact again once the earlier-timed one's predecessor
-        has gone."""
+        super().__init__()
         self._cut = -math.inf
         """The latest `since` rows were let go for (an earlier one asks for them: not exact)."""
 
     def add(self, snap: Snapshot) -> None:
         """Index the snapshot the history has just kept (its newest)."""
-        if self._newest is not None and not snap.time >= self._newest:
-            self._out_of_order = self._added
-        self._newest = snap.time
-        self._added += 1
-        rows: list[tuple[str, _Usage | None]] = []
+        rows = self._rows(snap)
         # The scan reads a snapshot's rows first to last, newest snapshot first, and `max`
         # keeps the first of equals: pushed last row first, a row outdoes the ones before it
         # on equal terms.
@@ -257,33 +270,9 @@ class KvPeaks:
             if usage is None or not p.up:
                 continue
             if math.isnan(usage):
-                self._nan[p.url] = self._nan.get(p.url, 0) + 1
-                rows.append((p.url, None))
+                self._nan_row(rows, p.url)
                 continue
-            entry = (snap.time, usage)
-            front = self._fronts.setdefault(p.url, deque())
-            while front and front[-1][1] <= usage:
-                front.pop()  # older and no higher: never the answer while this one is kept
-            front.append(entry)
-            rows.append((p.url, entry))
-        self._kept.append(rows)
-
-    def drop_oldest(self) -> None:
-        """Forget the oldest indexed snapshot (the history has let it go)."""
-        self._dropped += 1
-        for url, entry in self._kept.popleft():
-            if entry is None:
-                self._nan[url] -= 1
-                if not self._nan[url]:
-                    del self._nan[url]
-                continue
-            front = self._fronts.get(url)
-            if front and front[0] is entry:
-                front.popleft()
-                if not front:
-                    del self._fronts[url]
-        if not self._kept:
-            self._newest = None
+            self._push(rows, p.url, (snap.time, usage))
 
     def peak(self, url: str, since: float) -> tuple[bool, float | None]:
         """(exact, the highest KV usage of the URL's up rows in the newest kept snapshot and
