@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -77,29 +78,59 @@ _kv_row = st.tuples(
 Row = tuple[str, bool, float | None, int | None, float | None]
 
 
-def _replay_kv_held(polls: list[tuple[float, list[Row]]], keep: int) -> None:
-    """At each poll, before its snapshot is kept: the index's answer is the scan's, for each
-    row of the poll and for a row that knows nothing."""
+Engines = tuple[EngineStats, ...]
+History = tuple[Snapshot, ...]
+
+
+def _replay(
+    polls: Iterable[tuple[float, Engines]],
+    keep: int,
+    check: Callable[[float, Engines, History, HistoryIndex], None],
+    start: float = 0.0,
+) -> None:
+    """Keep each poll's snapshot as a pipeline does (the history and its index side by side,
+    the oldest let go past `keep`), `check` running first, before the snapshot is kept."""
     index, history = HistoryIndex(), deque[Snapshot]()
-    t = 0.0
-    for dt, rows in polls:
+    t = start
+    for dt, engines in polls:
         t += dt
-        engines = tuple(
-            EngineStats(
-                url=u, up=up, kv_cache_usage_frac=usage, kv_capacity_tokens=cap, running=running
-            )
-            for u, up, usage, cap, running in rows
-        )
-        for url in URLS:
-            for e in (*(p for p in engines if p.url == url), EngineStats(url=url, up=True)):
-                want = _held(e, tuple(history), t)
-                assert repr(_held(e, tuple(history), t, index.held)) == repr(want)
+        check(t, engines, tuple(history), index)
         snap = Snapshot(time=t, engines=engines)
         history.append(snap)
         index.add(snap)
         while len(history) > keep:
             history.popleft()
             index.drop_oldest()
+
+
+def _rows_and_blank(engines: tuple[EngineStats, ...]) -> Iterator[EngineStats]:
+    """Each URL's rows of the poll, then a row of it that knows nothing."""
+    for url in URLS:
+        yield from (p for p in engines if p.url == url)
+        yield EngineStats(url=url, up=True)
+
+
+def _replay_kv_held(polls: list[tuple[float, list[Row]]], keep: int) -> None:
+    """At each poll, before its snapshot is kept: the index's answer is the scan's, for each
+    row of the poll and for a row that knows nothing."""
+
+    def check(t: float, engines: Engines, history: History, index: HistoryIndex) -> None:
+        for e in _rows_and_blank(engines):
+            assert repr(_held(e, history, t, index.held)) == repr(_held(e, history, t))
+
+    engines = (
+        (
+            dt,
+            tuple(
+                EngineStats(
+                    url=u, up=up, kv_cache_usage_frac=usage, kv_capacity_tokens=cap, running=running
+                )
+                for u, up, usage, cap, running in rows
+            ),
+        )
+        for dt, rows in polls
+    )
+    _replay(engines, keep, check)
 
 
 @given(
@@ -167,23 +198,19 @@ def _replay_kv_peak(
     """At each poll, before its snapshot is kept: `kv_peak` with the index is `kv_peak`'s scan,
     for each row of the poll and for a row that knows nothing (repr: a -0.0 or NaN shows)."""
     settings = HealthSettings(window_s=window_s)
-    index, history = HistoryIndex(), deque[Snapshot]()
-    t = 0.0
-    for dt, rows in polls:
-        t += dt
-        engines = tuple(EngineStats(url=u, up=up, kv_cache_usage_frac=v) for u, up, v in rows)
-        for url in URLS:
-            for e in (*(p for p in engines if p.url == url), EngineStats(url=url, up=True)):
-                seen = {"time": t, "engines": (e,), "gateway": None, "gpus": ()}
-                scan = Context(**seen, settings=settings, history=tuple(history))
-                indexed = replace(scan, history_index=index)
-                assert repr(kv_peak(indexed, e)) == repr(kv_peak(scan, e))
-        snap = Snapshot(time=t, engines=engines)
-        history.append(snap)
-        index.add(snap)
-        while len(history) > keep:
-            history.popleft()
-            index.drop_oldest()
+
+    def check(t: float, engines: Engines, history: History, index: HistoryIndex) -> None:
+        for e in _rows_and_blank(engines):
+            seen = {"time": t, "engines": (e,), "gateway": None, "gpus": ()}
+            scan = Context(**seen, settings=settings, history=history)
+            indexed = replace(scan, history_index=index)
+            assert repr(kv_peak(indexed, e)) == repr(kv_peak(scan, e))
+
+    engines = (
+        (dt, tuple(EngineStats(url=u, up=up, kv_cache_usage_frac=v) for u, up, v in rows))
+        for dt, rows in polls
+    )
+    _replay(engines, keep, check)
 
 
 @given(
@@ -244,28 +271,26 @@ def _replay_past(
 ) -> None:
     """At each poll, before its snapshot is kept: `_past` through the index finds the very
     row the scan finds (the same object, the same dt)."""
-    index, history = HistoryIndex(), deque[Snapshot]()
-    t = start
-    for dt, rows in polls:
-        t += dt
-        engines = tuple(
-            EngineStats(url=u, up=up, waiting=w, decode_tok_per_s=d) for u, up, w, d in rows
-        )
+
+    def check(t: float, engines: Engines, history: History, index: HistoryIndex) -> None:
         for url in URLS:
             seen = {"time": t, "engines": (), "gateway": None, "gpus": ()}
-            scan = Context(**seen, settings=HealthSettings(), history=tuple(history))
+            scan = Context(**seen, settings=HealthSettings(), history=history)
             want = _past(scan, url, ago_s, _cliff_inputs)
             got = _past(replace(scan, history_index=index), url, ago_s, _cliff_inputs)
             assert repr(got) == repr(want)
             assert (got is None) == (want is None)
             if got is not None and want is not None:
                 assert got[1] is want[1]
-        snap = Snapshot(time=t, engines=engines)
-        history.append(snap)
-        index.add(snap)
-        while len(history) > keep:
-            history.popleft()
-            index.drop_oldest()
+
+    engines = (
+        (
+            dt,
+            tuple(EngineStats(url=u, up=up, waiting=w, decode_tok_per_s=d) for u, up, w, d in rows),
+        )
+        for dt, rows in polls
+    )
+    _replay(engines, keep, check, start)
 
 
 @given(
