@@ -1,8 +1,9 @@
 """The answers of `core.promql`'s queries -> rows (`PromAnswers`: what a recording keeps) ->
 per-replica `EngineStats`. Pure.
 
-A packed answer is one series per replica (or per engine of a data-parallel server) whose labels
-are its figures; `read_rows` turns each into a `PromRow`, its KV blocks and model from the
+A packed answer is one series per replica (or per engine of a data-parallel server) whose
+`FIGURES` label holds its figures' values, in the order of its query's names; `read_rows` turns
+each into a `PromRow`, its KV blocks and model from the
 slow-changing `Info`. `replicas` makes the rows what the fleet pipeline reads: a data-parallel
 server's KV usage weighted by its engines' KV blocks, its engines as sub-rows, and, as in
 `derive`, a quantile inside the first bucket replaced by the window's mean capped at that bound.
@@ -15,11 +16,20 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from llmtop.core.derive import NO_GAUGES
 from llmtop.core.fleet import DerivedReplica
-from llmtop.core.promql import ENGINE, FIGURE, FINISHED_PREFIX, QUANTILES, quantile_figure
+from llmtop.core.promql import (
+    ENGINE,
+    FIGURE,
+    FIGURES,
+    FINISHED_PREFIX,
+    QUANTILES,
+    quantile_figure,
+)
 from llmtop.core.raw import PromAnswers, PromRow, RawPoll
 from llmtop.core.snapshot import EngineStats
 
@@ -89,23 +99,29 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
     return Info(frozenset(replicas), all_blocks, models, tuple(sorted(reasons)), bounds)
 
 
-_NOT_FINITE = frozenset({"NaN", "+Inf", "-Inf"})
-"""How Prometheus writes a value that is unknown (nothing in the window) or unbounded."""
-
-
-def _figures(labels: Mapping[str, str], skip: frozenset[str]) -> dict[str, float | None]:
-    """One packed series' labels -> figures; the cheap path, then one label at a time when a
-    value is not a plain number."""
+def _figures(text: str, names: Sequence[str]) -> dict[str, float | None] | None:
+    """A packed series' `FIGURES` -> name -> value (NaN, infinities and anything not a number:
+    unknown); None when the count of values is not the count of names (not our answer)."""
+    parts = text.split(",")
+    if len(parts) != len(names):
+        return None
     try:
-        return {
-            k: None if v in _NOT_FINITE else float(v) for k, v in labels.items() if k not in skip
-        }
-    except (TypeError, ValueError):
-        return {k: _number(v) for k, v in labels.items() if k not in skip}
+        values = list(map(float, parts))
+    except ValueError:
+        return dict(zip(names, map(_number, parts), strict=True))
+    out: dict[str, float | None] = dict(zip(names, values, strict=True))
+    if "n" in text or "N" in text:  # a NaN or an infinity: every spelling of them has an n
+        for name in compress(names, map(not_, map(math.isfinite, values))):
+            out[name] = None
+    return out
+
+
+Answer = tuple[Sequence[str], Iterable[Mapping[str, Any]]]
+"""A packed query's figure names and its answer's series."""
 
 
 def read_rows(
-    answers: Iterable[Iterable[Mapping[str, Any]]],
+    answers: Iterable[Answer],
     info: Info,
     replica_label: str = "instance",
     *,
@@ -114,15 +130,17 @@ def read_rows(
     """Packed answers (the `Queries.replicas` or `.engines` pair, asked with `info.reasons`)
     -> one row per replica (or engine), its figures from every answer."""
     finished = {f"{FINISHED_PREFIX}{i}": reason for i, reason in enumerate(info.reasons)}
-    skip = frozenset({replica_label, ENGINE})
     merged: dict[tuple[str, str], dict[str, float | None]] = {}
-    for answer in answers:
+    for names, answer in answers:
         for item in answer:
             labels = item.get("metric")
             if not isinstance(labels, dict) or not labels.get(replica_label):
                 continue
+            text = labels.get(FIGURES)
+            figures = _figures(text, names) if isinstance(text, str) else None
+            if figures is None:
+                continue
             key = (str(labels[replica_label]), str(labels.get(ENGINE, "")) if by_engine else "")
-            figures = _figures(labels, skip)
             if key in merged:
                 merged[key].update(figures)
             else:

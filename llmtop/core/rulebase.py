@@ -16,11 +16,13 @@ from llmtop.core.quickinit import quick_init
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
+    Explain,
     Finding,
     GatewayStats,
     GpuStats,
     Severity,
     Snapshot,
+    WordedOnRead,
 )
 from llmtop.core.thresholds import HealthSettings
 
@@ -49,13 +51,23 @@ class Context:
 
 @quick_init
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(WordedOnRead):
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
 
     summary: str
     action: str
     severity: Severity | None = None
     bottleneck: Bottleneck | None = None
+
+    @classmethod
+    def later(
+        cls,
+        explain: Explain,
+        severity: Severity | None = None,
+        bottleneck: Bottleneck | None = None,
+    ) -> Verdict:
+        """A verdict worded when first read (its finding's words: `WordedOnRead`)."""
+        return cls._later(explain, severity=severity, bottleneck=bottleneck)
 
 
 @dataclass(frozen=True)
@@ -113,16 +125,22 @@ class Hysteresis(Generic[X]):
                         st.fired_since = st.false_since = None
             if st.fired_since is not None and st.verdict is not None:
                 v = st.verdict
-                out.append(
-                    Finding(
-                        id=rule.id,
-                        severity=v.severity or rule.severity,
-                        bottleneck=v.bottleneck or rule.bottleneck,
-                        summary=v.summary,
-                        action=v.action,
-                        since=st.fired_since,
+                severity = v.severity or rule.severity
+                bottleneck = v.bottleneck or rule.bottleneck
+                explain, since = v.pending_words(), st.fired_since
+                if explain is not None:  # handed on, not worded
+                    out.append(Finding.later(rule.id, severity, bottleneck, explain, since))
+                else:
+                    out.append(
+                        Finding(
+                            id=rule.id,
+                            severity=severity,
+                            bottleneck=bottleneck,
+                            summary=v.summary,
+                            action=v.action,
+                            since=since,
+                        )
                     )
-                )
         if len(out) > 1:
             out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
         return tuple(out)
@@ -359,9 +377,21 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
     (traffic reaches it around the gateway, so no gateway cap can help), and the gateway's cap
     is already at or below n (seconds after `:cap`, the window still holds what came before).
     """
-    gw = ctx.gateway if ctx is not None else None
-    if ctx is not None and gw is not None and gw.up and n is not None:
-        running = sum(e.running or 0.0 for e in ctx.engines if e.up)
+    if ctx is None:
+        return cap_advice(n, why)
+    return cap_advice(n, why, ctx.gateway, ctx.engines)
+
+
+def cap_advice(
+    n: int | None,
+    why: str,
+    gw: GatewayStats | None = None,
+    engines: Sequence[EngineStats] = (),
+) -> str:
+    """`cap_action` from the two things of a `Context` it reads (what a finding worded later
+    keeps, rather than the Context)."""
+    if gw is not None and gw.up and n is not None:
+        running = sum(e.running or 0.0 for e in engines if e.up)
         # +1: the two are scraped a moment apart, and an admission can fall in between
         if gw.in_flight is not None and running > gw.in_flight + 1:
             return (

@@ -11,15 +11,17 @@ from llmtop.core import format as fmt
 from llmtop.core.peaks import cliff_inputs, scan_best_at_half
 from llmtop.core.rulebase import (
     Context,
+    KvSize,
     Verdict,
     cap_action,
+    cap_advice,
     kv_peak,
     kv_pressed,
     kv_size_now,
     up_engines,
     where,
 )
-from llmtop.core.snapshot import Bottleneck, EngineStats, Severity
+from llmtop.core.snapshot import Bottleneck, EngineStats, Explain, Severity
 
 
 def target_down(ctx: Context) -> Verdict | None:
@@ -131,7 +133,9 @@ def degraded_200(ctx: Context) -> Verdict | None:
 def kv_exhausted(ctx: Context) -> Verdict | None:
     """The cache is full and requests wait or are preempted: cap at what it holds (`kv_size`:
     the larger of the mean finished request and the KV each running sequence held, so a mix
-    of short chats and long prompts is sized by what fills the cache, not by the chats)."""
+    of short chats and long prompts is sized by what fills the cache, not by the chats).
+    Worded when read (it holds on every replica of a full fleet each poll); the size is worked
+    out now, as it reads the look-back, which moves on."""
     for e in up_engines(ctx):
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         if not e.preemptions_per_s and not waiting:
@@ -140,19 +144,35 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
         if not kv_pressed(ctx, e, peak):
             continue
         size = kv_size_now(ctx, e)
+        return Verdict.later(_kv_exhausted_words(where(ctx, e), e, peak, waiting, size, ctx))
+    return None
+
+
+def _kv_exhausted_words(
+    prefix: str,
+    e: EngineStats,
+    peak: float | None,
+    waiting: float | None,
+    size: KvSize | None,
+    ctx: Context,
+) -> Explain:
+    gateway, engines = ctx.gateway, ctx.engines
+
+    def words() -> tuple[str, str]:
         n = size.fits if size is not None else None
         arithmetic = f"; {size.arithmetic()}" if size is not None else ""
         if n is None and e.running:
             n = max(1, int(e.running))  # capacity unknown: what fits is what runs
             arithmetic = f"; the cache holds the {n} running now"
         summary = (
-            f"{where(ctx, e)}KV cache {fmt.frac(peak)} full, "
+            f"{prefix}KV cache {fmt.frac(peak)} full, "
             f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
             f"capacity, {fmt.count(e.running)} running{arithmetic}"
         )
         why = "more sequences than the KV cache holds"
-        return Verdict(summary, cap_action(n, why, ctx))
-    return None
+        return summary, cap_advice(n, why, gateway, engines)
+
+    return words
 
 
 def _past(

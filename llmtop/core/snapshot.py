@@ -7,14 +7,58 @@ New fields are added with a default, so recordings and tests made before them st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from llmtop.core.quickinit import quick_init
 
 Severity = Literal["warning", "critical"]
 Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
 Status = Literal["ok", "degraded", "critical", "unknown"]
+Explain = Callable[[], tuple[str, str]]
+"""Words a summary and an action, called once, at the first read of either."""
+W = TypeVar("W", bound="WordedOnRead")
+
+
+class WordedOnRead:
+    """For a frozen dataclass with `summary` and `action`: `_later` makes one whose two texts
+    are worded by an `Explain` when first read. A rule holding on a hundred replicas each poll
+    then words only the findings something shows (the table's visible rows, a snapshot) instead
+    of all of them (bench/bench_fleet.py: most of a poll's rule time was wording). Once read, the
+    same object as one built with the words: equal, same repr and hash, pickled as words.
+
+    The `Explain` must read only what it was given at the poll, never state that moves on (the
+    history, its indexes): it may be called a poll or an hour later."""
+
+    @classmethod
+    def _later(cls: type[W], explain: Explain, **fields: Any) -> W:
+        self = cls.__new__(cls)
+        self.__dict__.update(fields, _explain=explain)
+        return self
+
+    def pending_words(self) -> Explain | None:
+        """The `Explain` not called yet, if any (to hand on without wording)."""
+        explain: Explain | None = self.__dict__.get("_explain")
+        return explain
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute an Any
+
+        def __getattr__(self, name: str) -> object:
+            """`summary` or `action` not worded yet (called only for an attribute not found)."""
+            d = self.__dict__
+            explain = d.get("_explain") if name in ("summary", "action") else None
+            if explain is None:
+                raise AttributeError(name)
+            d["summary"], d["action"] = explain()
+            del d["_explain"]
+            return d[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and copied as words: an `Explain` is a closure."""
+        if "_explain" in self.__dict__:
+            _ = self.summary  # type: ignore[attr-defined]
+        return self.__dict__
 
 
 @quick_init
@@ -159,7 +203,7 @@ class GpuStats:
 
 @quick_init
 @dataclass(frozen=True)
-class Finding:
+class Finding(WordedOnRead):
     """A named problem: which resource binds, the measured evidence, and what to do."""
 
     id: str
@@ -169,6 +213,18 @@ class Finding:
     action: str
     since: float | None = None
     """Time (seconds, the snapshot clock) the finding fired."""
+
+    @classmethod
+    def later(
+        cls,
+        id: str,
+        severity: Severity,
+        bottleneck: Bottleneck,
+        explain: Explain,
+        since: float | None = None,
+    ) -> Finding:
+        """A finding whose summary and action `explain` words when first read."""
+        return cls._later(explain, id=id, severity=severity, bottleneck=bottleneck, since=since)
 
 
 @quick_init

@@ -21,6 +21,7 @@ from typing import Any
 
 from llmtop.core import promql, promql_answers
 from llmtop.core.fleet import DerivedReplica
+from llmtop.core.promql_answers import Answer
 from llmtop.core.raw import PromAnswers
 from llmtop.errors import TargetError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient
@@ -56,7 +57,7 @@ class PrometheusSource:
         self._clock = clock
         self._info: promql_answers.Info | None = None
         self._info_at = 0.0
-        self._asks = (("", ""), ("", ""))
+        self._asks = (self.queries.replicas(), self.queries.engines())
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
         self._resets: dict[str, float | None] = {}
         self._fetch = fetch or self._post
@@ -135,9 +136,10 @@ class PrometheusSource:
             return PromAnswers(self.url, error=str(e))
         return PromAnswers(self.url, tuple(rows), dict(info.first_bounds))
 
-    async def _ask(self, queries: tuple[str, str]) -> list[list[dict[str, Any]]]:
+    async def _ask(self, queries: tuple[promql.Packed, promql.Packed]) -> list[Answer]:
         """A pair of packed queries, at once (Prometheus evaluates each on one core)."""
-        return list(await asyncio.gather(*(self.query(q) for q in queries)))
+        results = await asyncio.gather(*(self.query(q.expr) for q in queries))
+        return [(q.names, result) for q, result in zip(queries, results, strict=True)]
 
     async def read(self) -> list[DerivedReplica]:
         """Every replica's stats now; one down row for the server itself when it fails."""

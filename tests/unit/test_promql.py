@@ -13,6 +13,7 @@ import pytest
 
 from llmtop.core import promql
 from llmtop.core.promql_answers import (
+    Info,
     data_parallel,
     prometheus_replicas,
     read_info,
@@ -53,8 +54,8 @@ def test_the_replica_label_is_checked() -> None:
 
 def test_every_query_parses_and_every_series_carries_the_selector(tmp_path: Path) -> None:
     q = promql.Queries('job="vllm"', 30.0, "pod")
-    figures, quantiles = q.replicas(("stop", "we.ird|one"))
-    engine_figures, engine_quantiles = q.engines(REASONS)
+    figures, quantiles = (p.expr for p in q.replicas(("stop", "we.ird|one")))
+    engine_figures, engine_quantiles = (p.expr for p in q.engines(REASONS))
     queries = {"replicas": figures, "quantiles": quantiles, "info": q.info()}
     queries.update({"engines": engine_figures, "engine_quantiles": engine_quantiles})
     check_promql(queries, tmp_path)
@@ -64,24 +65,61 @@ def test_every_query_parses_and_every_series_carries_the_selector(tmp_path: Path
         assert set(names) == {"{"}, text  # every series has a selector...
         assert len(names) == len(re.findall(r'\{job="vllm"', text))  # ...with the user's matchers
         assert "instance" not in text  # the replica label is the one given
-    assert figures.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    head = 'max by (pod, llmtop_figures) (label_join(count_values by (pod) ("up", max by (pod) ('
+    assert figures.startswith(head + 'up{job="vllm"})')
     assert "* on (pod) group_left (running) count_values by (pod)" in figures
     assert 'finished_reason!~"stop|we\\\\.ird\\\\|one"' in figures  # a reason not known yet
     assert "group_left (finished_1)" in figures
     assert "histogram_quantile" not in figures
-    assert quantiles.startswith('count_values by (pod) ("up", max by (pod) (up{job="vllm"})')
+    assert quantiles.startswith(head + 'up{job="vllm"})')
     assert "* on (pod) group_left (q_ttft_p95) count_values by (pod)" in quantiles
     assert "histogram_quantile(0.95, sum by (pod, le)" in quantiles
     assert '(vllm:inter_token_latency_seconds_bucket{job="vllm"}[30s])' in quantiles  # new name...
     assert "or rate(vllm:time_per_output_token_seconds_bucket" in quantiles  # ...old after
     assert "sum by (pod, engine, le)" in engine_quantiles
+    assert engine_figures.startswith("max by (pod, engine, llmtop_figures) (label_join(")
+
+
+def test_a_packed_query_names_its_figures_in_the_order_it_joins_them() -> None:
+    q = promql.Queries()
+    for labels, pair in (("instance", q.replicas(REASONS)), ("instance, engine", q.engines())):
+        for packed_query in pair:
+            listed = names_of(packed_query.expr)
+            assert listed == packed_query.names
+            assert len(set(listed)) == len(listed)
+            for name in listed[1:]:  # each figure made a label before the join
+                assert f'count_values by ({labels}) ("{name}", ' in packed_query.expr
+    rest, quantiles = q.replicas(REASONS)
+    assert rest.names[0] == quantiles.names[0] == "up"
+    assert "finished_1" in rest.names
+    assert "q_ttft_p95" in quantiles.names
+
+
+def names_of(query: str) -> tuple[str, ...]:
+    """The labels a packed query joins into llmtop_figures, read from its text as Prometheus
+    reads them."""
+    tail = query[query.rindex('"llmtop_figures", ",", ') :]
+    return tuple(re.findall(r'"([a-z0-9_]+)"', tail)[1:])
 
 
 def packed(replica: str, engine: str | None = None, **figures: float | str) -> dict[str, Any]:
-    """One series of a packed answer, as Prometheus writes it (values as label strings)."""
-    labels = {"instance": replica, **({"engine": engine} if engine else {})}
-    labels.update({k: str(v) for k, v in figures.items()})
-    return {"metric": labels, "value": [1764400000.0, "1"]}
+    """One replica's figures (a test's shorthand; `answer` writes them as Prometheus does)."""
+    return {"replica": replica, "engine": engine, "figures": figures}
+
+
+def answer(
+    rows: list[dict[str, Any]], names: tuple[str, ...] | None = None
+) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """`rows` as the answer to a packed query joining `names` (by default every figure the rows
+    name): each series' values in one label, comma-separated, NaN where a row has none."""
+    if names is None:
+        names = tuple(dict.fromkeys(k for r in rows for k in r["figures"]))
+    series = []
+    for r in rows:
+        labels = {"instance": r["replica"], **({"engine": r["engine"]} if r["engine"] else {})}
+        labels["llmtop_figures"] = ",".join(str(r["figures"].get(n, "NaN")) for n in names)
+        series.append({"metric": labels, "value": [1764400000.0, "1"]})
+    return names, series
 
 
 def tagged(figure: str, **labels: str) -> dict[str, Any]:
@@ -135,10 +173,10 @@ def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
     info = read_info(INFO)
     assert info.reasons == REASONS
     assert info.first_bounds == {"itl": 0.01, "ttft": 0.001}
-    rows = read_rows([ROWS], info)
+    rows = read_rows([answer(ROWS)], info)
     assert data_parallel(rows)
     assert not stale(info, rows, {})
-    rows += read_rows([ENGINES], info, by_engine=True)
+    rows += read_rows([answer(ENGINES)], info, by_engine=True)
     answers = PromAnswers("http://prom", tuple(rows), {"itl": 0.01})
     out = {r.name: r for r in replicas(answers)}
     assert set(out) == {"a:1", "b:1", "c:1", "c:1#0", "c:1#1"}
@@ -170,17 +208,17 @@ def test_answers_become_replicas_with_data_parallel_sub_rows() -> None:
 
 def test_a_new_replica_a_new_reason_or_a_restart_asks_for_the_info_again() -> None:
     info = read_info(INFO)
-    rows = read_rows([ROWS], info)
-    assert stale(info, read_rows([[packed("d:1", up=1)]], info), {})
-    assert stale(info, read_rows([[packed("a:1", up=1, new_reasons=1)]], info), {})
-    restarted = read_rows([[packed("a:1", up=1, resets=1)]], info)
+    rows = read_rows([answer(ROWS)], info)
+    assert stale(info, read_rows([answer([packed("d:1", up=1)])], info), {})
+    assert stale(info, read_rows([answer([packed("a:1", up=1, new_reasons=1)])], info), {})
+    restarted = read_rows([answer([packed("a:1", up=1, resets=1)])], info)
     assert stale(info, restarted, {r.replica: r.figures.get("resets") for r in rows})
     assert not stale(info, restarted, {"a:1": 1.0})  # the same restart, still in window
 
 
 def test_answers_survive_a_recording_round_trip() -> None:
     info = read_info(INFO)
-    rows = read_rows([ROWS], info) + read_rows([ENGINES], info, by_engine=True)
+    rows = read_rows([answer(ROWS)], info) + read_rows([answer(ENGINES)], info, by_engine=True)
     raw = RawPoll(time=1.0, prometheus=PromAnswers("http://prom", tuple(rows), {"itl": 0.01}))
     back = RawPoll.from_dict(json.loads(json.dumps(raw.to_dict())))
     assert back == raw
@@ -189,17 +227,42 @@ def test_answers_survive_a_recording_round_trip() -> None:
 
 
 def serve(asked: list[str], answers: dict[str, list[dict[str, Any]]]) -> Fetch:
-    """A Prometheus that answers each kind of query (info, replicas, engines) from `answers`."""
+    """A Prometheus that answers each kind of query (info, replicas, engines) from `answers`,
+    a packed one with the figures its query joins, in its order."""
 
-    async def answer(endpoint: str, query: str) -> tuple[int, bytes]:
+    async def reply(endpoint: str, query: str) -> tuple[int, bytes]:
         assert endpoint == "http://prom:9090/api/v1/query"
-        kind = "info" if "llmtop_figure" in query else "engines"
-        kind = "replicas" if query.startswith('count_values by (instance) ("up"') else kind
+        kind = "info" if 'llmtop_figure"' in query else "engines"
+        kind = "replicas" if query.startswith("max by (instance, llmtop_figures)") else kind
         asked.append(kind)
-        body = {"status": "success", "data": {"resultType": "vector", "result": answers[kind]}}
+        result = answers[kind] if kind == "info" else answer(answers[kind], names_of(query))[1]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
         return 200, json.dumps(body).encode()
 
-    return answer
+    return reply
+
+
+def test_a_series_that_is_not_a_packed_answer_is_left_out_and_odd_values_are_unknown() -> None:
+    names = ("up", "running", "waiting", "kv_usage")
+    _, series = answer(
+        [
+            packed("a:1", up=1, running=2, waiting="+Inf", kv_usage="-Inf"),
+            packed("b:1", up=1, running="12abc", waiting=3, kv_usage=""),
+        ],
+        names,
+    )
+    series += [
+        {"metric": {"instance": "c:1", "llmtop_figures": "1,2"}},  # two values for four names
+        {"metric": {"instance": "d:1"}},  # no figures at all
+        {"metric": {"llmtop_figures": "1,2,3,4"}},  # no replica
+        {"metric": {"instance": "e:1", "llmtop_figures": "1,2,3,-0.5e-3"}},
+    ]
+    rows = {r.replica: r.figures for r in read_rows([(names, series)], Info())}
+    assert rows == {
+        "a:1": {"up": 1.0, "running": 2.0, "waiting": None, "kv_usage": None},
+        "b:1": {"up": 1.0, "running": None, "waiting": 3.0, "kv_usage": None},
+        "e:1": {"up": 1.0, "running": 2.0, "waiting": 3.0, "kv_usage": -0.0005},
+    }
 
 
 def test_the_source_asks_one_query_a_poll_and_the_info_now_and_then() -> None:
