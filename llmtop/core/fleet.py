@@ -230,15 +230,26 @@ def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
     for items in by_id.values():
         items.sort(key=lambda x: _SEVERITY[x[1].severity])
         r, f = items[0]
-        summary = f"{r.name}: {f.summary}"
+        head = f"{r.name}: "
         if len(items) > 1:
             names = ", ".join(x.name for x, _ in items[:4])
             more = f" and {len(items) - 4} more" if len(items) > 4 else ""
-            summary = f"on {len(items)} replicas ({names}{more}); {summary}"
+            head = f"on {len(items)} replicas ({names}{more}); {head}"
         since = [x.since for _, x in items if x.since is not None]
-        out.append(replace(f, summary=summary, since=min(since) if since else None))
+        out.append(_headed(f, head, min(since) if since else None))
     out.sort(key=lambda f: _SEVERITY[f.severity])
     return tuple(out)
+
+
+def _headed(f: Finding, head: str, since: float | None) -> Finding:
+    """`f` with `head` before its summary; worded when read if `f` is not worded yet."""
+    if f.pending_words() is None:
+        return replace(f, summary=head + f.summary, since=since)
+
+    def words() -> tuple[str, str]:
+        return head + f.summary, f.action
+
+    return Finding.later(f.id, f.severity, f.bottleneck, words, since)
 
 
 class FleetPipeline(Pipeline):

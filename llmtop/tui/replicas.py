@@ -106,10 +106,22 @@ def widths(rows: Sequence[Row], width: int) -> tuple[int, ...]:
     what is left after the finding's minimum, the finding the rest. Narrow: the model goes
     first, then the name shrinks, the numbers never.
     """
+    names = [len(r.cells[NAME]) + 2 * r.depth for r in rows]
+    return _widths(names, {r.cells[MODEL] for r in rows}, width)
+
+
+def replica_widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
+    """`widths` of the replicas' rows without building them (names and models are all it reads):
+    the table builds only the rows it shows, and words only their findings."""
+    names = [len(r.name) + (0 if r.parent is None else 2) for r in replicas]
+    return _widths(names, {r.stats.model or "" for r in replicas}, width)
+
+
+def _widths(names: Sequence[int], models: set[str], width: int) -> tuple[int, ...]:
+    """Widths from each row's name length (indent included) and the set of models."""
     fixed = sum(c.width for c in COLUMNS) + len(COLUMNS) - 1 + MARK_WIDTH
     flex = max(width - fixed, 0)
-    longest_name = max((len(r.cells[NAME]) + 2 * r.depth for r in rows), default=7)
-    models = {r.cells[MODEL] for r in rows}
+    longest_name = max(names, default=7)
     # one model everywhere is the header's: its column would only repeat it
     longest_model = max(map(len, models), default=0) if len(models) > 1 else 0
     name = min(max(longest_name, len(COLUMNS[NAME].heading)), NAME_MAX, max(flex - FINDING_MIN, 8))

@@ -3,6 +3,7 @@ with an ellipsis, which rows fit a height, sub-rows, and a restart in the event 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 from llmtop.core.fleet import FleetPipeline, FleetSnapshot
@@ -39,6 +40,24 @@ def test_numbers_keep_their_width_and_the_finding_takes_the_rest() -> None:
         assert cols[rp.NAME] == len("10.0.0.0:8000")
         assert cols[rp.MODEL] == 0  # one model: the header names it
     assert rp.widths(rows, 118)[rp.FINDING] - rp.widths(rows, 78)[rp.FINDING] == 40
+
+
+def test_the_table_sizes_its_columns_without_building_every_row() -> None:
+    """`replica_widths` (what the widget calls, building only the rows it shows) gives the
+    widths of every row built: long names, a second model, a sub-row's indent."""
+    snap = fleet(4)
+    assert snap.fleet is not None
+    reps = list(snap.fleet.replicas)
+    reps[1] = replace(
+        reps[1],
+        name="a-much-longer-replica-name-than-the-others:8000",
+        stats=replace(reps[1].stats, model="another-model"),
+    )
+    reps[2] = replace(reps[2], name="10.0.0.2:8000#engine=1", parent=reps[0].key, engine="1")
+    for chosen in (reps, reps[:1], reps[2:3], []):
+        for width in (40, 60, 80, 118, 198):
+            built = rp.widths([rp.row(r) for r in chosen], width)
+            assert rp.replica_widths(chosen, width) == built
 
 
 def test_names_are_cut_at_the_start_findings_at_the_end() -> None:

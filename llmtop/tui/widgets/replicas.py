@@ -51,16 +51,16 @@ class ReplicaTable(Panel):
         if fleet is None:
             return Text("one engine: no replica table", style="dim")
         self.border_title = rp.title(fleet)
-        rows = [rp.row(r) for r in fleet.replicas]
-        if len(rows) != self._rows:  # the height it asks for changed: lay the screen out again
-            self._rows = len(rows)
+        replicas = fleet.replicas
+        if len(replicas) != self._rows:  # the height it asks for changed: lay the screen out again
+            self._rows = len(replicas)
             self.call_after_refresh(self.refresh, layout=True)
-        cols = rp.widths(rows, self.size.width)
+        cols = rp.replica_widths(replicas, self.size.width)
         selected = rp.index_of(fleet, self.selected)
-        window = rp.fit(len(rows), self.size.height, selected)
+        window = rp.fit(len(replicas), self.size.height, selected)
         lines = [Text(" " * rp.MARK_WIDTH + rp.heading(cols), style="bold dim")]
-        for i in range(window.start, window.stop):
-            lines.append(self._line(rows[i], cols, selected=i == selected))
+        for i in range(window.start, window.stop):  # only the rows shown are built and worded
+            lines.append(self._line(rp.row(replicas[i]), cols, selected=i == selected))
         if window.above or window.below:
             lines.append(Text(rp.more_line(window), style="dim italic"))
         return Text("\n").join(lines)
