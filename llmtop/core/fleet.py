@@ -245,11 +245,11 @@ def _headed(f: Finding, head: str, since: float | None) -> Finding:
     """`f` with `head` before its summary; worded when read if `f` is not worded yet."""
     if f.pending_words() is None:
         return replace(f, summary=head + f.summary, since=since)
+    return Finding.later(f.id, f.severity, f.bottleneck, _headed_words, (head, f), since)
 
-    def words() -> tuple[str, str]:
-        return head + f.summary, f.action
 
-    return Finding.later(f.id, f.severity, f.bottleneck, words, since)
+def _headed_words(head: str, f: Finding) -> tuple[str, str]:
+    return head + f.summary, f.action
 
 
 class FleetPipeline(Pipeline):

@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from llmtop.core import format as fmt
 from llmtop.core.peaks import HeldPeaks, HistoryIndex, held_tokens
@@ -16,13 +16,13 @@ from llmtop.core.quickinit import quick_init
 from llmtop.core.snapshot import (
     Bottleneck,
     EngineStats,
-    Explain,
     Finding,
     GatewayStats,
     GpuStats,
     Severity,
     Snapshot,
     WordedOnRead,
+    Wording,
 )
 from llmtop.core.thresholds import HealthSettings
 
@@ -62,12 +62,13 @@ class Verdict(WordedOnRead):
     @classmethod
     def later(
         cls,
-        explain: Explain,
+        wording: Wording,
+        inputs: tuple[Any, ...],
         severity: Severity | None = None,
         bottleneck: Bottleneck | None = None,
     ) -> Verdict:
         """A verdict worded when first read (its finding's words: `WordedOnRead`)."""
-        return cls._later(explain, severity=severity, bottleneck=bottleneck)
+        return cls._later(wording, inputs, severity=severity, bottleneck=bottleneck)
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,9 @@ class Hysteresis(Generic[X]):
                 v = st.verdict
                 severity = v.severity or rule.severity
                 bottleneck = v.bottleneck or rule.bottleneck
-                explain, since = v.pending_words(), st.fired_since
-                if explain is not None:  # handed on, not worded
-                    out.append(Finding.later(rule.id, severity, bottleneck, explain, since))
+                pending, since = v.pending_words(), st.fired_since
+                if pending is not None:  # handed on, not worded
+                    out.append(Finding.later(rule.id, severity, bottleneck, *pending, since))
                 else:
                     out.append(
                         Finding(
@@ -203,6 +204,31 @@ class KvSize:
     fits: int
     target_frac: float
     """The share of the cache the count may fill (HealthSettings.kv_target_frac)."""
+
+    def inputs(self) -> tuple[Any, ...]:
+        """Its fields as one flat tuple of plain numbers (`held`'s four in its place, None when
+        there is none): what a finding worded later keeps instead of the object. Flat, the
+        garbage collector stops tracking it at its first collection. `of_inputs` makes it."""
+        h = self.held
+        held = (None,) * 4 if h is None else (h.usage_frac, h.running, h.tokens, h.ago_s)
+        return (
+            self.capacity_tokens,
+            self.block_size,
+            self.prompt_tokens,
+            self.output_tokens,
+            *held,
+            self.per_request_tokens,
+            self.fits,
+            self.target_frac,
+        )
+
+    @classmethod
+    def of_inputs(cls, inputs: Sequence[Any]) -> KvSize:
+        """The KvSize whose `inputs` these are."""
+        capacity, block, prompt, output, usage, running, tokens, ago = inputs[:8]
+        per_request, fits, target = inputs[8:]
+        held = None if usage is None else KvHeld(usage, running, tokens, ago)
+        return cls(capacity, block, prompt, output, held, per_request, fits, target)
 
     @property
     def budget_tokens(self) -> int:
@@ -377,21 +403,23 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
     (traffic reaches it around the gateway, so no gateway cap can help), and the gateway's cap
     is already at or below n (seconds after `:cap`, the window still holds what came before).
     """
-    if ctx is None:
+    if ctx is None or ctx.gateway is None:
         return cap_advice(n, why)
-    return cap_advice(n, why, ctx.gateway, ctx.engines)
+    return cap_advice(n, why, ctx.gateway, running_total(ctx.engines))
+
+
+def running_total(engines: Iterable[EngineStats]) -> float:
+    """The sequences the engines that answer run (what `cap_advice` weighs the gateway's
+    in-flight against)."""
+    return sum(e.running or 0.0 for e in engines if e.up)
 
 
 def cap_advice(
-    n: int | None,
-    why: str,
-    gw: GatewayStats | None = None,
-    engines: Sequence[EngineStats] = (),
+    n: int | None, why: str, gw: GatewayStats | None = None, running: float = 0.0
 ) -> str:
-    """`cap_action` from the two things of a `Context` it reads (what a finding worded later
-    keeps, rather than the Context)."""
+    """`cap_action` from the two things of a `Context` it reads, the gateway and what the
+    engines run (what a finding worded later keeps, rather than the Context)."""
     if gw is not None and gw.up and n is not None:
-        running = sum(e.running or 0.0 for e in engines if e.up)
         # +1: the two are scraped a moment apart, and an admission can fall in between
         if gw.in_flight is not None and running > gw.in_flight + 1:
             return (

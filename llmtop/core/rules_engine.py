@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from llmtop.core import format as fmt
 from llmtop.core.peaks import cliff_inputs, scan_best_at_half
@@ -18,10 +19,11 @@ from llmtop.core.rulebase import (
     kv_peak,
     kv_pressed,
     kv_size_now,
+    running_total,
     up_engines,
     where,
 )
-from llmtop.core.snapshot import Bottleneck, EngineStats, Explain, Severity
+from llmtop.core.snapshot import Bottleneck, EngineStats, GatewayStats, Severity
 
 
 def target_down(ctx: Context) -> Verdict | None:
@@ -144,35 +146,44 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
         if not kv_pressed(ctx, e, peak):
             continue
         size = kv_size_now(ctx, e)
-        return Verdict.later(_kv_exhausted_words(where(ctx, e), e, peak, waiting, size, ctx))
+        gw = ctx.gateway
+        inputs = (
+            where(ctx, e),
+            e.preemptions_per_s,
+            e.running,
+            peak,
+            waiting,
+            gw,
+            0.0 if gw is None else running_total(ctx.engines),
+            *(() if size is None else size.inputs()),
+        )  # flat, plain numbers: see WordedOnRead
+        return Verdict.later(_kv_exhausted_words, inputs)
     return None
 
 
 def _kv_exhausted_words(
     prefix: str,
-    e: EngineStats,
+    preemptions_per_s: float | None,
+    running: float | None,
     peak: float | None,
     waiting: float | None,
-    size: KvSize | None,
-    ctx: Context,
-) -> Explain:
-    gateway, engines = ctx.gateway, ctx.engines
-
-    def words() -> tuple[str, str]:
-        n = size.fits if size is not None else None
-        arithmetic = f"; {size.arithmetic()}" if size is not None else ""
-        if n is None and e.running:
-            n = max(1, int(e.running))  # capacity unknown: what fits is what runs
-            arithmetic = f"; the cache holds the {n} running now"
-        summary = (
-            f"{prefix}KV cache {fmt.frac(peak)} full, "
-            f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
-            f"capacity, {fmt.count(e.running)} running{arithmetic}"
-        )
-        why = "more sequences than the KV cache holds"
-        return summary, cap_advice(n, why, gateway, engines)
-
-    return words
+    gw: GatewayStats | None,
+    running_all: float,
+    *sized: Any,
+) -> tuple[str, str]:
+    size = KvSize.of_inputs(sized) if sized else None
+    n = size.fits if size is not None else None
+    arithmetic = f"; {size.arithmetic()}" if size is not None else ""
+    if n is None and running:
+        n = max(1, int(running))  # capacity unknown: what fits is what runs
+        arithmetic = f"; the cache holds the {n} running now"
+    summary = (
+        f"{prefix}KV cache {fmt.frac(peak)} full, "
+        f"{fmt.per_s(preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
+        f"capacity, {fmt.count(running)} running{arithmetic}"
+    )
+    why = "more sequences than the KV cache holds"
+    return summary, cap_advice(n, why, gw, running_all)
 
 
 def _past(

@@ -4,6 +4,7 @@ words once read, and the words of its own poll however late they are read."""
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 from dataclasses import replace
 
@@ -11,40 +12,39 @@ import pytest
 
 from llmtop.core.fleet import DerivedReplica, FleetPipeline
 from llmtop.core.raw import RawPoll
-from llmtop.core.rulebase import Verdict
+from llmtop.core.rulebase import KvHeld, KvSize, Verdict
 from llmtop.core.snapshot import EngineStats, Finding
 from llmtop.settings import HealthSettings
 
+CALLS: list[tuple[str, str]] = []
 
-class Counted:
-    """An Explain that counts its calls."""
 
-    def __init__(self, summary: str = "KV full", action: str = "cap at ~3") -> None:
-        self.calls = 0
-        self.words = (summary, action)
+def counted(summary: str, action: str) -> tuple[str, str]:
+    """A wording that counts its calls."""
+    CALLS.append((summary, action))
+    return summary, action
 
-    def __call__(self) -> tuple[str, str]:
-        self.calls += 1
-        return self.words
+
+WORDS = ("KV full", "cap at ~3")
 
 
 def test_a_later_finding_is_worded_once_at_its_first_read_and_is_then_the_eager_one() -> None:
-    explain = Counted()
-    lazy = Finding.later("kv-exhausted", "critical", "kv", explain, since=3.0)
+    CALLS.clear()
+    lazy = Finding.later("kv-exhausted", "critical", "kv", counted, WORDS, since=3.0)
     eager = Finding("kv-exhausted", "critical", "kv", "KV full", "cap at ~3", since=3.0)
-    assert explain.calls == 0
-    assert lazy.pending_words() is explain
+    assert CALLS == []
+    assert lazy.pending_words() == (counted, WORDS)
     assert (lazy.id, lazy.severity, lazy.since) == ("kv-exhausted", "critical", 3.0)
-    assert explain.calls == 0  # the other fields are there without wording
+    assert CALLS == []  # the other fields are there without wording
     assert lazy.action == "cap at ~3"
     assert lazy.summary == "KV full"
-    assert explain.calls == 1  # both words from one call
+    assert len(CALLS) == 1  # both words from one call
     assert lazy.pending_words() is None
     assert lazy == eager
     assert hash(lazy) == hash(eager)
     assert repr(lazy) == repr(eager)
     assert replace(lazy, since=5.0) == replace(eager, since=5.0)
-    assert explain.calls == 1
+    assert len(CALLS) == 1
     with pytest.raises(AttributeError):
         _ = lazy.no_such_field  # type: ignore[attr-defined]
     assert eager.pending_words() is None
@@ -54,14 +54,14 @@ def test_equality_hash_replace_pickle_and_copy_word_an_unread_one() -> None:
     eager = Finding("kv-exhausted", "critical", "kv", "KV full", "cap at ~3")
 
     def fresh() -> Finding:
-        return Finding.later("kv-exhausted", "critical", "kv", Counted())
+        return Finding.later("kv-exhausted", "critical", "kv", counted, WORDS)
 
     assert fresh() == eager
     assert hash(fresh()) == hash(eager)
     assert replace(fresh(), summary="on 3 replicas; KV full") == replace(
         eager, summary="on 3 replicas; KV full"
     )
-    back = pickle.loads(pickle.dumps(fresh()))  # a closure does not pickle: its words do
+    back = pickle.loads(pickle.dumps(fresh()))
     assert back == eager
     assert back.pending_words() is None
     assert copy.deepcopy(fresh()) == eager
@@ -69,13 +69,13 @@ def test_equality_hash_replace_pickle_and_copy_word_an_unread_one() -> None:
 
 
 def test_a_later_verdict_is_handed_on_to_its_finding_unworded() -> None:
-    explain = Counted()
-    verdict = Verdict.later(explain, severity="warning")
+    CALLS.clear()
+    verdict = Verdict.later(counted, WORDS, severity="warning")
     assert verdict.severity == "warning"
     assert verdict.bottleneck is None
-    assert verdict.pending_words() is explain
+    assert verdict.pending_words() == (counted, WORDS)
     assert verdict.summary == "KV full"
-    assert explain.calls == 1
+    assert len(CALLS) == 1
 
 
 def _full(running: float, usage: float) -> EngineStats:
@@ -125,4 +125,19 @@ def test_words_read_polls_later_are_the_words_of_their_own_poll() -> None:
         unread += [g, g_grouped]
     assert len({s for s, _ in read_now}) > 5  # the words do move from poll to poll
     assert any("s ago" in s for s, _ in read_now)  # sized by a look-back
+    gc.collect()
+    kept = [g.pending_words() for g in unread[::2]]  # the replica's own, still unworded
+    assert all(k is not None and not gc.is_tracked(k[1]) for k in kept)  # flat, plain numbers
     assert [(g.summary, g.action) for g in unread[::-1]] == read_now[::-1]  # newest first
+
+
+def test_a_kv_size_kept_as_plain_numbers_is_the_same_size() -> None:
+    held = KvHeld(usage_frac=0.93, running=5.0, tokens=761.9, ago_s=12.0)
+    for size in (
+        KvSize(4096, 16, 100.0, 50.0, held, 762, 4, 0.9),
+        KvSize(4096, None, None, None, None, 1000, 3, 0.8),
+    ):
+        inputs = size.inputs()
+        assert all(not isinstance(x, tuple | KvHeld) for x in inputs)  # flat
+        assert KvSize.of_inputs(inputs) == size
+        assert KvSize.of_inputs(inputs).arithmetic() == size.arithmetic()
