@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
-from llmtop.core.rulebase import Context, KvSize, Verdict, kv_size_now, up_engines
+from llmtop.core.kvsize import KvSize
+from llmtop.core.rulebase import Context, Verdict, kv_size_now, up_engines
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
 THROTTLE_POWER = frozenset({"sw_power_cap", "hw_power_brake"})

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from llmtop.core import format as fmt
+from llmtop.core.kvsize import KvSize
 from llmtop.core.peaks import cliff_inputs, scan_best_at_half
 from llmtop.core.rulebase import (
     Context,
-    KvSize,
     Verdict,
     cap_action,
     cap_advice,

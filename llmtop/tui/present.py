@@ -17,7 +17,7 @@ from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
 from llmtop.core.fleet import FleetSnapshot
 from llmtop.core.incidents import GATEWAY, incidents
-from llmtop.core.rulebase import KV_TARGET_FRAC
+from llmtop.core.kvsize import KV_TARGET_FRAC
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
 

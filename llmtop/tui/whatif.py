@@ -12,7 +12,8 @@ from collections import deque
 from textual.widgets import Input, Static
 
 from llmtop.core.aggregate import combine
-from llmtop.core.rulebase import kv_fit, suggested_cap
+from llmtop.core.kvsize import kv_fit
+from llmtop.core.rulebase import suggested_cap
 from llmtop.core.snapshot import Snapshot
 from llmtop.core.thresholds import HealthSettings
 from llmtop.errors import LlmtopError

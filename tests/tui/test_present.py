@@ -9,7 +9,7 @@ import pytest
 
 from llmtop.core import format as fmt
 from llmtop.core.aggregate import combine
-from llmtop.core.rulebase import kv_fit
+from llmtop.core.kvsize import kv_fit
 from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
 from llmtop.tui.commands import (

@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.health import HealthState
-from llmtop.core.rulebase import Context, kv_size
+from llmtop.core.kvsize import kv_size
+from llmtop.core.rulebase import Context
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.settings import HealthSettings
 

@@ -10,8 +10,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmtop.core.kvsize import _held
 from llmtop.core.peaks import DecodePeaks, HistoryIndex, scan_best_at_half
-from llmtop.core.rulebase import Context, _held, kv_peak
+from llmtop.core.rulebase import Context, kv_peak
 from llmtop.core.rules_engine import _cliff_inputs, _past
 from llmtop.core.snapshot import EngineStats, Snapshot
 from llmtop.core.thresholds import HealthSettings

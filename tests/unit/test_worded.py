@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.fleet import DerivedReplica, FleetPipeline
+from llmtop.core.kvsize import KvHeld, KvSize
 from llmtop.core.raw import RawPoll
-from llmtop.core.rulebase import KvHeld, KvSize, Verdict
+from llmtop.core.rulebase import Verdict
 from llmtop.core.snapshot import EngineStats, Finding
 from llmtop.settings import HealthSettings
 

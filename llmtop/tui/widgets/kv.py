@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core import format as fmt
-from llmtop.core.rulebase import kv_size
+from llmtop.core.kvsize import kv_size
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
