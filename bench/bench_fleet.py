@@ -24,12 +24,22 @@ mount) and llmtop, finding so, scrapes them in full both times.
 "clients": each second, the N bodies are read once over an aiohttp session (as the fleet read
 them before llmtop/sources/lean_http.py) and once over the lean client, alternating in the same
 process; CPU per round of N GETs, median.
+
+`--against PATH` (a checkout of another commit, say `git worktree add ../base REV`): both
+trees at once, each in its own process on llmtop's core, polling half a second apart (their
+turns swapped each round), so that both see the same minutes of this shared box, whose speed
+moves by up to 1.7x between runs minutes apart; the figure is the median ratio of the two
+polls made in the same second.
+
+    python bench/bench_fleet.py --mode prometheus --against ../base --rounds 3 --polls 60
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import math
 import os
 import shutil
 import statistics
@@ -76,9 +86,12 @@ def wait_ready(url: str, deadline_s: float) -> None:
     raise SystemExit(f"{url} not ready within {deadline_s} s")
 
 
-async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str, float]:
+async def measure(
+    monitor: MonitorSettings, polls: int, warmup: int, phase: float | None = None
+) -> dict[str, Any]:
     """Poll once a second; CPU per poll (median, p90) after warm-up, of which the fleet
-    pipeline's (derive, rules), replicas seen up."""
+    pipeline's (derive, rules), replicas seen up. `phase`: poll at that fraction of each wall-
+    clock second (two processes measured side by side then take turns)."""
     collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
     scraper = collector._scraper
     cpu: list[float] = []
@@ -113,9 +126,14 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
                     queries.append(collector.prometheus.queries_sent - sent)
             assert collector.fleet is not None
             up = collector.fleet.totals.up
-            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+            if phase is None:
+                await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+            else:
+                now = time.time()
+                await asyncio.sleep(math.floor(now - phase) + 1 + phase - now)
     finally:
         await collector.aclose()
+    cpu_in_order = list(cpu)
     cpu.sort()
     return {
         "median": statistics.median(cpu),
@@ -126,6 +144,7 @@ async def measure(monitor: MonitorSettings, polls: int, warmup: int) -> dict[str
         "pipeline": statistics.median(in_pipeline),
         "wall": statistics.median(wall),
         "narrow": float(sum(scraper.narrow_url(u) is not None for u in monitor.vllm_urls)),
+        "polls": cpu_in_order,
     }
 
 
@@ -183,6 +202,87 @@ def pin(wanted: bool) -> list[str]:
     return [taskset, "-c", ",".join(str(c) for c in cpus[1:])]
 
 
+def monitor_of(spec: str) -> MonitorSettings:
+    """The settings a source spec names: `direct:full|narrow:PORTS_FILE` or `prometheus:URL`."""
+    kind, _, rest = spec.partition(":")
+    if kind == "prometheus":
+        return MonitorSettings(
+            vllm_urls=(),
+            gateway_url=None,
+            nvml=False,
+            prometheus_url=rest,
+            prometheus_selector='{job="vllm"}',
+            prometheus_window_s=10.0,
+        )
+    scrapes, _, ports_file = rest.partition(":")
+    urls = tuple(f"http://127.0.0.1:{p}" for p in Path(ports_file).read_text().split())
+    narrow: dict[str, Any] = {"narrow_scrape": scrapes == "narrow"}
+    if "narrow_scrape" not in MonitorSettings.__dataclass_fields__:  # a tree from before it
+        narrow = {}
+    return MonitorSettings(vllm_urls=urls, gateway_url=None, nvml=False, **narrow)
+
+
+def side_by_side(
+    spec: str, args: argparse.Namespace
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """This tree and `--against`'s measuring `spec` at once, half a second apart, each round:
+    (this tree's figures, the other's)."""
+    trees = (str(HERE.parent), str(Path(args.against).resolve()))
+    out = []
+    for r in range(args.rounds):
+        procs = []
+        for i, tree in enumerate(trees):
+            phase = 0.25 + 0.5 * ((i + r) % 2)
+            cmd = [sys.executable, str(HERE / "bench_fleet.py"), "--worker", spec]
+            cmd += ["--phase", str(phase), "--polls", str(args.polls), "--warmup", str(args.warmup)]
+            env = dict(os.environ, PYTHONPATH=tree)
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+        got = []
+        for p in procs:
+            stdout, _ = p.communicate()
+            if p.returncode:
+                raise SystemExit(f"a side-by-side worker failed (exit {p.returncode})")
+            got.append(json.loads(stdout.strip().splitlines()[-1]))
+        out.append((got[0], got[1]))
+    return out
+
+
+def print_pairs(
+    pairs: list[tuple[str, list[tuple[dict[str, Any], dict[str, Any]]]]], args: argparse.Namespace
+) -> None:
+    """The side-by-side table: each round's medians, then over every pair of polls."""
+    other = Path(args.against).name
+    print(f"## Fleet side by side: this tree and {other}, {args.replicas} replicas at 1 Hz\n")
+    print(
+        f"Each round both trees poll at once, half a second apart on the same core, "
+        f"{args.polls} polls after {args.warmup} of warm-up; CPU per poll, median (mean); "
+        "the ratio is this tree's poll over the other's polled in the same second, median.\n"
+    )
+    print(f"| source | round | this tree | {other} | of which the pipeline | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, rounds in pairs:
+        mine_all: list[float] = []
+        theirs_all: list[float] = []
+        for r, (mine, theirs) in enumerate(rounds):
+            paired = zip(mine["polls"], theirs["polls"], strict=True)
+            ratio = statistics.median(a / b for a, b in paired)
+            mine_all += mine["polls"]
+            theirs_all += theirs["polls"]
+            print(
+                f"| {name} | {r + 1} | {mine['median'] * 1000:.1f} ({mine['mean'] * 1000:.1f}) ms "
+                f"| {theirs['median'] * 1000:.1f} ({theirs['mean'] * 1000:.1f}) ms "
+                f"| {mine['pipeline'] * 1000:.1f} / {theirs['pipeline'] * 1000:.1f} ms "
+                f"| {ratio:.3f} |"
+            )
+        ratio = statistics.median(a / b for a, b in zip(mine_all, theirs_all, strict=True))
+        print(
+            f"| {name} | all | {statistics.median(mine_all) * 1000:.1f} "
+            f"({statistics.fmean(mine_all) * 1000:.1f}) ms "
+            f"| {statistics.median(theirs_all) * 1000:.1f} "
+            f"({statistics.fmean(theirs_all) * 1000:.1f}) ms | | **{ratio:.3f}** |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=100)
@@ -197,20 +297,37 @@ def main() -> None:
         "and Prometheus on the others)",
     )
     ap.add_argument("--uvloop", action="store_true", help="run llmtop's side on uvloop's loop")
-    ap.add_argument("--rounds", type=int, default=1, help="direct: rounds of (full, narrow)")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="direct: rounds of (full, narrow); --against: rounds"
+    )
     ap.add_argument(
         "--no-name-filter",
         action="store_true",
         help="targets without /metrics/?name[]= (every scrape then a full one)",
     )
+    ap.add_argument(
+        "--against",
+        metavar="PATH",
+        help="a checkout of another commit (a git worktree): its llmtop is measured at the same "
+        "time as this tree's, each in its own process on llmtop's core, polling half a second "
+        "apart, --rounds rounds (their turns swapped each round); the ratio of paired polls",
+    )
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # a source spec: one tree, JSON out
+    ap.add_argument("--phase", type=float, default=0.25, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        pin(True)
+        got = asyncio.run(measure(monitor_of(args.worker), args.polls, args.warmup, args.phase))
+        print(json.dumps(got))
+        return
     if args.uvloop:
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     pinned = pin(not args.no_pin)
     procs: list[subprocess.Popen[bytes]] = []
-    results: list[tuple[str, dict[str, float]]] = []
+    results: list[tuple[str, dict[str, Any]]] = []
+    pairs: list[tuple[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         ports_file = tmpdir / "ports.txt"
@@ -244,15 +361,18 @@ def main() -> None:
                         f"| {v / got['aiohttp']:.2f}x |"
                     )
                 return
-            if args.mode in ("direct", "both"):
+            if args.mode in ("direct", "both") and args.against:
+                for kind in ("full", "narrow"):
+                    spec = f"direct:{kind}:{ports_file}"
+                    pairs.append((f"direct, {kind} scrapes", side_by_side(spec, args)))
+            elif args.mode in ("direct", "both"):
                 for _ in range(args.rounds):
                     for narrow in (False, True):
-                        monitor = MonitorSettings(
-                            vllm_urls=urls, gateway_url=None, nvml=False, narrow_scrape=narrow
-                        )
+                        kind = "narrow" if narrow else "full"
+                        monitor = monitor_of(f"direct:{kind}:{ports_file}")
                         results.append(
                             (
-                                f"direct, {'narrow' if narrow else 'full'} scrapes",
+                                f"direct, {kind} scrapes",
                                 asyncio.run(measure(monitor, args.polls, args.warmup)),
                             )
                         )
@@ -281,22 +401,22 @@ def main() -> None:
                 )
                 wait_ready(f"http://127.0.0.1:{port}/-/ready", 60)
                 time.sleep(15)  # a window of data
-                monitor = MonitorSettings(
-                    vllm_urls=(),
-                    gateway_url=None,
-                    nvml=False,
-                    prometheus_url=f"http://127.0.0.1:{port}",
-                    prometheus_selector='{job="vllm"}',
-                    prometheus_window_s=10.0,
-                )
-                results.append(
-                    ("prometheus", asyncio.run(measure(monitor, args.polls, args.warmup)))
-                )
+                spec = f"prometheus:http://127.0.0.1:{port}"
+                if args.against:
+                    pairs.append(("prometheus", side_by_side(spec, args)))
+                else:
+                    monitor = monitor_of(spec)
+                    results.append(
+                        ("prometheus", asyncio.run(measure(monitor, args.polls, args.warmup)))
+                    )
         finally:
             for p in procs:
                 p.terminate()
             for p in procs:
                 p.wait(10)
+    if args.against:
+        print_pairs(pairs, args)
+        return
     print(f"## Fleet: CPU of the llmtop process at 1 Hz, {args.replicas} replicas\n")
     print(
         f"Median (p90) of {args.polls} polls after {args.warmup} of warm-up; targets "
