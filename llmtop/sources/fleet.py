@@ -187,11 +187,25 @@ async def take_fleet_snapshot(
         report = assess(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
         if isinstance(report.last, FleetSnapshot) and report.last.fleet is not None:
             fleet = report.last.fleet  # the verdict's own poll, as the top-level figures
-    return report, ({"fleet": fleet_json(fleet)} if fleet is not None else {})
+    if fleet is None:
+        return report, {}
+    return report, {"fleet": _with_scrapes(fleet_json(fleet), collector)}
 
 
 def fleet_json_of(collector: Collector) -> dict[str, Any]:
     """{"fleet": <the last poll's fleet>} for `snapshot --json`; {} for one engine."""
     if isinstance(collector, FleetCollector) and collector.fleet is not None:
-        return {"fleet": fleet_json(collector.fleet)}
+        return {"fleet": _with_scrapes(fleet_json(collector.fleet), collector)}
     return {}
+
+
+def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:
+    """Each replica's "scrape": "narrow" when its server is asked for only the series llmtop
+    reads (`core.narrow`), "full" when it is read whole; null through Prometheus."""
+    for row in doc["replicas"]:
+        url = row["parent"] or row["key"]
+        if collector.prometheus is not None:
+            row["scrape"] = None
+        else:
+            row["scrape"] = "full" if collector._scraper.narrow_url(url) is None else "narrow"
+    return doc

@@ -7,6 +7,7 @@ the test whose /metrics/ answer each test sets: filtered, ignored, an error, a s
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from llmtop.cli import main
 from llmtop.core import narrow, promtext
 from llmtop.sim.exposition import restrict
 from llmtop.sources.scrape import FleetScraper
@@ -206,3 +208,19 @@ async def test_the_sim_narrows_as_vllm_and_reads_the_same_series(
         assert len(narrowed) < len(full) / 2
     finally:
         await scraper.aclose()
+
+
+@pytest.mark.parametrize("flags", [(), ("--full-scrape",)])
+def test_snapshot_json_says_how_each_replica_was_scraped(
+    start_sim: Callable[..., Any], capsys: pytest.CaptureFixture[str], flags: tuple[str, ...]
+) -> None:
+    """`snapshot --json` of two sims: "scrape" is "narrow" (they answer /metrics/?name[]= as
+    vLLM does), "full" with --full-scrape."""
+    sims = [start_sim(profile="fast") for _ in range(2)]
+    args = ["snapshot", "--window", "1.5", "--gateway", "off", "--json", *flags]
+    for sim in sims:
+        args += ["--vllm", sim.url]
+    main(args)
+    replicas = json.loads(capsys.readouterr().out)["fleet"]["replicas"]
+    assert {r["key"] for r in replicas} == {sim.url for sim in sims}
+    assert {r["scrape"] for r in replicas} == {"full" if flags else "narrow"}
