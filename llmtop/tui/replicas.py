@@ -99,26 +99,17 @@ def row(r: Replica) -> Row:
     return Row(r.key, 0 if r.parent is None else 1, _mark(r), cells, severity)
 
 
-def widths(rows: Sequence[Row], width: int) -> tuple[int, ...]:
+def widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
     """Each column's width for a table `width` cells wide (after the mark).
 
-    The numbers keep their width; the name gets up to its longest (at most NAME_MAX), the model
-    what is left after the finding's minimum, the finding the rest. Narrow: the model goes
-    first, then the name shrinks, the numbers never.
+    The numbers keep their width; the name gets up to its longest (a sub-row's with its indent,
+    at most NAME_MAX), the model what is left after the finding's minimum, the finding the
+    rest. Narrow: the model goes first, then the name shrinks, the numbers never. Read from the
+    replicas' names and models, not their rows: the table builds (and words) only the rows it
+    shows.
     """
-    names = [len(r.cells[NAME]) + 2 * r.depth for r in rows]
-    return _widths(names, {r.cells[MODEL] for r in rows}, width)
-
-
-def replica_widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
-    """`widths` of the replicas' rows without building them (names and models are all it reads):
-    the table builds only the rows it shows, and words only their findings."""
     names = [len(r.name) + (0 if r.parent is None else 2) for r in replicas]
-    return _widths(names, {r.stats.model or "" for r in replicas}, width)
-
-
-def _widths(names: Sequence[int], models: set[str], width: int) -> tuple[int, ...]:
-    """Widths from each row's name length (indent included) and the set of models."""
+    models = {r.stats.model or "" for r in replicas}
     fixed = sum(c.width for c in COLUMNS) + len(COLUMNS) - 1 + MARK_WIDTH
     flex = max(width - fixed, 0)
     longest_name = max(names, default=7)

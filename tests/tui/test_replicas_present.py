@@ -14,11 +14,6 @@ from llmtop.tui.present import diff_events
 from tests.unit.test_fleet import raw, scrape, url
 
 
-def rows_of(snap: FleetSnapshot) -> list[rp.Row]:
-    assert snap.fleet is not None
-    return [rp.row(r) for r in snap.fleet.replicas]
-
-
 def fleet(n: int = 3, t_end: int = 6) -> FleetSnapshot:
     p = FleetPipeline(HealthSettings())
     snap = None
@@ -31,7 +26,9 @@ def fleet(n: int = 3, t_end: int = 6) -> FleetSnapshot:
 
 
 def test_numbers_keep_their_width_and_the_finding_takes_the_rest() -> None:
-    rows = rows_of(fleet())
+    snap = fleet()
+    assert snap.fleet is not None
+    rows = snap.fleet.replicas
     for width in (78, 118, 198):
         cols = rp.widths(rows, width)
         used = sum(w for w in cols if w) + sum(1 for w in cols if w) - 1 + rp.MARK_WIDTH
@@ -42,22 +39,28 @@ def test_numbers_keep_their_width_and_the_finding_takes_the_rest() -> None:
     assert rp.widths(rows, 118)[rp.FINDING] - rp.widths(rows, 78)[rp.FINDING] == 40
 
 
-def test_the_table_sizes_its_columns_without_building_every_row() -> None:
-    """`replica_widths` (what the widget calls, building only the rows it shows) gives the
-    widths of every row built: long names, a second model, a sub-row's indent."""
+def test_names_indents_and_models_size_their_columns() -> None:
+    """Widths read from the replicas (the widget builds only the rows it shows): a long name
+    takes NAME_MAX, a sub-row's name counts its indent, a second model opens its column."""
     snap = fleet(4)
     assert snap.fleet is not None
     reps = list(snap.fleet.replicas)
+    model = reps[0].stats.model or ""
     reps[1] = replace(
         reps[1],
         name="a-much-longer-replica-name-than-the-others:8000",
         stats=replace(reps[1].stats, model="another-model"),
     )
     reps[2] = replace(reps[2], name="10.0.0.2:8000#engine=1", parent=reps[0].key, engine="1")
-    for chosen in (reps, reps[:1], reps[2:3], []):
-        for width in (40, 60, 80, 118, 198):
-            built = rp.widths([rp.row(r) for r in chosen], width)
-            assert rp.replica_widths(chosen, width) == built
+    cols = rp.widths(reps, 198)
+    assert cols[rp.NAME] == rp.NAME_MAX
+    assert cols[rp.MODEL] == min(max(len(model), len("another-model")), rp.MODEL_MAX)
+    assert rp.widths(reps[2:3], 118)[rp.NAME] == len("10.0.0.2:8000#engine=1") + 2
+    assert rp.widths(reps[2:3], 118)[rp.MODEL] == 0  # one model
+    assert rp.widths([], 118)[rp.NAME] == len("replica")
+    for width in (40, 60, 80, 118, 198):
+        row_cells = [rp.cells(rp.row(r), rp.widths(reps, width)) for r in reps]
+        assert len({sum(map(len, c)) + len(c) - 1 for c in row_cells}) == 1  # lines align
 
 
 def test_names_are_cut_at_the_start_findings_at_the_end() -> None:

@@ -55,7 +55,7 @@ class ReplicaTable(Panel):
         if len(replicas) != self._rows:  # the height it asks for changed: lay the screen out again
             self._rows = len(replicas)
             self.call_after_refresh(self.refresh, layout=True)
-        cols = rp.replica_widths(replicas, self.size.width)
+        cols = rp.widths(replicas, self.size.width)
         selected = rp.index_of(fleet, self.selected)
         window = rp.fit(len(replicas), self.size.height, selected)
         lines = [Text(" " * rp.MARK_WIDTH + rp.heading(cols), style="bold dim")]
