@@ -31,9 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core import engines, promtext  # noqa: E402
-from llmtop.core.pipeline import Pipeline  # noqa: E402
-from llmtop.core.raw import RawEngine, RawPoll  # noqa: E402
+from llmtop.core.vllm import engines  # noqa: E402
+from llmtop.core.exposition import promtext  # noqa: E402
+from llmtop.core.pipeline.pipeline import Pipeline  # noqa: E402
+from llmtop.core.base.raw import RawEngine, RawPoll  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402

@@ -145,7 +145,7 @@ async def _client(gw: str, workload: str, minutes: float, caps: dict[str, float]
 def run(workload: str, minutes: float, caps: dict[str, float]) -> Real:
     import httpx
 
-    from llmtop.core import promtext
+    from llmtop.core.exposition import promtext
 
     ctx = mp.get_context("spawn")
     sim_parent, sim_child = ctx.Pipe()

@@ -280,7 +280,7 @@ class RealRun:
 def real_burst(way: Way) -> RealRun:
     import httpx
 
-    from llmtop.core import promtext
+    from llmtop.core.exposition import promtext
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

@@ -2,7 +2,7 @@
 
 Three timings over the same text in the same run (tests/fixtures/metrics-load.txt, 53 KB):
   plain     prometheus_client.parser.text_string_to_metric_families over the whole text
-  filtered  llmtop.core.promtext.parse (its fast path finds the kept families' lines without
+  filtered  llmtop.core.exposition.promtext.parse (its fast path finds the kept families' lines without
             splitting the text; prometheus_client only when the text is unusual)
   derive    the Pipeline update alone (extract, rates, quantiles, health rules)
   full      filtered parse + derive
@@ -20,13 +20,13 @@ The fleet rows are the worst case of a fleet scraped directly: each round a seco
 replicas, each with counters of its own speed (bench/fleet_targets.py's speed_of), so that the
 100 bodies are distinct and every counter line has advanced since the round before; the CPU
 time (thread time) to parse all 100, per body, median over the rounds. With --against REV the
-same rounds also parse with llmtop/core/promtext.py as it was at git revision REV (loaded
+same rounds also parse with llmtop/core/exposition/promtext.py as it was at git revision REV (loaded
 beside this tree's), interleaved, so both are measured in one sitting; prometheus_client's
 parser of the same bodies is the baseline.
 
 The narrow rows parse the same replicas' seconds as a vLLM answers llmtop's narrow scrape
 (only the series it reads, ~16 KB), by the block pass and memoised per replica as the fleet's
-scraper does (core/promtext_memo.py).
+scraper does (core/exposition/promtext_memo.py).
 
     python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
 """
@@ -44,9 +44,10 @@ from pathlib import Path
 from fleet_targets import Payload, speed_of
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core import engines, promtext, promtext_memo
-from llmtop.core.pipeline import Pipeline
-from llmtop.core.raw import RawEngine, RawPoll
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.settings import HealthSettings
 from llmtop.sim.exposition import restrict
 
@@ -71,17 +72,17 @@ def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, f
 
 
 def promtext_at(rev: str) -> types.ModuleType:
-    """llmtop/core/promtext.py as it was at git revision `rev`, loaded beside this tree's (it
+    """llmtop/core/exposition/promtext.py as it was at git revision `rev`, loaded beside this tree's (it
     imports the rest of llmtop from this tree)."""
     source = subprocess.run(
-        ["git", "show", f"{rev}:llmtop/core/promtext.py"],
+        ["git", "show", f"{rev}:llmtop/core/exposition/promtext.py"],
         cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
     module = types.ModuleType(f"promtext_at_{rev}")
-    exec(compile(source, f"{rev}:llmtop/core/promtext.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:llmtop/core/exposition/promtext.py", "exec"), module.__dict__)
     return module
 
 
@@ -92,8 +93,8 @@ def fleet_rows(
     rendered before the clock starts) parsed by each variant in turn, the order alternating
     round by round; CPU ms per body, median over the rounds (the first two warm up). The
     baseline parses every tenth body only. The narrow rows read the same seconds of the same
-    replicas as a vLLM answers llmtop's narrow scrape (core/narrow.py: the kept series only),
-    by the block pass and memoised per replica (core/promtext_memo.py), as the fleet does."""
+    replicas as a vLLM answers llmtop's narrow scrape (core/exposition/narrow.py: the kept series only),
+    by the block pass and memoised per replica (core/exposition/promtext_memo.py), as the fleet does."""
     parsers: dict[str, tuple[bool, Callable[[int, str], object]]] = {}
     if against is not None:
         old = promtext_at(against)

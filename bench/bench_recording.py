@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core import engines, promtext  # noqa: E402
-from llmtop.core.raw import RawEngine, RawPoll, Sample  # noqa: E402
-from llmtop.core.snapshot import GpuStats  # noqa: E402
+from llmtop.core.vllm import engines  # noqa: E402
+from llmtop.core.exposition import promtext  # noqa: E402
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample  # noqa: E402
+from llmtop.core.base.snapshot import GpuStats  # noqa: E402
 from llmtop.recording.replay import ReplaySource  # noqa: E402
 from llmtop.recording.writer import Recorder, read_recording  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402

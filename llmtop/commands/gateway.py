@@ -15,7 +15,7 @@ HELP = "admission gateway in front of the engine: bounded concurrency, visible q
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from llmtop.core.admin_api import LIMITS
+    from llmtop.core.base.admin_api import LIMITS
 
     g = GatewaySettings
     flag(

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from llmtop.core.aggregate import combine
-from llmtop.core.incidents import incidents
-from llmtop.core.rulebase import suggested_cap
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.output.incidents import incidents
+from llmtop.core.health.rulebase import suggested_cap
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.demo.scenarios import Phase, Scenario
 from llmtop.demo.stack import ScenarioDriver, Stack
 from llmtop.errors import UsageError
@@ -59,7 +59,7 @@ def describe_cap(cap: CapPlan | None) -> str:
 
 
 def finding_events(t: float, prev: Snapshot | None, cur: Snapshot) -> list[dict[str, Any]]:
-    """finding_fired / finding_cleared events between two polls (core.incidents), at `t`."""
+    """finding_fired / finding_cleared events between two polls (core.output.incidents), at `t`."""
     events: list[dict[str, Any]] = []
     for i in incidents(prev, cur):
         f = i.finding

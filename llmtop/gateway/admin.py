@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from llmtop.core.admin_api import EventDoc, EventsDoc
+from llmtop.core.base.admin_api import EventDoc, EventsDoc
 from llmtop.gateway.admission import LimitError
 from llmtop.gateway.state import GatewayState
 

@@ -138,7 +138,7 @@ class Balancer:
                 r.state = PROBING
 
     def to_list(self) -> list[dict[str, Any]]:
-        """The replicas for /admin/stats (core.admin_api.ReplicaDoc)."""
+        """The replicas for /admin/stats (core.base.admin_api.ReplicaDoc)."""
         self._tick()
         total = sum(r.sent for r in self.replicas)
         return [

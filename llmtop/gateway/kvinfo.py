@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmtop.core import promtext
+from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 
 Buckets = tuple[tuple[float, float], ...]

@@ -1,6 +1,6 @@
 """The gateway's live limits: what PATCH /admin/limits may set.
 
-Pure; the fields, types and ranges are core.admin_api.LIMITS (one table for the whole package).
+Pure; the fields, types and ranges are core.base.admin_api.LIMITS (one table for the whole package).
 A bad change raises LimitError naming the field, so the admin API can answer 400 with it.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
-from llmtop.core.admin_api import LimitsDoc, check_changes
+from llmtop.core.base.admin_api import LimitsDoc, check_changes
 from llmtop.errors import LimitError
 
 __all__ = ["LimitError", "Limits", "validate_limits"]

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llmtop.core.admin_api import LIMITS
+from llmtop.core.base.admin_api import LIMITS
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.window import CumulativeHistogram
 

@@ -317,7 +317,7 @@ class RedisLimits:
         await self._redis.aclose()
 
     def status(self) -> dict[str, Any]:
-        """For /admin/stats (core.admin_api.SharedDoc)."""
+        """For /admin/stats (core.base.admin_api.SharedDoc)."""
         return {
             "backend": "redis",
             "status": "fallback" if self.connected is False else "ok",

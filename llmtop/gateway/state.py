@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import aiohttp
 
-from llmtop.core.admin_api import StatsDoc
+from llmtop.core.base.admin_api import StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.balancer import Balancer
 from llmtop.gateway.handler_time import HandlerTime
@@ -126,7 +126,7 @@ class GatewayState:
             ctl.set_share(slots, kv)
 
     def stats(self) -> StatsDoc:
-        """The /admin/stats document (typed in core.admin_api)."""
+        """The /admin/stats document (typed in core.base.admin_api)."""
         out = self.controller.stats()
         out["upstream"] = self.upstream.to_dict()
         out["replicas"] = self.balancer.to_list()

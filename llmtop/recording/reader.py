@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmtop.core.raw import RawPoll, Sample
+from llmtop.core.base.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
 
 FORMAT_VERSION = 1

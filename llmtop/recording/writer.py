@@ -14,7 +14,7 @@ Format (version 1), one JSON object per line::
     {"time": ..., "engines": [{"url": ..., "delta": [[index, value], ...]}], ...}
 
 A fleet read through Prometheus (`--prometheus`) has no samples: each line keeps what the queries
-answered instead, decoded (`core.raw.PromAnswers`), whole (figures move every poll)::
+answered instead, decoded (`core.base.raw.PromAnswers`), whole (figures move every poll)::
 
     {"time": ..., "prometheus": {"url": ..., "first_bounds": {"itl": 0.01, ...}, "error": null,
      "rows": [[replica, engine, {figure: value}, {finished reason: per s}, model, blocks,
@@ -58,12 +58,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmtop import __version__
-from llmtop.core.raw import RawPoll, Sample
+from llmtop.core.base.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
 from llmtop.recording.reader import FORMAT_VERSION, Recording, read_recording
 
 if TYPE_CHECKING:
-    from llmtop.core.snapshot import Finding, Snapshot
+    from llmtop.core.base.snapshot import Finding, Snapshot
     from llmtop.settings import MonitorSettings
 
 KEYFRAME_EVERY = 60

@@ -13,13 +13,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
-from llmtop.core.fleet_json import fleet_json
-from llmtop.core.lookback import assess
-from llmtop.core.promql_answers import prometheus_replicas
-from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import Snapshot, WindowSnapshot
-from llmtop.core.targets import Target, targets_from_urls
+from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, FleetSnapshot
+from llmtop.core.output.fleet_json import fleet_json
+from llmtop.core.pipeline.lookback import assess
+from llmtop.core.promql.promql_answers import prometheus_replicas
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Snapshot, WindowSnapshot
+from llmtop.core.pipeline.targets import Target, targets_from_urls
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.prometheus import PrometheusSource
@@ -201,7 +201,7 @@ def fleet_json_of(collector: Collector) -> dict[str, Any]:
 
 def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:
     """Each replica's "scrape": "narrow" when its server is asked for only the series llmtop
-    reads (`core.narrow`), "full" when it is read whole; null through Prometheus."""
+    reads (`core.exposition.narrow`), "full" when it is read whole; null through Prometheus."""
     for row in doc["replicas"]:
         url = row["parent"] or row["key"]
         if collector.prometheus is not None:

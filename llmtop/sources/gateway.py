@@ -1,6 +1,6 @@
 """The llmtop gateway's admin API, seen from llmtop: one client (`AdminClient`) for reads and
 writes, and the poll's reader on top of it (`GatewayReader`: /admin/stats, limits included, and
-the limit-change events since the last poll). The documents are typed in core.admin_api.
+the limit-change events since the last poll). The documents are typed in core.base.admin_api.
 
 Every failure of a change (refused, timed out, 401, 400, 5xx, a body that is not the contract)
 becomes one `AdminError` with a one-line message for the status line; the token is sent as a
@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import httpx
 
-from llmtop.core.admin_api import LimitsDoc, StatsDoc, event_key, parse_events
+from llmtop.core.base.admin_api import LimitsDoc, StatsDoc, event_key, parse_events
 from llmtop.errors import AdminError, GatewayReadError
 from llmtop.settings import MonitorSettings, read_token
 from llmtop.sources.vllm import describe_error

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.base.snapshot import GpuStats
 from llmtop.sources.dcgm import DcgmBackend
 from llmtop.sources.nvml import NO_GPU, NvmlReader, NvmlUnavailable
 

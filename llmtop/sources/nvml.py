@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.base.snapshot import GpuStats
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with the same JSON.
 A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
-per replica (`core.promql` builds them and reads the answers), two more only when a
+per replica (`core.promql.promql` builds them and reads the answers), two more only when a
 data-parallel server is seen; the slow-changing figures
 (`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
 appears, restarts or shows a new finished reason. Over `sources.lean_http`, as the direct fleet
@@ -19,10 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmtop.core import promql, promql_answers
-from llmtop.core.fleet import DerivedReplica
-from llmtop.core.promql_answers import Answer
-from llmtop.core.raw import PromAnswers
+from llmtop.core.promql.promql import promql, promql_answers
+from llmtop.core.pipeline.fleet import DerivedReplica
+from llmtop.core.promql.promql_answers import Answer
+from llmtop.core.base.raw import PromAnswers
 from llmtop.errors import TargetError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient
 

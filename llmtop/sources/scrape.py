@@ -6,7 +6,7 @@ lets one llmtop watch a hundred replicas at 1 Hz. Concurrency is bounded; each s
 in time and size. Never raises for a target problem: it becomes `RawEngine.error` (the same
 words as `sources.vllm`).
 
-A target that can say so is asked for only the series llmtop reads (`core.narrow`: a vLLM
+A target that can say so is asked for only the series llmtop reads (`core.exposition.narrow`: a vLLM
 /metrics narrowed so is ~0.3 of its bytes), found out by a probe after a full scrape, never
 assumed; `narrow=False` scrapes every target in full.
 
@@ -23,9 +23,9 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from llmtop.core import narrow as narrowing
-from llmtop.core import promtext, promtext_memo
-from llmtop.core.raw import RawEngine, Sample
+from llmtop.core.exposition import narrow as narrowing
+from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.errors import ScrapeError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url
@@ -52,7 +52,7 @@ class FleetScraper:
         """URL -> its last body and the samples parsed from it."""
         self._memos: dict[str, dict[str, promtext_memo.Memo]] = {}
         """URL -> the URL read (narrow or in full) -> the layout of its last text
-        (`core.promtext_memo`)."""
+        (`core.exposition.promtext_memo`)."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
         """URL -> whether it is scraped narrow (None: every target in full)."""
         self._clock = clock

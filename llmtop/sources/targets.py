@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llmtop.core.targets import Target, parse_targets
+from llmtop.core.pipeline.targets import Target, parse_targets
 from llmtop.errors import ConfigError
 
 

@@ -10,8 +10,9 @@ import asyncio
 
 import httpx
 
-from llmtop.core import engines, promtext
-from llmtop.core.raw import RawEngine
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.base.raw import RawEngine
 from llmtop.errors import ScrapeError
 
 VLLM_KEEP = promtext.keep_names(engines.sample_names())

@@ -23,7 +23,7 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui import replicas

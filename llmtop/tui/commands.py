@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmtop.core.admin_api import LIMITS, limit_spec
+from llmtop.core.base.admin_api import LIMITS, limit_spec
 from llmtop.errors import UsageError
 
 QUEUE_STEP = 8

@@ -18,7 +18,7 @@ from textual.app import App
 from textual.screen import ModalScreen
 from textual.widgets import Footer
 
-from llmtop.core.snapshot import GatewayStats, Snapshot
+from llmtop.core.base.snapshot import GatewayStats, Snapshot
 from llmtop.errors import LlmtopError
 from llmtop.settings import MonitorSettings
 from llmtop.sources.gateway import AdminClient

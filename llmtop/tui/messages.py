@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 
 
 class SnapshotArrived(Message):

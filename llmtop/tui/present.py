@@ -2,7 +2,7 @@
 
 No textual import here, so it is tested without a screen. The app turns each Snapshot into a
 `View` (one immutable value the panels render) and words the incidents between consecutive
-snapshots (core.incidents) as `LogEvent`s; several engines are combined by core.aggregate.
+snapshots (core.output.incidents) as `LogEvent`s; several engines are combined by core.derive.aggregate.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from llmtop.core import format as fmt
-from llmtop.core.aggregate import combine
-from llmtop.core.fleet import FleetSnapshot
-from llmtop.core.incidents import GATEWAY, incidents
-from llmtop.core.kvsize import KV_TARGET_FRAC
-from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.base import format as fmt
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.pipeline.fleet import FleetSnapshot
+from llmtop.core.output.incidents import GATEWAY, incidents
+from llmtop.core.health.kvsize import KV_TARGET_FRAC
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.tui.commands import label_of
 
 KV = "max_inflight_kv_blocks"
@@ -153,7 +153,7 @@ def limit_text(name: str, value: object) -> str:
 
 
 def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
-    """The event log's lines for what changed between two polls (core.incidents): findings
+    """The event log's lines for what changed between two polls (core.output.incidents): findings
     fired (most severe first) and cleared, targets down/up, engines restarted, limits, pause."""
     found = incidents(prev, cur)
     t = cur.time

@@ -20,7 +20,7 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.recording.replay import SEEK_S, ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui import app as app_module

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 
 
 class SnapshotSource(Protocol):

@@ -11,11 +11,11 @@ from collections import deque
 
 from textual.widgets import Input, Static
 
-from llmtop.core.aggregate import combine
-from llmtop.core.kvsize import kv_fit
-from llmtop.core.rulebase import suggested_cap
-from llmtop.core.snapshot import Snapshot
-from llmtop.core.thresholds import HealthSettings
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.health.kvsize import kv_fit
+from llmtop.core.health.rulebase import suggested_cap
+from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.health.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
 from llmtop.tui import commands
 from llmtop.tui.controls import AdminControls

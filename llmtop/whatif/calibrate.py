@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from llmtop.core.admin_api import LIMIT_FIELDS
+from llmtop.core.base.admin_api import LIMIT_FIELDS
 from llmtop.errors import LimitError
 from llmtop.gateway.limits import Limits, validate_limits
 from llmtop.sim.config import EngineConfig

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.core import promtext
+from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError, TargetError
 from llmtop.sources.gateway import GatewayReader
 from llmtop.sources.vllm import describe_error, fetch_text, metrics_url

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmtop.core import promtext
+from llmtop.core.exposition import promtext
 from llmtop.gateway.admission import AdmissionController
 from llmtop.gateway.limits import Limits
 from llmtop.sim.engine import Engine

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from llmtop.core import engines
-from llmtop.core.engines import EngineScrape, Histogram
-from llmtop.core.raw import Sample
-from llmtop.core.series import histogram_quantile
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.engines import EngineScrape, Histogram
+from llmtop.core.base.raw import Sample
+from llmtop.core.derive.series import histogram_quantile
 from llmtop.errors import UsageError
 from llmtop.whatif.lengths import LengthDist, from_histogram
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from llmtop.cli import main
-from llmtop.core import narrow, promtext
+from llmtop.core.exposition import narrow, promtext
 from llmtop.sim.exposition import restrict
 from llmtop.sources.scrape import FleetScraper
 from llmtop.sources.vllm import VLLM_KEEP

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import GpuStats, Snapshot
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import GpuStats, Snapshot
 from llmtop.recording.replay import ReplaySource
 from llmtop.recording.writer import Recorder, RecordingSource, read_recording
 from llmtop.settings import HealthSettings, MonitorSettings

@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from llmtop.core import format as fmt
-from llmtop.core.summary import EXIT_CODES
+from llmtop.core.base import format as fmt
+from llmtop.core.output.summary import EXIT_CODES
 
 ENGINE_KEYS = {
     "url", "up", "model", "running", "waiting", "waiting_capacity", "kv_cache_usage_frac",

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from llmtop.core import promtext
+from llmtop.core.exposition import promtext
 from llmtop.sources.scrape import FleetScraper
 from llmtop.sources.vllm import VLLM_KEEP
 

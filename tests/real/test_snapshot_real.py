@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.sources.collector import Collector
 from tests.real.vllm_client import (
     Metrics,

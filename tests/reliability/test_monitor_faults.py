@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.base.snapshot import GpuStats
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gpu import NvmlBackend

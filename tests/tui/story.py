@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings

@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.errors import ScrapeError
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from llmtop.core.rulebase import suggested_cap
+from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
 from llmtop.tui.widgets.panel import Panel
 from tests.tui import story

@@ -4,7 +4,7 @@ replica's full view on Enter and back on Esc, a hundred replicas without a scrol
 The three-replica screens replay a real run (tests/tui/fleet_story.py); the hundred replicas
 are scrapes built as vLLM 0.32 writes them (tests/unit/test_fleet.py) through the
 FleetPipeline. Every expected figure is read from what the pipeline computed, formatted by the
-same `core.format` the table uses; no figure or finding text is written here.
+same `core.base.format` the table uses; no figure or finding text is written here.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from llmtop.core import format as fmt
-from llmtop.core.aggregate import combine
-from llmtop.core.fleet import Fleet, FleetPipeline, FleetSnapshot
-from llmtop.core.raw import RawPoll
+from llmtop.core.base import format as fmt
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, FleetSnapshot
+from llmtop.core.base.raw import RawPoll
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.present import CombinedEngines, throughput_chart, ttft_chart

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from llmtop.core.kvsize import kv_size
+from llmtop.core.health.kvsize import kv_size
 from llmtop.tui.widgets.kv import KvPanel
 from tests.kvprinted import printed_fit
 from tests.tui import story

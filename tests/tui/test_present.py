@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from llmtop.core import format as fmt
-from llmtop.core.aggregate import combine
-from llmtop.core.kvsize import kv_fit
-from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.base import format as fmt
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.health.kvsize import kv_fit
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
 from llmtop.tui.commands import (
     QUEUE_STEP,
@@ -221,7 +221,7 @@ def test_thin_keeps_the_newest_and_the_span() -> None:
 
 
 def test_help_explains_every_finding_the_rules_can_fire() -> None:
-    from llmtop.core.health import RULES
+    from llmtop.core.health.health import RULES
     from llmtop.tui.screens.help import HELP_TEXT
 
     missing = [r.id for r in RULES if f"**{r.id}**" not in HELP_TEXT]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from llmtop.core.fleet import FleetPipeline, FleetSnapshot
-from llmtop.core.raw import RawPoll
+from llmtop.core.pipeline.fleet import FleetPipeline, FleetSnapshot
+from llmtop.core.base.raw import RawPoll
 from llmtop.settings import HealthSettings
 from llmtop.tui import replicas as rp
 from llmtop.tui.present import diff_events

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from llmtop.core.rulebase import suggested_cap
+from llmtop.core.health.rulebase import suggested_cap
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from tests.tui import story

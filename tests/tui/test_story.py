@@ -3,7 +3,7 @@ the snapshot tests and screenshots name shows what its name says, by the current
 
 from __future__ import annotations
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings
 from tests.tui import story
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.tui.widgets.panel import Panel
 from tests.tui import story
 from tests.tui.conftest import make_app

@@ -1,4 +1,4 @@
-"""core.admin_api: one table of the gateway's limits, read by every place that lists them."""
+"""core.base.admin_api: one table of the gateway's limits, read by every place that lists them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from llmtop.core.admin_api import LIMIT_FIELDS, LIMITS, check_changes, limit_spec
-from llmtop.core.snapshot import GatewayStats
+from llmtop.core.base.admin_api import LIMIT_FIELDS, LIMITS, check_changes, limit_spec
+from llmtop.core.base.snapshot import GatewayStats
 from llmtop.errors import LimitError, UsageError
 from llmtop.gateway.limits import Limits
 from llmtop.settings import GatewaySettings
@@ -66,7 +66,7 @@ async def test_the_gateway_produces_the_typed_documents() -> None:
     """What /admin/stats, /admin/limits and /admin/events answer is what the types declare."""
     import httpx
 
-    from llmtop.core.admin_api import EventDoc, LimitsDoc, StatsDoc
+    from llmtop.core.base.admin_api import EventDoc, LimitsDoc, StatsDoc
     from llmtop.gateway.app import create_app
 
     app = create_app(GatewaySettings(upstream="http://127.0.0.1:9"))

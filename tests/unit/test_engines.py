@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmtop.core import engines, promtext
-from llmtop.core.derive import counter_columns, counter_values
-from llmtop.core.engines import Histogram, extract
-from llmtop.core.raw import Sample
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.derive.derive import counter_columns, counter_values
+from llmtop.core.vllm.engines import Histogram, extract
+from llmtop.core.base.raw import Sample
 
 KEEP = promtext.keep_names(engines.sample_names())
 

@@ -3,10 +3,10 @@ the text of this poll's inputs: it changes the poll they change, on a fake clock
 
 from __future__ import annotations
 
-from llmtop.core.fleet import DerivedReplica, FleetPipeline
-from llmtop.core.kvsize import KvSize
-from llmtop.core.raw import RawPoll
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.pipeline.fleet import DerivedReplica, FleetPipeline
+from llmtop.core.health.kvsize import KvSize
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import EngineStats
 from llmtop.settings import HealthSettings
 
 

@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core import engines, promtext
-from llmtop.core.fleet import Fleet, FleetPipeline, split_engines
-from llmtop.core.pipeline import Pipeline
-from llmtop.core.raw import RawEngine, RawPoll
-from llmtop.core.rules_fleet import _medians_of_others
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, split_engines
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.health.rules_fleet import _medians_of_others
 from llmtop.settings import HealthSettings
 
 KEEP = promtext.keep_names(engines.sample_names())

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from llmtop.core import format as fmt
-from llmtop.core.snapshot import (
+from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import (
     EngineStats,
     Finding,
     GatewayStats,
@@ -17,7 +17,7 @@ from llmtop.core.snapshot import (
     WindowFinding,
     WindowSnapshot,
 )
-from llmtop.core.summary import EXIT_CODES, to_json, to_text
+from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 
 
 @pytest.mark.parametrize(

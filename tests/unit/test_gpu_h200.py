@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.base.snapshot import GpuStats
 from tests.unit.test_health import healthy, ids, run
 
 SAMPLES = Path(__file__).parents[1] / "fixtures" / "nvml-h200-samples.json"

@@ -1,4 +1,4 @@
-"""core.incidents: the one computation of what changed between two snapshots, and its readers
+"""core.output.incidents: the one computation of what changed between two snapshots, and its readers
 (the TUI's event log, the headless demo's timeline, the report's finding spans)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from llmtop.core.incidents import GATEWAY, gateway_changes, incidents, timeline
-from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.output.incidents import GATEWAY, gateway_changes, incidents, timeline
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.demo.headless import finding_events
 from llmtop.recording.report import finding_spans
 from llmtop.tui.present import diff_events

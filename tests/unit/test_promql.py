@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from llmtop.core import promql
-from llmtop.core.promql_answers import (
+from llmtop.core.promql.promql import promql
+from llmtop.core.promql.promql_answers import (
     Info,
     data_parallel,
     prometheus_replicas,
@@ -21,7 +21,7 @@ from llmtop.core.promql_answers import (
     replicas,
     stale,
 )
-from llmtop.core.raw import PromAnswers, RawPoll
+from llmtop.core.base.raw import PromAnswers, RawPoll
 from llmtop.errors import UsageError
 from llmtop.sources.prometheus import Fetch, PrometheusSource
 from tests.promtool import check_promql

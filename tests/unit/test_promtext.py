@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core import engines, promtext
-from llmtop.core.raw import Sample, samples_of
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.base.raw import Sample, samples_of
 from llmtop.errors import ScrapeError
 
 KEEP = promtext.keep_names(engines.sample_names())

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core import engines, promtext, promtext_memo
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext, promtext_memo
 from llmtop.errors import ScrapeError
 from llmtop.sim.exposition import restrict
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmtop.core.quickinit import quick_init
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.base.quickinit import quick_init
+from llmtop.core.base.snapshot import EngineStats
 
 
 @dataclass(frozen=True)

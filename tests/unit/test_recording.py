@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core import engines, promtext
-from llmtop.core.raw import RawEngine, RawPoll, Sample
-from llmtop.core.snapshot import Finding, GpuStats
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample
+from llmtop.core.base.snapshot import Finding, GpuStats
 from llmtop.errors import RecordingError
 from llmtop.recording.writer import Recorder, read_recording
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from llmtop.cli import main
-from llmtop.core.raw import RawEngine, RawPoll, Sample
-from llmtop.core.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.recording import report
 from llmtop.recording.writer import Recorder
 

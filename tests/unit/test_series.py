@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from llmtop.core.series import (
+from llmtop.core.derive.series import (
     Buckets,
     CounterWindow,
     histogram_quantile,

@@ -12,12 +12,12 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core import format as fmt
-from llmtop.core.lookback import assess, window_settings
-from llmtop.core.pipeline import Pipeline
-from llmtop.core.raw import RawEngine, RawPoll, Sample
-from llmtop.core.snapshot import GpuStats, WindowSnapshot
-from llmtop.core.summary import EXIT_CODES, to_json, to_text
+from llmtop.core.base import format as fmt
+from llmtop.core.pipeline.lookback import assess, window_settings
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample
+from llmtop.core.base.snapshot import GpuStats, WindowSnapshot
+from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.settings import HealthSettings
 from llmtop.sources.snapshot import read_window
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from llmtop.core.snapshot import GpuStats
+from llmtop.core.base.snapshot import GpuStats
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, target_timeout
 from llmtop.sources.gpu import FakeGpuBackend

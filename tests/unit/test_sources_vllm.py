@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.core.raw import RawEngine
+from llmtop.core.base.raw import RawEngine
 from llmtop.sources.gateway import GatewayReader
 from llmtop.sources.vllm import metrics_url, scrape_engine
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core.targets import Target, default_name, parse_targets, targets_from_urls
+from llmtop.core.pipeline.targets import Target, default_name, parse_targets, targets_from_urls
 from llmtop.errors import ConfigError
 from llmtop.sources.targets import TargetsFile
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core import engines, promtext
-from llmtop.core.pipeline import Pipeline
-from llmtop.core.raw import RawEngine, RawPoll
-from llmtop.core.snapshot import EngineStats
+from llmtop.core.vllm import engines
+from llmtop.core.exposition import promtext
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.base.snapshot import EngineStats
 from llmtop.settings import HealthSettings
 
 KEEP = promtext.keep_names(engines.sample_names())

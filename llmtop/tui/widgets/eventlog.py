@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from llmtop.core import format as fmt
+from llmtop.core.base import format as fmt
 from llmtop.tui.present import LogEvent
 
 KIND_STYLE = {

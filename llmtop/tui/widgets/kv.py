@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.core import format as fmt
-from llmtop.core.kvsize import kv_size
+from llmtop.core.base import format as fmt
+from llmtop.core.health.kvsize import kv_size
 from llmtop.tui.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 

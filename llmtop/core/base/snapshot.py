@@ -1,0 +1,304 @@
+"""What one poll knows: frozen dataclasses shared by the TUI, snapshot, recordings and reports.
+
+None always means unknown (not scraped, not exported, not enough data yet), never zero: a panel
+shows it as n/a and the health rules never read it as healthy. Units are in the field names.
+New fields are added with a default, so recordings and tests made before them still load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from llmtop.core.base.quickinit import quick_init
+
+Severity = Literal["warning", "critical"]
+Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
+Status = Literal["ok", "degraded", "critical", "unknown"]
+Wording = Callable[..., tuple[str, str]]
+"""Words a summary and an action from the inputs kept with it, called once, at the first read
+of either (a module-level function: see `WordedOnRead`)."""
+W = TypeVar("W", bound="WordedOnRead")
+
+
+class WordedOnRead:
+    """For a frozen dataclass with `summary` and `action`: `_later` makes one whose two texts
+    are worded by `wording(*inputs)` when first read. A rule holding on a hundred replicas each
+    poll then words only the findings something shows (the table's visible rows, a snapshot)
+    instead of all of them (bench/bench_fleet.py: most of a poll's rule time was wording). Once
+    read, the same object as one built with the words: equal, same repr and hash, pickled and
+    copied as words.
+
+    `inputs` are the poll's figures as numbers and text (tuples of them, None), never state that
+    moves on (the history, its indexes): the words may be read a poll or ten minutes later. Held
+    so, they cost the garbage collector nothing (a tuple of numbers is not tracked), where a
+    closure and the objects it kept were ~10 tracked objects a finding, for the fleet's ten
+    minutes of history."""
+
+    @classmethod
+    def _later(cls: type[W], wording: Wording, inputs: tuple[Any, ...], **fields: Any) -> W:
+        self = cls.__new__(cls)
+        self.__dict__.update(fields, _wording=wording, _inputs=inputs)
+        return self
+
+    def pending_words(self) -> tuple[Wording, tuple[Any, ...]] | None:
+        """The wording and its inputs, not called yet (to hand on without wording)."""
+        d = self.__dict__
+        wording: Wording | None = d.get("_wording")
+        return None if wording is None else (wording, d["_inputs"])
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute an Any
+
+        def __getattr__(self, name: str) -> object:
+            """`summary` or `action` not worded yet (called only for an attribute not found)."""
+            d = self.__dict__
+            wording = d.get("_wording") if name in ("summary", "action") else None
+            if wording is None:
+                raise AttributeError(name)
+            d["summary"], d["action"] = wording(*d["_inputs"])
+            del d["_wording"], d["_inputs"]
+            return d[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and copied as words."""
+        if "_wording" in self.__dict__:
+            _ = self.summary  # type: ignore[attr-defined]
+        return self.__dict__
+
+
+@quick_init
+@dataclass(frozen=True)
+class EngineStats:
+    """One engine (one /metrics URL; data-parallel engines inside it are already summed)."""
+
+    url: str
+    up: bool
+    error: str | None = None
+    """Why the engine is down or its data unusable, in the user's words."""
+    model: str | None = None
+    version: str | None = None
+    running: float | None = None
+    waiting: float | None = None
+    waiting_capacity: float | None = None
+    """Waiting for KV capacity (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=capacity}`)."""
+    kv_cache_usage_frac: float | None = None
+    kv_capacity_tokens: int | None = None
+    kv_block_size: int | None = None
+    prompt_tok_per_s: float | None = None
+    decode_tok_per_s: float | None = None
+    decode_tok_per_s_per_seq: float | None = None
+    preemptions_per_s: float | None = None
+    finished_per_s: dict[str, float] = field(default_factory=dict)
+    """Finished requests per second by finished_reason (stop, length, abort, error, ...)."""
+    admission_rejections_per_s: float | None = None
+    admission_rejections_by_reason_per_s: dict[str, float] = field(default_factory=dict)
+    """vLLM's own 503s per second by reason (max_num_queued_reqs, max_num_queued_tokens)."""
+    prefix_cache_hit_frac: float | None = None
+    mean_prompt_tokens: float | None = None
+    mean_generation_tokens: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    itl_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    queue_time_p50_s: float | None = None
+    queue_time_p95_s: float | None = None
+    prefill_time_p95_s: float | None = None
+    stats_disabled: bool = False
+    """The target answers but exports no vllm:* series (--disable-log-stats)."""
+    e2e_p99_s: float | None = None
+    queue_time_p99_s: float | None = None
+    ttft_mean_s: float | None = None
+    """Mean time to first token over the window (Δsum/Δcount)."""
+    queue_time_mean_s: float | None = None
+    """Mean time in vLLM's waiting queue over the window."""
+    prefill_time_mean_s: float | None = None
+    """Mean prefill time (scheduled -> first token) over the window."""
+    waiting_deferred: float | None = None
+    """Waiting for a transient reason, not capacity: LoRA budget, KV transfer, blocked
+    (vLLM >= 0.20, `num_requests_waiting_by_reason{reason=deferred}`)."""
+    prompt_cache_hit_frac: float | None = None
+    """Share of prompt tokens served from the local prefix cache over the window
+    (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
+    prompt_computed_tok_per_s: float | None = None
+    """Prompt tokens actually prefilled per second (`source=local_compute`)."""
+
+
+@dataclass(frozen=True)
+class GatewayStats:
+    """The llmtop gateway's limits and live state, from /admin/stats and /admin/limits."""
+
+    url: str
+    up: bool
+    error: str | None = None
+    in_flight: int | None = None
+    queued: int | None = None
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    max_concurrency: int | None = None
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    rate_limit_rpm: float | None = None
+    max_inflight_prompt_tokens: int | None = None
+    max_inflight_kv_blocks: int | None = None
+    ttft_slo_s: float | None = None
+    queue_policy: str | None = None
+    mode: str | None = None
+    """auto: the autopilot moves the KV budget; manual: people do."""
+    autopilot_reason: str | None = None
+    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
+    paused: bool | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""
+    rejected_per_s: dict[str, float] = field(default_factory=dict)
+    """429s per second by reason (queue_full, queue_timeout, rate_limited, ...)."""
+    queue_wait_p50_s: float | None = None
+    queue_wait_p95_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    upstream_healthy: bool | None = None
+    upstream_errors_per_s: dict[str, float] = field(default_factory=dict)
+    """Upstream failures per second by reason: engine_queue_full / engine_token_backlog are
+    vLLM's own 503 refusals (--max-num-queued-reqs/-tokens), apart from engine faults."""
+    oldest_queued_s: float | None = None
+    """Age of the oldest request waiting in the gateway at this poll (None: none, or unknown)."""
+    oldest_unanswered_s: float | None = None
+    """Age since admission of the oldest request at the engine still without a first byte: a
+    stuck request shows here at once, in the TTFT histograms only once it is answered."""
+    replicas: tuple[ReplicaStats, ...] = ()
+    """The upstream replicas behind this gateway (one when it fronts a single engine)."""
+    shared_status: str | None = None
+    """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
+    shared_live_gateways: int | None = None
+    global_in_flight: int | None = None
+    """Slots held by all gateways sharing the limits, at this gateway's last sync."""
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One upstream replica as the gateway's balancer sees it."""
+
+    url: str
+    in_flight: int | None
+    ok: bool
+    """Takes traffic (False: ejected, or awaiting a /health probe)."""
+    share: float | None
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """One GPU, from NVML, dcgm-exporter or the simulator's telemetry."""
+
+    index: int
+    name: str | None = None
+    source: str = "nvml"
+    util_frac: float | None = None
+    mem_bw_util_frac: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    processes: tuple[str, ...] = ()
+
+
+@quick_init
+@dataclass(frozen=True)
+class Finding(WordedOnRead):
+    """A named problem: which resource binds, the measured evidence, and what to do."""
+
+    id: str
+    severity: Severity
+    bottleneck: Bottleneck
+    summary: str
+    action: str
+    since: float | None = None
+    """Time (seconds, the snapshot clock) the finding fired."""
+
+    @classmethod
+    def later(
+        cls,
+        id: str,
+        severity: Severity,
+        bottleneck: Bottleneck,
+        wording: Wording,
+        inputs: tuple[Any, ...],
+        since: float | None = None,
+    ) -> Finding:
+        """A finding whose summary and action `wording(*inputs)` words when first read."""
+        fields = {"id": id, "severity": severity, "bottleneck": bottleneck, "since": since}
+        return cls._later(wording, inputs, **fields)
+
+
+@quick_init
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one poll knows, after derivation and the health rules."""
+
+    time: float
+    engines: tuple[EngineStats, ...] = ()
+    gateway: GatewayStats | None = None
+    gpus: tuple[GpuStats, ...] = ()
+    gpu_error: str | None = None
+    """Why no GPU is shown ("no NVIDIA GPU visible"), when none is."""
+    findings: tuple[Finding, ...] = ()
+    status: Status = "unknown"
+
+
+@dataclass(frozen=True)
+class WindowFinding:
+    """A finding across the polls of a window: when it held, and what the rules said last."""
+
+    finding: Finding
+    """As the rules stated it at the poll `last_s`: its summary's figures are that poll's."""
+    first_s: float
+    """Seconds after the window's first poll that it first held."""
+    last_s: float
+    """Seconds after the window's first poll that it last held."""
+    held_polls: int
+    """How many of the window's polls it held at."""
+
+
+@dataclass(frozen=True)
+class KvPeak:
+    """An engine's highest KV usage over the window: what `kv-exhausted` reads, with its poll."""
+
+    frac: float
+    at_s: float
+    """Seconds after the window's first poll."""
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    """`llmtop snapshot`: polls across a window, and a verdict that says which poll it is from.
+
+    The figures, the status and `findings` are the last poll's (its rates and quantiles span
+    the whole window, and the rules there look back over the window's polls); `earlier` holds
+    the findings that held at an earlier poll and not at the last, each with its own figures.
+    """
+
+    last: Snapshot
+    start: float
+    """Time of the first poll (seconds since the epoch)."""
+    polls: int
+    interval_s: float
+    """The poll interval asked for (the monitor's)."""
+    findings: tuple[WindowFinding, ...] = ()
+    earlier: tuple[WindowFinding, ...] = ()
+    kv_peaks: dict[str, KvPeak] = field(default_factory=dict)
+    """Engine URL -> its KV peak over the window (engines with a known KV usage only)."""
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first poll to the last."""
+        return self.last.time - self.start
+
+    @property
+    def status(self) -> Status:
+        """The last poll's status: the verdict the exit code follows."""
+        return self.last.status

@@ -1,0 +1,1 @@
+"""Windows of scrapes -> rates, quantiles and the figures of `EngineStats`."""

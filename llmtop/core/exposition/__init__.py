@@ -1,0 +1,1 @@
+"""Prometheus exposition text -> samples, and narrow scrapes (asking for only some)."""

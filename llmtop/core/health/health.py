@@ -1,0 +1,79 @@
+"""Health rules as data: each names the binding resource, the measured numbers and the fix.
+
+A rule is a pure check over a `Context` (this poll's stats, recent snapshots, settings) that
+returns a `Verdict` when its condition holds. `HealthState` adds hysteresis: a condition must
+hold `fire_after_s` before its finding fires (immediate rules, such as target-down, fire at
+once) and must stay false `clear_after_s` before the finding clears, so a finding does not
+flap on one noisy window. A rule whose inputs are unknown (None) does not hold; the pipeline
+separately reports status "unknown" when the core inputs are missing, so unknown never reads
+as healthy. Actions name the right fix: for backlog and KV exhaustion, cap concurrency at the
+gateway (never raise --max-num-seqs). The checks live in `rules_engine` (engines) and
+`rules_edge` (gateway, GPUs); their vocabulary in `rulebase`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmtop.core.health.rulebase import Context, Hysteresis, Rule, Verdict
+from llmtop.core.health.rules_edge import (
+    gateway_down,
+    gateway_paused,
+    gateway_saturated,
+    gpu_memory_full,
+    gpu_throttled,
+)
+from llmtop.core.health.rules_engine import (
+    batching_cliff,
+    decode_bound,
+    degraded_200,
+    kv_exhausted,
+    prefill_bound,
+    stale_data,
+    stats_disabled,
+    target_down,
+    vllm_admission,
+)
+from llmtop.core.base.snapshot import Finding
+from llmtop.core.health.thresholds import HealthSettings
+
+__all__ = ["REPLICA_RULES", "RULES", "Context", "HealthState", "Rule", "Verdict"]
+
+
+RULES: tuple[Rule[Context], ...] = (
+    Rule("target-down", "critical", "target", target_down, immediate=True),
+    Rule("stats-disabled", "warning", "target", stats_disabled, immediate=True),
+    Rule("stale-data", "critical", "target", stale_data),
+    Rule("kv-exhausted", "critical", "kv", kv_exhausted),
+    Rule("degraded-200", "warning", "queue", degraded_200),
+    Rule("batching-cliff", "warning", "queue", batching_cliff),
+    Rule("decode-bound", "warning", "decode", decode_bound),
+    Rule("prefill-bound", "warning", "prefill", prefill_bound),
+    Rule("vllm-admission-rejecting", "warning", "queue", vllm_admission),
+    Rule("gateway-saturated", "warning", "gateway", gateway_saturated),
+    Rule("gateway-paused", "warning", "gateway", gateway_paused, immediate=True),
+    Rule("gateway-down", "warning", "gateway", gateway_down, immediate=True),
+    Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
+    Rule("gpu-memory-full", "warning", "gpu", gpu_memory_full),
+)
+
+_EDGE_CHECKS = frozenset(
+    {gateway_saturated, gateway_paused, gateway_down, gpu_throttled, gpu_memory_full}
+)
+REPLICA_RULES: tuple[Rule[Context], ...] = tuple(r for r in RULES if r.check not in _EDGE_CHECKS)
+"""The rules a fleet replica's own Context can make hold: it carries no gateway and no GPUs,
+and the gateway and GPU rules read nothing else (the fleet's edge pipeline judges those)."""
+
+
+class HealthState:
+    """Evaluates the rules with hysteresis; one per pipeline."""
+
+    def __init__(self, settings: HealthSettings, rules: Sequence[Rule[Context]] = RULES) -> None:
+        self.settings = settings
+        self.rules = tuple(rules)
+        self._held = Hysteresis(self.rules)
+
+    def evaluate(self, ctx: Context) -> tuple[Finding, ...]:
+        """The findings active at `ctx.time`, most severe first."""
+        s = self.settings
+        return self._held.evaluate(ctx, ctx.time, s.fire_after_s, s.clear_after_s)

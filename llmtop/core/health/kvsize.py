@@ -1,0 +1,243 @@
+"""What one concurrency slot costs in KV tokens and how many fit: the one sizing every rule,
+panel and the what-if uses (`kv_size`), with its arithmetic printed beside the figures. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmtop.core.base import format as fmt
+from llmtop.core.derive.peaks import HeldPeaks, held_tokens
+from llmtop.core.base.quickinit import quick_init
+from llmtop.core.base.snapshot import EngineStats, Snapshot
+from llmtop.core.health.thresholds import HealthSettings
+
+KV_TARGET_FRAC = HealthSettings.kv_target_frac
+"""The default share of the cache `kv_size` fills (callers without settings: the what-if)."""
+
+SIZE_LOOKBACK_S = 60.0
+"""How far back `kv_size` looks for the most KV a running sequence held: long enough to span
+a long prompt's life (its prefill, its answer), so one wave of them finishing does not make a
+few short chats the measure of a slot."""
+
+
+@quick_init
+@dataclass(frozen=True)
+class KvHeld:
+    """What each running sequence held at one poll: usage x capacity / running."""
+
+    usage_frac: float
+    running: float
+    tokens: float
+    ago_s: float
+
+
+_BUDGETS: dict[tuple[int, float], str] = {}
+"""(capacity, target) -> `KvSize.budget`'s text: kv-exhausted states it for every full
+replica at every poll, and it changes only with the cache size or the target."""
+_BUDGETS_KEPT = 256
+
+
+@quick_init
+@dataclass(frozen=True)
+class KvSize:
+    """What one concurrency slot costs in KV tokens, and how many slots the cache holds."""
+
+    capacity_tokens: int
+    block_size: int | None
+    prompt_tokens: float | None
+    """Mean prompt of the requests that finished in the window (None before any did)."""
+    output_tokens: float | None
+    held: KvHeld | None
+    """The most a running sequence held over `SIZE_LOOKBACK_S` (None when nothing ran)."""
+    per_request_tokens: float
+    fits: int
+    target_frac: float
+    """The share of the cache the count may fill (HealthSettings.kv_target_frac)."""
+
+    def inputs(self) -> tuple[Any, ...]:
+        """Its fields as one flat tuple of plain numbers (`held`'s four in its place, None when
+        there is none): what a finding worded later keeps instead of the object. Flat, the
+        garbage collector stops tracking it at its first collection. `of_inputs` makes it."""
+        h = self.held
+        held = (None,) * 4 if h is None else (h.usage_frac, h.running, h.tokens, h.ago_s)
+        return (
+            self.capacity_tokens,
+            self.block_size,
+            self.prompt_tokens,
+            self.output_tokens,
+            *held,
+            self.per_request_tokens,
+            self.fits,
+            self.target_frac,
+        )
+
+    @classmethod
+    def of_inputs(cls, inputs: Sequence[Any]) -> KvSize:
+        """The KvSize whose `inputs` these are."""
+        capacity, block, prompt, output, usage, running, tokens, ago = inputs[:8]
+        per_request, fits, target = inputs[8:]
+        held = None if usage is None else KvHeld(usage, running, tokens, ago)
+        return cls(capacity, block, prompt, output, held, per_request, fits, target)
+
+    @property
+    def budget_tokens(self) -> int:
+        """The KV tokens the count divides: the capacity at the target fill, whole tokens."""
+        return math.floor(self.capacity_tokens * self.target_frac)
+
+    @property
+    def by_held(self) -> bool:
+        """Sized by what running sequences held (larger than the finished requests' mean)."""
+        return self.held is not None and self.per_request_tokens == math.ceil(self.held.tokens)
+
+    def basis(self) -> str:
+        """Where the size per request comes from: the mean, or what running sequences held."""
+        if self.by_held and self.held is not None:
+            h = self.held
+            when = "now" if h.ago_s < 0.5 else f"{h.ago_s:.0f} s ago"
+            share = f"{h.usage_frac * 100:.1f}%"  # to a tenth: whole percents can move a block
+            held = f"{share} of the cache held by {fmt.count(h.running)} running"
+            return f"{held} {when}"
+        return f"{fmt.count(self.prompt_tokens)} prompt + {fmt.count(self.output_tokens)} output"
+
+    def budget(self) -> str:
+        """The tokens divided, with the capacity and target they come from."""
+        key = (self.capacity_tokens, self.target_frac)
+        text = _BUDGETS.get(key)
+        if text is None:
+            text = (
+                f"{fmt.count(self.budget_tokens)} KV tokens ({self.target_frac * 100:g}% target "
+                f"of {fmt.count(self.capacity_tokens)})"
+            )
+            # Cached only for positive inputs: equal keys then print alike (0.0 and -0.0,
+            # equal as keys, would not), and a fleet has a few cache sizes, not thousands.
+            if self.capacity_tokens > 0 and self.target_frac > 0:
+                if len(_BUDGETS) >= _BUDGETS_KEPT:
+                    _BUDGETS.clear()
+                _BUDGETS[key] = text
+        return text
+
+    def division(self) -> str:
+        """Budget / size per request, in blocks when known: the sum behind `fits`."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return f"{self.budget()} / {fmt.count(self.per_request_tokens)} tokens per request{blocks}"
+
+    def arithmetic(self) -> str:
+        """The sum that gives `fits` with its inputs, so the printed figures produce it."""
+        blocks = f" in {self.block_size}-token blocks" if self.block_size else ""
+        return (
+            f"{self.budget()} / {fmt.count(self.per_request_tokens)} "
+            f"tokens per request ({self.basis()}){blocks} = {self.fits} sequences fit"
+        )
+
+
+def _held(
+    e: EngineStats,
+    history: Sequence[Snapshot],
+    now: float | None,
+    index: HeldPeaks | None = None,
+) -> KvHeld | None:
+    """The most KV per running sequence at this poll and the earlier ones of the lookback
+    (this poll first, then newest to oldest: the first of equals wins). `index`, kept by the
+    pipeline over `history`, answers for the look-back where it is exact."""
+    best: tuple[float, float, float] | None = None  # usage, running, ago
+    most = 0.0
+    mine = held_tokens(e)
+    if mine is not None:
+        best, most = (mine[0], mine[1], 0.0), mine[2]
+    if now is None:
+        pass
+    elif index is not None and index.exact(e.url, now):
+        found = index.most(e.url, now, SIZE_LOOKBACK_S)
+        if found is not None and (best is None or found[2] > most):
+            best, most = (found[0], found[1], now - found[3]), found[2]
+    else:
+        url, oldest = e.url, now - SIZE_LOOKBACK_S
+        for snap in reversed(history):
+            if snap.time < oldest:
+                break
+            for p in snap.engines:
+                if p.url != url or not p.up:
+                    continue
+                held = held_tokens(p)
+                if held is not None and (best is None or held[2] > most):
+                    best, most = (held[0], held[1], now - snap.time), held[2]
+    if best is None:
+        return None
+    return KvHeld(best[0], best[1], most, max(0.0, best[2]))
+
+
+def kv_size(
+    e: EngineStats,
+    history: Sequence[Snapshot] = (),
+    now: float | None = None,
+    target_frac: float = KV_TARGET_FRAC,
+    *,
+    index: HeldPeaks | None = None,
+) -> KvSize | None:
+    """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
+
+    A slot costs the larger of two figures. The mean prompt + output of the requests that
+    finished in the window counts each request once, but a cap is filled by whatever is running,
+    and long prompts run longest. In the recorded demo story (8 chats beside 24 x 4,000-token
+    prompts) the window's mean fell under 1,000 tokens (a cap of 39) while each running sequence
+    held ~4,200 (9 fit); in `demo --scenario quick` the mean's cap of 11 left the cache at
+    88-93% with a request always waiting for memory. The KV each running sequence actually
+    held (usage x capacity / running, the most over the last `SIZE_LOOKBACK_S` at any poll)
+    weighs requests by how long they stay.
+    The larger wins: a sequence still writing its answer holds less than it will, so neither
+    overstates what the traffic seen costs. (A high quantile of vLLM's request_prompt_tokens
+    histogram was the other way: its buckets go 1-2-5, so 4,000-token prompts land in
+    (2,000, 5,000] and an interpolated p95 says ~4,850, a cap of 7 where 9 fit.) The size used
+    is printed with its inputs (`arithmetic`), so the figures next to a finding give its number.
+    vLLM allocates whole blocks and keeps one back (the null block), so with the block size
+    known the count is (blocks - 1) / ceil(tokens per request / block size): with 128-token
+    blocks and 1,000-token requests the token-only count said 4, and a cap of 4 still preempted
+    on a real vLLM 0.32 while 3 did not. Without a block size: capacity / tokens.
+    Either way the capacity is first taken at `target_frac` (HealthSettings.kv_target_frac):
+    the exact quotient leaves no room for requests longer than the size, answers still
+    growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
+    kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
+    cleared. None when the capacity is unknown or nothing has run or finished.
+    """
+    cap = e.kv_capacity_tokens
+    if cap is None or not math.isfinite(cap) or cap <= 0:
+        return None
+    held = _held(e, history, now, index)
+    mean = (
+        e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
+        if e.mean_prompt_tokens is not None
+        else None
+    )
+    candidates = [
+        v
+        for v in (mean, held.tokens if held else None)
+        if v is not None and v > 0 and math.isfinite(v)  # a NaN or 1e309 figure sizes nothing
+    ]
+    if not candidates:
+        return None
+    per_req = math.ceil(max(candidates))  # whole tokens, as printed: the figures give `fits`
+    target = min(1.0, target_frac) if target_frac > 0 else 1.0
+    budget = math.floor(cap * target)
+    block = e.kv_block_size
+    if block and block > 0:
+        fits = max(1, (budget // block - 1) // math.ceil(per_req / block))
+    else:
+        fits = max(1, math.floor(budget / per_req))
+    prompt = e.mean_prompt_tokens if mean is not None else None
+    output = e.mean_generation_tokens if mean is not None else None
+    return KvSize(cap, block, prompt, output, held, per_req, fits, target)
+
+
+def kv_fit(
+    e: EngineStats,
+    history: Sequence[Snapshot] = (),
+    now: float | None = None,
+    target_frac: float = KV_TARGET_FRAC,
+) -> int | None:
+    """Sequences that fit in the KV cache (`kv_size`); None when unknown."""
+    size = kv_size(e, history, now, target_frac)
+    return size.fits if size is not None else None

@@ -1,0 +1,277 @@
+"""The vocabulary of the health rules: what a rule sees (`Context`), what it says (`Verdict`),
+and what it is (`Rule`), plus helpers the rule modules share. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from llmtop.core.health.kvsize import KvSize, kv_size
+from llmtop.core.derive.peaks import HistoryIndex
+from llmtop.core.base.quickinit import quick_init
+from llmtop.core.base.snapshot import (
+    Bottleneck,
+    EngineStats,
+    Finding,
+    GatewayStats,
+    GpuStats,
+    Severity,
+    Snapshot,
+    WordedOnRead,
+    Wording,
+)
+from llmtop.core.health.thresholds import HealthSettings
+
+X = TypeVar("X")
+"""What a rule sees: an engine's `Context`, or the fleet's view."""
+
+
+@quick_init
+@dataclass(frozen=True)
+class Context:
+    """What the rules see at one poll."""
+
+    time: float
+    engines: tuple[EngineStats, ...]
+    gateway: GatewayStats | None
+    gpus: tuple[GpuStats, ...]
+    settings: HealthSettings
+    history: Sequence[Snapshot] = ()
+    """Earlier snapshots, oldest first (the pipeline keeps ~10 minutes)."""
+    last_progress: dict[str, float] = field(default_factory=dict)
+    """Engine URL -> last time its token counters moved."""
+    max_num_seqs: int | None = None
+    history_index: HistoryIndex | None = None
+    """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
+
+
+@quick_init
+@dataclass(frozen=True)
+class Verdict(WordedOnRead):
+    """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
+
+    summary: str
+    action: str
+    severity: Severity | None = None
+    bottleneck: Bottleneck | None = None
+
+    @classmethod
+    def later(
+        cls,
+        wording: Wording,
+        inputs: tuple[Any, ...],
+        severity: Severity | None = None,
+        bottleneck: Bottleneck | None = None,
+    ) -> Verdict:
+        """A verdict worded when first read (its finding's words: `WordedOnRead`)."""
+        return cls._later(wording, inputs, severity=severity, bottleneck=bottleneck)
+
+
+@dataclass(frozen=True)
+class Rule(Generic[X]):
+    """One health rule: an id, its default class, and a pure check of what it sees (`Context`
+    for an engine's rules, the fleet's view for the fleet rules)."""
+
+    id: str
+    severity: Severity
+    bottleneck: Bottleneck
+    check: Callable[[X], Verdict | None]
+    immediate: bool = False
+    """Fire and clear without hysteresis (the fact itself is not noisy: a target is down)."""
+
+
+@dataclass
+class _Held:
+    pending_since: float | None = None
+    fired_since: float | None = None
+    false_since: float | None = None
+    verdict: Verdict | None = None
+
+
+class Hysteresis(Generic[X]):
+    """A check must hold `fire_after_s` to fire and stay false `clear_after_s` to clear
+    (immediate rules at once), so one noisy poll neither raises nor drops a finding. One home
+    for the engine rules (`health.HealthState`) and the fleet rules (`rules_fleet.FleetHealth`)."""
+
+    def __init__(self, rules: Sequence[Rule[X]]) -> None:
+        self.rules = tuple(rules)
+        self._held: dict[str, _Held] = {r.id: _Held() for r in self.rules}
+        self._pairs = tuple((r, self._held[r.id]) for r in self.rules)
+        """Each rule with its state, as `evaluate` walks them (once per replica and poll)."""
+
+    def evaluate(
+        self, seen: X, t: float, fire_after_s: float, clear_after_s: float
+    ) -> tuple[Finding, ...]:
+        """The findings active at `t`, critical first."""
+        out: list[Finding] = []
+        for rule, st in self._pairs:
+            verdict = rule.check(seen)
+            if verdict is not None:
+                st.verdict, st.false_since = verdict, None
+                if st.fired_since is None:
+                    if st.pending_since is None:
+                        st.pending_since = t
+                    if rule.immediate or t - st.pending_since >= fire_after_s:
+                        st.fired_since = t
+            else:
+                st.pending_since = None
+                if st.fired_since is not None:
+                    if st.false_since is None:
+                        st.false_since = t
+                    if rule.immediate or t - st.false_since >= clear_after_s:
+                        st.fired_since = st.false_since = None
+            if st.fired_since is not None and st.verdict is not None:
+                v = st.verdict
+                severity = v.severity or rule.severity
+                bottleneck = v.bottleneck or rule.bottleneck
+                pending, since = v.pending_words(), st.fired_since
+                if pending is not None:  # handed on, not worded
+                    out.append(Finding.later(rule.id, severity, bottleneck, *pending, since))
+                else:
+                    out.append(
+                        Finding(
+                            id=rule.id,
+                            severity=severity,
+                            bottleneck=bottleneck,
+                            summary=v.summary,
+                            action=v.action,
+                            since=since,
+                        )
+                    )
+        if len(out) > 1:
+            out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
+        return tuple(out)
+
+
+def up_engines(ctx: Context) -> Sequence[EngineStats]:
+    """The engines the rules judge: up and exporting their figures. (A fleet's replica is one
+    engine, and each of its rules asks: that case answers with the Context's own tuple, or
+    the empty one, building nothing.)"""
+    engines = ctx.engines
+    if len(engines) == 1:
+        e = engines[0]
+        return engines if e.up and not e.stats_disabled else ()
+    return [e for e in engines if e.up and not e.stats_disabled]
+
+
+def where(ctx: Context, e: EngineStats) -> str:
+    return f"{e.url}: " if len(ctx.engines) > 1 else ""
+
+
+def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
+    """`kv_size` at the rules' poll, looking back through their history, at their target."""
+    index = ctx.history_index.held if ctx.history_index is not None else None
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, index=index)
+
+
+def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
+    """Advice to cap concurrency at ~n, read against the watched gateway (in `ctx`).
+
+    Two cases where "press -" would be wrong: vLLM runs more than the gateway has in flight
+    (traffic reaches it around the gateway, so no gateway cap can help), and the gateway's cap
+    is already at or below n (seconds after `:cap`, the window still holds what came before).
+    """
+    if ctx is None or ctx.gateway is None:
+        return cap_advice(n, why)
+    return cap_advice(n, why, ctx.gateway, running_total(ctx.engines))
+
+
+def running_total(engines: Iterable[EngineStats]) -> float:
+    """The sequences the engines that answer run (what `cap_advice` weighs the gateway's
+    in-flight against)."""
+    return sum(e.running or 0.0 for e in engines if e.up)
+
+
+def cap_advice(
+    n: int | None, why: str, gw: GatewayStats | None = None, running: float = 0.0
+) -> str:
+    """`cap_action` from the two things of a `Context` it reads, the gateway and what the
+    engines run (what a finding worded later keeps, rather than the Context)."""
+    if gw is not None and gw.up and n is not None:
+        # +1: the two are scraped a moment apart, and an admission can fall in between
+        if gw.in_flight is not None and running > gw.in_flight + 1:
+            return (
+                f"{why}: vLLM runs {running:.0f} but the gateway has {gw.in_flight} in flight, "
+                "so traffic reaches vLLM around it: point clients at the gateway "
+                f"(cap ~{n}), or restart vLLM with --max-num-seqs {n}"
+            )
+        if gw.max_concurrency is not None and gw.max_concurrency <= n:
+            return (
+                f"{why}, but the gateway cap ({gw.max_concurrency}) is already at or below ~{n}: "
+                "this clears once the window has passed the time before the cap"
+            )
+    if n is None:
+        return (
+            f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "
+            "so the excess waits there with a timeout, or restart vLLM with a lower --max-num-seqs"
+        )
+    return (
+        f"{why}: cap concurrency at ~{n}: press - or :cap {n} (gateway max_concurrency), "
+        f"or restart vLLM with --max-num-seqs {n}"
+    )
+
+
+_CAP_ADVICE = re.compile(r"press - or :cap (\d+)\b")
+"""The instruction `cap_action` writes when a lower gateway cap is the fix."""
+_SEVERITY_RANK = {"critical": 0, "warning": 1}
+
+
+def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
+    """The cap the findings tell the user to type now, and the finding that says so.
+
+    Read from the action itself (the `:cap N` that `cap_action` writes), so the demo's banner
+    and `--apply-cap auto` follow exactly what the screen shows: the most severe finding that
+    advises a cap, the oldest first among equals (the order the screen lists them). None when
+    none does: nothing is wrong, the gateway cap is already at or below the suggestion, or
+    traffic goes around the gateway.
+    """
+    ranked = sorted(
+        findings,
+        key=lambda f: (_SEVERITY_RANK.get(f.severity, 2), f.since if f.since is not None else 0.0),
+    )
+    for f in ranked:
+        m = _CAP_ADVICE.search(f.action)
+        if m:
+            return int(m.group(1)), f
+    return None
+
+
+def kv_peak(ctx: Context, e: EngineStats) -> float | None:
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
+
+    The pipeline's `history_index` answers for the look-back where it is exact (`KvPeaks`);
+    `max` of this poll's value and its answer is the scan's, this poll first among equals."""
+    now = e.kv_cache_usage_frac
+    url, oldest = e.url, ctx.time - ctx.settings.window_s
+    if ctx.history_index is not None:
+        exact, before = ctx.history_index.kv.peak(url, oldest)
+        if exact:
+            if before is None or now is None:
+                return now if before is None else before
+            return max(now, before)
+    values = [now]
+    for i, snap in enumerate(reversed(ctx.history)):
+        # The window, and at least the previous poll (its start when polls are a window apart).
+        if i > 0 and snap.time < oldest:
+            break
+        for p in snap.engines:
+            if p.url == url and p.up:
+                values.append(p.kv_cache_usage_frac)
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:
+    """KV at its high mark within the window, with preemptions or requests waiting.
+
+    `peak`: `kv_peak(ctx, e)` when the caller has it already (False: work it out, only when
+    the engine preempts or has requests waiting: the look-back is the costly part)."""
+    waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+    if not e.preemptions_per_s and not waiting:
+        return False
+    if peak is False:
+        peak = kv_peak(ctx, e)
+    return peak is not None and not peak < ctx.settings.kv_high_frac  # NaN: as `peak < high` had it

@@ -1,0 +1,135 @@
+"""Health rules about what surrounds the engines: the llmtop gateway and the GPUs. Pure."""
+
+from __future__ import annotations
+
+from llmtop.core.base import format as fmt
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.health.kvsize import KvSize
+from llmtop.core.health.rulebase import Context, Verdict, kv_size_now, up_engines
+
+THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
+THROTTLE_POWER = frozenset({"sw_power_cap", "hw_power_brake"})
+
+
+def gateway_down(ctx: Context) -> Verdict | None:
+    g = ctx.gateway
+    if g is None or g.up:
+        return None
+    return Verdict(
+        f"llmtop gateway at {g.url} not answering: {g.error or 'no answer'}",
+        "start it (llmtop gateway --upstream <vLLM URL>) or pass --gateway off",
+    )
+
+
+def gateway_saturated(ctx: Context) -> Verdict | None:
+    g, s = ctx.gateway, ctx.settings
+    if g is None or not g.up:
+        return None
+    near = (
+        g.queued is not None and g.max_queue and g.queued >= s.gateway_queue_near_frac * g.max_queue
+    )
+    rejected = sum(g.rejected_per_s.values())
+    slow = g.queue_wait_p95_s is not None and g.queue_wait_p95_s > s.queue_wait_slo_s
+    if not (near or rejected > 0 or slow):
+        return None
+    reasons = ", ".join(f"{k} {fmt.per_s(v)}" for k, v in sorted(g.rejected_per_s.items()) if v)
+    summary = (
+        f"gateway queue {fmt.count(g.queued)}/{fmt.count(g.max_queue)}, "
+        f"{fmt.per_s(rejected)} 429s{f' ({reasons})' if reasons else ''}, queue wait p95 "
+        f"{fmt.seconds(g.queue_wait_p95_s)} (SLO {fmt.seconds(s.queue_wait_slo_s)}), "
+        f"{fmt.count(g.in_flight)}/{fmt.count(g.max_concurrency)} in flight"
+    )
+    engines = up_engines(ctx)
+    headroom = bool(engines) and all(
+        e.kv_cache_usage_frac is not None
+        and e.kv_cache_usage_frac < s.kv_high_frac
+        and e.waiting == 0
+        and not e.preemptions_per_s
+        for e in engines
+    )
+    # The KV arithmetic bounds the headroom, with the same sizing as kv-exhausted (`kv_size`),
+    # so the two never disagree: at what the cache holds per running sequence, a step up is the
+    # preemptions coming back, whatever the gauge says now.
+    sizes = [kv_size_now(ctx, e) for e in engines]
+    known = [z for z in sizes if z is not None]
+    fit = sum(z.fits for z in known) if known and len(known) == len(engines) else None
+    if headroom and fit is not None and g.max_concurrency is not None:
+        headroom = g.max_concurrency < fit
+    basis = _basis(known) if fit is not None else ""
+    if headroom:
+        kv = combine(engines)  # several engines: the fullest cache
+        bound = f" (up to ~{fit}: {basis})" if fit else ""
+        action = (
+            f"the engine has headroom (KV {fmt.frac(kv.kv_cache_usage_frac if kv else None)},"
+            " 0 waiting): raise "
+            f"max_concurrency a step with + and watch TTFT{bound}"
+        )
+    else:
+        over = "is" if fit is not None and g.max_concurrency == fit else "is above"
+        full = (
+            f"the cap ({g.max_concurrency}) {over} what the KV cache holds at this request size "
+            f"(~{fit}: {basis})"
+            if fit is not None and g.max_concurrency is not None and g.max_concurrency >= fit
+            else "the engine is full"
+        )
+        action = (
+            f"{full}, so the queue and 429s protect it: add capacity (replicas/GPUs) or lower "
+            "the offered load (rate limit); raising max_concurrency would only move the queue"
+        )
+    return Verdict(summary, action, severity="critical" if rejected > 0 else "warning")
+
+
+def _basis(sizes: list[KvSize]) -> str:
+    """The division behind the bound, for one engine; the sum's parts for several."""
+    if len(sizes) == 1:
+        return f"{sizes[0].division()}, {sizes[0].basis()}"
+    return " + ".join(str(z.fits) for z in sizes) + " across the engines"
+
+
+def gateway_paused(ctx: Context) -> Verdict | None:
+    g = ctx.gateway
+    if g is None or not g.up or not g.paused:
+        return None
+    return Verdict(
+        f"gateway admission is paused: {fmt.count(g.queued)} queued, none admitted",
+        "resume admission (press p or :resume) when the engine is ready",
+    )
+
+
+def gpu_throttled(ctx: Context) -> Verdict | None:
+    for gpu in ctx.gpus:
+        reasons = set(gpu.throttle_reasons)
+        thermal, power = reasons & THROTTLE_THERMAL, reasons & THROTTLE_POWER
+        if not (thermal or power):
+            continue
+        summary = (
+            f"GPU {gpu.index} throttled ({', '.join(sorted(thermal | power))}) at "
+            f"{fmt.celsius(gpu.temp_c)}, {fmt.watts(gpu.power_w)}/{fmt.watts(gpu.power_limit_w)}, "
+            f"SM clock {fmt.mhz(gpu.sm_clock_mhz)}"
+        )
+        action = (
+            "check cooling and airflow (nvidia-smi -q -d TEMPERATURE,PERFORMANCE); tokens/s "
+            "stay lower until it clears"
+            if thermal
+            else "the GPU is at its power limit (nvidia-smi -q -d POWER); expect lower clocks "
+            "under load, or raise the limit if the hardware allows"
+        )
+        return Verdict(summary, action)
+    return None
+
+
+def gpu_memory_full(ctx: Context) -> Verdict | None:
+    for gpu in ctx.gpus:
+        if gpu.mem_used_bytes is None or not gpu.mem_total_bytes:
+            continue
+        used = gpu.mem_used_bytes / gpu.mem_total_bytes
+        if used < ctx.settings.gpu_mem_high_frac:
+            continue
+        others = f"; processes: {', '.join(gpu.processes)}" if gpu.processes else ""
+        return Verdict(
+            f"GPU {gpu.index} memory {fmt.frac(used)} used ({fmt.gib(gpu.mem_used_bytes)} of "
+            f"{fmt.gib(gpu.mem_total_bytes)}){others}",
+            "out-of-memory risk: stop other processes on the GPU or restart vLLM with a lower "
+            "--gpu-memory-utilization",
+        )
+    return None

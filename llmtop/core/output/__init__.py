@@ -1,0 +1,1 @@
+"""What llmtop prints from Snapshots: snapshot's JSON and summary, the incident timeline."""

@@ -1,0 +1,266 @@
+"""`llmtop snapshot`'s verdict as its JSON object and as a compact human summary.
+
+The JSON schema (documented in docs/snapshot.md) is a contract for scripts: keys are always
+present, null where unknown; non-finite numbers become null. Exit codes follow the status. Both
+say which poll everything comes from: the figures and `findings` are the last poll's, the KV
+peak names its poll, and findings that held only earlier carry the polls they held at.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmtop.core.base import format as fmt
+from llmtop.core.base.admin_api import LIMIT_FIELDS
+from llmtop.core.base.snapshot import (
+    EngineStats,
+    GatewayStats,
+    GpuStats,
+    KvPeak,
+    Status,
+    WindowFinding,
+    WindowSnapshot,
+)
+
+EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
+
+ENGINE_KEYS = (
+    "url",
+    "up",
+    "model",
+    "running",
+    "waiting",
+    "waiting_capacity",
+    "kv_cache_usage_frac",
+    "kv_capacity_tokens",
+    "prompt_tok_per_s",
+    "decode_tok_per_s",
+    "preemptions_per_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "itl_p95_s",
+    "e2e_p95_s",
+    "queue_time_p95_s",
+    "error",
+)
+GATEWAY_KEYS = (
+    "url",
+    "up",
+    "error",
+    "in_flight",
+    "queued",
+    *LIMIT_FIELDS,  # the one table of the gateway's limits
+    "paused",
+    "rejected_per_s",
+    "queue_wait_p50_s",
+    "queue_wait_p95_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "upstream_healthy",
+)
+GPU_KEYS = (
+    "index",
+    "name",
+    "source",
+    "util_frac",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "throttle_reasons",
+)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return v
+
+
+COUNT_KEYS = frozenset({"running", "waiting", "waiting_capacity"})
+"""Gauges that count requests: written as integers."""
+
+
+def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    out = {k: _clean(getattr(obj, k)) for k in keys}
+    for k in COUNT_KEYS & out.keys():
+        if isinstance(out[k], float) and out[k].is_integer():
+            out[k] = int(out[k])
+    return out
+
+
+iso_time = fmt.utc_iso
+"""Seconds since the epoch as ISO 8601 UTC (core.base.format's time-zone policy)."""
+
+
+def _seconds(s: float) -> float | None:
+    """An offset into the window, to the millisecond; None when not finite."""
+    return round(s, 3) if math.isfinite(s) else None
+
+
+def _finding(w: WindowFinding) -> dict[str, Any]:
+    f = w.finding
+    return {
+        "id": f.id,
+        "severity": f.severity,
+        "bottleneck": f.bottleneck,
+        "summary": f.summary,
+        "action": f.action,
+        "first_s": _seconds(w.first_s),
+        "last_s": _seconds(w.last_s),
+        "held_polls": w.held_polls,
+    }
+
+
+def _engine_json(e: EngineStats, peak: KvPeak | None) -> dict[str, Any]:
+    out = _pick(e, ENGINE_KEYS)
+    shown = peak if e.up else None
+    out["kv_cache_usage_peak_frac"] = None if shown is None else _clean(shown.frac)
+    out["kv_cache_usage_peak_s"] = None if shown is None else _seconds(shown.at_s)
+    return out
+
+
+def to_json(w: WindowSnapshot) -> dict[str, Any]:
+    """The `llmtop snapshot --json` object."""
+    snap = w.last
+    return {
+        "time": iso_time(snap.time),
+        "window": {
+            "start": iso_time(w.start),
+            "span_s": _seconds(w.span_s),
+            "polls": w.polls,
+            "interval_s": _clean(w.interval_s),
+        },
+        "status": snap.status,
+        "engines": [_engine_json(e, w.kv_peaks.get(e.url)) for e in snap.engines],
+        "gateway": None if snap.gateway is None else _pick(snap.gateway, GATEWAY_KEYS),
+        "gpus": [_pick(g, GPU_KEYS) for g in snap.gpus],
+        "gpu_error": snap.gpu_error,
+        "findings": [_finding(f) for f in w.findings],
+        "earlier_findings": [_finding(f) for f in w.earlier],
+    }
+
+
+def offset(s: float) -> str:
+    """Seconds after the window's first poll: '+4.0 s'."""
+    return f"+{s:.1f} s"
+
+
+def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
+    name = " ".join(x for x in (e.model, f"(vLLM {e.version})" if e.version else None) if x)
+    if not e.up:
+        return [f"engine {e.url}  DOWN: {e.error}"]
+    if e.stats_disabled:
+        return [f"engine {e.url}  {name}  up, but {e.error}"]
+    waiting = fmt.count(e.waiting)
+    if e.waiting_capacity is not None:
+        waiting += f" ({fmt.count(e.waiting_capacity)} for capacity)"
+    kv = fmt.frac(e.kv_cache_usage_frac)
+    if peak is not None:
+        kv += f" (peak {fmt.frac(peak.frac)} at {offset(peak.at_s)})"
+    per_seq = (
+        f" ({fmt.tok_per_s(e.decode_tok_per_s_per_seq)} per seq)"
+        if e.decode_tok_per_s_per_seq is not None
+        else ""
+    )
+    note = [f"  note: {e.error}"] if e.error else []
+    return [
+        f"engine {e.url}  {name}".rstrip(),
+        *note,
+        f"  running {fmt.count(e.running)}  waiting {waiting}  KV {kv}"
+        f" of {fmt.count(e.kv_capacity_tokens)} tokens  preemptions "
+        f"{fmt.per_s(e.preemptions_per_s)}",
+        f"  prefill {fmt.tok_per_s(e.prompt_tok_per_s)}  decode "
+        f"{fmt.tok_per_s(e.decode_tok_per_s)}{per_seq}",
+        f"  TTFT p50/p95/p99 {fmt.seconds(e.ttft_p50_s)} / {fmt.seconds(e.ttft_p95_s)} / "
+        f"{fmt.seconds(e.ttft_p99_s)}  ITL p95 {fmt.seconds(e.itl_p95_s)}  E2E p95 "
+        f"{fmt.seconds(e.e2e_p95_s)}  queue p95 {fmt.seconds(e.queue_time_p95_s)}",
+    ]
+
+
+def _gateway_line(g: GatewayStats) -> str:
+    if not g.up:
+        return f"gateway {g.url}  DOWN: {g.error}"
+    rejected = sum(g.rejected_per_s.values()) if g.rejected_per_s else None
+    paused = "  PAUSED" if g.paused else ""
+    return (
+        f"gateway {g.url}  in flight {fmt.count(g.in_flight)}/{fmt.count(g.max_concurrency)}  "
+        f"queued {fmt.count(g.queued)}/{fmt.count(g.max_queue)}  429s {fmt.per_s(rejected)}  "
+        f"queue wait p95 {fmt.seconds(g.queue_wait_p95_s)}{paused}"
+    )
+
+
+def _gpu_line(g: GpuStats) -> str:
+    mem = f"{fmt.gib(g.mem_used_bytes)}/{fmt.gib(g.mem_total_bytes)}"
+    throttle = f"  throttled: {', '.join(g.throttle_reasons)}" if g.throttle_reasons else ""
+    power = fmt.watts(g.power_w)
+    if g.power_limit_w is not None:
+        power += f"/{fmt.watts(g.power_limit_w)}"
+    return (
+        f"gpu {g.index} {g.name or ''}  util {fmt.frac(g.util_frac)}  mem {mem}  "
+        f"{power}  {fmt.celsius(g.temp_c)}  "
+        f"SM {fmt.mhz(g.sm_clock_mhz)}{throttle}"
+    )
+
+
+def _finding_lines(w: WindowFinding, polls: int) -> list[str]:
+    f = w.finding
+    held = (
+        f"at {offset(w.last_s)}"
+        if w.first_s == w.last_s
+        else f"from {offset(w.first_s)} to {offset(w.last_s)}"
+    )
+    return [
+        f"  {f.severity.upper()} {f.id} [{f.bottleneck}] {f.summary}",
+        f"    -> {f.action}",
+        f"    held {held} ({w.held_polls} of {polls} polls)",
+    ]
+
+
+def _header(w: WindowSnapshot) -> list[str]:
+    snap = w.last
+    title = f"llmtop snapshot  {iso_time(snap.time)}  status {snap.status.upper()}"
+    if w.polls == 1:
+        return [title, "one poll: no engine answered, so the window was not waited out"]
+    return [
+        title,
+        f"window {w.span_s:.1f} s from {iso_time(w.start)}: {w.polls} polls (interval "
+        f"{w.interval_s:g} s); figures and verdict from the last poll ({offset(w.span_s)}), "
+        "its rates and quantiles over the whole window",
+    ]
+
+
+def to_text(w: WindowSnapshot) -> str:
+    """The compact human summary."""
+    snap = w.last
+    lines = _header(w)
+    for e in snap.engines:
+        lines.extend(_engine_lines(e, w.kv_peaks.get(e.url) if e.up else None))
+    if snap.gateway is not None:
+        lines.append(_gateway_line(snap.gateway))
+    lines.extend(_gpu_line(g) for g in snap.gpus)
+    if not snap.gpus and snap.gpu_error:
+        lines.append(f"gpu: {snap.gpu_error}")
+    if w.findings:
+        lines.append(f"findings at the last poll ({offset(w.span_s)}):")
+        for f in w.findings:
+            lines.extend(_finding_lines(f, w.polls))
+    elif snap.status == "ok":
+        lines.append("no findings at the last poll")
+    elif snap.status == "unknown":
+        lines.append("status unknown: no engine answered with its core metrics yet")
+    if w.earlier:
+        lines.append(
+            "earlier in the window, cleared by the last poll (figures of the poll it last held):"
+        )
+        for f in w.earlier:
+            lines.extend(_finding_lines(f, w.polls))
+    return "\n".join(lines)

@@ -1,0 +1,428 @@
+"""Many engines, each visible: per-replica figures and findings, fleet totals, fleet findings.
+
+A replica is one vLLM server: a `--vllm` URL, a line of `--targets`, an instance in Prometheus.
+A data-parallel server (several values of the `engine` label in one /metrics) also gets a
+sub-row per engine. Each row keeps its own counter window, health rules with hysteresis and
+history, as one engine does in `Pipeline`, so a replica's findings read as when it is watched
+alone. `rules_fleet` then compares the replicas (down, outlier, imbalance). A counter that goes
+back is a restart: an event on the fleet's log; the window already treats it as a reset (no
+negative rate), and no rule reads it as a fault. Pure: time comes from the RawPoll.
+
+`FleetPipeline.update` returns the `Snapshot` every view already reads (engines = the servers,
+findings = the fleet's, then each replica finding grouped by rule with the replicas named) and
+keeps the per-replica `Fleet` in `.fleet` for the replica table and `snapshot --json`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from llmtop.core.vllm import engines as vllm_names
+from llmtop.core.derive.derive import counter_columns, derive_engine
+from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
+from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
+from llmtop.core.derive.peaks import HistoryIndex
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.base.quickinit import quick_init
+from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
+from llmtop.core.derive.series import CounterWindow, Key
+from llmtop.core.base.snapshot import EngineStats, Finding, Snapshot, Status
+from llmtop.core.pipeline.targets import default_name
+from llmtop.core.health.thresholds import HealthSettings
+
+HISTORY_S = 600.0
+REPLICA_HISTORY_S = 120.0
+"""Each replica's own snapshots, for its rules' look-backs (decode-bound scans all of them):
+two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
+
+
+@quick_init
+@dataclass(frozen=True)
+class Replica:
+    """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
+
+    key: str
+    """Stable id: the server URL (or Prometheus instance), "<key>#engine=N" for a sub-row."""
+    name: str
+    """What the table shows: the targets-file name, host:port, or "<name>#N" for a sub-row."""
+    stats: EngineStats
+    findings: tuple[Finding, ...] = ()
+    """This replica's own findings (the engine rules over it alone), critical first."""
+    status: Status = "unknown"
+    engine: str | None = None
+    """The data-parallel engine index of a sub-row."""
+    parent: str | None = None
+    """The key of the server a sub-row belongs to."""
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    """The servers added up (sub-rows are inside their server's figures); None = unknown."""
+
+    replicas: int
+    up: int
+    running: float | None
+    waiting: float | None
+    prompt_tok_per_s: float | None
+    decode_tok_per_s: float | None
+    kv_cache_usage_frac_mean: float | None
+    kv_cache_usage_frac_max: float | None
+    ttft_p95_s_max: float | None
+    itl_p95_s_max: float | None
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something that happened to one replica between two polls."""
+
+    time: float
+    kind: Literal["restart"]
+    replica: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every replica with its own figures and findings, worst first, and the fleet's."""
+
+    time: float
+    replicas: tuple[Replica, ...]
+    """Servers worst first, each followed by its data-parallel engines (worst first)."""
+    totals: FleetTotals
+    findings: tuple[Finding, ...]
+    """Fleet findings (replica-down, replica-outlier, load-imbalance)."""
+    events: tuple[FleetEvent, ...]
+    """Restarts seen over the last ten minutes, oldest first."""
+    status: Status
+
+
+@dataclass(frozen=True)
+class FleetSnapshot(Snapshot):
+    """The fleet's Snapshot carrying its `Fleet`, so every reader of Snapshots (the TUI's
+    history, replay, `snapshot`'s window) has the replica rows of the same poll."""
+
+    fleet: Fleet | None = field(default=None, compare=False)
+
+
+@quick_init
+@dataclass(frozen=True)
+class DerivedReplica:
+    """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""
+
+    key: str
+    name: str
+    stats: EngineStats
+    restarts: float | None = None
+    """Counter resets over the window (PromQL `resets()`); a rise is a restart event."""
+    engine: str | None = None
+    parent: str | None = None
+
+
+class _Track:
+    """What the fleet remembers about one row: its window, rules and own history."""
+
+    def __init__(self, settings: HealthSettings) -> None:
+        # derive reads one window: keeping ten minutes of increments for each of a hundred
+        # replicas would hold ~0.5 GB of dicts for nothing
+        self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
+        self.health = HealthState(settings, REPLICA_RULES)
+        self.snapshots: deque[Snapshot] = deque()
+        self.index = HistoryIndex()
+        """The rules' look-backs over `snapshots`."""
+        self.last_progress: float | None = None
+        self.progress_total: float | None = None
+        self.counters: dict[Key, float] | None = None
+        self.restarts: float | None = None
+
+
+def replica_status(stats: EngineStats, findings: Sequence[Finding]) -> Status:
+    """As a Snapshot's status: unknown without the core figures, else from the findings."""
+    known = (
+        stats.up
+        and not stats.stats_disabled
+        and stats.running is not None
+        and stats.kv_cache_usage_frac is not None
+        and stats.decode_tok_per_s is not None
+    )
+    if any(f.severity == "critical" for f in findings):
+        return "critical"
+    if not known:
+        return "unknown"
+    return "degraded" if findings else "ok"
+
+
+_STATUS_RANK = {"critical": 1, "degraded": 2}
+_NAME = operator.itemgetter(0)  # Sample is a named tuple: (name, labels, value)
+
+
+def _rank(r: Replica) -> tuple[int, float, float, float]:
+    """Sort key, worst first: down, critical, warning; then waiting, KV, TTFT p95."""
+    e = r.stats
+    severity = 0 if not e.up else _STATUS_RANK.get(r.status, 3)
+    return (
+        severity,
+        -(e.waiting or 0.0),
+        -(e.kv_cache_usage_frac or 0.0),
+        -(e.ttft_p95_s or 0.0),
+    )
+
+
+def worst_first(rows: Sequence[Replica]) -> tuple[Replica, ...]:
+    """Servers worst first, each followed by its own sub-rows, worst first."""
+    children: dict[str, list[Replica]] = defaultdict(list)
+    for r in rows:
+        if r.parent is not None:
+            children[r.parent].append(r)
+    out: list[Replica] = []
+    for server in sorted((r for r in rows if r.parent is None), key=_rank):
+        out.append(server)
+        out.extend(sorted(children.get(server.key, ()), key=_rank))
+    return tuple(out)
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def totals(servers: Sequence[Replica]) -> FleetTotals:
+    """Fleet totals over the servers that answer: counts and rates summed, KV mean and max."""
+    up = [r.stats for r in servers if r.stats.up]
+    kv = [e.kv_cache_usage_frac for e in up if e.kv_cache_usage_frac is not None]
+    return FleetTotals(
+        replicas=len(servers),
+        up=len(up),
+        running=_sum([e.running for e in up]),
+        waiting=_sum([e.waiting for e in up]),
+        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
+        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
+        kv_cache_usage_frac_mean=sum(kv) / len(kv) if kv else None,
+        kv_cache_usage_frac_max=max(kv) if kv else None,
+        ttft_p95_s_max=_max([e.ttft_p95_s for e in up]),
+        itl_p95_s_max=_max([e.itl_p95_s for e in up]),
+    )
+
+
+_SEVERITY = {"critical": 0, "warning": 1}
+
+
+def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
+    """The replicas' own findings, one per rule, naming the replicas (worst's evidence shown).
+
+    target-down is left out: the fleet's replica-down names every replica that is down.
+    """
+    by_id: dict[str, list[tuple[Replica, Finding]]] = defaultdict(list)
+    for r in servers:
+        for f in r.findings:
+            if f.id != "target-down":
+                by_id[f.id].append((r, f))
+    out: list[Finding] = []
+    for items in by_id.values():
+        items.sort(key=lambda x: _SEVERITY[x[1].severity])
+        r, f = items[0]
+        head = f"{r.name}: "
+        if len(items) > 1:
+            names = ", ".join(x.name for x, _ in items[:4])
+            more = f" and {len(items) - 4} more" if len(items) > 4 else ""
+            head = f"on {len(items)} replicas ({names}{more}); {head}"
+        since = [x.since for _, x in items if x.since is not None]
+        out.append(_headed(f, head, min(since) if since else None))
+    out.sort(key=lambda f: _SEVERITY[f.severity])
+    return tuple(out)
+
+
+def _headed(f: Finding, head: str, since: float | None) -> Finding:
+    """`f` with `head` before its summary; worded when read if `f` is not worded yet."""
+    if f.pending_words() is None:
+        return replace(f, summary=head + f.summary, since=since)
+    return Finding.later(f.id, f.severity, f.bottleneck, _headed_words, (head, f), since)
+
+
+def _headed_words(head: str, f: Finding) -> tuple[str, str]:
+    return head + f.summary, f.action
+
+
+class FleetPipeline(Pipeline):
+    """Derives per-replica stats and findings and the fleet's; a drop-in for `Pipeline` (its
+    snapshots and history are the fleet's Snapshots)."""
+
+    def __init__(
+        self,
+        health: HealthSettings,
+        *,
+        rules: FleetRules | None = None,
+        window_s: float | None = None,
+        max_num_seqs: int | None = None,
+    ) -> None:
+        super().__init__(health, window_s=window_s, max_num_seqs=max_num_seqs)
+        self.rules = rules or FleetRules(
+            kv_high_frac=self.settings.kv_high_frac,
+            ttft_slo_s=self.settings.ttft_slo_s,
+            fire_after_s=self.settings.fire_after_s,
+            clear_after_s=self.settings.clear_after_s,
+        )
+        self.names: dict[str, str] = {}
+        """Server URL -> the name to show (from --targets); host:port otherwise."""
+        self.fleet: Fleet | None = None
+        self._edge = Pipeline(self.settings, max_num_seqs=max_num_seqs)  # gateway and GPUs
+        self._index = None  # the fleet's Snapshots are not judged by the engine rules
+        self._fleet_health = FleetHealth(self.rules)
+        self._tracks: dict[str, _Track] = {}
+        self._events: deque[FleetEvent] = deque()
+
+    def update(self, raw: RawPoll, derived: Sequence[DerivedReplica] = ()) -> Snapshot:
+        """Fold one poll in (scraped engines in `raw`, PromQL ones in `derived`)."""
+        t = raw.time
+        rows: list[Replica] = []
+        for e in raw.engines:
+            rows.extend(self._scraped(t, e))
+        for d in derived:
+            rows.append(self._derived(t, d))
+        seen = {r.key for r in rows}
+        for key in [k for k in self._tracks if k not in seen]:
+            del self._tracks[key]  # a target that left the targets file, a pod that is gone
+        while self._events and self._events[0].time < t - HISTORY_S:
+            self._events.popleft()
+        ordered = worst_first(rows)
+        servers = [r for r in ordered if r.parent is None]
+        parents = {r.parent for r in ordered if r.parent is not None}
+        leaves = [r for r in ordered if r.key not in parents]
+        fleet_findings = self._fleet_health.evaluate(FleetView(t, servers, leaves, self.rules))
+        edge = self._edge.update(replace(raw, engines=()))
+        findings = fleet_findings + grouped_findings(servers) + edge.findings
+        status = _fleet_status(servers, findings)
+        self.fleet = Fleet(
+            time=t,
+            replicas=ordered,
+            totals=totals(servers),
+            findings=fleet_findings,
+            events=tuple(self._events),
+            status=status,
+        )
+        snap = FleetSnapshot(
+            time=t,
+            engines=tuple(r.stats for r in servers),
+            gateway=edge.gateway,
+            gpus=raw.gpus,
+            gpu_error=raw.gpu_error,
+            findings=tuple(sorted(findings, key=lambda f: _SEVERITY[f.severity])),
+            status=status,
+            fleet=self.fleet,
+        )
+        self._remember(snap)
+        return snap
+
+    def _scraped(self, t: float, raw: RawEngine) -> list[Replica]:
+        name = self.names.get(raw.url) or default_name(raw.url)
+        if raw.samples is None:
+            stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
+            return [self._judge(t, raw.url, name, stats)]
+        names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
+        rows = [self._from_scrape(t, raw.url, name, vllm_names.extract(raw.samples, names), raw)]
+        for engine, samples in split_engines(raw.samples, names).items():
+            key = f"{raw.url}#engine={engine}"
+            row = self._from_scrape(t, key, f"{name}#{engine}", vllm_names.extract(samples), raw)
+            rows.append(replace(row, engine=engine, parent=raw.url))
+        return rows
+
+    def _from_scrape(
+        self, t: float, key: str, name: str, scrape: vllm_names.EngineScrape, raw: RawEngine
+    ) -> Replica:
+        track = self._track(key)
+        values = restart_values(scrape)
+        if track.counters is not None and (back := went_back(track.counters, values)):
+            what, before, now = back
+            self._restart(t, name, f"{what.replace('_', ' ')} {before:,.0f} -> {now:,.0f}")
+        track.counters = values
+        track.window.add_columns(t, *counter_columns(scrape))
+        total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
+            "prompt_tokens", 0.0
+        )
+        if track.progress_total is None or total != track.progress_total:
+            track.last_progress = t
+        track.progress_total = total
+        stats = derive_engine(raw.url, scrape, track.window, self.window_s, version=raw.version)
+        if stats.model is None and raw.model is not None:
+            stats = replace(stats, model=raw.model)
+        return self._judge(t, key, name, stats)
+
+    def _derived(self, t: float, d: DerivedReplica) -> Replica:
+        track = self._track(d.key)
+        if d.restarts is not None:
+            if track.restarts is not None and d.restarts > track.restarts:
+                self._restart(t, d.name, "a counter went back (Prometheus resets())")
+            track.restarts = d.restarts
+        moving = (d.stats.decode_tok_per_s or 0.0) + (d.stats.prompt_tok_per_s or 0.0)
+        if track.last_progress is None or moving > 0:
+            track.last_progress = t
+        return self._judge(t, d.key, d.name, d.stats, d.engine, d.parent)
+
+    def _track(self, key: str) -> _Track:
+        """The row's track, made on first sight (not built each poll to be thrown away)."""
+        track = self._tracks.get(key)
+        if track is None:
+            track = self._tracks[key] = _Track(self.settings)
+        return track
+
+    def _restart(self, t: float, name: str, evidence: str) -> None:
+        self._events.append(
+            FleetEvent(
+                time=t,
+                kind="restart",
+                replica=name,
+                summary=f"{name} restarted: {evidence}; its rates start again from zero",
+            )
+        )
+
+    def _judge(
+        self,
+        t: float,
+        key: str,
+        name: str,
+        stats: EngineStats,
+        engine: str | None = None,
+        parent: str | None = None,
+    ) -> Replica:
+        track = self._track(key)
+        last = track.last_progress
+        ctx = Context(
+            time=t,
+            engines=(stats,),
+            gateway=None,
+            gpus=(),
+            settings=self.settings,
+            # the deque itself, not a copy: the rules only read it, before it grows below, and
+            # copying 120 snapshots (touching each one's count twice) for each replica and
+            # poll cost more than most rules
+            history=track.snapshots,
+            last_progress={} if last is None else {stats.url: last},
+            max_num_seqs=self.max_num_seqs,
+            history_index=track.index,
+        )
+        findings = track.health.evaluate(ctx)
+        status = replica_status(stats, findings)
+        snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
+        track.snapshots.append(snap)
+        track.index.add(snap)
+        while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
+            track.snapshots.popleft()
+            track.index.drop_oldest()
+        return Replica(key, name, stats, findings, status, engine, parent)
+
+
+def _fleet_status(servers: Sequence[Replica], findings: Sequence[Finding]) -> Status:
+    if any(f.severity == "critical" for f in findings):
+        return "critical"
+    if not any(r.status != "unknown" for r in servers if r.stats.up):
+        return "unknown"  # no replica answers with its core figures: unknown is not ok
+    return "degraded" if findings else "ok"

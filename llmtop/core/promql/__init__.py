@@ -1,0 +1,1 @@
+"""The fleet through Prometheus: PromQL queries and their answers -> figures."""

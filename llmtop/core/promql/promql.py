@@ -1,0 +1,278 @@
+"""The fleet through PromQL: the queries (their answers are read in `core.promql.promql_answers`). Pure.
+
+What costs llmtop is the number of result series it decodes, not what Prometheus computes, so
+the answers carry one series per replica with every figure as a label. Each figure is
+aggregated `by (<replica label>)` (a gauge, a rate, a window mean, a `histogram_quantile` over
+the window's bucket rates), made a label by `count_values("<figure>", ...)` (Prometheus writes
+the value in Go's shortest round-trip format: nothing is lost) and joined onto the replica's
+`up` with `* on (<replica>) group_left (<figure>)`; a figure a replica lacks is NaN-filled
+(`or NaN * up`) so that the join keeps the replica. Then `label_join` writes every figure's
+value into one label, `FIGURES`, comma-separated in the order of the query's `Packed.names`,
+and `max by (<replica>, FIGURES)` drops the rest: a series is one string to split, not ~36
+labels to decode one by one (half the bytes, and the reading ~0.7x). A poll is two such queries
+asked at once (the quantiles, most of Prometheus' work, and the rest: Prometheus evaluates a
+query on one core): a hundred replicas are two hundred series (with one series per figure,
+~3,200).
+
+The replicas are those of `up` under the selector, so the selector names target labels (job,
+namespace, ...). Slow-changing things come from a third query (`Queries.info`), asked at the start,
+every `INFO_EVERY_S`, and when a replica appears, restarts, or shows a finished reason not known
+yet: KV blocks (cache_config_info), the model, the finished reasons (each one a figure) and the
+histograms' first bucket bounds. A data-parallel server (several `engine` values) gets its
+engines' rows from one more pair of packed queries by (replica, engine), restricted to such
+servers and asked only when one exists; the server's own row keeps its figures by replica (its
+quantiles are the whole server's) and its KV usage is weighted by its engines' KV blocks.
+
+Token means and the cache shares fall back to the totals since start when the window saw
+nothing, as in `derive`. Old and new vLLM names are joined with `or` (the new one wins).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from llmtop.core.vllm.engines import (
+    CACHE_CONFIG,
+    COUNTERS,
+    FINISHED,
+    GAUGES,
+    HISTOGRAMS,
+    PROMPT_BY_SOURCE,
+    WAITING_BY_REASON,
+)
+from llmtop.errors import UsageError
+
+FIGURE = "llmtop_figure"
+"""The label that names the figure of a series in the (few-series) info answer."""
+FIGURES = "llmtop_figures"
+"""The label of a packed series holding its figures' values, joined by commas."""
+ENGINE = "engine"
+INFO_EVERY_S = 60.0
+"""Seconds between two readings of the slow-changing figures when nothing asks for one."""
+QUANTILES: dict[str, tuple[float, ...]] = {
+    "ttft": (0.5, 0.95, 0.99),
+    "itl": (0.5, 0.95, 0.99),
+    "e2e": (0.95,),
+    "queue_time": (0.95,),
+    "prefill_time": (0.95,),
+}
+"""The quantiles the replica rows and the rules read. Each costs llmtop one label, but costs
+Prometheus a `histogram_quantile` over every bucket's rate (most of its work for a poll), so
+the e2e p50/p99 and the queue p50/p99 of a direct scrape are left unknown here."""
+MEANS = ("ttft", "itl", "queue_time", "prefill_time", "prompt_len", "generation_len")
+_SINCE_START = frozenset({"prompt_len", "generation_len"})
+"""Means that fall back to the totals since start when nothing finished in the window."""
+FINISHED_PREFIX = "finished_"
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def quantile_figure(key: str, q: float) -> str:
+    """The figure (label) name of one quantile: q_ttft_p95."""
+    return f"q_{key}_p{round(q * 100)}"
+
+
+def selector_matchers(selector: str | None) -> str:
+    """The matchers inside `{...}` (checked), to put in every series selector; "" for none."""
+    if not selector or not selector.strip():
+        return ""
+    s = selector.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        raise UsageError(f"--selector must look like '{{job=\"vllm\"}}', got {selector!r}")
+    inner = s[1:-1].strip().rstrip(",")
+    parts = list(_split_matchers(inner))
+    if not all(_MATCHER.fullmatch(p) for p in parts):
+        raise UsageError(f'--selector {selector!r}: each matcher is label="value" (or !=, =~, !~)')
+    return ",".join(p.strip() for p in parts)
+
+
+def _split_matchers(inner: str) -> Iterable[str]:
+    """Split on commas outside quotes."""
+    start, quoted, escaped = 0, False, False
+    for i, ch in enumerate(inner):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            yield inner[start:i]
+            start = i + 1
+    if inner[start:].strip():
+        yield inner[start:]
+
+
+def _string(text: str) -> str:
+    """A PromQL string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _literal(text: str) -> str:
+    """`text` as a literal inside an RE2 pattern (only its metacharacters escaped)."""
+    return re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text)
+
+
+@dataclass(frozen=True)
+class Queries:
+    """How to ask: the selector's matchers, the rate window and the label naming a replica."""
+
+    matchers: str = ""
+    window_s: float = 60.0
+    replica_label: str = "instance"
+
+    def __post_init__(self) -> None:
+        label = self.replica_label
+        taken = {ENGINE, "le", FIGURE, FIGURES, *self.figures((label,))}
+        if not _LABEL.fullmatch(label) or label.startswith("__"):
+            raise UsageError(f"--replica-label {label!r} is not a Prometheus label name")
+        if label in taken or label.startswith(FINISHED_PREFIX):
+            raise UsageError(f"--replica-label {label!r}: llmtop uses that name for a figure")
+
+    def series(self, name: str, extra: str = "") -> str:
+        inside = ",".join(x for x in (self.matchers, extra) if x)
+        return f"{name}{{{inside}}}" if inside else name
+
+    def _any(self, names: Iterable[str], fn: str = "", suffix: str = "", extra: str = "") -> str:
+        """`fn(new[w]) or fn(old[w])`: the first name exported wins."""
+        rng = f"[{self.window_s:g}s]" if fn else ""
+        parts = [
+            f"{fn}({self.series(n + suffix, extra)}{rng})" if fn else self.series(n + suffix, extra)
+            for n in names
+        ]
+        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+    def figures(self, labels: Sequence[str], reasons: Sequence[str] = ()) -> dict[str, str]:
+        """Figure name -> its expression, one value per `labels` (the replica, or the replica
+        and its engine); finished reasons as `finished_<i>` in the order of `reasons`."""
+        by = "by (" + ", ".join(labels) + ")"
+
+        def rate(names: Iterable[str], suffix: str = "", extra: str = "") -> str:
+            return f"sum {by} ({self._any(names, 'rate', suffix, extra)})"
+
+        def total(names: Iterable[str], suffix: str = "", extra: str = "") -> str:
+            return f"sum {by} ({self._any(names, '', suffix, extra)})"
+
+        def share(part: str, whole: str, part_total: str, whole_total: str) -> str:
+            """part/whole over the window, else since start (the window saw none)."""
+            return f"({part} / ({whole} > 0)) or ({part_total} / ({whole_total} > 0))"
+
+        hits, queries = COUNTERS["prefix_hits"], COUNTERS["prefix_queries"]
+        cache_hit = 'source="local_cache_hit"'
+        generation = self.series(COUNTERS["generation_tokens"][0])
+        out = {
+            "running": total(GAUGES["running"]),
+            "waiting": total(GAUGES["waiting"]),
+            "waiting_capacity": total([WAITING_BY_REASON], extra='reason="capacity"'),
+            "waiting_deferred": total([WAITING_BY_REASON], extra='reason="deferred"'),
+            "kv_usage": f"avg {by} ({self._any(GAUGES['kv_usage'])})",
+            "resets": f"sum {by} (resets({generation}[{self.window_s:g}s]))",
+            "prompt_tokens": rate(COUNTERS["prompt_tokens"]),
+            "generation_tokens": rate(COUNTERS["generation_tokens"]),
+            "preemptions": rate(COUNTERS["preemptions"]),
+            "prefix_hit_frac": share(rate(hits), rate(queries), total(hits), total(queries)),
+            "prompt_cache_hit_frac": share(
+                rate([PROMPT_BY_SOURCE], extra=cache_hit),
+                rate([PROMPT_BY_SOURCE]),
+                total([PROMPT_BY_SOURCE], extra=cache_hit),
+                total([PROMPT_BY_SOURCE]),
+            ),
+            "prompt_computed_tok_per_s": rate([PROMPT_BY_SOURCE], extra='source="local_compute"'),
+        }
+        for i, reason in enumerate(reasons):
+            matcher = f"finished_reason={_string(reason)}"
+            out[f"{FINISHED_PREFIX}{i}"] = rate([FINISHED], extra=matcher)
+        for key in MEANS:
+            h = HISTOGRAMS[key]
+            if key in _SINCE_START:
+                out[f"mean_{key}"] = share(
+                    rate(h, "_sum"), rate(h, "_count"), total(h, "_sum"), total(h, "_count")
+                )
+            else:
+                out[f"mean_{key}"] = f"{rate(h, '_sum')} / {rate(h, '_count')}"
+        for key, qs in QUANTILES.items():
+            buckets = f"sum by ({', '.join(labels)}, le) "
+            buckets += f"({self._any(HISTOGRAMS[key], 'rate', '_bucket')})"
+            for q in qs:
+                out[quantile_figure(key, q)] = f"histogram_quantile({q:g}, {buckets})"
+        return out
+
+    def replicas(self, reasons: Sequence[str] = ()) -> tuple[Packed, Packed]:
+        """Every replica's figures, one series per replica (see the module's docstring), as two
+        queries to ask at once: the quantiles are most of Prometheus' work, and one query is
+        evaluated on one core."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        known = "|".join(_literal(x) for x in reasons)
+        unknown = self.series(FINISHED, f"finished_reason!~{_string(known)}" if reasons else "")
+        figures = {
+            "engines": f"count by ({r}) ({running})",
+            "new_reasons": f"count by ({r}) ({unknown})",
+            "admission_rejections": f"sum by ({r}) "
+            f"({self._any(COUNTERS['admission_rejections'], 'rate')})",
+            **self.figures((r,), reasons),
+        }
+        base = f"max by ({r}) ({self.series('up')})"
+        return _packed_pair((r,), "up", base, figures)
+
+    def engines(self, reasons: Sequence[str] = ()) -> tuple[Packed, Packed]:
+        """The engines of data-parallel servers only: one series per (replica, engine)."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        base = f"sum by ({r}, {ENGINE}) ({running}) and on ({r}) (count by ({r}) ({running}) > 1)"
+        figures = self.figures((r, ENGINE), reasons)
+        del figures["running"]  # the carrier
+        return _packed_pair((r, ENGINE), "running", base, figures)
+
+    def info(self) -> str:
+        """The slow-changing figures, one series each: the replicas, their KV blocks and model,
+        the finished reasons, every `le` of the quantile histograms."""
+        r = self.replica_label
+        running = self._any(GAUGES["running"])
+        figures = {
+            "replica": f"max by ({r}) ({self.series('up')})",
+            "cache_config": f"max by ({r}, {ENGINE}, num_gpu_blocks, block_size) "
+            f"({self.series(CACHE_CONFIG)})",
+            "model": f"count by ({r}, model_name) ({running})",
+            "reason": f"count by (finished_reason) ({self.series(FINISHED)})",
+        }
+        for key in QUANTILES:
+            figures[f"bounds_{key}"] = (
+                f"count by (le) ({self._any(HISTOGRAMS[key], suffix='_bucket')})"
+            )
+        return " or ".join(
+            f'label_replace({expr}, "{FIGURE}", "{name}", "", "")' for name, expr in figures.items()
+        )
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A packed query and the figures its answer's `FIGURES` label holds, in order."""
+
+    expr: str
+    names: tuple[str, ...]
+
+
+def _packed_pair(
+    labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]
+) -> tuple[Packed, Packed]:
+    """The figures packed as two queries: the quantiles, and the rest."""
+    quantiles = {k: v for k, v in figures.items() if k.startswith("q_")}
+    rest = {k: v for k, v in figures.items() if k not in quantiles}
+    return _packed(labels, carrier, base, rest), _packed(labels, carrier, base, quantiles)
+
+
+def _packed(labels: Sequence[str], carrier: str, base: str, figures: Mapping[str, str]) -> Packed:
+    """`base` as the label `carrier`, then each figure joined on as a label of its own, then
+    all of them written into `FIGURES` and the rest dropped."""
+    by = ", ".join(labels)
+    out = f"count_values by ({by}) ({_string(carrier)}, {base})"
+    for name, expr in figures.items():
+        value = f"({expr}) or (NaN * ({base}))"
+        out += f" * on ({by}) group_left ({name}) count_values by ({by}) ({_string(name)}, {value})"
+    names = (carrier, *figures)
+    sources = ", ".join(_string(n) for n in names)
+    joined = f'label_join({out}, {_string(FIGURES)}, ",", {sources})'
+    return Packed(f"max by ({by}, {FIGURES}) ({joined})", names)
