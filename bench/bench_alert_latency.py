@@ -31,10 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core.vllm import engines  # noqa: E402
+from llmtop.core.base.raw import RawEngine, RawPoll  # noqa: E402
 from llmtop.core.exposition import promtext  # noqa: E402
 from llmtop.core.pipeline.pipeline import Pipeline  # noqa: E402
-from llmtop.core.base.raw import RawEngine, RawPoll  # noqa: E402
+from llmtop.core.vllm.names import sample_names  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
@@ -104,7 +104,7 @@ WORKLOADS = (
 def run(with_signal: bool, w: Workload, burst_at: float, polls: int) -> Result:
     eng = Engine(EngineConfig.from_profile(get_profile("seed"), max_num_seqs=w.max_num_seqs))
     renderer = MetricsRenderer(eng, "llmtop-sim", EPOCH)
-    keep = promtext.keep_names(engines.sample_names())
+    keep = promtext.keep_names(sample_names())
     health = HealthSettings()
     pipe = Pipeline(health)
     seqs: list[Sequence] = [eng.add_request(*w.chat, arrival_s=0.0) for _ in range(w.chats)]

@@ -16,8 +16,9 @@ and the wall time of a poll (median: how long Prometheus takes to answer, for th
                                 [--gzip]
     python bench/bench_fleet.py --mode clients   # the HTTP GET alone, two clients side by side
 
-"direct" is measured twice a round, full scrapes then narrow ones (llmtop/core/exposition/narrow.py: the
-targets, as vLLM, answer /metrics/?name[]=... with only the series named), `--rounds` rounds;
+"direct" is measured twice a round, full scrapes then narrow ones
+(llmtop/core/exposition/narrow.py: the targets, as vLLM, answer /metrics/?name[]=... with only
+the series named), `--rounds` rounds;
 with --no-name-filter the targets have no such answer (an exporter without prometheus_client's
 mount) and llmtop, finding so, scrapes them in full both times.
 

@@ -2,8 +2,8 @@
 
 Three timings over the same text in the same run (tests/fixtures/metrics-load.txt, 53 KB):
   plain     prometheus_client.parser.text_string_to_metric_families over the whole text
-  filtered  llmtop.core.exposition.promtext.parse (its fast path finds the kept families' lines without
-            splitting the text; prometheus_client only when the text is unusual)
+  filtered  llmtop.core.exposition.promtext.parse (its fast path finds the kept families'
+            lines without splitting the text; prometheus_client only when the text is unusual)
   derive    the Pipeline update alone (extract, rates, quantiles, health rules)
   full      filtered parse + derive
 Also the unfiltered promtext parse, to show what the pre-filter saves. Medians of many rounds,
@@ -34,6 +34,7 @@ scraper does (core/exposition/promtext_memo.py).
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import subprocess
 import time
@@ -44,16 +45,16 @@ from pathlib import Path
 from fleet_targets import Payload, speed_of
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.vllm import engines
+from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.exposition import promtext, promtext_memo
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 from llmtop.sim.exposition import restrict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "metrics-load.txt"
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 
 
 def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -72,33 +73,46 @@ def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, f
 
 
 def promtext_at(rev: str) -> types.ModuleType:
-    """llmtop/core/exposition/promtext.py as it was at git revision `rev`, loaded beside this tree's (it
-    imports the rest of llmtop from this tree)."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:llmtop/core/exposition/promtext.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    """promtext.py as it was at git revision `rev`, loaded beside this tree's (it imports the
+    rest of llmtop from this tree). A revision from before core/ had sub-homes has it at
+    llmtop/core/promtext.py, importing `llmtop.core.<module>`: read as this tree's home of it."""
+    for path in ("llmtop/core/exposition/promtext.py", "llmtop/core/promtext.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"--against {rev}: no promtext.py there ({shown.stderr.strip()})")
+    source = re.sub(
+        r"\bllmtop\.core\.(\w+) import",
+        lambda m: f"{_home_of(m[1])} import",
+        shown.stdout,
+    )
     module = types.ModuleType(f"promtext_at_{rev}")
-    exec(compile(source, f"{rev}:llmtop/core/exposition/promtext.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
     return module
+
+
+def _home_of(name: str) -> str:
+    """`llmtop.core.<home>.<name>` for a module of core (or a home itself), in this tree."""
+    found = sorted((ROOT / "llmtop" / "core").glob(f"*/{name}.py"))
+    return f"llmtop.core.{found[0].parent.name}.{name}" if found else f"llmtop.core.{name}"
 
 
 def fleet_rows(
     payload: Payload, narrowed: Payload, rounds: int, against: str | None
 ) -> dict[str, float]:
     """The fleet's worst case: per round, 100 distinct fresh bodies (a second of 100 replicas,
-    rendered before the clock starts) parsed by each variant in turn, the order alternating
-    round by round; CPU ms per body, median over the rounds (the first two warm up). The
-    baseline parses every tenth body only. The narrow rows read the same seconds of the same
-    replicas as a vLLM answers llmtop's narrow scrape (core/exposition/narrow.py: the kept series only),
-    by the block pass and memoised per replica (core/exposition/promtext_memo.py), as the fleet does."""
+    rendered before the clock starts) parsed by each variant in turn, the order alternating round by
+    round; CPU ms per body, median over the rounds (the first two warm up). The baseline parses
+    every tenth body only. The narrow rows read the same seconds of the same replicas as a vLLM
+    answers llmtop's narrow scrape (core/exposition/narrow.py: the kept series only), by the block
+    pass and memoised per replica (core/exposition/promtext_memo.py), as the fleet does."""
     parsers: dict[str, tuple[bool, Callable[[int, str], object]]] = {}
     if against is not None:
         old = promtext_at(against)
-        old_keep = old.keep_names(engines.sample_names())
+        old_keep = old.keep_names(sample_names())
         parsers[f"promtext.parse, filtered, at {against}"] = (
             False,
             lambda i, t: old.parse(t, old_keep),

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.core.vllm import engines  # noqa: E402
-from llmtop.core.exposition import promtext  # noqa: E402
 from llmtop.core.base.raw import RawEngine, RawPoll, Sample  # noqa: E402
 from llmtop.core.base.snapshot import GpuStats  # noqa: E402
+from llmtop.core.exposition import promtext  # noqa: E402
+from llmtop.core.vllm.names import sample_names  # noqa: E402
 from llmtop.recording.replay import ReplaySource  # noqa: E402
 from llmtop.recording.writer import Recorder, read_recording  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
@@ -99,7 +99,7 @@ def gateway(i: int, rng: random.Random) -> dict[str, object]:
 
 def polls(n: int) -> list[RawPoll]:
     text = (ROOT / "tests/fixtures/metrics-load.txt").read_text()
-    base = promtext.parse(text, promtext.keep_names(engines.sample_names()))
+    base = promtext.parse(text, promtext.keep_names(sample_names()))
     load, rng = Load(base), random.Random(11)
     out = []
     for i in range(n):

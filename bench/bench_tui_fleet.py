@@ -38,10 +38,10 @@ from pathlib import Path
 
 from fleet_targets import FIXTURE, Payload  # bench/, beside this file
 
-from llmtop.core.exposition import promtext
-from llmtop.core.pipeline.fleet import FleetPipeline, FleetSnapshot
 from llmtop.core.base.raw import RawEngine, RawPoll
-from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.base.snapshot import FleetSnapshot, Snapshot
+from llmtop.core.exposition import promtext
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.vllm import VLLM_KEEP
 

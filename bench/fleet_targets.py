@@ -5,7 +5,8 @@ its counters and histograms advancing with time at a rate of its own, over keep-
 A separate process, so that the benchmark's llmtop process measures only its own CPU.
 
 As on a real vLLM, /metrics ignores a query and /metrics/ answers `?name[]=...` with only the
-samples named (vLLM's prometheus_client mount; llmtop's narrow scrapes ask it, core/exposition/narrow.py);
+samples named (vLLM's prometheus_client mount; llmtop's narrow scrapes ask it,
+core/exposition/narrow.py);
 with --no-name-filter /metrics/ is not found, as on an exporter without that mount, and every
 scrape is a full one.
 

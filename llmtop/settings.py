@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
-from llmtop.core.health.thresholds import HealthSettings as HealthSettings  # re-exported: core owns it
+from llmtop.core.health.thresholds import (
+    HealthSettings as HealthSettings,  # re-exported: core owns it
+)
 from llmtop.errors import ConfigError
 
 if sys.version_info >= (3, 11):

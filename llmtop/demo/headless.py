@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from llmtop.core.derive.aggregate import combine
-from llmtop.core.output.incidents import incidents
-from llmtop.core.health.rulebase import suggested_cap
 from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.health.rulebase import suggested_cap
+from llmtop.core.output.incidents import incidents
 from llmtop.demo.scenarios import Phase, Scenario
 from llmtop.demo.stack import ScenarioDriver, Stack
 from llmtop.errors import UsageError

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from llmtop.gateway.kvinfo import Buckets, quantile
 from llmtop.gateway.limits import Limits
-from llmtop.gateway.prompt import _count
+from llmtop.gateway.prompt import value_tokens
 
 DEFAULT_OUTPUT_TOKENS = 512
 """Expected output of a request without max_tokens, before the engine has finished any."""
@@ -60,10 +60,10 @@ def read_shape(body: bytes) -> PromptShape:
     if "prompt" in obj:
         p = obj["prompt"]
         exact = _is_ids(p) or (isinstance(p, list) and bool(p) and all(_is_ids(x) for x in p))
-        return PromptShape(_count(p), exact, max_tokens)
+        return PromptShape(value_tokens(p), exact, max_tokens)
     if "messages" in obj:
-        return PromptShape(_count(obj["messages"]), False, max_tokens)
-    return PromptShape(_count(obj.get("input")), False, max_tokens)
+        return PromptShape(value_tokens(obj["messages"]), False, max_tokens)
+    return PromptShape(value_tokens(obj.get("input")), False, max_tokens)
 
 
 class FootprintModel:

@@ -17,17 +17,17 @@ def _text_tokens(text: str) -> int:
     return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
-def _count(value: Any) -> int:
+def value_tokens(value: Any) -> int:
     """Tokens of a prompt-like value: a string, token ids, or lists of either."""
     if isinstance(value, str):
         return _text_tokens(value)
     if isinstance(value, list):
         if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return len(value)
-        return sum(_count(v) for v in value)
+        return sum(value_tokens(v) for v in value)
     if isinstance(value, dict):
         # chat content parts ({"type": "text", "text": ...}) and responses input items
-        return _count(value.get("text")) + _count(value.get("content"))
+        return value_tokens(value.get("text")) + value_tokens(value.get("content"))
     return 0
 
 
@@ -40,7 +40,7 @@ def prompt_tokens(body: bytes) -> int:
     if not isinstance(obj, dict):
         return 0
     if "prompt" in obj:
-        return _count(obj["prompt"])
+        return value_tokens(obj["prompt"])
     if "messages" in obj:
-        return _count(obj["messages"])
-    return _count(obj.get("input"))
+        return value_tokens(obj["messages"])
+    return value_tokens(obj.get("input"))

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.promql.promql_answers import prometheus_replicas
-from llmtop.core.base.snapshot import Snapshot
 from llmtop.errors import UsageError
 from llmtop.recording.reader import Recording
 from llmtop.settings import HealthSettings, MonitorSettings

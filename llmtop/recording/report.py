@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import GatewayStats, Snapshot
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.output.incidents import gateway_changes, timeline
-from llmtop.core.base.snapshot import GatewayStats, Snapshot
 
 AROUND_S = 30.0
 """Seconds of TTFT p95 averaged before and after each limit change."""
@@ -120,7 +120,8 @@ def _gw(snap: Snapshot) -> GatewayStats | None:
 
 
 def series_of(snapshots: Sequence[Snapshot]) -> Series:
-    """The chart series of a run, one point per snapshot (engines combined: core.derive.aggregate)."""
+    """The chart series of a run, one point per snapshot (engines combined:
+    core.derive.aggregate)."""
     engines = [combine([e for e in s.engines if e.up]) for s in snapshots]
     gws = [_gw(s) for s in snapshots]
     return Series(
@@ -144,8 +145,8 @@ def _peak(times: Sequence[float], values: Sequence[float | None]) -> Peak:
 
 
 def finding_spans(snapshots: Sequence[Snapshot]) -> tuple[FindingSpan, ...]:
-    """When each finding fired and cleared (core.output.incidents), in firing order; a refire is a new
-    span."""
+    """When each finding fired and cleared (core.output.incidents), in firing order; a refire is
+    a new span."""
     open_: dict[str, FindingSpan] = {}
     done: list[FindingSpan] = []
     for i in timeline(snapshots):

@@ -2,8 +2,8 @@
 
 vLLM mounts prometheus_client's ASGI app under /metrics (its plain /metrics route ignores the
 query; /metrics/ answers it), so the sim does the same, and llmtop's narrow scrapes
-(`core.exposition.narrow`) meet here what they meet on a real vLLM. A family keeps its HELP and TYPE lines
-when one of its samples is named, and goes when none is (prometheus_client's restricted
+(`core.exposition.narrow`) meet here what they meet on a real vLLM. A family keeps its HELP and
+TYPE lines when one of its samples is named, and goes when none is (prometheus_client's restricted
 registry).
 """
 

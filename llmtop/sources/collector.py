@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import GpuStats, Snapshot
+from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings, MonitorSettings, read_token
 from llmtop.sources.dcgm import DcgmBackend
 from llmtop.sources.gateway import GatewayReader

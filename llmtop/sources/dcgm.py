@@ -12,9 +12,9 @@ from collections import defaultdict
 
 import httpx
 
-from llmtop.core.exposition import promtext
 from llmtop.core.base.raw import Sample
 from llmtop.core.base.snapshot import GpuStats
+from llmtop.core.exposition import promtext
 from llmtop.sources.nvml import decode_throttle_reasons
 from llmtop.sources.vllm import describe_error, fetch_text
 

@@ -13,13 +13,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, FleetSnapshot
-from llmtop.core.output.fleet_json import fleet_json
-from llmtop.core.pipeline.lookback import assess
-from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.core.base.raw import RawPoll
-from llmtop.core.base.snapshot import Snapshot, WindowSnapshot
+from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
+from llmtop.core.output.fleet_json import fleet_json
+from llmtop.core.pipeline.fleet import FleetPipeline
+from llmtop.core.pipeline.lookback import assess
 from llmtop.core.pipeline.targets import Target, targets_from_urls
+from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.prometheus import PrometheusSource

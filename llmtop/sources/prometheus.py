@@ -19,10 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmtop.core.promql.promql import promql, promql_answers
-from llmtop.core.pipeline.fleet import DerivedReplica
-from llmtop.core.promql.promql_answers import Answer
 from llmtop.core.base.raw import PromAnswers
+from llmtop.core.base.snapshot import DerivedReplica
+from llmtop.core.promql import promql, promql_answers
+from llmtop.core.promql.promql_answers import Answer
 from llmtop.errors import TargetError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient
 

@@ -23,9 +23,9 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.core.exposition import narrow as narrowing
 from llmtop.core.exposition import promtext, promtext_memo
-from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.errors import ScrapeError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url

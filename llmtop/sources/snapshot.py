@@ -1,9 +1,9 @@
 """`llmtop snapshot`'s IO: read every target at the monitor interval across the window.
 
 The same `Collector` as the TUI reads the polls (each target bounded below the interval); the
-pure `core.pipeline.lookback.assess` then turns them into the verdict. Polls are due at the first poll's
-time plus whole intervals, the last exactly at the end of the window, on the clock that stamps
-the polls: the last poll is never short of the window (stale-data needs all 15 s of it).
+pure `core.pipeline.lookback.assess` then turns them into the verdict. Polls are due at the first
+poll's time plus whole intervals, the last exactly at the end of the window, on the clock that
+stamps the polls: the last poll is never short of the window (stale-data needs all 15 s of it).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable
 
-from llmtop.core.pipeline.lookback import assess
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import WindowSnapshot
+from llmtop.core.pipeline.lookback import assess
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 

@@ -10,12 +10,12 @@ import asyncio
 
 import httpx
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
 from llmtop.core.base.raw import RawEngine
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm.names import sample_names
 from llmtop.errors import ScrapeError
 
-VLLM_KEEP = promtext.keep_names(engines.sample_names())
+VLLM_KEEP = promtext.keep_names(sample_names())
 
 
 def metrics_url(url: str) -> str:

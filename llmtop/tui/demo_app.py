@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from llmtop.core.health.rulebase import suggested_cap
 from llmtop.core.base.snapshot import Finding, Snapshot
+from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.app import LlmtopApp
 
 

@@ -2,7 +2,8 @@
 
 No textual import here, so it is tested without a screen. The app turns each Snapshot into a
 `View` (one immutable value the panels render) and words the incidents between consecutive
-snapshots (core.output.incidents) as `LogEvent`s; several engines are combined by core.derive.aggregate.
+snapshots (core.output.incidents) as `LogEvent`s; several engines are combined by
+core.derive.aggregate.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import EngineStats, Finding, FleetSnapshot, GatewayStats, Snapshot
 from llmtop.core.derive.aggregate import combine
-from llmtop.core.pipeline.fleet import FleetSnapshot
-from llmtop.core.output.incidents import GATEWAY, incidents
 from llmtop.core.health.kvsize import KV_TARGET_FRAC
-from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.output.incidents import GATEWAY, incidents
 from llmtop.tui.commands import label_of
 
 KV = "max_inflight_kv_blocks"

@@ -1,7 +1,7 @@
 """Pure view logic of the replica table and of one replica's full view. No textual, no rich.
 
-A fleet Snapshot (`core.pipeline.fleet.FleetSnapshot`) carries its `Fleet`: every replica worst first,
-data-parallel engines right after their server. The table shows one row per replica, its
+A fleet Snapshot (`core.base.snapshot.FleetSnapshot`) carries its `Fleet`: every replica worst
+first, data-parallel engines right after their server. The table shows one row per replica, its
 columns sized to the width (numbers fixed, names, models and the worst finding share the rest,
 truncated with an ellipsis), as many rows as the height holds, worst first, the selected one
 kept in sight. Opening a replica shows the single-engine panels on that replica's own figures
@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmtop.core.base import format as fmt
-from llmtop.core.pipeline.fleet import Fleet, FleetSnapshot, Replica
-from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Replica, Snapshot
 
 Align = Literal["left", "right"]
 Mark = Literal["down", "critical", "degraded", "ok", "unknown"]

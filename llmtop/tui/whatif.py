@@ -11,10 +11,10 @@ from collections import deque
 
 from textual.widgets import Input, Static
 
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import kv_fit
 from llmtop.core.health.rulebase import suggested_cap
-from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
 from llmtop.tui import commands

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from llmtop.core.vllm import engines
-from llmtop.core.vllm.engines import EngineScrape, Histogram
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.vllm import engines, names
+from llmtop.core.vllm.scrape import EngineScrape, Histogram
 from llmtop.errors import UsageError
 from llmtop.whatif.lengths import LengthDist, from_histogram
 
@@ -29,9 +29,9 @@ def sample_names() -> frozenset[str]:
     """Every sample name the what-if reads: llmtop's usual set plus the buckets it needs."""
     extra = {STEPS + s for s in ("_bucket", "_sum", "_count")}
     for key in ("prompt_len", "generation_len"):
-        for fam in engines.HISTOGRAMS[key]:
+        for fam in names.HISTOGRAMS[key]:
             extra.add(fam + "_bucket")
-    return engines.sample_names() | extra
+    return names.sample_names() | extra
 
 
 @dataclass(frozen=True)

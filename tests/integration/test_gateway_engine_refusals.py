@@ -8,10 +8,10 @@ import time
 
 import httpx
 
-from llmtop.core.pipeline.pipeline import gateway_stats
+from llmtop.core.derive.series import CounterWindow
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.rules_engine import vllm_admission
-from llmtop.core.derive.series import CounterWindow
+from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.settings import HealthSettings
 from tests.integration.test_gateway_sim import Start, body
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.base.raw import RawPoll
-from llmtop.core.base.snapshot import EngineStats, Snapshot
+from llmtop.core.base.snapshot import EngineStats, Fleet, FleetSnapshot, Snapshot
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.recording.postmortem import build_report
 from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource

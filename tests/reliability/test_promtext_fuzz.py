@@ -18,8 +18,8 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmtop.core.exposition import promtext
 from llmtop.core.base.raw import Sample
+from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 from llmtop.sources.vllm import VLLM_KEEP, scrape_engine
 from tests.reliability._support import FIGURES

@@ -13,9 +13,9 @@ import pytest
 from textual import events
 from textual.pilot import Pilot
 
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp

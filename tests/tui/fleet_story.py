@@ -15,8 +15,7 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from llmtop.core.pipeline.fleet import FleetSnapshot
-from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.base.snapshot import FleetSnapshot, Snapshot
 from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings

@@ -16,9 +16,10 @@ import pytest
 from textual.pilot import Pilot
 
 from llmtop.core.base import format as fmt
-from llmtop.core.derive.aggregate import combine
-from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, FleetSnapshot
 from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Fleet, FleetSnapshot
+from llmtop.core.derive.aggregate import combine
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.present import CombinedEngines, throughput_chart, ttft_chart

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import kv_fit
-from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.errors import UsageError
 from llmtop.tui.commands import (
     QUEUE_STEP,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.recording.reader import read_recording
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings

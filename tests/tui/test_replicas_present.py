@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from llmtop.core.pipeline.fleet import FleetPipeline, FleetSnapshot
 from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import FleetSnapshot
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings
 from llmtop.tui import replicas as rp
 from llmtop.tui.present import diff_events

@@ -10,16 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
-from llmtop.core.derive.derive import counter_columns, counter_values
-from llmtop.core.vllm.engines import Histogram, extract
 from llmtop.core.base.raw import Sample
+from llmtop.core.derive.derive import counter_columns, counter_values
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.engines import extract
+from llmtop.core.vllm.names import sample_names
+from llmtop.core.vllm.scrape import EngineScrape, Histogram
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 
 
-def scrape(text: str) -> engines.EngineScrape:
+def scrape(text: str) -> EngineScrape:
     return extract(promtext.parse(text, KEEP))
 
 
@@ -169,7 +171,7 @@ def test_a_nan_bound_is_summed_as_it_comes() -> None:
     assert repr(list(got)) == repr(_buckets_one_by_one(list(samples)))
 
 
-_NAMES = sorted(engines.sample_names() | {"python_gc_objects_collected_total"})
+_NAMES = sorted(sample_names() | {"python_gc_objects_collected_total"})
 _OFTEN = [
     "vllm:kv_cache_usage_perc",
     "vllm:num_requests_running",

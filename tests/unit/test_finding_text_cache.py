@@ -3,10 +3,10 @@ the text of this poll's inputs: it changes the poll they change, on a fake clock
 
 from __future__ import annotations
 
-from llmtop.core.pipeline.fleet import DerivedReplica, FleetPipeline
-from llmtop.core.health.kvsize import KvSize
 from llmtop.core.base.raw import RawPoll
-from llmtop.core.base.snapshot import EngineStats
+from llmtop.core.base.snapshot import DerivedReplica, EngineStats
+from llmtop.core.health.kvsize import KvSize
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings
 
 

@@ -14,15 +14,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
-from llmtop.core.pipeline.fleet import Fleet, FleetPipeline, split_engines
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.base.snapshot import Fleet
+from llmtop.core.exposition import promtext
 from llmtop.core.health.rules_fleet import _medians_of_others
+from llmtop.core.pipeline.fleet import FleetPipeline, split_engines
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 TTFT_LE = ("0.1", "0.5", "1.0", "2.5", "5.0", "+Inf")
 
 

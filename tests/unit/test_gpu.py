@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.core.exposition import promtext
 from llmtop.core.base.snapshot import GpuStats
+from llmtop.core.exposition import promtext
 from llmtop.sources.dcgm import DCGM_KEEP, DcgmBackend, parse_dcgm
 from llmtop.sources.gpu import CombinedGpuBackend, FakeGpuBackend, NvmlBackend
 from llmtop.sources.nvml import NvmlReader, decode_throttle_reasons

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from llmtop.core.health.health import Context, HealthState
 from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
+from llmtop.core.health.health import Context, HealthState
 from llmtop.settings import HealthSettings
 from tests.kvprinted import printed_fit
 

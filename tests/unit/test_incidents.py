@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 
-from llmtop.core.output.incidents import GATEWAY, gateway_changes, incidents, timeline
 from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
+from llmtop.core.output.incidents import GATEWAY, gateway_changes, incidents, timeline
 from llmtop.demo.headless import finding_events
 from llmtop.recording.report import finding_spans
 from llmtop.tui.present import diff_events

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
+from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.health.health import HealthState
 from llmtop.core.health.kvsize import kv_size
 from llmtop.core.health.rulebase import Context
-from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.settings import HealthSettings
 
 NAN, INF = math.nan, math.inf

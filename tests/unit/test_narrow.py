@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from llmtop.core.exposition import narrow
 from llmtop.core.base.raw import Sample
+from llmtop.core.exposition import narrow
 
 
 def test_query_names_every_sample_once_in_a_stable_order() -> None:

@@ -10,11 +10,11 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmtop.core.health.kvsize import _held
+from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.derive.peaks import DecodePeaks, HistoryIndex, scan_best_at_half
+from llmtop.core.health.kvsize import _held
 from llmtop.core.health.rulebase import Context, kv_peak
 from llmtop.core.health.rules_engine import _cliff_inputs, _past
-from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.health.thresholds import HealthSettings
 
 URLS = ("http://a", "http://b")

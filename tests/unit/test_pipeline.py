@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core.vllm import engines
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample
 from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.base.raw import RawEngine, RawPoll, Sample
+from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 URL = "http://127.0.0.1:8000"
 TTFT_LE = ("0.1", "0.5", "1.0", "2.5", "5.0", "+Inf")
 

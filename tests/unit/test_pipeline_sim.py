@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.settings import HealthSettings
 from llmtop.sim.dcgm import DcgmTelemetry
 from llmtop.sim.engine import Engine, EngineConfig

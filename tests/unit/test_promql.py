@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from llmtop.core.promql.promql import promql
+from llmtop.core.base.raw import PromAnswers, RawPoll
+from llmtop.core.promql import promql
 from llmtop.core.promql.promql_answers import (
     Info,
     data_parallel,
@@ -21,7 +22,6 @@ from llmtop.core.promql.promql_answers import (
     replicas,
     stale,
 )
-from llmtop.core.base.raw import PromAnswers, RawPoll
 from llmtop.errors import UsageError
 from llmtop.sources.prometheus import Fetch, PrometheusSource
 from tests.promtool import check_promql

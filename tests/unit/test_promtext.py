@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
 from llmtop.core.base.raw import Sample, samples_of
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm.names import sample_names
 from llmtop.errors import ScrapeError
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 
 
 def test_load_capture_keeps_only_what_llmtop_reads(fixtures_dir: Path) -> None:
@@ -43,7 +43,7 @@ def test_filtered_parse_agrees_with_plain_parse(fixtures_dir: Path) -> None:
     assert filtered
     for s in filtered:
         assert plain[(s.name, s.labels)] == s.value
-    wanted = {k for k in plain if k[0] in engines.sample_names()}
+    wanted = {k for k in plain if k[0] in sample_names()}
     assert wanted == {(s.name, s.labels) for s in filtered}
 
 
@@ -101,7 +101,7 @@ def test_any_text_parses_or_raises_scrape_error(text: str) -> None:
         message = str(e)
         samples = ()
     assert message is None or "line " in message
-    assert all(s.name in engines.sample_names() for s in samples)
+    assert all(s.name in sample_names() for s in samples)
 
 
 FRAGMENTS = [
@@ -275,7 +275,7 @@ def test_fast_path_takes_the_blocks() -> None:
 def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> None:
     """The second time a block's layout is seen it is matched whole: values that read
     differently there ("-0") or not at all fall back to the lines, or to the exact path."""
-    keep = promtext.keep_names(engines.sample_names())
+    keep = promtext.keep_names(sample_names())
     block = (
         "# HELP vllm:request_prompt_tokens x\n# TYPE vllm:request_prompt_tokens histogram\n"
         'vllm:request_prompt_tokens_bucket{{le="1"}} {v}\n'
@@ -283,7 +283,7 @@ def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> 
     )
     first = block.format(v="1")
     assert promtext._fast(first, keep) == _exact(first)
-    assert len(keep._layouts["vllm:request_prompt_tokens"]) == 1
+    assert len(keep.layouts["vllm:request_prompt_tokens"]) == 1
     text = block.format(v=value)
     by_lines: list[str] = []
     read_lines = keep._read_lines
@@ -299,12 +299,12 @@ def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> 
 
 def test_past_eight_layouts_a_family_is_read_line_by_line() -> None:
     """and a layout seen often enough replaces the least recently matched one."""
-    keep = promtext.keep_names(engines.sample_names())
+    keep = promtext.keep_names(sample_names())
     for engine in range(12):
         text = f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{engine}"}} 1\n'
         for _ in range(2):
             assert promtext._fast(text, keep) == _exact(text)
-    layouts = keep._layouts["vllm:num_requests_running"]
+    layouts = keep.layouts["vllm:num_requests_running"]
     assert len(layouts) == 8
     text = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="new"} 1\n'
     for _ in range(promtext._RELAYOUT_EVERY):
@@ -363,7 +363,7 @@ def test_threads_sharing_a_keep_read_every_text_exactly() -> None:
     """The layouts are reordered and replaced as threads read: never a wrong answer."""
     import threading
 
-    keep = promtext.keep_names(engines.sample_names())
+    keep = promtext.keep_names(sample_names())
     texts = [
         f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{i % 12}"}} {i}\n'
         for i in range(300)

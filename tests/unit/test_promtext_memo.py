@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtop.core.vllm import engines
 from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.vllm.names import sample_names
 from llmtop.errors import ScrapeError
 from llmtop.sim.exposition import restrict
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 NARROW = restrict(
     (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_text(), KEEP.names
 )

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
 from llmtop.core.base.raw import RawEngine, RawPoll, Sample
 from llmtop.core.base.snapshot import Finding, GpuStats
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm.names import sample_names
 from llmtop.errors import RecordingError
 from llmtop.recording.writer import Recorder, read_recording
 
@@ -23,7 +23,7 @@ URL = "http://127.0.0.1:8000"
 
 def _base_samples(fixtures_dir: Path) -> tuple[Sample, ...]:
     text = (fixtures_dir / "metrics-load.txt").read_text()
-    return promtext.parse(text, promtext.keep_names(engines.sample_names()))
+    return promtext.parse(text, promtext.keep_names(sample_names()))
 
 
 def _polls(base: tuple[Sample, ...], n: int, seed: int = 1) -> list[RawPoll]:

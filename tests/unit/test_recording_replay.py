@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.snapshot import Finding
+from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.errors import RecordingError
 from llmtop.recording.replay import SPEEDS, ReplaySource
 from llmtop.recording.writer import Recorder, read_recording

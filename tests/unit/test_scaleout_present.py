@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.core.derive.series import CounterWindow
+from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.tui.present import scaleout_text
 
 STATS = {

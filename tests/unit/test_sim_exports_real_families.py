@@ -3,7 +3,7 @@ label names, so what works on `llmtop demo` works on the real thing.
 
 The reference is a capture from real vLLM 0.32.0 under load (tests/fixtures/metrics-load.txt);
 tests/real/test_sim_families_real.py makes the same comparison against a live vLLM. The families
-"llmtop reads" are those holding a sample name in llmtop.core.vllm.engines.sample_names() (the
+"llmtop reads" are those holding a sample name in llmtop.core.vllm.names.sample_names() (the
 parser's keep-list), so a family added to llmtop's reading is checked here without an edit.
 """
 
@@ -16,7 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.core.vllm.engines import sample_names
+from llmtop.core.vllm.names import sample_names
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "metrics-load.txt"
 

@@ -7,11 +7,12 @@ exited 0. Virtual time, scrapes built as vLLM 0.32 writes them (tests/unit/test_
 
 from __future__ import annotations
 
-from llmtop.core.pipeline.fleet import FleetPipeline, FleetSnapshot
-from llmtop.core.output.fleet_json import fleet_json
-from llmtop.core.pipeline.lookback import assess
 from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import FleetSnapshot
+from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
+from llmtop.core.pipeline.fleet import FleetPipeline
+from llmtop.core.pipeline.lookback import assess
 from llmtop.settings import HealthSettings
 from tests.unit.test_fleet import raw, scrape, url
 

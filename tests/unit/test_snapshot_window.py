@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmtop.core.base import format as fmt
-from llmtop.core.pipeline.lookback import assess, window_settings
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawEngine, RawPoll, Sample
 from llmtop.core.base.snapshot import GpuStats, WindowSnapshot
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
+from llmtop.core.pipeline.lookback import assess, window_settings
+from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from llmtop.sources.snapshot import read_window
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmtop.core.health.rulebase import suggested_cap
 from llmtop.core.base.snapshot import GatewayStats
+from llmtop.core.health.rulebase import suggested_cap
 from tests.unit.test_health import healthy, run
 
 UNCAPPED = GatewayStats(url="http://gw", up=True, max_concurrency=256, in_flight=8, queued=0)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from llmtop.core.base.snapshot import EngineStats, GatewayStats
 from llmtop.core.health.health import HealthState
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.rules_engine import degraded_200
-from llmtop.core.base.snapshot import EngineStats, GatewayStats
 from llmtop.gateway.unanswered import Unanswered
 from llmtop.settings import HealthSettings
 

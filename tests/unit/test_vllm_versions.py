@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core.vllm import engines
-from llmtop.core.exposition import promtext
-from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import EngineStats
+from llmtop.core.exposition import promtext
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 
-KEEP = promtext.keep_names(engines.sample_names())
+KEEP = promtext.keep_names(sample_names())
 URL = "http://127.0.0.1:8000"
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from llmtop.core.vllm.engines import EngineScrape
+from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.gateway.admission import QUEUED_AGES_LISTED, AdmissionController
 from llmtop.gateway.limits import Limits
 from llmtop.sim.config import EngineConfig

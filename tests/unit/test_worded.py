@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from llmtop.core.pipeline.fleet import DerivedReplica, FleetPipeline
-from llmtop.core.health.kvsize import KvHeld, KvSize
 from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import DerivedReplica, EngineStats, Finding
+from llmtop.core.health.kvsize import KvHeld, KvSize
 from llmtop.core.health.rulebase import Verdict
-from llmtop.core.base.snapshot import EngineStats, Finding
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings
 
 CALLS: list[tuple[str, str]] = []

@@ -60,8 +60,8 @@ class RawEngine:
 @dataclass(frozen=True)
 class PromRow:
     """What Prometheus answered for one replica (engine "") or one engine of a data-parallel
-    replica: its figures by name (None: unknown; names in `core.promql.promql`), finished requests per
-    second by reason, and the slow-changing model and KV blocks."""
+    replica: its figures by name (None: unknown; names in `core.promql.promql`), finished requests
+    per second by reason, and the slow-changing model and KV blocks."""
 
     replica: str
     engine: str = ""

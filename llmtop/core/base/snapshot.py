@@ -302,3 +302,88 @@ class WindowSnapshot:
     def status(self) -> Status:
         """The last poll's status: the verdict the exit code follows."""
         return self.last.status
+
+
+# --- a fleet's poll: every replica with its own figures and findings (core.pipeline.fleet) ---
+
+
+@quick_init
+@dataclass(frozen=True)
+class Replica:
+    """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
+
+    key: str
+    """Stable id: the server URL (or Prometheus instance), "<key>#engine=N" for a sub-row."""
+    name: str
+    """What the table shows: the targets-file name, host:port, or "<name>#N" for a sub-row."""
+    stats: EngineStats
+    findings: tuple[Finding, ...] = ()
+    """This replica's own findings (the engine rules over it alone), critical first."""
+    status: Status = "unknown"
+    engine: str | None = None
+    """The data-parallel engine index of a sub-row."""
+    parent: str | None = None
+    """The key of the server a sub-row belongs to."""
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    """The servers added up (sub-rows are inside their server's figures); None = unknown."""
+
+    replicas: int
+    up: int
+    running: float | None
+    waiting: float | None
+    prompt_tok_per_s: float | None
+    decode_tok_per_s: float | None
+    kv_cache_usage_frac_mean: float | None
+    kv_cache_usage_frac_max: float | None
+    ttft_p95_s_max: float | None
+    itl_p95_s_max: float | None
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something that happened to one replica between two polls."""
+
+    time: float
+    kind: Literal["restart"]
+    replica: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every replica with its own figures and findings, worst first, and the fleet's."""
+
+    time: float
+    replicas: tuple[Replica, ...]
+    """Servers worst first, each followed by its data-parallel engines (worst first)."""
+    totals: FleetTotals
+    findings: tuple[Finding, ...]
+    """Fleet findings (replica-down, replica-outlier, load-imbalance)."""
+    events: tuple[FleetEvent, ...]
+    """Restarts seen over the last ten minutes, oldest first."""
+    status: Status
+
+
+@dataclass(frozen=True)
+class FleetSnapshot(Snapshot):
+    """The fleet's Snapshot carrying its `Fleet`, so every reader of Snapshots (the TUI's
+    history, replay, `snapshot`'s window) has the replica rows of the same poll."""
+
+    fleet: Fleet | None = field(default=None, compare=False)
+
+
+@quick_init
+@dataclass(frozen=True)
+class DerivedReplica:
+    """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""
+
+    key: str
+    name: str
+    stats: EngineStats
+    restarts: float | None = None
+    """Counter resets over the window (PromQL `resets()`); a rise is a restart event."""
+    engine: str | None = None
+    parent: str | None = None

@@ -15,9 +15,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable
 
-from llmtop.core.vllm.engines import EngineScrape
-from llmtop.core.derive.series import Buckets, CounterWindow, Key
 from llmtop.core.base.snapshot import EngineStats
+from llmtop.core.derive.series import Buckets, CounterWindow, Key
+from llmtop.core.vllm.scrape import EngineScrape
 
 NO_GAUGES = (
     "no running/waiting/KV gauges yet (a vLLM with several API servers exports them only "

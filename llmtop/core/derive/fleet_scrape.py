@@ -6,9 +6,9 @@ from __future__ import annotations
 import operator
 from collections import defaultdict
 
-from llmtop.core.vllm.engines import EngineScrape
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.series import Key
+from llmtop.core.vllm.scrape import EngineScrape
 
 ENGINE_LABEL = "engine"
 _ONE_PER_ENGINE = "vllm:num_requests_running"

@@ -133,10 +133,10 @@ def _first_bad(lines: list[str]) -> int:
 # --- the fast path ---------------------------------------------------------------------------
 # Line ends other than "\n" that str.splitlines() honours: a text holding one is left to the
 # exact path, so that both paths always see the same lines.
-_OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _TYPES = r" (?:gauge|histogram|summary|untyped)"
-_VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
+VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
 # Possessive repeats (3.11+) match the same lines here (what follows them is never a character
 # they take, or always matches), with less bookkeeping per line.
 _ONCE = "+" if sys.version_info >= (3, 11) else ""
@@ -152,10 +152,10 @@ _ONCE = "+" if sys.version_info >= (3, 11) else ""
 #   3. anything else: a line the exact path must judge (group 4), or "" at the end of the text.
 # The third alternative always matches, so the pass never backtracks over earlier lines, and
 # each match starts where the last ended: every line is seen.
-_TEXT = re.compile(
+BLOCK_PASS = re.compile(
     rf"# HELP ({_METRIC}{_ONCE}) .*\n(?:# TYPE \1(?:(?<=_total) counter|{_TYPES})\n)?"
-    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){_VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
-    rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{_VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
+    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
+    rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
     rf"|# (?:HELP .*|TYPE {_METRIC}(?:_total counter|{_TYPES}))\n"
     r"|#(?! HELP )(?!.*TYPE).*\n"
     r"|[ \t]*\n)"
@@ -174,8 +174,8 @@ _RELAYOUT_EVERY = 32
 
 _Read = tuple[str, Labels] | None
 """What the text before a block line's value reads as: (name, labels); None when the exact path
-must judge it. A skipped name reads as `_SKIPPED`."""
-_SKIPPED: tuple[str, Labels] = ("(skipped)", ())
+must judge it. A skipped name reads as `SKIPPED`."""
+SKIPPED: tuple[str, Labels] = ("(skipped)", ())
 _UNREAD: tuple[str, Labels] = ("(not read yet)", ())  # told apart by identity: not names
 _SKIPPED_SAMPLE = Sample("(skipped)", (), 0.0)
 
@@ -193,7 +193,7 @@ class KeepNames:
         """Every start of a kept name: a family block whose name is not one holds none."""
         self._prefixes: dict[str, _Read] = {}
         """The text before a block line's value -> how it reads (the same every scrape)."""
-        self._layouts: dict[str, list[_Layout]] = {}
+        self.layouts: dict[str, list[_Layout]] = {}
         """Family -> the layouts its kept blocks were seen in (a few: replicas alike share),
         the most recently matched first; a family with more is read line by line, and one of
         its layouts replaced every `_RELAYOUT_EVERY` blocks read so (a compile is ~1 ms)."""
@@ -206,7 +206,7 @@ class KeepNames:
         """Append a kept family's samples from its block lines; False when the exact path must
         read the text. A block in a layout seen before is matched whole, its values read in
         one call (a busy scrape changes the values, not the lines' names and labels)."""
-        layouts = self._layouts.get(family, [])
+        layouts = self.layouts.get(family, [])
         for i, layout in enumerate(layouts):
             m = layout.pattern.fullmatch(block)
             if m is not None:
@@ -232,7 +232,7 @@ class KeepNames:
             if read is None:
                 return False
             reads.append((prefix, read))
-            if read is _SKIPPED:
+            if read is SKIPPED:
                 continue
             try:  # the value characters: no "_", no blanks, as prometheus_client requires
                 value = float(value_text)
@@ -241,7 +241,7 @@ class KeepNames:
             if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
                 value = 0.0  # "-0": prometheus_client reads an int first
             out.append(Sample(read[0], read[1], value))
-        layouts = self._layouts.setdefault(family, [])
+        layouts = self.layouts.setdefault(family, [])
         if all(layout.reads != reads for layout in layouts):
             if len(layouts) >= _LAYOUTS_MAX:  # replace the least recently matched, now and then
                 self._misses[family] = misses = self._misses.get(family, 0) + 1
@@ -254,7 +254,7 @@ class KeepNames:
     def _read_prefix(self, prefix: str) -> _Read:
         name, brace, label_text = prefix.partition("{")
         if name not in self._all:
-            out: _Read = _SKIPPED
+            out: _Read = SKIPPED
         else:
             labels = _labels(brace + label_text)
             out = None if labels is None else (name, labels)
@@ -271,12 +271,12 @@ class _Layout:
 
     def __init__(self, reads: list[tuple[str, _Read]]) -> None:
         self.reads = reads
-        kept = [read for _, read in reads if read is not _SKIPPED and read is not None]
+        kept = [read for _, read in reads if read is not SKIPPED and read is not None]
         self.names = [name for name, _ in kept]
         self.labels = [labels for _, labels in kept]
         self.pattern = re.compile(
             "".join(
-                re.escape(prefix) + (r" .*\n" if read is _SKIPPED else r" ((?!-0+\n).*)\n")
+                re.escape(prefix) + (r" .*\n" if read is SKIPPED else r" ((?!-0+\n).*)\n")
                 for prefix, read in reads
             )
         )
@@ -322,13 +322,15 @@ def _stray(line: str, keep: KeepNames) -> Sample | None:
 def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
     """The kept samples, read in one regex pass; None when the text is not in the plain shape
     every exporter writes, and the exact path must read it."""
-    if not text.isascii() and any(end in text for end in _OTHER_ENDS[6:]):
+    if not text.isascii() and any(end in text for end in OTHER_ENDS[6:]):
         return None
-    if any(end in text for end in _OTHER_ENDS[:6]):
+    if any(end in text for end in OTHER_ENDS[:6]):
         return None
     out: list[Sample] = []
     heads = keep._heads
-    for family, block, line, bad in _TEXT.findall(text if text.endswith("\n") else text + "\n"):
+    for family, block, line, bad in BLOCK_PASS.findall(
+        text if text.endswith("\n") else text + "\n"
+    ):
         if family:
             if family in heads and not keep.read_block(family, block, out):
                 return None  # else no kept name starts with it: skipped, checked by the pass

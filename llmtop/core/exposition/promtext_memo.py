@@ -1,6 +1,6 @@
 """A target's whole scrape read in one match, when it has the layout it had last time.
 
-A narrow scrape (`core.exposition.narrow`) holds only kept families, and a target's next scrape differs
+A narrow scrape (`narrow`) holds only kept families, and a target's next scrape differs
 from its last only in its values. So once a text has been read by `promtext.parse`, its lines
 less their values are one pattern (`Memo.whole`): the next text is matched whole and its values
 read in one call, without the pass that finds the family blocks and a call per block (~0.1 ms
@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llmtop.core.exposition import promtext
-from llmtop.core.exposition.promtext import _OTHER_ENDS, _SKIPPED, _TEXT, _VALUE_CHARS, KeepNames
 from llmtop.core.base.raw import Labels, Sample, samples_of
+from llmtop.core.exposition import promtext
+from llmtop.core.exposition.promtext import BLOCK_PASS, OTHER_ENDS, SKIPPED, VALUE_CHARS, KeepNames
 
 RELEARN_EVERY = 8
 PATTERNS_MAX = 32
-_KEPT_VALUE = rf" ((?!-0+\n){_VALUE_CHARS}+)\n"
-_SKIPPED_VALUE = rf" {_VALUE_CHARS}+\n"
+_KEPT_VALUE = rf" ((?!-0+\n){VALUE_CHARS}+)\n"
+_SKIPPED_VALUE = rf" {VALUE_CHARS}+\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ def parse(text: str, keep: KeepNames, memo: Memo) -> tuple[Sample, ...]:
 
 
 def _read(text: str, whole: _Whole) -> tuple[Sample, ...] | None:
-    if not text.isascii() or any(end in text for end in _OTHER_ENDS[:6]):
+    if not text.isascii() or any(end in text for end in OTHER_ENDS[:6]):
         return None
     m = whole.pattern.fullmatch(text if text.endswith("\n") else text + "\n")
     if m is None:
@@ -82,11 +82,11 @@ def _learn(text: str, keep: KeepNames) -> _Whole | None:
     pieces: list[str] = []
     names: list[str] = []
     labels: list[Labels] = []
-    for m in _TEXT.finditer(text):
+    for m in BLOCK_PASS.finditer(text):
         family, block, line, bad = m.groups()
         if family:
             layout = next(
-                (x for x in keep._layouts.get(family, ()) if x.pattern.fullmatch(block)), None
+                (x for x in keep.layouts.get(family, ()) if x.pattern.fullmatch(block)), None
             )
             if layout is None:
                 return None  # a skipped family, or one read line by line
@@ -95,7 +95,7 @@ def _learn(text: str, keep: KeepNames) -> _Whole | None:
                 if read is None:
                     return None
                 pieces.append(re.escape(prefix))
-                pieces.append(_SKIPPED_VALUE if read is _SKIPPED else _KEPT_VALUE)
+                pieces.append(_SKIPPED_VALUE if read is SKIPPED else _KEPT_VALUE)
             names += layout.names
             labels += layout.labels
         elif bad:

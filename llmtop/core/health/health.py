@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmtop.core.base.snapshot import Finding
 from llmtop.core.health.rulebase import Context, Hysteresis, Rule, Verdict
 from llmtop.core.health.rules_edge import (
     gateway_down,
@@ -34,7 +35,6 @@ from llmtop.core.health.rules_engine import (
     target_down,
     vllm_admission,
 )
-from llmtop.core.base.snapshot import Finding
 from llmtop.core.health.thresholds import HealthSettings
 
 __all__ = ["REPLICA_RULES", "RULES", "Context", "HealthState", "Rule", "Verdict"]

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.core.base import format as fmt
-from llmtop.core.derive.peaks import HeldPeaks, held_tokens
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
+from llmtop.core.derive.peaks import HeldPeaks, held_tokens
 from llmtop.core.health.thresholds import HealthSettings
 
 KV_TARGET_FRAC = HealthSettings.kv_target_frac

@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from llmtop.core.health.kvsize import KvSize, kv_size
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import (
     Bottleneck,
@@ -23,6 +21,8 @@ from llmtop.core.base.snapshot import (
     WordedOnRead,
     Wording,
 )
+from llmtop.core.derive.peaks import HistoryIndex
+from llmtop.core.health.kvsize import KvSize, kv_size
 from llmtop.core.health.thresholds import HealthSettings
 
 X = TypeVar("X")

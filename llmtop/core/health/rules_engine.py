@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from llmtop.core.base import format as fmt
-from llmtop.core.health.kvsize import KvSize
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity
 from llmtop.core.derive.peaks import cliff_inputs, scan_best_at_half
+from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import (
     Context,
     Verdict,
@@ -23,7 +24,6 @@ from llmtop.core.health.rulebase import (
     up_engines,
     where,
 )
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity
 
 
 def target_down(ctx: Context) -> Verdict | None:

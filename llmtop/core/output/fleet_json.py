@@ -10,8 +10,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from llmtop.core.pipeline.fleet import Fleet, Replica
-from llmtop.core.base.snapshot import Finding
+from llmtop.core.base.snapshot import Finding, Fleet, Replica
 from llmtop.core.output.summary import ENGINE_KEYS, iso_time
 
 

@@ -18,109 +18,37 @@ from __future__ import annotations
 import operator
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import replace
 
-from llmtop.core.vllm import engines as vllm_names
+from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.base.snapshot import (
+    DerivedReplica,
+    EngineStats,
+    Finding,
+    Fleet,
+    FleetEvent,
+    FleetSnapshot,
+    FleetTotals,
+    Replica,
+    Snapshot,
+    Status,
+)
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
-from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
 from llmtop.core.derive.peaks import HistoryIndex
-from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.base.quickinit import quick_init
-from llmtop.core.base.raw import RawEngine, RawPoll
-from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.derive.series import CounterWindow, Key
-from llmtop.core.base.snapshot import EngineStats, Finding, Snapshot, Status
-from llmtop.core.pipeline.targets import default_name
+from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
+from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.pipeline.targets import default_name
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
 REPLICA_HISTORY_S = 120.0
 """Each replica's own snapshots, for its rules' look-backs (decode-bound scans all of them):
 two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
-
-
-@quick_init
-@dataclass(frozen=True)
-class Replica:
-    """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
-
-    key: str
-    """Stable id: the server URL (or Prometheus instance), "<key>#engine=N" for a sub-row."""
-    name: str
-    """What the table shows: the targets-file name, host:port, or "<name>#N" for a sub-row."""
-    stats: EngineStats
-    findings: tuple[Finding, ...] = ()
-    """This replica's own findings (the engine rules over it alone), critical first."""
-    status: Status = "unknown"
-    engine: str | None = None
-    """The data-parallel engine index of a sub-row."""
-    parent: str | None = None
-    """The key of the server a sub-row belongs to."""
-
-
-@dataclass(frozen=True)
-class FleetTotals:
-    """The servers added up (sub-rows are inside their server's figures); None = unknown."""
-
-    replicas: int
-    up: int
-    running: float | None
-    waiting: float | None
-    prompt_tok_per_s: float | None
-    decode_tok_per_s: float | None
-    kv_cache_usage_frac_mean: float | None
-    kv_cache_usage_frac_max: float | None
-    ttft_p95_s_max: float | None
-    itl_p95_s_max: float | None
-
-
-@dataclass(frozen=True)
-class FleetEvent:
-    """Something that happened to one replica between two polls."""
-
-    time: float
-    kind: Literal["restart"]
-    replica: str
-    summary: str
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """Every replica with its own figures and findings, worst first, and the fleet's."""
-
-    time: float
-    replicas: tuple[Replica, ...]
-    """Servers worst first, each followed by its data-parallel engines (worst first)."""
-    totals: FleetTotals
-    findings: tuple[Finding, ...]
-    """Fleet findings (replica-down, replica-outlier, load-imbalance)."""
-    events: tuple[FleetEvent, ...]
-    """Restarts seen over the last ten minutes, oldest first."""
-    status: Status
-
-
-@dataclass(frozen=True)
-class FleetSnapshot(Snapshot):
-    """The fleet's Snapshot carrying its `Fleet`, so every reader of Snapshots (the TUI's
-    history, replay, `snapshot`'s window) has the replica rows of the same poll."""
-
-    fleet: Fleet | None = field(default=None, compare=False)
-
-
-@quick_init
-@dataclass(frozen=True)
-class DerivedReplica:
-    """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""
-
-    key: str
-    name: str
-    stats: EngineStats
-    restarts: float | None = None
-    """Counter resets over the window (PromQL `resets()`); a rise is a restart event."""
-    engine: str | None = None
-    parent: str | None = None
 
 
 class _Track:
@@ -328,15 +256,15 @@ class FleetPipeline(Pipeline):
             stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
             return [self._judge(t, raw.url, name, stats)]
         names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
-        rows = [self._from_scrape(t, raw.url, name, vllm_names.extract(raw.samples, names), raw)]
+        rows = [self._from_scrape(t, raw.url, name, engines.extract(raw.samples, names), raw)]
         for engine, samples in split_engines(raw.samples, names).items():
             key = f"{raw.url}#engine={engine}"
-            row = self._from_scrape(t, key, f"{name}#{engine}", vllm_names.extract(samples), raw)
+            row = self._from_scrape(t, key, f"{name}#{engine}", engines.extract(samples), raw)
             rows.append(replace(row, engine=engine, parent=raw.url))
         return rows
 
     def _from_scrape(
-        self, t: float, key: str, name: str, scrape: vllm_names.EngineScrape, raw: RawEngine
+        self, t: float, key: str, name: str, scrape: EngineScrape, raw: RawEngine
     ) -> Replica:
         track = self._track(key)
         values = restart_values(scrape)

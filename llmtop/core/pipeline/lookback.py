@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from llmtop.core.pipeline.pipeline import HISTORY_S, Pipeline
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Finding, KvPeak, Snapshot, WindowFinding, WindowSnapshot
 from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.pipeline.pipeline import HISTORY_S, Pipeline
 
 MAX_WINDOW_S = HISTORY_S / 2
 """Longest window: the pipeline keeps 10 minutes, and half of it leaves room for a slow poll."""

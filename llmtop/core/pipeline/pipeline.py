@@ -13,15 +13,15 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.vllm import engines as vllm_names
 from llmtop.core.base.admin_api import LIMITS
-from llmtop.core.derive.derive import counter_columns, derive_engine
-from llmtop.core.health.health import Context, HealthState
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.base.raw import RawEngine, RawPoll
-from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
+from llmtop.core.derive.derive import counter_columns, derive_engine
+from llmtop.core.derive.peaks import HistoryIndex
+from llmtop.core.derive.series import CounterWindow, Key
+from llmtop.core.health.health import Context, HealthState
 from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.vllm import engines
 
 HISTORY_S = 600.0
 
@@ -102,7 +102,7 @@ class Pipeline:
         track = self._engines.get(raw.url)
         if track is None:
             track = self._engines[raw.url] = _EngineTrack()
-        scrape = vllm_names.extract(raw.samples)
+        scrape = engines.extract(raw.samples)
         track.window.add_columns(t, *counter_columns(scrape))
         total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
             "prompt_tokens", 0.0

@@ -1,4 +1,4 @@
-"""The fleet through PromQL: the queries (their answers are read in `core.promql.promql_answers`). Pure.
+"""The fleet through PromQL: the queries (their answers are read in `promql_answers`). Pure.
 
 What costs llmtop is the number of result series it decodes, not what Prometheus computes, so
 the answers carry one series per replica with every figure as a label. Each figure is
@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from llmtop.core.vllm.engines import (
+from llmtop.core.vllm.names import (
     CACHE_CONFIG,
     COUNTERS,
     FINISHED,

@@ -20,8 +20,9 @@ from itertools import compress
 from operator import not_
 from typing import Any
 
+from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
+from llmtop.core.base.snapshot import DerivedReplica, EngineStats
 from llmtop.core.derive.derive import NO_GAUGES
-from llmtop.core.pipeline.fleet import DerivedReplica
 from llmtop.core.promql.promql import (
     ENGINE,
     FIGURE,
@@ -30,8 +31,6 @@ from llmtop.core.promql.promql import (
     QUANTILES,
     quantile_figure,
 )
-from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
-from llmtop.core.base.snapshot import EngineStats
 
 _HELPERS = ("up", "engines", "new_reasons")
 """Figures only the source reads (to find down, data-parallel and changed replicas)."""

@@ -14,8 +14,24 @@ from __future__ import annotations
 import math
 import operator
 
-from llmtop.core.vllm import engines as E
 from llmtop.core.base.raw import Labels
+from llmtop.core.vllm.names import (
+    CACHE_CONFIG,
+    COUNTERS,
+    FINISHED,
+    FRACTIONS,
+    GAUGES,
+    HISTOGRAMS,
+    PROMPT_BY_SOURCE,
+    VLLM_PREFIX,
+    WAITING_BY_REASON,
+    blocks_by_engine,
+    bucket_bound,
+    kv_capacity,
+    label_value,
+    model_name,
+)
+from llmtop.core.vllm.scrape import EngineScrape, Histogram
 
 
 class _BucketPlan:
@@ -59,7 +75,7 @@ def bucket_plan(labels: tuple[Labels, ...]) -> _BucketPlan | None:
     plan = _BUCKET_PLANS.get(labels, False)
     if plan is not False:
         return plan  # type: ignore[return-value]
-    les = [None if (le := E._label(ls, "le")) is None else E._le(le) for ls in labels]
+    les = [None if (le := label_value(ls, "le")) is None else bucket_bound(le) for ls in labels]
     made = None if any(le is not None and math.isnan(le) for le in les) else _BucketPlan(les)
     if len(_BUCKET_PLANS) >= _BUCKET_PLANS_MAX:
         _BUCKET_PLANS.clear()
@@ -90,15 +106,15 @@ class ScrapePlan:
                     return by_name[name]
             return None
 
-        info = [labels[i] for i in by_name.get(E.CACHE_CONFIG, [])]
-        blocks = E._blocks_by_engine(info)
+        info = [labels[i] for i in by_name.get(CACHE_CONFIG, [])]
+        blocks = blocks_by_engine(info)
         self.gauges: list[tuple[str, str, list[int], list[float], float]] = []
-        for key, alternatives in E.GAUGES.items():
+        for key, alternatives in GAUGES.items():
             found = first(key, alternatives)
             if found is None:
                 self.gauges.append((key, "none", [], [], 0.0))
-            elif key in E.FRACTIONS:
-                ws = [blocks.get(E._label(labels[i], "engine") or "") for i in found]
+            elif key in FRACTIONS:
+                ws = [blocks.get(label_value(labels[i], "engine") or "") for i in found]
                 if all(w for w in ws):
                     weights = [w or 0.0 for w in ws]
                     total = sum(w for w in ws if w)
@@ -107,31 +123,33 @@ class ScrapePlan:
                     self.gauges.append((key, "mean", found, [], 0.0))
             else:
                 self.gauges.append((key, "sum", found, [], 0.0))
-        reasons = [(i, E._label(labels[i], "reason")) for i in by_name.get(E.WAITING_BY_REASON, [])]
+        reasons = [
+            (i, label_value(labels[i], "reason")) for i in by_name.get(WAITING_BY_REASON, [])
+        ]
         self.capacity = [i for i, r in reasons if r == "capacity"]
         self.deferred = [i for i, r in reasons if r == "deferred"]
 
         counters: dict[str, _Op] = {}
-        for key, alternatives in E.COUNTERS.items():
+        for key, alternatives in COUNTERS.items():
             found = first(key, alternatives)
             if found is not None:
                 counters[key] = ("sum", found)
                 if key == "admission_rejections":
                     for i in found:
-                        why = E._label(labels[i], "reason") or "unknown"
+                        why = label_value(labels[i], "reason") or "unknown"
                         counters.setdefault(f"admission:{why}", ("fold", []))[1].append(i)
-        for i in by_name.get(E.FINISHED, ()):
-            why = E._label(labels[i], "finished_reason") or "unknown"
+        for i in by_name.get(FINISHED, ()):
+            why = label_value(labels[i], "finished_reason") or "unknown"
             counters.setdefault(f"finished:{why}", ("fold", []))[1].append(i)
-        for i in by_name.get(E.PROMPT_BY_SOURCE, ()):
-            source = E._label(labels[i], "source") or "unknown"
+        for i in by_name.get(PROMPT_BY_SOURCE, ()):
+            source = label_value(labels[i], "source") or "unknown"
             counters.setdefault(f"prompt_source:{source}", ("fold", []))[1].append(i)
         self.counter_names = list(counters)
         keys: list[tuple[str, object]] = [(name, None) for name in counters]
         folds = [(how == "sum", idx) for how, idx in counters.values()]
         self.histograms: list[tuple[str, list[float], int]] = []
         """(key, bucket bounds, column of its first bucket): its buckets, then sum and count."""
-        for key, alternatives in E.HISTOGRAMS.items():
+        for key, alternatives in HISTOGRAMS.items():
             for fam in alternatives:
                 if fam + "_count" in by_name or fam + "_bucket" in by_name:
                     self.used[key] = fam
@@ -156,9 +174,9 @@ class ScrapePlan:
         """The first sample of every column, in one call (one engine: the only one)."""
         self._others = [(i, by_sum, idx) for i, (by_sum, idx) in enumerate(folds) if len(idx) != 1]
         """Columns of no sample or of several (engines, reasons), added up one by one."""
-        self.kv = E._kv_capacity(info)
-        self.model = E._model(labels)
-        self.has_vllm = any(name.startswith(E.VLLM_PREFIX) for name in names)
+        self.kv = kv_capacity(info)
+        self.model = model_name(labels)
+        self.has_vllm = any(name.startswith(VLLM_PREFIX) for name in names)
 
     def columns(self, values: list[float]) -> list[float]:
         """The values of `keys`, each added up as the direct reading adds it: sum() of its
@@ -181,7 +199,7 @@ class ScrapePlan:
             total = total + values[i]
         return total
 
-    def apply(self, values: list[float]) -> E.EngineScrape:
+    def apply(self, values: list[float]) -> EngineScrape:
         """The scrape of these values (in the samples' order)."""
         gauges: dict[str, float | None] = {}
         for key, how, idx, weights, total in self.gauges:
@@ -195,14 +213,14 @@ class ScrapePlan:
             else:
                 gauges[key] = sum([values[i] for i in idx]) / len(idx)
         columns = self.columns(values)
-        histograms: dict[str, E.Histogram] = {}
+        histograms: dict[str, Histogram] = {}
         for key, bounds, first in self.histograms:
             end = first + len(bounds)
-            histograms[key] = E.Histogram.planned(
+            histograms[key] = Histogram.planned(
                 bounds, columns, first, columns[end], columns[end + 1]
             )
         capacity, block_size = self.kv
-        return E.EngineScrape(
+        return EngineScrape(
             gauges=gauges,
             waiting_capacity=sum([values[i] for i in self.capacity]) if self.capacity else None,
             counters=dict(zip(self.counter_names, columns[: len(self.counter_names)], strict=True)),

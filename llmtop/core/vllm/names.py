@@ -1,0 +1,113 @@
+"""vLLM's metric names, old and new, and the labels llmtop reads from them.
+
+vLLM 0.10 to 0.33 (vLLM's metrics docs): `kv_cache_usage_perc` was `gpu_cache_usage_perc` before
+0.9 (and on the V0 engine), the ITL histogram `inter_token_latency_seconds` was
+`time_per_output_token_seconds` before 0.10.2, `prefix_cache_*` was `gpu_prefix_cache_*`. The
+newer name wins when both are exported (each tuple lists the newer name first). The direct
+reading (`engines.extract_direct`) and the scrape plans (`scrape_plan`) both read a scrape
+through these names and label readers. Pure.
+"""
+
+from __future__ import annotations
+
+from llmtop.core.base.raw import Labels
+
+VLLM_PREFIX = "vllm:"
+
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+FRACTIONS = frozenset({"kv_usage"})
+"""Per-engine fractions: averaged over data-parallel engines (weighted by KV blocks), not summed."""
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "admission_rejections": ("vllm:admission_rejections_total",),
+}
+FINISHED = "vllm:request_success_total"
+PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+"""0.16+: prompt tokens by source (local_compute, local_cache_hit, external_kv_transfer)."""
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue_time": ("vllm:request_queue_time_seconds",),
+    "prefill_time": ("vllm:request_prefill_time_seconds",),
+    "prompt_len": ("vllm:request_prompt_tokens",),
+    "generation_len": ("vllm:request_generation_tokens",),
+}
+
+
+MEAN_ONLY = frozenset({"prompt_len", "generation_len"})
+"""Histograms read for their mean only (Δsum/Δcount): their buckets are not parsed."""
+
+
+def sample_names() -> frozenset[str]:
+    """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list)."""
+    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE}
+    for group in (GAUGES, COUNTERS):
+        for alternatives in group.values():
+            names.update(alternatives)
+    for key, alternatives in HISTOGRAMS.items():
+        for fam in alternatives:
+            names.update((fam + "_sum", fam + "_count"))
+            if key not in MEAN_ONLY:
+                names.add(fam + "_bucket")
+    return frozenset(names)
+
+
+def label_value(labels: Labels, key: str) -> str | None:
+    """The value of one label of a sample (None: the sample has no such label)."""
+    for k, v in labels:
+        if k == key:
+            return v
+    return None
+
+
+def bucket_bound(value: str) -> float:
+    """A bucket's `le` label as its upper bound (+Inf, Inf and inf are infinity)."""
+    return float("inf") if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def model_name(labels: list[Labels]) -> str | None:
+    """The served model: the first `model_name` label among these label sets."""
+    for ls in labels:
+        model = label_value(ls, "model_name")
+        if model is not None:
+            return model
+    return None
+
+
+def blocks_by_engine(info: list[Labels]) -> dict[str, float]:
+    """Engine label -> its num_gpu_blocks (engines whose value is unset are left out)."""
+    out: dict[str, float] = {}
+    for ls in info:
+        try:
+            out[label_value(ls, "engine") or ""] = float(label_value(ls, "num_gpu_blocks") or "")
+        except ValueError:
+            continue
+    return out
+
+
+def kv_capacity(info: list[Labels]) -> tuple[int | None, int | None]:
+    """KV capacity in tokens summed over engines: num_gpu_blocks x block_size per engine."""
+    total = 0
+    block_size: int | None = None
+    for ls in info:
+        try:
+            blocks = int(label_value(ls, "num_gpu_blocks") or "")
+            size = int(label_value(ls, "block_size") or "")
+        except ValueError:
+            return None, None
+        total += blocks * size
+        block_size = size
+    return (total or None), block_size
