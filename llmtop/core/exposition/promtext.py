@@ -131,6 +131,8 @@ def _first_bad(lines: list[str]) -> int:
 
 
 # --- the fast path ---------------------------------------------------------------------------
+# OTHER_ENDS, VALUE_CHARS, BLOCK_PASS and SKIPPED are public: promtext_memo builds its whole-text
+# patterns from them, so that both read the same lines the same way.
 # Line ends other than "\n" that str.splitlines() honours: a text holding one is left to the
 # exact path, so that both paths always see the same lines.
 OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"

@@ -1,8 +1,10 @@
-"""One scrape's samples -> the numbers llmtop derives from (`EngineScrape`).
+"""One scrape's samples -> the numbers llmtop derives from (`scrape.EngineScrape`). Pure.
 
-What depends only on a scrape's structure is worked out once (`scrape_plan`); the reading
-sample by sample (`extract_direct`) is what a plan stands for, and the one used where a plan
-cannot be made. The names read are vLLM's, old and new (`names`). Pure.
+Data-parallel engines (the `engine` label) are summed: gauges and counters by value, histograms
+bucket by bucket; KV usage (a fraction) is averaged, weighted by each engine's KV blocks. A
+series that is absent stays None. The names read are vLLM's, old and new (`names`). What
+depends only on a scrape's structure is worked out once (`scrape_plan`); the reading sample by
+sample (`extract_direct`) is what a plan stands for, and the one used where none can be made.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""One vLLM scrape as the values llmtop uses: `EngineScrape`, with its `Histogram`s. Pure.
+"""One vLLM scrape as the values llmtop uses: `EngineScrape` and its `Histogram`s. Pure.
 
-Data-parallel engines (the `engine` label) are summed: gauges and counters by value,
-histograms bucket by bucket; KV usage (a fraction) is averaged, weighted by each engine's KV
-blocks. A series that is absent stays None. Built by `engines.extract` (through a
-`scrape_plan.ScrapePlan`, or sample by sample).
+Engines summed, None where not exported; built by `engines.extract` (through a
+`scrape_plan.ScrapePlan`, or sample by sample) and read by `derive`.
 """
 
 from __future__ import annotations
