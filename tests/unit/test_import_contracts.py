@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 LLMTOP = sorted((ROOT / "llmtop").rglob("*.py"))
 
@@ -29,12 +31,12 @@ def test_help_imports_no_heavy_package() -> None:
     assert out.stdout.strip() == ""
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """llmtop's modules -> the llmtop modules each imports, `if TYPE_CHECKING` and function-level
-    imports included (grimp, which import-linter runs on)."""
+def _import_graph(package: str = "llmtop") -> dict[str, set[str]]:
+    """A package's modules -> the modules of it each imports, `if TYPE_CHECKING` and
+    function-level imports included (grimp, which import-linter runs on)."""
     import grimp
 
-    graph = grimp.build_graph("llmtop", exclude_type_checking_imports=False, cache_dir=None)
+    graph = grimp.build_graph(package, exclude_type_checking_imports=False, cache_dir=None)
     return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
 
 
@@ -67,11 +69,22 @@ def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_cycles_are_found_types_only_ones_too() -> None:
-    imports = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
-    assert _cycles(imports) == [["a", "b", "c"]]
-    graph = _import_graph()  # rules_fleet's types-only import of fleet's types would be one
-    assert "llmtop.core.base.snapshot" in graph["llmtop.core.health.rules_fleet"]
+def test_cycles_are_found_types_only_ones_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "cyclic"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyclic.b import B\n"
+    )
+    (package / "b.py").write_text("def f():\n    from cyclic import a\n")
+    (package / "c.py").write_text("import cyclic.a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _cycles(_import_graph("cyclic")) == [["cyclic.a", "cyclic.b"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}) == [
+        ["a", "b", "c"]
+    ]
 
 
 def test_no_import_cycle_in_llmtop() -> None:

@@ -16,14 +16,10 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, Finding
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, Finding, Replica
 from llmtop.core.health.rulebase import Hysteresis, Rule, Verdict
-
-if TYPE_CHECKING:
-    from llmtop.core.base.snapshot import Replica
 
 SHOWN = 4
 """Replicas named in one finding before "and N more"."""
