@@ -96,6 +96,9 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 class HelpScreen(ModalScreen[None]):
     """Keys, panels and findings explained; Esc, q or ? close it."""
 
+    AUTO_FOCUS = "VerticalScroll"
+    """Focused, so that the arrow and page keys scroll it (the app focuses nothing itself)."""
+
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {

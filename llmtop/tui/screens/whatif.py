@@ -21,6 +21,9 @@ REFRESH_S = 5.0
 class WhatIfScreen(ModalScreen[None]):
     """The what-if table; Esc, q or w close it."""
 
+    AUTO_FOCUS = "VerticalScroll"
+    """Focused, so that the arrow and page keys scroll it (the app focuses nothing itself)."""
+
     DEFAULT_CSS = """
     WhatIfScreen { align: center middle; }
     WhatIfScreen > VerticalScroll {
