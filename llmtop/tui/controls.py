@@ -24,6 +24,7 @@ from llmtop.tui.keys import KeyRouter
 from llmtop.tui.present import LogEvent, limit_text
 from llmtop.tui.screens.confirm import ConfirmScreen
 from llmtop.tui.widgets.header import StatusHeader
+from llmtop.tui.work import start_worker
 
 
 class Recorder(Protocol):
@@ -89,7 +90,7 @@ class AdminControls(KeyRouter):
             self.notify(done, title="gateway", timeout=3)
             self.log_events(LogEvent(time.time(), "change", done))
 
-        self.run_worker(job(), group="admin", exit_on_error=False)
+        start_worker(self, job, group="admin", exit_on_error=False)
 
     def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         async def change(admin: AdminClient) -> str:
@@ -225,7 +226,7 @@ class AdminControls(KeyRouter):
                 if not asked:
                     self._asking_pause = False
 
-        self.run_worker(ask(), group="admin", exit_on_error=False)
+        start_worker(self, ask, group="admin", exit_on_error=False)
 
     def _confirm_pause(self, paused: bool) -> None:
         if paused:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from functools import partial
 
 from textual.widgets import Input, Static
 
@@ -22,6 +23,7 @@ from llmtop.tui.controls import AdminControls
 from llmtop.tui.screens.whatif import REFRESH_S, WhatIfScreen
 from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
 from llmtop.tui.widgets.commandline import CommandLine
+from llmtop.tui.work import start_worker
 from llmtop.whatif.render import caps_around, preview_line
 
 
@@ -93,7 +95,7 @@ class WhatIfControls(AdminControls):
         cap = parsed["max_concurrency"]
         preview.display = True
         preview.update(f"what-if: predicting cap {cap}...")
-        self.run_worker(self._predict(cap), group="whatif-preview", exclusive=True)
+        start_worker(self, partial(self._predict, cap), group="whatif-preview", exclusive=True)
 
     async def _predict(self, cap: int) -> None:
         """Predict `cap` until the line closes or holds something else (a new keystroke

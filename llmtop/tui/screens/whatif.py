@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from llmtop.errors import LlmtopError
 from llmtop.tui.whatif_feed import WhatIfFeed
+from llmtop.tui.work import start_worker
 
 REFRESH_S = 5.0
 
@@ -59,7 +60,7 @@ class WhatIfScreen(ModalScreen[None]):
         self.set_interval(REFRESH_S, self.refresh_predictions)
 
     def refresh_predictions(self) -> None:
-        self.run_worker(self._update(), group="whatif", exclusive=True, exit_on_error=False)
+        start_worker(self, self._update, group="whatif", exclusive=True, exit_on_error=False)
 
     async def _update(self) -> None:
         try:

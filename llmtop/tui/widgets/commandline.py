@@ -38,6 +38,12 @@ class CommandLine(Input):
     can_focus = False
     """Only while open: a hidden focused Input would swallow the single-letter keys."""
 
+    def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
+        # Not select-on-focus: the focus arrives through the Input's own queue, after the
+        # first keys may already be in the line, and selecting them then would let the next
+        # key replace them (`:cap 3` ran as `:ap 3`).
+        super().__init__(placeholder=placeholder, id=id, select_on_focus=False)
+
     @property
     def is_open(self) -> bool:
         """Open and holding the keys."""
