@@ -6,10 +6,12 @@ when the key reaches the app, the rest go to the focused widget's queue and come
 to find their binding), so the keys of a burst could act out of order: an Enter ran the command
 line before the characters ahead of it were in it. Here each key is decided when it arrives, on
 the state the keys before it left: into the open command line (`CommandLine`, whose docstring
-tells the story), or one binding of the screen on top, looked up once. A key no binding takes
-goes to the focused widget as Textual would send it, and no further (nothing here reads keys
-but the line), so it cannot come back later to a screen it was not typed on. Mixed into
-`LlmtopApp` under the admin keys.
+tells the story), or the one binding the screen on top has for it, looked up once with
+Textual's own lookup (`App._check_bindings`, textual 8.2). Nothing is forwarded to a widget's
+queue, so no key can act later on a screen it was not typed on; a key that no binding takes
+does nothing (no widget here reads keys itself; the app types into the line). Keys behind one
+that opened a screen wait, in order, until that screen is mounted. Mixed into `LlmtopApp`
+under the admin keys.
 """
 
 from __future__ import annotations
@@ -56,8 +58,6 @@ class KeyRouter(App[int]):
     _retry_armed = False
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and event.is_forwarded:
-            return  # back from a widget that let it bubble: it was decided when it arrived
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
             if isinstance(event, events.Key) and not self.app_focus:
                 self.app_focus = True  # as Textual does on a key
@@ -105,9 +105,8 @@ class KeyRouter(App[int]):
 
     async def _route_key(self, event: events.Key) -> None:
         """Act on one key now: into the open line, else the binding the screen on top has for
-        it (priority bindings from the app down, then the others from the focused widget up:
-        Textual's own lookup, run here and now instead of after a trip through queues). A key
-        that no binding takes does nothing: no widget here reads keys itself but the line."""
+        it (priority bindings from the app down, then the others from the focused widget up,
+        as Textual looks them up, but here and now instead of after a trip through queues)."""
         if not self.screen_stack:
             return
         line = self._line_holding_keys()

@@ -36,7 +36,7 @@ class CommandLine(Input):
     """
 
     can_focus = False
-    """Only while open: a hidden focused Input would swallow the single-letter keys."""
+    """Only while open: a hidden line takes no focus (Tab, a click) and shows no cursor."""
 
     def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
         # Not select-on-focus: the focus arrives through the Input's own queue, after the
