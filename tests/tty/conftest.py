@@ -92,7 +92,8 @@ class Tui:
             raise AssertionError(f"{e} (it is {now}); the screen:\n{self.term.screen()}") from None
 
     def quit(self) -> None:
-        """`q`: the TUI exits 0 and leaves no process of its tree behind."""
+        """`q`: the TUI exits 0, prints nothing after it (no traceback, no warning) and leaves
+        no process of its tree behind."""
         assert self.term.exit_status() is None, self.term.screen()
         tree = descendants(self.term.pane_pid())
         assert len(tree) >= 2, tree  # the shell and llmtop
@@ -102,7 +103,10 @@ class Tui:
         except AssertionError as e:
             raise AssertionError(f"{e}; the screen:\n{self.term.screen()}") from None
         status = self.term.exit_status()
-        assert status == 0, f"exit status {status}: {self.term.screen()}"
+        left = self.term.screen()  # what it printed after leaving the alternate screen
+        assert status == 0, f"exit status {status}: {left}"
+        assert "Traceback" not in left, left
+        assert "Warning" not in left, left
         wait_until(lambda: not alive(tree), f"no process of the TUI's tree left ({tree})")
 
 

@@ -111,7 +111,9 @@ def test_read_only_refuses_every_change(start_tui: Callable[..., Tui]) -> None:
     tui = start_tui(SMALL, "--read-only")
     tui.term.send("+", "-", "]", "[", "a", "p", ":cap 3", "Enter")
     tui.term.paste(":cap 2", after=["Enter"])
-    tui.term.wait_for("read-only", "the read-only notice")
+    tui.term.wait_for(
+        "is disabled", "the read-only notice (the header says read-only from the start)"
+    )
     tui.term.send("?")  # keys act in order: once help shows, every key before it has acted
     tui.term.wait_for("llmtop help")
     limits = tui.limits()
