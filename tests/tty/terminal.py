@@ -229,6 +229,7 @@ class Terminal:
         size = ("-x", str(width), "-y", str(height))
         self._run("new-session", "-d", "-s", "t", *size, command, env=env)
         self.started = True
+        self.socket_path = self._run("display-message", "-p", "#{socket_path}").strip()
         shown = self._run("display-message", "-p", "-t", "t", "#{pane_width}x#{pane_height}")
         assert shown.strip() == f"{width}x{height}", shown
 
@@ -279,8 +280,10 @@ class Terminal:
         return int(self._run("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
 
     def close(self) -> None:
+        """Kill our tmux server and remove its socket (kill-server leaves the file behind)."""
         if self.started:
             self._run("kill-server", check=False)
+            Path(self.socket_path).unlink(missing_ok=True)
 
 
 def terminals(tmux: str, tmp: Path) -> Iterator[Callable[[tuple[int, int]], Terminal]]:
