@@ -81,8 +81,7 @@ class LlmtopApp(WhatIfControls):
         Binding("minus,underscore", "cap(-1)", "cap-", key_display="-"),
         Binding("right_square_bracket", "queue(1)", "queue+", key_display="]"),
         Binding("left_square_bracket", "queue(-1)", "queue-", key_display="["),
-        # priority: `:` acts when it arrives, so the keys typed behind it go into the line
-        Binding("colon", "command", "cmd", key_display=":", priority=True),
+        Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
         Binding("a", "autopilot", "auto"),
         Binding("w", "whatif", "what-if"),
@@ -230,6 +229,7 @@ class LlmtopApp(WhatIfControls):
         together; `charts` forces (True) or skips (False) the redraw.
         """
         prev = self.snapshot
+        snap = self._after_changes_here(snap)
         self.snapshot = snap
         self.poll_error = None
         self._arrived_at = self._clock()

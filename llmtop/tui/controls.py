@@ -13,9 +13,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from textual.actions import SkipAction
-from textual.app import App
-from textual.screen import ModalScreen
 from textual.widgets import Footer
 
 from llmtop.core.base.snapshot import GatewayStats, Snapshot
@@ -23,10 +20,11 @@ from llmtop.errors import LlmtopError
 from llmtop.settings import MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui import commands
+from llmtop.tui.keys import KeyRouter
 from llmtop.tui.present import LogEvent, limit_text
 from llmtop.tui.screens.confirm import ConfirmScreen
-from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
+from llmtop.tui.work import start_worker
 
 
 class Recorder(Protocol):
@@ -45,7 +43,7 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-class AdminControls(App[int]):
+class AdminControls(KeyRouter):
     """Key actions that change the gateway; the app provides the state and the rendering."""
 
     admin: AdminClient | None
@@ -92,7 +90,7 @@ class AdminControls(App[int]):
             self.notify(done, title="gateway", timeout=3)
             self.log_events(LogEvent(time.time(), "change", done))
 
-        self.run_worker(job(), group="admin", exit_on_error=False)
+        start_worker(self, job, group="admin", exit_on_error=False)
 
     def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         async def change(admin: AdminClient) -> str:
@@ -108,14 +106,31 @@ class AdminControls(App[int]):
 
         self._run_change(what, change)
 
+    _set_here: tuple[float, dict[str, Any]] | None = None
+    """(wall time, fields): the gateway's state as the last change made here left it."""
+
     def _show_limits(self, limits: dict[str, Any]) -> None:
         """Show new limits now, not at the next poll (which then sees no change to log)."""
         snap = self.snapshot
         if snap is None or snap.gateway is None:
             return
         fields = {k: v for k, v in limits.items() if k in GatewayStats.__dataclass_fields__}
+        before = self._set_here[1] if self._set_here is not None else {}
+        self._set_here = (time.time(), {**before, **fields})
         self.snapshot = replace(snap, gateway=replace(snap.gateway, **fields))
         self._render_all(charts=False)
+
+    def _after_changes_here(self, snap: Snapshot) -> Snapshot:
+        """A poll that began before a change made here was answered read the gateway before
+        it: it shows the state that change left, not the one before (the log would say the
+        limit went back, then forward again at the next poll)."""
+        if self._set_here is None or snap.gateway is None:
+            return snap
+        at, fields = self._set_here
+        if snap.time >= at:
+            self._set_here = None
+            return snap
+        return replace(snap, gateway=replace(snap.gateway, **fields))
 
     def action_cap(self, delta: int) -> None:
         what = f"cap {delta:+d}"
@@ -143,17 +158,8 @@ class AdminControls(App[int]):
                 lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
             )
 
-    def _command_line(self) -> CommandLine:
-        return self.screen_stack[0].query_one(CommandLine)
-
     def action_command(self) -> None:
-        """`:` opens the command line at once; the keys typed behind it go into it.
-
-        A priority binding (it must act before the keys queued behind it are routed), so it also
-        sees the keys of a dialog: there it steps aside and the dialog gets the key, as before.
-        """
-        if isinstance(self.screen, ModalScreen):
-            raise SkipAction
+        """`:` opens the command line; the keys typed behind it go into it (`tui.keys`)."""
         if not self._can_change("the command line"):
             return
         dashboard = self.screen_stack[0]
@@ -220,7 +226,7 @@ class AdminControls(App[int]):
                 if not asked:
                     self._asking_pause = False
 
-        self.run_worker(ask(), group="admin", exit_on_error=False)
+        start_worker(self, ask, group="admin", exit_on_error=False)
 
     def _confirm_pause(self, paused: bool) -> None:
         if paused:
@@ -242,10 +248,7 @@ class AdminControls(App[int]):
     def _pause_or_resume(self, *, pause: bool) -> None:
         async def change(admin: AdminClient) -> str:
             state = await (admin.pause() if pause else admin.resume())
-            snap = self.snapshot
-            if snap is not None and snap.gateway is not None:
-                self.snapshot = replace(snap, gateway=replace(snap.gateway, paused=state))
-                self._render_all(charts=False)
+            self._show_limits({"paused": state})
             return "admission PAUSED" if state else "admission resumed"
 
         self._run_change("pause" if pause else "resume", change)

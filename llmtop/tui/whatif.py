@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from functools import partial
 
 from textual.widgets import Input, Static
 
@@ -21,6 +22,8 @@ from llmtop.tui import commands
 from llmtop.tui.controls import AdminControls
 from llmtop.tui.screens.whatif import REFRESH_S, WhatIfScreen
 from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
+from llmtop.tui.widgets.commandline import CommandLine
+from llmtop.tui.work import start_worker
 from llmtop.whatif.render import caps_around, preview_line
 
 
@@ -76,10 +79,12 @@ class WhatIfControls(AdminControls):
         return preview
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id != "cmdline" or self.whatif is None:
-            return
+        line = event.input
+        if not isinstance(line, CommandLine) or not line.is_open or self.whatif is None:
+            return  # a change that arrives after Enter or Escape closed the line shows nothing
+        value = line.value  # the newest: the changes of a burst arrive after its keys
         try:
-            parsed = commands.parse_command(event.value) if event.value.strip() else None
+            parsed = commands.parse_command(value) if value.strip() else None
         except LlmtopError:
             parsed = None
         preview = self._preview()
@@ -90,7 +95,7 @@ class WhatIfControls(AdminControls):
         cap = parsed["max_concurrency"]
         preview.display = True
         preview.update(f"what-if: predicting cap {cap}...")
-        self.run_worker(self._predict(cap), group="whatif-preview", exclusive=True)
+        start_worker(self, partial(self._predict, cap), group="whatif-preview", exclusive=True)
 
     async def _predict(self, cap: int) -> None:
         """Predict `cap` until the line closes or holds something else (a new keystroke

@@ -114,8 +114,9 @@ CHARACTERS = {"colon": ":", "space": " ", "plus": "+", "question_mark": "?", "en
 
 def burst(app: LlmtopApp, *keys: str) -> None:
     """Type `keys` with no pause between them, as a paste or `tmux send-keys` delivers them:
-    every key is queued before the app handles the first (Pilot.press waits after each). The
-    keys then travel app -> screen -> app: wait on what they do (`until`), not on one pause."""
+    every key is queued before the app handles the first (Pilot.press waits after each), as the
+    terminal's input reader posts the keys of one read. What they do may take a round trip to
+    the gateway: wait on it (`until`), not on one pause."""
     for key in keys:
         char = key if len(key) == 1 else CHARACTERS.get(key)
         app.post_message(events.Key(key, char))

@@ -1,14 +1,23 @@
-"""Keys typed faster than the app handles them (a paste, `tmux send-keys ':cap 2'`, a fast
-typist) go where they would have gone typed slowly (issue 17).
+"""Keys typed faster than the app handles them (a paste, `tmux send-keys ':cap 2' Enter`, a fast
+typist) go where they would have gone typed slowly (issues 17 and 28).
 
-`burst` queues every key before the app handles the first. Before the fix, `:` opened the
-command line a moment late: `a` behind it toggled the autopilot and `p` asked to pause. The
-limits are read back from a real gateway on 127.0.0.1.
+`burst` queues every key before the app handles the first, as the terminal's input reader does
+with a burst that arrives in one read (it posts each key to the app the same way). Before issue
+17, `:` opened the command line a moment late: `a` behind it toggled the autopilot and `p`
+asked to pause. Before issue 28, the line's Enter ran before the characters ahead of it were in
+the line: `:cap 2` + Enter in one burst ran an empty line and said nothing (these tests waited
+for the text before sending Enter, so they passed). A key that changes nothing visible is
+followed by one that does, and the test waits on that: keys act in order, so once it has
+acted, so have the keys before it. The limits are read back from a real gateway on 127.0.0.1
+(tests/tty does the same in a real terminal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import httpx
+from textual import events
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.sources.gateway import AdminClient
@@ -40,7 +49,20 @@ def on_dashboard(app: LlmtopApp) -> bool:
     return app.screen is app.screen_stack[0]
 
 
-async def test_a_command_typed_at_once_goes_into_the_line_then_enter_runs_it(
+def failures(app: LlmtopApp) -> int:
+    """How many `+` have failed so far (the app's gateway is nowhere)."""
+    return sum(t.startswith("cap +1 failed") for t in log_texts(app))
+
+
+async def changes_of(gw: ServerThread) -> list[tuple[str, object, object]]:
+    """(field, old, new) of every change the TUI made, in order (the gateway's own log)."""
+    async with httpx.AsyncClient() as client:
+        r = await client.get(f"{gw.url}/admin/events")
+        r.raise_for_status()
+        return [(e["field"], e["old"], e["new"]) for e in r.json()["events"]]
+
+
+async def test_a_command_typed_at_once_goes_into_the_line(
     start_gateway: Callable[..., ServerThread],
 ) -> None:
     gw = start_gateway(NOWHERE, max_concurrency=8)
@@ -57,14 +79,54 @@ async def test_a_command_typed_at_once_goes_into_the_line_then_enter_runs_it(
         assert limits["mode"] == "manual"  # `a` toggled nothing
         assert limits["max_concurrency"] == 8
         assert not any("mode" in t for t in log_texts(app))
-        # Enter runs it and gives the keys back at once: `+` right behind it is a key again,
-        # applied after the command
-        burst(app, "enter", "plus")
+
+
+async def test_a_command_and_enter_at_once_run_it_and_the_next_key_is_a_key(
+    start_gateway: Callable[..., ServerThread],
+) -> None:
+    gw = start_gateway(NOWHERE, max_concurrency=8)
+    app = make_app(SilentSource(), admin=AdminClient(gw.url))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        line = line_of(app)
+        # the whole command in one burst, as `tmux send-keys ':cap 2' Enter +` sends it
+        burst(app, "colon", "c", "a", "p", "space", "2", "enter", "plus")
         assert await until(pilot, lambda: "set cap 2 -> 3" in log_texts(app)), log_texts(app)
+        await settle(app, pilot)
         assert not line.is_open
         assert not line.display
         assert "set cap 8 -> 2" in log_texts(app)
         assert (await limits_of(gw))["max_concurrency"] == 3
+        # nothing lost, nothing run twice
+        cap = "max_concurrency"
+        assert await changes_of(gw) == [(cap, 8, 2), (cap, 2, 3)]
+
+
+async def test_a_paste_goes_into_the_line_and_only_enter_runs_it(
+    start_gateway: Callable[..., ServerThread],
+) -> None:
+    gw = start_gateway(NOWHERE, max_concurrency=8)
+    app = make_app(SilentSource(), admin=AdminClient(gw.url))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.first_snapshot.wait()
+        line = line_of(app)
+        # `:`, a bracketed paste and Enter in one read of the terminal
+        burst(app, "colon")
+        app.post_message(events.Paste("cap 4"))
+        burst(app, "enter")
+        assert await until(pilot, lambda: "set cap 8 -> 4" in log_texts(app)), log_texts(app)
+        # a paste with the line closed opens it holding the first line; it runs nothing
+        app.post_message(events.Paste(":cap 6\nq\n"))
+        burst(app, "plus")  # typed into the line: the paste opened it
+        assert await until(pilot, lambda: line.value == "cap 6+"), line.value
+        await settle(app, pilot)
+        assert line.is_open
+        assert app.is_running  # the pasted `q` quit nothing
+        assert (await limits_of(gw))["max_concurrency"] == 4
+        burst(app, "backspace", "enter")
+        assert await until(pilot, lambda: "set cap 4 -> 6" in log_texts(app)), log_texts(app)
+        cap = "max_concurrency"
+        assert await changes_of(gw) == [(cap, 8, 4), (cap, 4, 6)]
 
 
 async def test_escape_typed_at_once_discards_and_the_next_key_is_a_key(
@@ -111,11 +173,16 @@ async def test_keys_behind_a_key_that_opens_a_screen_go_to_that_screen(
             def opened(screen: type = screen) -> bool:
                 return isinstance(app.screen, screen)
 
-            burst(app, opens, "escape")
-            assert await until(pilot, lambda: len(app.screen_stack) == 1), screen
-            burst(app, opens, "q")  # `q` closes that screen; it does not quit
-            assert await until(pilot, lambda: len(app.screen_stack) == 1), screen
-            assert app.is_running
+            for closes in ("escape", "q"):  # `q` closes that screen; it does not quit
+                # `+` acts on the dashboard only (no gateway here: its failure is logged), so
+                # once it has acted the screen had opened and closed again
+                def acted(before: int = failures(app)) -> bool:
+                    return failures(app) > before
+
+                burst(app, opens, closes, "plus")
+                assert await until(pilot, acted), (screen, closes)
+                assert len(app.screen_stack) == 1, (screen, closes)
+                assert app.is_running
             burst(app, opens)
             assert await until(pilot, opened), screen
             burst(app, "escape")

@@ -17,7 +17,8 @@ HELP_TEXT = f"""\
 - `+` / `-`: gateway max concurrency +1 / -1 up to 16, double / halve above (at least 1)
 - `]` / `[`: gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} (at least 0)
 - `:`: a command line for exact values: `cap 8`, `queue 64`, `timeout 20`, `rpm 600`,
-  `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes)
+  `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes;
+  a paste goes into the line, and opens it when it is closed: only Enter runs it)
 - `p`: pause / resume admission (asks first)
 - `w`: what-if: PREDICTED TTFT, goodput, tok/s and 429s for caps around the findings'
   suggestion, from the live engine's metrics, with the fit's own error (Esc closes). Typing
@@ -95,6 +96,9 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 
 class HelpScreen(ModalScreen[None]):
     """Keys, panels and findings explained; Esc, q or ? close it."""
+
+    AUTO_FOCUS = "VerticalScroll"
+    """Focused, so that the arrow and page keys scroll it (the app focuses nothing itself)."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

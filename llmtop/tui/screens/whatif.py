@@ -14,12 +14,16 @@ from textual.widgets import Static
 
 from llmtop.errors import LlmtopError
 from llmtop.tui.whatif_feed import WhatIfFeed
+from llmtop.tui.work import start_worker
 
 REFRESH_S = 5.0
 
 
 class WhatIfScreen(ModalScreen[None]):
     """The what-if table; Esc, q or w close it."""
+
+    AUTO_FOCUS = "VerticalScroll"
+    """Focused, so that the arrow and page keys scroll it (the app focuses nothing itself)."""
 
     DEFAULT_CSS = """
     WhatIfScreen { align: center middle; }
@@ -56,7 +60,7 @@ class WhatIfScreen(ModalScreen[None]):
         self.set_interval(REFRESH_S, self.refresh_predictions)
 
     def refresh_predictions(self) -> None:
-        self.run_worker(self._update(), group="whatif", exclusive=True, exit_on_error=False)
+        start_worker(self, self._update, group="whatif", exclusive=True, exit_on_error=False)
 
     async def _update(self) -> None:
         try:
