@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.core.snapshot import Snapshot
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.sources.gateway import AdminClient
 from tests.tui.conftest import SilentSource, log_texts, make_app, settle
 from tests.tui.test_keys import NOWHERE, SIZE

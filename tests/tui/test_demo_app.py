@@ -8,6 +8,7 @@ from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
 from llmtop.tui.widgets.panel import Panel
 from tests.tui import story
+from tests.tui.conftest import until
 
 SIZE = (100, 30)
 CAP = re.compile(r":cap (\d+)\b")
@@ -27,22 +28,24 @@ async def test_the_line_follows_the_finding_shown_as_the_story_moves() -> None:
         said: list[int] = []
         for moment in ("batching-cliff", "kv-exhausted"):
             snap = story.upto(story.MOMENTS[moment])[-1]
+            advice = suggested_cap(snap.findings)
+            assert advice is not None
             app.feed(snap)
-            await pilot.pause()
+            # a loaded box may take several turns of the loop to render the fed poll
+            said_now = f"{advice[1].id} suggests it now"
+            assert await until(pilot, lambda said_now=said_now: said_now in banner_text(app))
             line = banner_text(app)
             (n,) = [int(m) for m in CAP.findall(line)]
             # the number is the one the findings panel shows in the leading finding's action
             findings = " ".join(app.query_one("#findings", Panel).render().plain.split())  # type: ignore[union-attr]
-            advice = suggested_cap(snap.findings)
-            assert advice is not None
-            assert f"{advice[1].id} suggests it now" in line
             assert f"press - or :cap {n} " in findings
             said.append(n)
         # the cliff's 500-token chats fit ~50; the 4,000-token prompts fit far fewer
         assert said[0] != said[1]
         app.feed(story.upto(story.MOMENTS["after-cap"])[-1])
-        await pilot.pause()
-        assert ":cap" not in banner_text(app)  # capped: no finding asks for a lower cap
+        assert await until(
+            pilot, lambda: ":cap" not in banner_text(app)
+        )  # capped: no finding asks for a lower cap
 
 
 def test_fix_line_without_findings_and_without_advice() -> None:
