@@ -309,18 +309,26 @@ def assertions(
     skipped: Iterable[Key],
     every: int = 2,
 ) -> list[dict[str, Any]]:
-    """promtool tests: for every alert and target, at every `every` seconds farther than its
-    tolerance from one of llmtop's edges, firing exactly where llmtop's finding holds."""
+    """promtool tests: for every alert and target (None: any target), at every `every` seconds
+    farther than its tolerance from one of llmtop's edges, firing exactly where llmtop's
+    finding holds."""
     tests = []
     skip = set(skipped)
+    fleet_wide = {alert_name(f) for f in FLEET_WIDE}
     for name in names:
         for inst in instances:
             key = (name, inst)
-            if key in skip:
-                continue
-            spans = ours.get(key, [])
+            if key in skip or (name in fleet_wide and inst is not None):
+                continue  # a fleet-wide alert names a replica of its own choosing
+            # by name alone (inst None): any target's span, as the count over all of them
+            spans = (
+                ours.get(key, [])
+                if inst is not None
+                else [x for (n, _), found in ours.items() if n == name for x in found]
+            )
             t = tolerance.get(name, 1)
-            edges = [e for s in spans for e in (s.start, s.end) if e is not None]
+            # a span still open at the end ends there for the tolerance, as in `compare`
+            edges = [e for s in spans for e in (s.start, seconds if s.end is None else s.end)]
             match = f'alertname="{name}",alertstate="firing"' + (
                 f',instance="{inst}"' if inst else ""
             )
@@ -330,7 +338,7 @@ def assertions(
                 firing = any(s.start <= k and (s.end is None or k < s.end) for s in spans)
                 tests.append(
                     {
-                        "expr": f"count(ALERTS{{{match}}}) > 0 or vector(0)",
+                        "expr": f"count(ALERTS{{{match}}}) > bool 0 or vector(0)",
                         "eval_time": f"{k}s",
                         "exp_samples": [{"labels": "{}", "value": 1 if firing else 0}],
                     }
