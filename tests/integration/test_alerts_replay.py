@@ -1,7 +1,8 @@
 """Same verdict as llmtop: the recorded incidents replayed through `promtool test rules` with
 the rules `llmtop rules` makes, against llmtop's own findings on the same samples.
 
-Each recording (and the real vLLM captures, 0.32 and 0.10.1 V0, as a burst held then eased) is
+Each recording (the demo story, its older recording, the gateway's queue of issue 28.3, the
+three-sim fleet, and the real vLLM captures, 0.32 and 0.10.1 V0, as a burst held then eased) is
 put on a one-second grid; llmtop's pipeline judges the grid, and its findings' spans become
 promtool assertions: at every second farther than the alert's tolerance (one evaluation
 interval plus its `for:`) from one of llmtop's edges, the alert fires exactly where the finding
@@ -50,6 +51,14 @@ COMPARED: dict[str, dict[str, str]] = {
         "LlmtopDecodeBound": "",
         "LlmtopTargetDown": "",
         "LlmtopGatewayDown": "",
+        "LlmtopGatewaySaturated": NO_HISTOGRAM,
+    },
+    # issue 28.3 (scripts/record-gateway-queue): the seed sim at cap 2, 16 long prompts at
+    # once, the cap raised to 16 at +12 s; 16 running then share each decode step
+    "gateway-queue.jsonl.gz": {
+        "LlmtopGatewayQueueOverSlo": "",
+        "LlmtopDecodeBound": "",
+        "LlmtopDegraded200": "",
         "LlmtopGatewaySaturated": NO_HISTOGRAM,
     },
     "fleet-3-sims.jsonl.gz": {
