@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from llmtop.core.alerts.alert import alert_name
+from llmtop.core.alerts.figures import figures
 from llmtop.core.alerts.rulesfile import alerts, render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.raw import RawEngine, RawPoll
@@ -167,3 +168,30 @@ def test_every_alert_name_is_a_finding() -> None:
     names = {alert_name(a.finding) for a in made}
     for compared in COMPARED.values():
         assert {_key(k)[0] for k in compared} <= names
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        AlertSpec(),
+        AlertSpec(interval_s=1.0),
+        AlertSpec(
+            vllm_matchers='job="vllm",namespace=~"ml|llm"',
+            gateway_matchers='job="llmtop-gateway"',
+            replica_label="pod",
+            interval_s=30.0,
+        ),
+    ],
+    ids=["defaults", "1s", "selectors-pod-30s"],
+)
+def test_promtool_checks_the_rules_clean(spec: AlertSpec, tmp_path: Path) -> None:
+    import subprocess
+
+    path = tmp_path / "llmtop.rules.yml"
+    path.write_text(render(spec))
+    done = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    made, _ = alerts(spec)
+    assert f"SUCCESS: {len(made) + len(figures(spec))} rules found" in done.stdout

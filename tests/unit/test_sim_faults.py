@@ -16,9 +16,9 @@ from llmtop.sim.server import banner, build_engine
 def test_faults_parse() -> None:
     assert parse_fault("scheduler-stuck") == Fault("scheduler-stuck", 0.0)
     assert parse_fault("scheduler-stuck@30") == Fault("scheduler-stuck", 30.0)
-    with pytest.raises(ValueError, match="unknown fault 'hang' \\(known: scheduler-stuck\\)"):
+    with pytest.raises(ValueError, match=r"unknown fault 'hang' \(known: scheduler-stuck\)"):
         parse_fault("hang")
-    with pytest.raises(ValueError, match="expected NAME@SECONDS, e.g. scheduler-stuck@30"):
+    with pytest.raises(ValueError, match=r"expected NAME@SECONDS, e\.g\. scheduler-stuck@30"):
         parse_fault("scheduler-stuck@soon")
     with pytest.raises(ValueError, match="0 or more seconds"):
         parse_fault("scheduler-stuck@-1")
@@ -39,7 +39,8 @@ def test_a_stuck_scheduler_lets_what_runs_finish_and_admits_nothing_after() -> N
     for _ in range(50):
         e.step()
     assert all(s.status == WAITING for s in late)
-    assert len(e.waiting) == 3 and not e.running
+    assert len(e.waiting) == 3
+    assert not e.running
     assert e.kv_cache_usage == 0.0
     tokens = e.stats.generation_tokens
     e.step()

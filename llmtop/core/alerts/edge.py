@@ -8,7 +8,14 @@ from __future__ import annotations
 from llmtop.core.alerts.alert import Alert
 from llmtop.core.alerts.figures import P
 from llmtop.core.alerts.spec import GATEWAY_WINDOW_S, AlertSpec, duration, number
-from llmtop.core.alerts.templates import figure, open_fleet, open_gateway, replica, value
+from llmtop.core.alerts.templates import (
+    Shown,
+    figure,
+    open_fleet,
+    open_gateway,
+    replica,
+    value,
+)
 
 G = "llmtop_gateway_"
 
@@ -18,44 +25,60 @@ def _gw(spec: AlertSpec, series: str, how: str = "count") -> str:
     return figure(spec, G + series, how)  # type: ignore[arg-type]
 
 
-def _fleet(series: str, how: str) -> str:
-    """A fleet-wide recorded figure (no labels)."""
-    return (
-        f"{{{{ with query `{series}` }}}}{{{{ . | first | value | "
-        + {"count": 'printf "%.0f"', "frac": "humanizePercentage"}[how]
-        + " }}{{ else }}n/a{{ end }}"
-    )
-
-
 def _queued(spec: AlertSpec) -> str:
-    return f"sum by ({spec.r}) ({spec.gateway(G + 'queued')})"
+    return "llmtop:gateway_queued"
+
+
+def _engines(spec: AlertSpec) -> str:
+    """A template listing the gateway's engines with the sum of what each KV cache holds."""
+    r = spec.r
+    if r == "instance":
+        engines = "printf `llmtop:gateway_upstream{gateway=%q}` $labels.instance | query"
+    else:
+        engines = f"query `{P}kv_fits`"
+    target = f"{spec.health.kv_target_frac * 100:g}%"
+
+    def fig(name: str, how: Shown) -> str:
+        return figure(spec, P + name, how, which="$e")
+
+    return (
+        f"{{{{ range {engines} }}}}{{{{ $e := .Labels.{r} }}}} [{{{{ $e }}}}: "
+        f"{fig('kv_budget_tokens', 'tokens')} KV tokens ({target} target of "
+        f"{fig('kv_capacity_tokens', 'tokens')}) / {fig('kv_request_tokens', 'tokens')} tokens "
+        f"per request in {fig('kv_block_size', 'count')}-token blocks = "
+        f"{fig('kv_fits', 'count')} sequences fit]{{{{ end }}}}"
+    )
 
 
 def _headroom_action(spec: AlertSpec) -> str:
     """`_queue_action`'s choice, made when the alert is sent: raise the cap toward what the
-    engines' KV caches hold when every engine has headroom and the cap is below that; else
-    add capacity or let the autopilot refuse early."""
+    engines behind the gateway hold when every one has headroom and the cap is below that;
+    else add capacity or let the autopilot refuse early."""
     r = spec.r
-    cap = spec.gateway(G + "limit_max_concurrency", f"{r}=%q")
+    cap = spec.gateway(G + "limit_max_concurrency", f"{r}=%[1]q")
     raise_to = (
-        f"max({cap}) < on () group_left () llmtop:fleet_kv_fits and on () (llmtop:fleet_roomy == 1)"
+        f"max({cap}) < on () group_left () max(llmtop:gateway_kv_fits{{{r}=%[1]q}}) "
+        f"and on () (max(llmtop:gateway_kv_roomy{{{r}=%[1]q}}) == 1)"
     )
-    fits = _fleet("llmtop:fleet_kv_fits", "count")
-    used = _fleet("llmtop:fleet_kv_usage_frac", "frac")
+    fits = _gw_side(spec, "kv_fits", "count")
+    used = _gw_side(spec, "kv_usage_frac", "frac")
     return (
         f"{{{{ if printf `{raise_to}` $labels.{r} | query }}}}"
         f"the engine has KV headroom (KV {used}, 0 waiting): raise the cap from "
         f"{_gw(spec, 'limit_max_concurrency')} to ~{fits}: press + or :cap {fits} in llmtop "
-        f"(gateway max_concurrency); the KV caches hold {fits} sequences ("
-        f"{{{{ range query `{P}kv_fits` }}}}{{{{ .Labels.{r} }}}} {{{{ .Value }}}}; {{{{ end }}}}"
-        "each: its budget / tokens per request, as kv-exhausted sizes it)"
+        f"(gateway max_concurrency); what the KV caches hold:{_engines(spec)}"
         f"{{{{ else }}}}the engine has no headroom (KV {used}, "
-        f"{_fleet('llmtop:fleet_waiting', 'count')} waiting; the KV caches hold ~{fits}): add "
+        f"{_gw_side(spec, 'waiting', 'count')} waiting; the KV caches hold ~{fits}): add "
         "capacity (replicas/GPUs) or lower the offered load, or let the autopilot refuse early "
         "(press a in llmtop, or llmtop gateway --autopilot: a request that cannot start within "
         "the SLO then gets a 429 at once instead of waiting past it); raising the cap would "
         "only move the queue into vLLM{{ end }}"
     )
+
+
+def _gw_side(spec: AlertSpec, name: str, how: Shown) -> str:
+    """What the engines behind the alert's gateway hold (`figures._gateway_side`)."""
+    return figure(spec, "llmtop:gateway_" + name, how)
 
 
 def _rejected(spec: AlertSpec, extra: str = "", agg: str = "") -> str:
@@ -107,7 +130,8 @@ def gateway_queue_over_slo(spec: AlertSpec) -> Alert:
     return Alert(
         "gateway-queue-over-slo",
         f"{oldest} > {number(h.ttft_slo_s)}",
-        f"gateway {replica(spec)}: {_gw(spec, 'queued')} requests in its queue, the oldest "
+        f"gateway {replica(spec)}: {_gw_side(spec, 'queued', 'count')} requests in its queue, the "
+        "oldest "
         f"waiting {value('seconds')}, past the TTFT SLO ({h.ttft_slo_s:g}s), at "
         f"{_gw(spec, 'in_flight')}/{_gw(spec, 'limit_max_concurrency')} in flight: their "
         "clients are late though vLLM looks healthy",
@@ -127,7 +151,8 @@ def gateway_paused(spec: AlertSpec) -> Alert:
     return Alert(
         "gateway-paused",
         f"max by ({spec.r}) ({spec.gateway(G + 'paused')}) == 1",
-        f"gateway {replica(spec)}: admission is paused: {_gw(spec, 'queued')} queued, none "
+        f"gateway {replica(spec)}: admission is paused: {_gw_side(spec, 'queued', 'count')} "
+        "queued, none "
         "admitted",
         "resume admission (press p or :resume in llmtop) when the engine is ready",
         open_gateway(spec),

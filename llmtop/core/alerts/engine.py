@@ -7,7 +7,7 @@ from __future__ import annotations
 from llmtop.core.alerts.alert import Alert
 from llmtop.core.alerts.figures import P
 from llmtop.core.alerts.spec import AlertSpec, duration, number
-from llmtop.core.alerts.templates import figure, open_replica, replica, value
+from llmtop.core.alerts.templates import computed, figure, open_replica, replica, value
 
 
 def kv_arithmetic(spec: AlertSpec) -> str:
@@ -127,12 +127,8 @@ def degraded_200(spec: AlertSpec) -> Alert:
     h, r = spec.health, spec.r
     on = f"on ({r})"
     slo, itl = number(h.ttft_slo_s), number(h.itl_slo_s)
-    unanswered = spec.gateway("llmtop_gateway_oldest_unanswered_seconds")
     degraded = f"({P}slo_ratio > 1 unless {on} {P}error_frac > {number(h.error_rate_max)})"
-    ttft_over = (
-        f"({P}ttft_p95_seconds > {slo} or {on} "
-        f"({P}running * 0 + on () group_left () max({unanswered}) > {slo}))"
-    )
+    ttft_over = f"({P}ttft_p95_seconds > {slo} or {on} {P}gateway_unanswered_seconds > {slo})"
     itl_over = f"({P}itl_p95_seconds > {itl})"
     queue = (
         f"({ttft_over} and {on} ({P}queue_time_mean_seconds / {on} {P}ttft_mean_seconds >= 0.5"
@@ -154,17 +150,16 @@ def degraded_200(spec: AlertSpec) -> Alert:
         )
     )
     running = figure(spec, P + "running", "count")
-    decode_cap = (
-        f"{{{{ with printf `clamp_min(floor({P}decode_tok_per_s{{{r}=%q}} * {itl}), 1)` "
-        f'$labels.{r} | query }}}}{{{{ . | first | value | printf "%.0f" }}}}'
-        "{{ else }}N{{ end }}"
+    decode_cap = computed(
+        spec, f"clamp_min(floor({P}decode_tok_per_s{{{r}=%[1]q}} * {itl}), 1)", "count", "N"
     )
+    queue_cap = computed(spec, f"clamp_min({P}running{{{r}=%[1]q}}, 1)", "count", "N")
     action = (
         '{{ if eq $labels.bottleneck "kv" }}'
         + cap_advice(figure(spec, P + "kv_fits", "count"), "KV cache is full")
         + f"; {kv_arithmetic(spec)}"
         + '{{ else if eq $labels.bottleneck "queue" }}'
-        + cap_advice(running, "requests queue inside vLLM")
+        + cap_advice(queue_cap, "requests queue inside vLLM")
         + '{{ else if eq $labels.bottleneck "decode" }}'
         + cap_advice(decode_cap, "too many sequences share each decode step")
         + "{{ else }}prompts are expensive, or decode steps wait behind prefill chunks: cap "
@@ -196,6 +191,7 @@ def batching_cliff(spec: AlertSpec) -> Alert:
     w = duration(spec.window_s)
     then = f"{P}decode_tok_per_s offset {w}"
     running = figure(spec, P + "running", "count")
+    cap = computed(spec, f"clamp_min({P}running{{{spec.r}=%[1]q}}, 1)", "count", "N")
     return Alert(
         "batching-cliff",
         f"{P}waiting - {on} {P}waiting offset {w} >= {number(h.cliff_waiting_growth)}"
@@ -205,7 +201,7 @@ def batching_cliff(spec: AlertSpec) -> Alert:
         f"{replica(spec)}: waiting grew by {value('count')} in {w} while decode stays at "
         f"{figure(spec, P + 'decode_tok_per_s', 'rate')} tok/s with {running} running: more "
         "load only adds queueing",
-        cap_advice(running, "the engine is at its batch limit; queue in the gateway"),
+        cap_advice(cap, "the engine is at its batch limit; queue in the gateway"),
         open_replica(spec),
         f"waiting up by cliff_waiting_growth ({h.cliff_waiting_growth:g}) over the window "
         f"while decode tok/s stays within cliff_flat_frac ({h.cliff_flat_frac:g})",
@@ -216,10 +212,8 @@ def decode_bound(spec: AlertSpec) -> Alert:
     h, r = spec.health, spec.r
     on = f"on ({r})"
     itl = number(h.itl_slo_s)
-    cap = (
-        f"{{{{ with printf `clamp_min(floor({P}decode_tok_per_s{{{r}=%q}} * {itl}), 1)` "
-        f'$labels.{r} | query }}}}{{{{ . | first | value | printf "%.0f" }}}}'
-        "{{ else }}N{{ end }}"
+    cap = computed(
+        spec, f"clamp_min(floor({P}decode_tok_per_s{{{r}=%[1]q}} * {itl}), 1)", "count", "N"
     )
     return Alert(
         "decode-bound",

@@ -55,9 +55,13 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
     )
     held = duration(spec.at_least_interval(SIZE_LOOKBACK_S))
     slo = number(h.ttft_slo_s)
-    unanswered = spec.gateway("llmtop_gateway_oldest_unanswered_seconds")
     rows = [
         ("running", q["running"], "requests running (vllm:num_requests_running)"),
+        (
+            "gateway_unanswered_seconds",
+            _unanswered(spec),
+            "the oldest request a gateway sent this engine that has no first byte yet",
+        ),
         ("waiting", q["waiting"], "requests waiting in vLLM's queue"),
         ("waiting_for_capacity", q["waiting_capacity"], "waiting for KV capacity (0.20+)"),
         ("waiting_deferred", q["waiting_deferred"], "waiting for a LoRA, a KV transfer (0.20+)"),
@@ -139,7 +143,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
             f'label_replace({P}ttft_p95_seconds / {slo}, "figure", "ttft", "", "")'
             f' or label_replace({P}itl_p95_seconds / {number(h.itl_slo_s)}, "figure", "itl", '
             '"", "")'
-            f" or label_replace({P}running * 0 + on () group_left () max({unanswered}) / {slo},"
+            f" or label_replace({P}gateway_unanswered_seconds / {slo},"
             ' "figure", "unanswered", "", ""))',
             "the worst latency over its SLO: TTFT p95, ITL p95, and the gateway's oldest "
             "request at the engine without a first token",
@@ -166,30 +170,99 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
             "or fewer (the band below: a power of two)",
         ),
     ]
-    out = [Recorded(P + name, expr, doc) for name, expr, doc in rows]
-    out += _fleet(spec)
+    out = _upstream(spec) + [Recorded(P + name, expr, doc) for name, expr, doc in rows]
+    out += _gateway_side(spec)
     return tuple(out)
 
 
-def _fleet(spec: AlertSpec) -> list[Recorded]:
-    """What the engines under the selector hold together: what the gateway's rules weigh a
-    cap against (the TUI judges the gateway against every engine it watches)."""
-    h = spec.health
-    roomy = (
-        f"({P}kv_usage_frac < bool {number(h.kv_high_frac)}) * on ({spec.r}) "
-        f"({P}waiting == bool 0) * on ({spec.r}) ({P}preemptions_per_s == bool 0)"
-    )
+UPSTREAM = "llmtop:gateway_upstream"
+
+
+def _upstream(spec: AlertSpec) -> list[Recorded]:
+    """Which engines each gateway sends to, when replicas are named by `instance` (its replica
+    URLs' host:port): how a gateway's figures are joined to its engines' (none otherwise)."""
+    if spec.r != "instance":
+        return []
+    inflight = spec.gateway("llmtop_gateway_replica_in_flight")
     return [
         Recorded(
-            "llmtop:fleet_kv_fits",
-            f"sum({P}kv_fits) and on () (count({P}kv_fits) == count({P}running))",
-            "sequences the engines' KV caches hold together (when every engine is sized)",
-        ),
-        Recorded(
-            "llmtop:fleet_roomy",
-            f"min({roomy})",
-            "1 when every engine has KV headroom: below kv_high_frac, 0 waiting, no preemption",
-        ),
-        Recorded("llmtop:fleet_kv_usage_frac", f"max({P}kv_usage_frac)", "the fullest KV cache"),
-        Recorded("llmtop:fleet_waiting", f"sum({P}waiting)", "requests waiting in the engines"),
+            UPSTREAM,
+            "max by (gateway, instance) (label_replace(label_replace("
+            f'{inflight}, "gateway", "$1", "instance", "(.*)"), '
+            '"instance", "$1", "replica", "https?://([^/]+).*")) * 0 + 1',
+            "1 for each (gateway, the host:port of an engine it sends to)",
+        )
     ]
+
+
+def _unanswered(spec: AlertSpec) -> str:
+    """The gateway's oldest request without a first byte, put on the engines it sends to (on
+    every engine under the selector when that join cannot be made)."""
+    r = spec.r
+    oldest = spec.gateway("llmtop_gateway_oldest_unanswered_seconds")
+    if r == "instance":
+        by_gateway = (
+            f'max by (gateway) (label_replace({oldest}, "gateway", "$1", "instance", "(.*)"))'
+        )
+        return f"max by (instance) ({UPSTREAM} * on (gateway) group_left () {by_gateway})"
+    each = f"max by ({r}) ({spec.vllm('vllm:num_requests_running')}) * 0"
+    return f"{each} + on () group_left () max({oldest})"
+
+
+def _gateway_side(spec: AlertSpec) -> list[Recorded]:
+    """What the engines behind each gateway hold together, one series per gateway (labelled as
+    its alerts are): what the gateway's rules weigh its cap against, as the TUI weighs it
+    against the engines it watches. With replicas named by `instance`, a gateway's engines are
+    those its replica list names (llmtop_gateway_replica_in_flight's URLs, host:port); with
+    another replica label that join cannot be made, and every engine under the selector counts."""
+    h, r = spec.health, spec.r
+    on = f"on ({r})"
+    roomy = Recorded(
+        P + "kv_roomy",
+        f"({P}kv_usage_frac < bool {number(h.kv_high_frac)}) * {on} "
+        f"({P}waiting == bool 0) * {on} ({P}preemptions_per_s == bool 0)",
+        "1 when the engine has KV headroom: below kv_high_frac, 0 waiting, no preemption",
+    )
+    parts = {
+        "kv_fits": ("sum", "sequences the KV caches hold together (when every engine is sized)"),
+        "kv_roomy": ("min", "1 when every engine has KV headroom"),
+        "kv_usage_frac": ("max", "the fullest KV cache"),
+        "waiting": ("sum", "requests waiting in the engines"),
+    }
+    queued = Recorded(
+        "llmtop:gateway_queued",
+        f"sum by ({r}) ({spec.gateway('llmtop_gateway_queued')})",
+        "requests waiting in each gateway's queue, every priority",
+    )
+    out = [roomy, queued]
+    if r == "instance":
+        u = UPSTREAM
+        for name, (agg, doc) in parts.items():
+            joined = f"{u} * on (instance) group_left () {P}{name}"
+            expr = f"{agg} by (gateway) ({joined})"
+            if name == "kv_fits":
+                expr += (
+                    f" and on (gateway) (count by (gateway) ({joined}) == count by (gateway) ({u}))"
+                )
+            out.append(
+                Recorded(
+                    "llmtop:gateway_" + name,
+                    f'max without (gateway) (label_replace({expr}, "instance", "$1", '
+                    '"gateway", "(.*)"))',
+                    f"{doc}, behind each gateway",
+                )
+            )
+        return out
+    each = f"max by ({r}) ({spec.gateway('llmtop_gateway_in_flight')}) * 0"
+    for name, (agg, doc) in parts.items():
+        whole = f"{agg}({P}{name})"
+        if name == "kv_fits":
+            whole += f" and on () (count({P}kv_fits) == count({P}running))"
+        out.append(
+            Recorded(
+                "llmtop:gateway_" + name,
+                f"{each} + on () group_left () ({whole})",
+                f"{doc}, every engine under the selector, for each gateway",
+            )
+        )
+    return out

@@ -26,13 +26,29 @@ def shown(how: Shown) -> str:
     return _FORMATS[how]
 
 
-def figure(spec: AlertSpec, series: str, how: Shown, of_replica: bool = True) -> str:
-    """`series` of the alert's replica (or a fleet-wide series when not `of_replica`), or n/a."""
+def figure(
+    spec: AlertSpec, series: str, how: Shown, of_replica: bool = True, which: str = ""
+) -> str:
+    """`series` of the alert's replica (of the replica the template value `which` names, or
+    a series with no labels when not `of_replica`), or n/a."""
     r = spec.r
-    query = f"printf `{series}{{{r}=%q}}` $labels.{r}" if of_replica else f"`{series}`"
+    which = which or f"$labels.{r}"
+    query = f"printf `{series}{{{r}=%q}}` {which}" if of_replica else f"`{series}`"
+    return _shown_query(query, how)
+
+
+def computed(spec: AlertSpec, expr: str, how: Shown, fallback: str = "n/a") -> str:
+    """A PromQL expression over the alert's replica (`%[1]q` stands for its label's value,
+    quoted), evaluated when the alert is sent: arithmetic a template cannot do itself."""
+    return _shown_query(f"printf `{expr}` $labels.{spec.r}", how, fallback)
+
+
+def _shown_query(query: str, how: Shown, fallback: str = "n/a") -> str:
+    """The first value `query` answers, shown; `fallback` when none or NaN (unknown)."""
     return (
-        f"{{{{ with {query} | query }}}}{{{{ . | first | value | {shown(how)} }}}}"
-        "{{ else }}n/a{{ end }}"
+        f"{{{{ with {query} | query }}}}{{{{ $v := . | first | value }}}}"
+        f"{{{{ if eq $v $v }}}}{{{{ $v | {shown(how)} }}}}{{{{ else }}}}{fallback}{{{{ end }}}}"
+        f"{{{{ else }}}}{fallback}{{{{ end }}}}"
     )
 
 
