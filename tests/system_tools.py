@@ -1,5 +1,5 @@
 """System binaries some tests need (promtool and prometheus from Debian's `prometheus`
-package, `redis-server`): found on PATH, else installed once per session by
+package, `redis-server`, `prometheus-alertmanager`): found on PATH, else installed once per session by
 .ci/install-system-tools (quiet, never fatal); a test skips, naming why, only when the binary
 cannot be had."""
 
