@@ -74,6 +74,9 @@ class MonitorSettings:
     """Range of the PromQL rates and quantiles (at least twice Prometheus' scrape interval)."""
     prometheus_replica_label: str = "instance"
     """The Prometheus label that names a replica (e.g. `pod` when the scrape config relabels)."""
+    prometheus_gateway_selector: str | None = None
+    """PromQL matchers picking the llmtop gateway's series (`llmtop rules`), e.g.
+    '{job="llmtop-gateway"}'."""
     narrow_scrape: bool = True
     """Ask a fleet's exporters for only the series llmtop reads where they can (probed)."""
 
@@ -250,6 +253,9 @@ class SimSettings:
     """KV-cache capacity in tokens; derived from the profile when unset."""
     max_num_queued_reqs: int | None = None
     """vLLM 0.32's native admission limit (503 beyond); off when unset."""
+    fault: str | None = None
+    """A fault to have, NAME[@SECONDS after start]: scheduler-stuck (admits nothing, for good,
+    while /health and /metrics answer; docs/sim.md); none when unset."""
 
 
 def default_config_path() -> Path:

@@ -1,7 +1,7 @@
 """System binaries some tests need (promtool and prometheus from Debian's `prometheus`
-package, `redis-server`, `tmux`): found on PATH, else installed once per session by
-.ci/install-system-tools (quiet, never fatal); a test skips, naming why, only when the binary
-cannot be had."""
+package, `redis-server`, `tmux`, `prometheus-alertmanager`): found on PATH, else installed once
+per session by .ci/install-system-tools (quiet, never fatal); a test skips, naming why, only when
+the binary cannot be had."""
 
 from __future__ import annotations
 

@@ -15,4 +15,5 @@ NAMES: tuple[str, ...] = (
     "report",
     "whatif",
     "serve",
+    "rules",
 )

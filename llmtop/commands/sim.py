@@ -22,6 +22,12 @@ FLAGS: tuple[Flag, ...] = (
     ("max_num_batched_tokens", "--max-num-batched-tokens", "vLLM --max-num-batched-tokens", N),
     ("kv_tokens", "--kv-tokens", "KV-cache capacity in tokens", N),
     ("max_num_queued_reqs", "--max-num-queued-reqs", "vLLM 0.32 native admission limit", N),
+    (
+        "fault",
+        "--fault",
+        "a fault to have, NAME[@SECONDS after start]: scheduler-stuck",
+        {"metavar": "F"},
+    ),
 )
 
 

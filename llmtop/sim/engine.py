@@ -132,6 +132,8 @@ class Engine:
         self._overhead_s = p.step_overhead_s
         self.last_compute_s = 0.0
         self.last_memory_s = 0.0
+        self.stuck_from_s: float | None = None
+        """A stuck scheduler (`sim.faults`): from this engine time on, nothing is admitted."""
 
     # -- the door ---------------------------------------------------------------------------
 
@@ -229,8 +231,12 @@ class Engine:
     # -- state ------------------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        """True while any request is running or waiting."""
-        return bool(self.running or self.waiting)
+        """True while any request is running or waiting (and could be admitted)."""
+        return bool(self.running or (self.waiting and not self.admits_nothing()))
+
+    def admits_nothing(self) -> bool:
+        """The scheduler is stuck (`sim.faults`: scheduler-stuck) from its start on."""
+        return self.stuck_from_s is not None and self.now >= self.stuck_from_s
 
     def advance_to(self, t: float) -> None:
         """Let idle time pass (the clock never goes back)."""
@@ -300,8 +306,8 @@ class Engine:
                 emitted.append(seq)
             i += 1
 
-        # Then waiting sequences, FCFS, unless this step had to preempt.
-        if not preempted:
+        # Then waiting sequences, FCFS, unless this step had to preempt (or the scheduler is stuck).
+        if not preempted and not self.admits_nothing():
             waiting = self.waiting
             max_seqs = cfg.max_num_seqs
             st = self.stats

@@ -35,6 +35,7 @@ from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
 from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence
 from llmtop.sim.exposition import restrict
+from llmtop.sim.faults import parse_fault
 from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
 from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
 from llmtop.sim.profiles import get_profile
@@ -69,17 +70,23 @@ def build_engine(settings: SimSettings, now: float) -> Engine:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_queued_reqs=settings.max_num_queued_reqs,
         )
+        fault = parse_fault(settings.fault) if settings.fault else None
     except ValueError as e:
         raise UsageError(f"llmtop sim: {e}") from None
-    return Engine(config, now=now)
+    engine = Engine(config, now=now)
+    if fault is not None and fault.name == "scheduler-stuck":
+        engine.stuck_from_s = now + fault.after_s
+    return engine
 
 
 def banner(engine: Engine) -> str:
     """The line `llmtop sim` prints once listening ({url} is filled in by serve_forever)."""
     cfg = engine.config
+    stuck = engine.stuck_from_s
+    fault = "" if stuck is None else f", fault scheduler-stuck@{stuck - engine.now:g}"
     return (
         f"llmtop sim: profile {cfg.profile.name} ({cfg.kv_tokens:,} KV tokens,"
-        f" max_num_seqs {cfg.max_num_seqs}) listening on {{url}}"
+        f" max_num_seqs {cfg.max_num_seqs}{fault}) listening on {{url}}"
     )
 
 

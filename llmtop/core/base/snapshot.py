@@ -168,6 +168,9 @@ class GatewayStats:
     oldest_unanswered_s: float | None = None
     """Age since admission of the oldest request at the engine still without a first byte: a
     stuck request shows here at once, in the TTFT histograms only once it is answered."""
+    queued_ages_s: tuple[float, ...] = ()
+    """Seconds each request waiting in the gateway has waited, in queue order (the gateway's
+    first 1,000; empty: none waits, or a gateway too old to say)."""
     replicas: tuple[ReplicaStats, ...] = ()
     """The upstream replicas behind this gateway (one when it fronts a single engine)."""
     shared_status: str | None = None

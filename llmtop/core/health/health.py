@@ -20,6 +20,7 @@ from llmtop.core.health.rulebase import Context, Hysteresis, Rule, Verdict
 from llmtop.core.health.rules_edge import (
     gateway_down,
     gateway_paused,
+    gateway_queue_over_slo,
     gateway_saturated,
     gpu_memory_full,
     gpu_throttled,
@@ -30,6 +31,7 @@ from llmtop.core.health.rules_engine import (
     degraded_200,
     kv_exhausted,
     prefill_bound,
+    scheduler_stuck,
     stale_data,
     stats_disabled,
     target_down,
@@ -44,6 +46,7 @@ RULES: tuple[Rule[Context], ...] = (
     Rule("target-down", "critical", "target", target_down, immediate=True),
     Rule("stats-disabled", "warning", "target", stats_disabled, immediate=True),
     Rule("stale-data", "critical", "target", stale_data),
+    Rule("scheduler-stuck", "critical", "target", scheduler_stuck),
     Rule("kv-exhausted", "critical", "kv", kv_exhausted),
     Rule("degraded-200", "warning", "queue", degraded_200),
     Rule("batching-cliff", "warning", "queue", batching_cliff),
@@ -51,6 +54,7 @@ RULES: tuple[Rule[Context], ...] = (
     Rule("prefill-bound", "warning", "prefill", prefill_bound),
     Rule("vllm-admission-rejecting", "warning", "queue", vllm_admission),
     Rule("gateway-saturated", "warning", "gateway", gateway_saturated),
+    Rule("gateway-queue-over-slo", "warning", "gateway", gateway_queue_over_slo),
     Rule("gateway-paused", "warning", "gateway", gateway_paused, immediate=True),
     Rule("gateway-down", "warning", "gateway", gateway_down, immediate=True),
     Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
@@ -58,7 +62,14 @@ RULES: tuple[Rule[Context], ...] = (
 )
 
 _EDGE_CHECKS = frozenset(
-    {gateway_saturated, gateway_paused, gateway_down, gpu_throttled, gpu_memory_full}
+    {
+        gateway_saturated,
+        gateway_queue_over_slo,
+        gateway_paused,
+        gateway_down,
+        gpu_throttled,
+        gpu_memory_full,
+    }
 )
 REPLICA_RULES: tuple[Rule[Context], ...] = tuple(r for r in RULES if r.check not in _EDGE_CHECKS)
 """The rules a fleet replica's own Context can make hold: it carries no gateway and no GPUs,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import GatewayStats, Severity
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import Context, Verdict, kv_size_now, up_engines
@@ -133,3 +134,75 @@ def gpu_memory_full(ctx: Context) -> Verdict | None:
             "--gpu-memory-utilization",
         )
     return None
+
+
+def gateway_queue_over_slo(ctx: Context) -> Verdict | None:
+    """Requests have waited in the gateway's own queue past the TTFT SLO: their clients are
+    already late, whatever the engine's figures say (the engine sees only what was admitted,
+    so at a low cap vLLM looks healthy while every client waits). Read from the queue as it is
+    now, the oldest age and the waits of those still queued, not from the admitted ones' waits
+    (`gateway-saturated`), so it fires seconds after the first request is late, before any 429.
+    """
+    g, s = ctx.gateway, ctx.settings
+    if g is None or not g.up or g.oldest_queued_s is None or g.oldest_queued_s <= s.ttft_slo_s:
+        return None
+    late = sum(1 for a in g.queued_ages_s if a > s.ttft_slo_s)
+    rejected = sum(g.rejected_per_s.values())
+    # the ages list the first 1,000 only; without them (an older gateway) the oldest alone
+    how_many = f"{late} of {fmt.count(g.queued)}" if late else "requests"
+    summary = (
+        f"{how_many} in the gateway's queue have waited past the TTFT SLO "
+        f"({fmt.seconds(s.ttft_slo_s)}), the oldest {fmt.seconds(g.oldest_queued_s)}, at "
+        f"{fmt.count(g.in_flight)}/{fmt.count(g.max_concurrency)} in flight; "
+        + (f"{fmt.per_s(rejected)} 429s" if rejected else "no 429 yet")
+    )
+    severity: Severity = (
+        "critical" if g.oldest_queued_s >= s.critical_slo_factor * s.ttft_slo_s else "warning"
+    )
+    return Verdict(summary, _queue_action(ctx, g), severity=severity)
+
+
+def _queue_action(ctx: Context, g: GatewayStats) -> str:
+    """Raise the cap when the engines have KV headroom below what their cache holds (sized as
+    kv-exhausted sizes it, with the arithmetic); otherwise add capacity or refuse early."""
+    s = ctx.settings
+    engines = up_engines(ctx)
+    sizes = [kv_size_now(ctx, e) for e in engines]
+    known = [z for z in sizes if z is not None]
+    fit = sum(z.fits for z in known) if known and len(known) == len(engines) else None
+    kv = combine(engines)
+    used = kv.kv_cache_usage_frac if kv is not None else None
+    waiting = sum(e.waiting or 0.0 for e in engines)
+    roomy = bool(engines) and all(
+        e.kv_cache_usage_frac is not None
+        and e.kv_cache_usage_frac < s.kv_high_frac
+        and e.waiting == 0
+        and not e.preemptions_per_s
+        for e in engines
+    )
+    cap = g.max_concurrency
+    below_fit = fit is not None and cap is not None and cap < fit
+    if roomy and below_fit and fit is not None:
+        sum_text = known[0].arithmetic() if len(known) == 1 else _basis(known)
+        return (
+            f"the engine has KV headroom (KV {fmt.frac(used)}, 0 waiting): raise the cap from "
+            f"{cap} to ~{fit}: press + or :cap {fit} (gateway max_concurrency); {sum_text}"
+        )
+    if roomy and fit is None:
+        return (
+            f"the engine has KV headroom (KV {fmt.frac(used)}, 0 waiting): raise the cap a step "
+            "with + and watch TTFT (what a request costs in KV is not known yet)"
+        )
+    state = f"KV {fmt.frac(used)}, {fmt.count(waiting)} waiting"
+    if fit is not None and cap is not None and cap >= fit:
+        state += f"; the cap ({cap}) is at or above the ~{fit} its KV cache holds"
+    refuse = (
+        "; the autopilot (mode auto) already refuses what cannot start within its SLO"
+        if g.mode == "auto"
+        else ", or let the autopilot refuse early (press a: a request that cannot start within "
+        "the SLO then gets a 429 at once instead of waiting past it)"
+    )
+    return (
+        f"the engine has no headroom ({state}): add capacity (replicas/GPUs) or lower the "
+        f"offered load{refuse}; raising the cap would only move the queue into vLLM"
+    )

@@ -373,3 +373,34 @@ def _refusal(
         "queue in the llmtop gateway instead (priorities, timeouts, live limits): keep its "
         f"max_concurrency at or below vLLM's --max-num-seqs, or raise vLLM's {flag}",
     )
+
+
+def scheduler_stuck(ctx: Context) -> Verdict | None:
+    """The engine answers /metrics, requests wait, nothing runs, the KV cache has room, and no
+    token has been made for `scheduler_stuck_after_s`: its scheduler admits nothing (vLLM
+    issue #53130: it stays so until restarted, while /health says 200). Nothing running tells
+    it from a hung step or a long prefill (`stale-data` names those); requests deferred for
+    a LoRA or a KV transfer are not counted as waiting on the scheduler."""
+    s = ctx.settings
+    for e in up_engines(ctx):
+        waiting = (e.waiting or 0.0) - (e.waiting_deferred or 0.0)
+        if waiting <= 0 or e.running is None or e.running > 0:
+            continue
+        kv = e.kv_cache_usage_frac
+        last = ctx.last_progress.get(e.url)
+        if kv is None or not kv < s.kv_high_frac or last is None:
+            continue
+        idle_s = ctx.time - last
+        if idle_s < s.scheduler_stuck_after_s:
+            continue
+        summary = (
+            f"{where(ctx, e)}{fmt.count(waiting)} waiting, 0 running, KV {fmt.frac(kv)} used, "
+            f"and no token generated in the last {idle_s:.0f} s while its /metrics answers: the "
+            "scheduler admits nothing"
+        )
+        action = (
+            "restart vLLM (a stuck scheduler stays stuck, and /health still answers 200, so a "
+            "liveness probe will not restart it); a gateway in front holds new requests meanwhile"
+        )
+        return Verdict(summary, action)
+    return None

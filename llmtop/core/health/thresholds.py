@@ -38,6 +38,9 @@ class HealthSettings:
     """Window of the histogram quantiles and rates."""
     stale_after_s: float = 15.0
     """Running requests with no token progress for this long is a hung engine or stale data."""
+    scheduler_stuck_after_s: float = 10.0
+    """Requests waiting, none running, KV free and no token generated for this long is a
+    scheduler that admits nothing (vLLM issue #53130): a healthy one admits within a step."""
     cliff_waiting_growth: float = 4.0
     """Waiting must grow by at least this many requests over the window for a batching cliff."""
     cliff_flat_frac: float = 0.1

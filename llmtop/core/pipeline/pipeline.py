@@ -236,11 +236,20 @@ def gateway_stats(
         upstream_errors_per_s=upstream_errors_per_s,
         oldest_queued_s=_num(data, "oldest_queued_s"),
         oldest_unanswered_s=_num(data, "oldest_unanswered_s"),
+        queued_ages_s=_ages(data.get("queued_ages_s")),
         replicas=_replicas(data.get("replicas")),
         shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
         shared_live_gateways=_int(shared, "live_gateways"),
         global_in_flight=_int(shared, "global_in_flight"),
     )
+
+
+def _ages(raw: object) -> tuple[float, ...]:
+    """The gateway's `queued_ages_s`; anything that is not a list of numbers reads as none."""
+    if not isinstance(raw, list):
+        return ()
+    ages = [float(a) for a in raw if isinstance(a, int | float) and not isinstance(a, bool)]
+    return tuple(ages) if len(ages) == len(raw) else ()
 
 
 def _replicas(raw: object) -> tuple[ReplicaStats, ...]:

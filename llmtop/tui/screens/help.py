@@ -80,6 +80,10 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 - **gateway-saturated**: the gateway queue is long or its wait exceeds the SLO, or it is
   answering 429s. Raise the cap only if the engine has headroom, and no higher than what the
   KV cache holds, sized as kv-exhausted sizes it; else add capacity.
+- **gateway-queue-over-slo**: requests in the gateway's own queue have waited past the TTFT
+  SLO (the oldest age, and how many of those queued): their clients are late though vLLM
+  looks healthy. Raise the cap if the engine has KV headroom (to what the KV cache holds,
+  with the arithmetic); else add capacity, or let the autopilot (`a`) refuse early.
 - **vllm-admission-rejecting**: vLLM's own admission limit (`--max-num-queued-reqs`) is
   answering 503s. Let the gateway queue instead, or raise the limit.
 - **gateway-paused**: admission is paused: requests wait, then time out. `p` resumes.
@@ -89,6 +93,9 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
 - **target-down**: the engine does not answer its /metrics. Check the process and the URL.
 - **stats-disabled**: the engine answers but exports no vllm:* series (started with
   `--disable-log-stats`): restart it without that flag.
+- **scheduler-stuck**: the engine answers, requests wait, nothing runs, the KV cache has
+  room, and no token has been made for `scheduler_stuck_after_s` (10 s): its scheduler admits
+  nothing, and /health still says 200. Restart vLLM.
 - **stale-data**: no fresh data for two intervals (the header says STALE): the numbers on
   screen are old; a poll is hanging or failing.
 """

@@ -1,0 +1,268 @@
+"""The figures the findings read, as recording rules: the fleet source's own PromQL for them
+(`core.promql.promql.Queries.figures`, so the TUI reading through Prometheus and an alert agree),
+and the KV sizing of `core.health.kvsize` spelt in PromQL. Each is one series per replica (the
+replica label), old and new vLLM names matched with `or`. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmtop.core.alerts.spec import HISTORY_S, SIZE_LOOKBACK_S, AlertSpec, duration, number
+from llmtop.core.vllm.names import CACHE_CONFIG, COUNTERS, FINISHED
+
+P = "llmtop:vllm_"
+"""The recorded figures' prefix (Prometheus' `level:metric` naming)."""
+DECODE_BANDS = tuple(2**i for i in range(11))
+"""Running counts whose best per-sequence decode rate is kept (`decode-bound`): 1, 2, 4 ... 1024."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One recording rule: its series name, its PromQL and what it is, in a word."""
+
+    name: str
+    expr: str
+    doc: str
+
+
+def _label_number(spec: AlertSpec, label: str) -> str:
+    """A numeric label of vLLM's cache_config_info as a value, per (replica, engine).
+
+    PromQL has no label-to-number function, but `histogram_quantile` reads its `le` label as
+    a number: a bucket at le=<the label's value> beside a +Inf bucket, both counting 1, has
+    that value as its 1-quantile (interpolated from 0 over the whole first bucket). A value
+    that is not a number ("None") makes no bucket, and the answer NaN (unknown)."""
+    info = spec.vllm(CACHE_CONFIG)
+    r = spec.r
+    return (
+        f"histogram_quantile(1, sum by ({r}, engine, le) ("
+        f'label_replace({info}, "le", "$1", "{label}", "(.+)")'
+        f' or label_replace({info}, "le", "+Inf", "", "")))'
+    )
+
+
+def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
+    """The recording rules, in the order they are evaluated (each may read the ones before)."""
+    q = spec.queries.figures((spec.r,))
+    r, w, h = spec.r, duration(spec.window_s), spec.health
+    on = f"on ({r})"
+    finished = f"sum by ({r}) (rate({spec.vllm(FINISHED)}[{w}]))"
+    error = spec.vllm(FINISHED, extra='finished_reason="error"')
+    errors = f"sum by ({r}) (rate({error}[{w}]))"
+    tokens = " + ".join(
+        f"sum by ({r}) ({spec.vllm(*COUNTERS[k])})" for k in ("generation_tokens", "prompt_tokens")
+    )
+    held = duration(spec.at_least_interval(SIZE_LOOKBACK_S))
+    slo = number(h.ttft_slo_s)
+    rows = [
+        ("running", q["running"], "requests running (vllm:num_requests_running)"),
+        (
+            "gateway_unanswered_seconds",
+            _unanswered(spec),
+            "the oldest request a gateway sent this engine that has no first byte yet",
+        ),
+        ("waiting", q["waiting"], "requests waiting in vLLM's queue"),
+        ("waiting_for_capacity", q["waiting_capacity"], "waiting for KV capacity (0.20+)"),
+        ("waiting_deferred", q["waiting_deferred"], "waiting for a LoRA, a KV transfer (0.20+)"),
+        (
+            "waiting_for_kv",
+            f"{P}waiting_for_capacity or {P}waiting",
+            "waiting for KV: by reason where vLLM says, else all waiting (as kv-exhausted reads)",
+        ),
+        ("kv_usage_frac", q["kv_usage"], "KV-cache usage, 0..1"),
+        (
+            "kv_usage_peak_frac",
+            f"max_over_time({P}kv_usage_frac[{w}])",
+            "the highest KV usage over the window: preemption frees blocks, so a full cache "
+            "oscillates",
+        ),
+        ("prompt_tok_per_s", q["prompt_tokens"], "prompt tokens per second"),
+        ("decode_tok_per_s", q["generation_tokens"], "generated tokens per second"),
+        (
+            "decode_tok_per_s_per_seq",
+            f"{P}decode_tok_per_s / {on} ({P}running > 0)",
+            "decode rate of each running sequence",
+        ),
+        ("preemptions_per_s", q["preemptions"], "preemptions per second"),
+        ("ttft_p95_seconds", q["q_ttft_p95"], "time to first token, p95 over the window"),
+        ("itl_p95_seconds", q["q_itl_p95"], "inter-token latency, p95 over the window"),
+        ("ttft_mean_seconds", q["mean_ttft"], "mean TTFT over the window"),
+        ("queue_time_mean_seconds", q["mean_queue_time"], "mean time in vLLM's queue"),
+        ("prefill_time_mean_seconds", q["mean_prefill_time"], "mean prefill time"),
+        ("prompt_tokens_mean", q["mean_prompt_len"], "mean prompt of the finished requests"),
+        ("generation_tokens_mean", q["mean_generation_len"], "mean output of the finished"),
+        ("finished_per_s", finished, "requests finished per second, any reason"),
+        ("error_frac", f"{errors} / {on} ({P}finished_per_s > 0)", "share finished in error"),
+        (
+            "admission_rejections_per_s",
+            f"sum by ({r}) (rate({spec.vllm(*COUNTERS['admission_rejections'])}[{w}]))",
+            "vLLM's own 503s per second (--max-num-queued-reqs, 0.32+)",
+        ),
+        ("tokens_total", tokens, "tokens made since start: its moving is the engine's progress"),
+        (
+            "kv_capacity_tokens",
+            f"sum by ({r}) ({_label_number(spec, 'num_gpu_blocks')} * on ({r}, engine) "
+            f"{_label_number(spec, 'block_size')})",
+            "KV tokens: num_gpu_blocks x block_size of cache_config_info, summed over engines",
+        ),
+        (
+            "kv_block_size",
+            f"max by ({r}) ({_label_number(spec, 'block_size')})",
+            "tokens per KV block",
+        ),
+        (
+            "kv_held_tokens_per_seq",
+            f"{P}kv_usage_frac * {on} {P}kv_capacity_tokens / {on} ({P}running > 0)",
+            "KV each running sequence holds: usage x capacity / running",
+        ),
+        (
+            "kv_request_tokens",
+            f"ceil(max by ({r}) ("
+            f'label_replace(max_over_time({P}kv_held_tokens_per_seq[{held}]), "basis", "held", '
+            '"", "")'
+            f" or label_replace({P}prompt_tokens_mean + {on} {P}generation_tokens_mean or "
+            f'{P}prompt_tokens_mean, "basis", "mean", "", "")))',
+            "what a slot costs (kv_size): the larger of the mean prompt + output and the most "
+            f"a running sequence held over {held}, whole tokens",
+        ),
+        (
+            "kv_budget_tokens",
+            f"floor({P}kv_capacity_tokens * {number(min(1.0, h.kv_target_frac))})",
+            f"the KV tokens a cap may fill: kv_target_frac ({h.kv_target_frac:g}) of the cache",
+        ),
+        (
+            "kv_fits",
+            f"clamp_min(floor((floor({P}kv_budget_tokens / {on} {P}kv_block_size) - 1) / {on} "
+            f"ceil({P}kv_request_tokens / {on} {P}kv_block_size)), 1)",
+            "sequences that fit: (budget blocks - vLLM's null block) / blocks per request",
+        ),
+        (
+            "slo_ratio",
+            f"max by ({r}) ("
+            f'label_replace({P}ttft_p95_seconds / {slo}, "figure", "ttft", "", "")'
+            f' or label_replace({P}itl_p95_seconds / {number(h.itl_slo_s)}, "figure", "itl", '
+            '"", "")'
+            f" or label_replace({P}gateway_unanswered_seconds / {slo},"
+            ' "figure", "unanswered", "", ""))',
+            "the worst latency over its SLO: TTFT p95, ITL p95, and the gateway's oldest "
+            "request at the engine without a first token",
+        ),
+        (
+            "decode_tok_per_s_per_seq_by_running",
+            " or ".join(
+                f"label_replace({P}decode_tok_per_s_per_seq and {on} {P}running <= {k}, "
+                f'"running_le", "{k}", "", "")'
+                for k in DECODE_BANDS
+            ),
+            "the per-sequence decode rate, once for each band of running counts it is in",
+        ),
+        (
+            "decode_tok_per_s_per_seq_best_at_half",
+            f"max by ({r}) (max_over_time({P}decode_tok_per_s_per_seq_by_running"
+            f"[{duration(spec.at_least_interval(HISTORY_S))}]) and on ({r}, running_le) ("
+            + " or ".join(
+                f'label_replace({P}running >= {2 * k} < {4 * k}, "running_le", "{k}", "", "")'
+                for k in DECODE_BANDS
+            )
+            + "))",
+            "the best per-sequence decode rate of the last ten minutes at half the running now "
+            "or fewer (the band below: a power of two)",
+        ),
+    ]
+    out = _upstream(spec) + [Recorded(P + name, expr, doc) for name, expr, doc in rows]
+    out += _gateway_side(spec)
+    return tuple(out)
+
+
+UPSTREAM = "llmtop:gateway_upstream"
+
+
+def _upstream(spec: AlertSpec) -> list[Recorded]:
+    """Which engines each gateway sends to, when replicas are named by `instance` (its replica
+    URLs' host:port): how a gateway's figures are joined to its engines' (none otherwise)."""
+    if spec.r != "instance":
+        return []
+    inflight = spec.gateway("llmtop_gateway_replica_in_flight")
+    return [
+        Recorded(
+            UPSTREAM,
+            "max by (gateway, instance) (label_replace(label_replace("
+            f'{inflight}, "gateway", "$1", "instance", "(.*)"), '
+            '"instance", "$1", "replica", "https?://([^/]+).*")) * 0 + 1',
+            "1 for each (gateway, the host:port of an engine it sends to)",
+        )
+    ]
+
+
+def _unanswered(spec: AlertSpec) -> str:
+    """The gateway's oldest request without a first byte, put on the engines it sends to (on
+    every engine under the selector when that join cannot be made)."""
+    r = spec.r
+    oldest = spec.gateway("llmtop_gateway_oldest_unanswered_seconds")
+    if r == "instance":
+        by_gateway = (
+            f'max by (gateway) (label_replace({oldest}, "gateway", "$1", "instance", "(.*)"))'
+        )
+        return f"max by (instance) ({UPSTREAM} * on (gateway) group_left () {by_gateway})"
+    each = f"max by ({r}) ({spec.vllm('vllm:num_requests_running')}) * 0"
+    return f"{each} + on () group_left () max({oldest})"
+
+
+def _gateway_side(spec: AlertSpec) -> list[Recorded]:
+    """What the engines behind each gateway hold together, one series per gateway (labelled as
+    its alerts are): what the gateway's rules weigh its cap against, as the TUI weighs it
+    against the engines it watches. With replicas named by `instance`, a gateway's engines are
+    those its replica list names (llmtop_gateway_replica_in_flight's URLs, host:port); with
+    another replica label that join cannot be made, and every engine under the selector counts."""
+    h, r = spec.health, spec.r
+    on = f"on ({r})"
+    roomy = Recorded(
+        P + "kv_roomy",
+        f"({P}kv_usage_frac < bool {number(h.kv_high_frac)}) * {on} "
+        f"({P}waiting == bool 0) * {on} ({P}preemptions_per_s == bool 0)",
+        "1 when the engine has KV headroom: below kv_high_frac, 0 waiting, no preemption",
+    )
+    parts = {
+        "kv_fits": ("sum", "sequences the KV caches hold together (when every engine is sized)"),
+        "kv_roomy": ("min", "1 when every engine has KV headroom"),
+        "kv_usage_frac": ("max", "the fullest KV cache"),
+        "waiting": ("sum", "requests waiting in the engines"),
+    }
+    queued = Recorded(
+        "llmtop:gateway_queued",
+        f"sum by ({r}) ({spec.gateway('llmtop_gateway_queued')})",
+        "requests waiting in each gateway's queue, every priority",
+    )
+    out = [roomy, queued]
+    if r == "instance":
+        u = UPSTREAM
+        for name, (agg, doc) in parts.items():
+            joined = f"{u} * on (instance) group_left () {P}{name}"
+            expr = f"{agg} by (gateway) ({joined})"
+            if name == "kv_fits":
+                expr += (
+                    f" and on (gateway) (count by (gateway) ({joined}) == count by (gateway) ({u}))"
+                )
+            out.append(
+                Recorded(
+                    "llmtop:gateway_" + name,
+                    f'max without (gateway) (label_replace({expr}, "instance", "$1", '
+                    '"gateway", "(.*)"))',
+                    f"{doc}, behind each gateway",
+                )
+            )
+        return out
+    each = f"max by ({r}) ({spec.gateway('llmtop_gateway_in_flight')}) * 0"
+    for name, (agg, doc) in parts.items():
+        whole = f"{agg}({P}{name})"
+        if name == "kv_fits":
+            whole += f" and on () (count({P}kv_fits) == count({P}running))"
+        out.append(
+            Recorded(
+                "llmtop:gateway_" + name,
+                f"{each} + on () group_left () ({whole})",
+                f"{doc}, every engine under the selector, for each gateway",
+            )
+        )
+    return out

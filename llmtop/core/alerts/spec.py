@@ -1,0 +1,111 @@
+"""What a rules file is made from: the thresholds the TUI judges by, the selectors that find
+vLLM's and the gateway's series, the label naming a replica, and Prometheus' interval, which
+sets how long the windows and holds can be. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from llmtop.core.health.rules_fleet import FleetRules
+from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.promql.promql import Queries, selector_matchers
+from llmtop.errors import UsageError
+
+DEFAULT_INTERVAL_S = 15.0
+"""Prometheus' scrape and evaluation interval assumed when none is given (its example config's;
+llmtop's own poll is 1 s)."""
+RATE_SCRAPES = 4
+"""A rate's window spans at least this many scrapes (Prometheus' advice: a window of one or two
+scrapes misses or doubles a counter's step)."""
+HISTORY_S = 600.0
+"""How far back the look-backs reach (the pipeline keeps ten minutes of snapshots)."""
+SIZE_LOOKBACK_S = 60.0
+"""`kv_size`'s look-back for the most KV a running sequence held (core.health.kvsize)."""
+GATEWAY_WINDOW_S = 60.0
+"""The gateway's own window of its queue-wait quantiles (/admin/stats `window_s`)."""
+
+
+def matchers(selector: str | None, flag: str) -> str:
+    """The matchers inside a selector's braces, or a one-line error naming the flag."""
+    try:
+        return selector_matchers(selector)
+    except UsageError:
+        raise UsageError(
+            f"{flag} {selector!r} is not a PromQL selector: expected "
+            '{label="value", ...} (or !=, =~, !~)'
+        ) from None
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a Prometheus duration: whole seconds as `10s`, else milliseconds."""
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+def number(x: float) -> str:
+    """A threshold as a PromQL number, every digit kept."""
+    return repr(float(x))
+
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """The inputs of a rules file."""
+
+    health: HealthSettings = field(default_factory=HealthSettings)
+    fleet: FleetRules | None = None
+    """The fleet rules' thresholds; None: their defaults with health's SLO, KV mark and holds
+    (as the fleet pipeline makes them)."""
+    vllm_matchers: str = ""
+    """Matchers of vLLM's series (inside the braces): the scrape job, namespace, ..."""
+    gateway_matchers: str = ""
+    replica_label: str = "instance"
+    interval_s: float = DEFAULT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.interval_s) and 0.1 <= self.interval_s <= 3600):
+            raise UsageError(
+                f"--interval must be between 0.1 and 3600 seconds, got {self.interval_s:g}"
+            )
+        _ = self.queries  # checks the replica label, naming the flag
+
+    @property
+    def fleet_rules(self) -> FleetRules:
+        h = self.health
+        return self.fleet or FleetRules(
+            kv_high_frac=h.kv_high_frac,
+            ttft_slo_s=h.ttft_slo_s,
+            fire_after_s=h.fire_after_s,
+            clear_after_s=h.clear_after_s,
+        )
+
+    @property
+    def r(self) -> str:
+        """The replica label."""
+        return self.replica_label
+
+    @property
+    def window_s(self) -> float:
+        """The rates' and quantiles' window: llmtop's, or more scrapes when they are sparse."""
+        return max(self.health.window_s, RATE_SCRAPES * self.interval_s)
+
+    def at_least_interval(self, seconds: float) -> float:
+        """A look-back of `seconds`, but never shorter than one evaluation."""
+        return max(seconds, self.interval_s)
+
+    @property
+    def queries(self) -> Queries:
+        """The fleet source's queries over the same series (core.promql): the figures' PromQL."""
+        return Queries(self.vllm_matchers, self.window_s, self.replica_label)
+
+    def vllm(self, *names: str, extra: str = "") -> str:
+        """A selector of vLLM's series; several names (newest first) joined with `or`."""
+        parts = [self.queries.series(n, extra) for n in names]
+        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+    def gateway(self, name: str, extra: str = "") -> str:
+        """A selector of the gateway's series."""
+        inside = ",".join(x for x in (self.gateway_matchers, extra) if x)
+        return f"{name}{{{inside}}}" if inside else name

@@ -1,0 +1,189 @@
+"""core.alerts and `llmtop rules`: one alert per finding PromQL can express, made from the
+health rules' rows and thresholds (change one and the file follows), old vLLM names matched,
+bad input refused in one line with nothing written. promtool's own checks are in
+tests/integration/test_alerts_replay.py."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from llmtop.cli import main
+from llmtop.core.alerts.alert import ROWS, alert_name
+from llmtop.core.alerts.figures import figures
+from llmtop.core.alerts.rulesfile import NEEDS_SELECTOR, NOT_EXPRESSED, alerts, render
+from llmtop.core.alerts.spec import AlertSpec, duration
+from llmtop.core.health.health import RULES
+from llmtop.core.health.rules_fleet import FLEET_RULES
+from llmtop.errors import UsageError
+from llmtop.settings import HealthSettings
+
+BRIEF = {
+    "degraded-200", "kv-exhausted", "batching-cliff", "decode-bound", "prefill-bound",
+    "gateway-saturated", "gateway-queue-over-slo", "target-down", "stats-disabled",
+    "scheduler-stuck", "replica-outlier",
+}  # fmt: skip
+"""The findings issue 29 names (the gateway's queue and 429s are the two gateway ones)."""
+
+
+def by_finding(spec: AlertSpec) -> dict[str, object]:
+    made, _ = alerts(spec)
+    return {a.finding: a for a in made}
+
+
+def test_every_finding_has_an_alert_or_says_why_not() -> None:
+    made, left = alerts(AlertSpec(vllm_matchers='job="vllm"'))
+    ids = {a.finding for a in made}
+    assert ids | set(left) == {r.id for r in (*RULES, *FLEET_RULES)} == set(ROWS)
+    assert not ids & set(left)
+    assert ids >= BRIEF
+    text = render(AlertSpec())
+    for finding, why in {**NOT_EXPRESSED, **NEEDS_SELECTOR}.items():
+        assert f"# - {finding}: {why.split()[0]}" in text  # said in the file
+
+
+def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
+    made, _ = alerts(AlertSpec())
+    text = render(AlertSpec())
+    for a in made:
+        row = ROWS[a.finding]
+        labels = a.labels()
+        assert labels["finding"] == a.finding
+        assert a.name == alert_name(a.finding)
+        if a.finding not in ("degraded-200", "gateway-saturated", "gateway-queue-over-slo"):
+            assert labels["severity"] == row.severity
+        if a.finding not in ("degraded-200", "replica-outlier"):  # named by the expression
+            assert labels["bottleneck"] == row.bottleneck
+        block = text.split(f"      - alert: {a.name}\n", 1)[1].split("      - ", 1)[0]
+        assert ("for: 3s" in block) == (not row.immediate)
+        assert ("keep_firing_for: 10s" in block) == (not row.immediate)
+        for key in ("summary:", "action:", "llmtop:"):
+            assert key in block
+    assert "llmtop --vllm http://{{ $labels.instance }}" in text
+
+
+def test_a_changed_threshold_changes_the_rules() -> None:
+    moved = replace(
+        HealthSettings(),
+        ttft_slo_s=3.5,
+        itl_slo_s=0.25,
+        kv_high_frac=0.85,
+        kv_target_frac=0.8,
+        scheduler_stuck_after_s=20.0,
+        fire_after_s=5.0,
+        clear_after_s=30.0,
+    )
+    before, after = render(AlertSpec()), render(AlertSpec(health=moved))
+    assert "llmtop:vllm_ttft_p95_seconds / 3.5" in after
+    assert "llmtop:vllm_itl_p95_seconds > 0.25" in after
+    assert "llmtop:vllm_kv_usage_peak_frac >= 0.85" in after
+    assert "llmtop:vllm_kv_capacity_tokens * 0.8" in after
+    assert "llmtop:vllm_tokens_total offset 20s == 0" in after
+    assert "max by (instance) (llmtop_gateway_oldest_queued_seconds) > 3.5" in after
+    assert "for: 5s" in after
+    assert "keep_firing_for: 30s" in after
+    for text in ("/ 3.5", ">= 0.85", "offset 20s", "for: 5s"):
+        assert text not in before
+
+
+def test_old_vllm_names_are_matched_too() -> None:
+    text = render(AlertSpec())
+    assert "(vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)" in text
+    assert "vllm:inter_token_latency_seconds_bucket[15s" not in text  # the window is 60 s here
+    assert re.search(
+        r"rate\(vllm:inter_token_latency_seconds_bucket\[60s\]\) or "
+        r"rate\(vllm:time_per_output_token_seconds_bucket\[60s\]\)",
+        text,
+    )
+
+
+def test_windows_follow_the_interval_and_selectors_go_into_every_series() -> None:
+    spec = AlertSpec(
+        vllm_matchers='job="vllm",namespace="ml"',
+        gateway_matchers='job="gw"',
+        replica_label="pod",
+        interval_s=30.0,
+    )
+    text = render(spec)
+    assert "    interval: 30s" in text
+    assert spec.window_s == 120.0
+    assert "[120s]" in text
+    assert 'vllm:num_requests_running{job="vllm",namespace="ml"}' in text
+    assert 'llmtop_gateway_oldest_queued_seconds{job="gw"}' in text
+    assert "sum by (pod)" in text
+    assert "sum by (instance)" not in text
+    opens = by_finding(spec)["kv-exhausted"].llmtop  # type: ignore[attr-defined]
+    assert opens == (
+        "llmtop --prometheus {{ externalURL }} "
+        '--selector \'{job="vllm",namespace="ml",pod="{{ $labels.pod }}"}\''
+    )
+    assert AlertSpec(interval_s=1).window_s == HealthSettings().window_s
+    # the same figures; a gateway's engines are joined by instance only (its replica URLs)
+    by_instance = [f.name for f in figures(AlertSpec())]
+    assert by_instance[0] == "llmtop:gateway_upstream"
+    assert [f.name for f in figures(spec)] == by_instance[1:]
+
+
+def test_durations() -> None:
+    assert duration(10.0) == "10s"
+    assert duration(1.5) == "1500ms"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--vllm-selector", "job=vllm"], "--vllm-selector 'job=vllm' is not a PromQL selector"),
+        (["--gateway-selector", '{job="gw"'], "--gateway-selector '{job=\"gw\"' is not a PromQL"),
+        (["--replica-label", "le"], "--replica-label 'le': llmtop uses that name"),
+        (["--replica-label", "9pod"], "--replica-label '9pod' is not a Prometheus label name"),
+        (["--interval", "0"], "--interval must be between 0.1 and 3600 seconds, got 0"),
+        (["--ttft-slo", "fast"], "argument --ttft-slo: invalid float value: 'fast'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "llmtop.rules.yml"
+    out.write_text("the old file\n")
+    try:
+        code = main(["rules", *args, "--out", str(out)])
+    except SystemExit as e:  # argparse's own refusals
+        code = int(e.code or 0)
+    assert code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert said in lines[0]
+    assert captured.out == ""
+    assert out.read_text() == "the old file\n"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_out_replaces_the_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "llmtop.rules.yml"
+    out.write_text("the old file\n")
+    assert main(["rules", "--interval", "1", "--out", str(out)]) == 0
+    assert out.read_text() == render(AlertSpec(interval_s=1.0))
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
+
+
+def test_settings_reach_the_file_through_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LLMTOP_TTFT_SLO_S", "3.5")
+    monkeypatch.setenv("LLMTOP_SCHEDULER_STUCK_AFTER_S", "20")
+    assert main(["rules"]) == 0
+    text = capsys.readouterr().out
+    assert text == render(
+        AlertSpec(health=replace(HealthSettings(), ttft_slo_s=3.5, scheduler_stuck_after_s=20))
+    )
+    assert "> 3.5" in text
+
+
+def test_a_spec_refuses_a_bad_label_itself() -> None:
+    with pytest.raises(UsageError, match="--replica-label"):
+        AlertSpec(replica_label="__name__")
