@@ -25,9 +25,10 @@ from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
 from llmtop.gateway.handler_time import TimedResponse
 from llmtop.gateway.metrics import metrics_endpoint
-from llmtop.gateway.proxy import Proxy, describe_error
+from llmtop.gateway.proxy import Proxy
 from llmtop.gateway.shared import LocalLimits, RedisLimits, SharedLimits
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
+from llmtop.gateway.wire import describe_error
 from llmtop.settings import GatewaySettings, read_token
 
 TICK_S = 0.05
