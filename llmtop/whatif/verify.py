@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from llmtop.load.runner import OpenLoop, Runner, Shape
+from llmtop.load.drivers import OpenLoop
+from llmtop.load.runner import Runner, Shape
 from llmtop.load.stats import percentile
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
