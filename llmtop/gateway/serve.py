@@ -28,6 +28,18 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
+def hash_key_from(text: str) -> str:
+    """The key table's hash of a key typed or piped in (its line ending is not part of it)."""
+    key = text.strip()
+    if not key:
+        raise UsageError(
+            '--hash-key: no key on stdin (printf %s "$KEY" | llmtop gateway --hash-key)'
+        )
+    from llmtop.gateway.trust import hash_key
+
+    return hash_key(key)
+
+
 def run_gateway(settings: GatewaySettings) -> None:
     """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
     from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
