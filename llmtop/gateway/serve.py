@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
 
 from llmtop.errors import UsageError
-from llmtop.settings import GatewaySettings, read_token
+from llmtop.settings import GatewaySettings, resolve_token
 
 
 def is_loopback(host: str) -> bool:
@@ -46,9 +45,10 @@ def run_gateway(settings: GatewaySettings) -> None:
     from llmtop.gateway.app import create_app
 
     host, port = parse_listen(settings.listen)
-    token = read_token(settings.admin_token, settings.admin_token_file)
+    settings = resolve_token(settings)  # read by settings.load already: no second read
+    token = settings.admin_token
     check_exposure(host, token)
-    app = create_app(replace(settings, admin_token=token, admin_token_file=None))
+    app = create_app(settings)
     auth = "token required" if token else "no token (loopback only)"
     serve_forever(
         app,
