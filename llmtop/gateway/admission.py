@@ -40,7 +40,7 @@ from llmtop.gateway.limits import (
 )
 from llmtop.gateway.queueing import POLICIES, PRIORITIES, RANK, WaitQueue
 from llmtop.gateway.ratelimit import TenantRateLimiter
-from llmtop.gateway.ticket import Ticket
+from llmtop.gateway.ticket import IN_FLIGHT, QUEUED, Ticket
 from llmtop.gateway.window import CumulativeHistogram, SampleWindow
 
 __all__ = [
@@ -285,8 +285,9 @@ class AdmissionController:
 
     def _dispatch(self, now: float) -> None:
         queue = self._queue
+        policy, congested = POLICIES[self._limits.queue_policy], self._congested_now
         while queue.count:
-            head = queue.head(POLICIES[self._limits.queue_policy], self._congested_now)
+            head = queue.head(policy, congested)
             assert head is not None
             if not self._fits(head.prompt_tokens, head.kv_blocks):
                 return
@@ -313,16 +314,16 @@ class AdmissionController:
 
     def cancel(self, ticket: Ticket) -> None:
         """The waiting client went away: leave the queue, or free the slot just granted."""
-        if ticket.queued:
+        if ticket.state == QUEUED:
             self._queue.remove(ticket)
             ticket.end()
             self.outcomes["cancelled"] += 1
-        elif ticket.in_flight:
+        elif ticket.state == IN_FLIGHT:
             self.release(ticket, "cancelled")
 
     def release(self, ticket: Ticket, outcome: str = "completed") -> None:
         """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
-        if not ticket.in_flight:
+        if ticket.state != IN_FLIGHT:
             return
         if outcome not in ("completed", "cancelled", "upstream_error"):
             raise ValueError(f"not an outcome of an admitted request: {outcome!r}")
