@@ -99,7 +99,8 @@ async def _ready(gw: str) -> None:
 
 
 async def _client(gw: str, workload: str, minutes: float, caps: dict[str, float]) -> Real:
-    from llmtop.load.runner import ClosedLoop, OpenLoop, Runner, Shape
+    from llmtop.load.drivers import ClosedLoop, OpenLoop
+    from llmtop.load.runner import Runner, Shape
 
     await _ready(gw)
     t0 = time.monotonic()

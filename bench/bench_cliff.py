@@ -246,7 +246,8 @@ def _serve(engine_seqs: int | None, gateway_cap: int | None, conn: Any) -> None:
 
 async def _client_burst(url: str) -> list[tuple[float, float]]:
     """Send the burst through the loadgen; (TTFT, E2E) of each request."""
-    from llmtop.load.runner import ClosedLoop, Runner, Shape
+    from llmtop.load.drivers import ClosedLoop
+    from llmtop.load.runner import Runner, Shape
 
     shape = Shape(
         prompt_tokens=(BURST.prompt_tokens, BURST.prompt_tokens), output_tokens=BURST.max_tokens

@@ -61,7 +61,7 @@ class MonitorSettings:
     admin_token: str | None = field(default=None, repr=False)
     """Bearer token for the gateway's admin API (never logged or recorded)."""
     admin_token_file: str | None = None
-    """File holding the admin token; read once at start."""
+    """File holding the admin token; read once, by `load` (`resolve_token`), into admin_token."""
     record: str | None = None
     """Append every poll to this recording file (JSON lines, gzip when it ends in .gz)."""
     targets_file: str | None = field(default=None, metadata=_env("LLMTOP_TARGETS"))
@@ -216,7 +216,7 @@ class GatewaySettings:
     admin_token: str | None = field(default=None, repr=False)
     """Bearer token the admin API requires; without it only loopback listening is allowed."""
     admin_token_file: str | None = None
-    """File holding the admin token."""
+    """File holding the admin token; read once, by `load` (`resolve_token`), into admin_token."""
     trust_client_headers: bool = False
     """Take x-llmtop-priority and x-llmtop-tenant from clients as sent: only behind a proxy
     that authenticates callers and sets both; otherwise the key table decides."""
@@ -363,7 +363,7 @@ def load(
             values[f.name] = parse(environ[env_name(f)], env_name(f))
         elif f.name in table:
             values[f.name] = parse(table[f.name], f"config [{section}] {f.name}")
-    return cls(**values)
+    return resolve_token(cls(**values))
 
 
 def describe(cls: type[Any], name: str) -> str:
@@ -378,6 +378,20 @@ def describe(cls: type[Any], name: str) -> str:
                 shown = "none"
             return f"(default: {shown}; env {env_name(f)}; config [{_section_name(cls)}] {name})"
     raise KeyError(name)
+
+
+def resolve_token(section: T) -> T:
+    """A settings section with its admin token file read: `admin_token` holds the token (the
+    file wins over the setting), `admin_token_file` is None. The one read of the file: `load`
+    does it, so everything after reads `admin_token`; a section built by hand (tests, the
+    demo) goes through it where it is used. Sections without a token pass unchanged."""
+    if not hasattr(section, "admin_token_file"):
+        return section
+    given, token_file = getattr(section, "admin_token", None), section.admin_token_file
+    token = read_token(given, token_file)
+    if token == given and token_file is None:
+        return section
+    return dataclasses.replace(section, admin_token=token, admin_token_file=None)  # type: ignore[type-var]
 
 
 def read_token(token: str | None, token_file: str | None) -> str | None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.demo.scenarios import Phase, Scenario
-from llmtop.load.runner import ClosedLoop, Runner, Shape
+from llmtop.load.drivers import ClosedLoop
+from llmtop.load.runner import Runner, Shape
 from llmtop.load.stats import RequestResult
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings, SimSettings
 

@@ -11,29 +11,41 @@ Ordering is strict: the head of the queue (highest priority, then oldest) goes f
 the token or KV budget does not fit the head, nobody behind it jumps ahead (no starvation of long
 prompts). A prompt larger than the whole budget is admitted alone, when nothing is in flight.
 
-Queue policies (limits.queue_policy): fifo waits up to queue_timeout_s; deadline gives each
-request a TTFT budget (ttft_slo_s less the engine's recent TTFT), refuses at arrival one whose
-predicted start (backlog ahead / measured drain rate) is past it, and takes a waiter out when
-its budget is gone; codel and lifo are Fail at Scale's controlled delay and adaptive LIFO, kept
-for the comparison in bench/bench_autopilot.py.
+The controller keeps the accounting and the order of events; its parts are homes of their own:
+the queue and its four policies (fifo, deadline, codel, lifo) in gateway/queueing.py, the
+budgets a request must fit in gateway/budgets.py, and what it predicts from (drain rates, the
+engine's TTFT) in gateway/estimates.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from llmtop.errors import Rejected
+from llmtop.gateway.budgets import Budgets
+from llmtop.gateway.estimates import Estimates
 from llmtop.gateway.footprint import FootprintModel, PromptShape
-from llmtop.gateway.limits import LimitError, Limits, validate_limits
+from llmtop.gateway.limits import (
+    AUTOPILOT,
+    LEVERS,
+    LimitError,
+    Limits,
+    change_limits,
+    limit_events,
+    pause_event,
+    validate_limits,
+)
+from llmtop.gateway.queueing import POLICIES, PRIORITIES, RANK, WaitQueue
 from llmtop.gateway.ratelimit import TenantRateLimiter
-from llmtop.gateway.window import CumulativeHistogram, RateWindow, SampleWindow
+from llmtop.gateway.ticket import IN_FLIGHT, QUEUED, Ticket
+from llmtop.gateway.window import CumulativeHistogram, SampleWindow
 
 __all__ = [
+    "AUTOPILOT",
+    "LEVERS",
     "OUTCOMES",
     "PRIORITIES",
     "REJECT_REASONS",
@@ -45,112 +57,10 @@ __all__ = [
     "validate_limits",
 ]
 
-PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
-"""Highest first; the header x-llmtop-priority takes one of these."""
 OUTCOMES: tuple[str, ...] = ("completed", "rejected", "timed_out", "cancelled", "upstream_error")
-REJECT_REASONS: tuple[str, ...] = (
-    "queue_full",
-    "displaced",
-    "shed",
-    "rate_limited",
-    "ttft_budget",
-)
-AUTOPILOT = "autopilot"
-"""The source of the autopilot's own changes; any other source changing a lever it moves
-switches the mode to manual."""
-LEVERS = ("max_concurrency", "max_inflight_kv_blocks", "max_inflight_prompt_tokens")
-DRAIN_WINDOW_S = 10
-"""Seconds of completions the deadline queue's drain rate (KV blocks freed per second) spans."""
-ENGINE_TTFT_GAIN = 0.1
-"""Smoothing of the engine-side TTFT estimate per sample (about the last 10 first tokens)."""
-CODEL_SHORT = 0.25
-"""codel/lifo: a congested queue's timeout, as a share of the TTFT budget."""
-_RANK = {p: i for i, p in enumerate(PRIORITIES)}
-_QUEUED, _IN_FLIGHT, _DONE = 0, 1, 2
-
-
+REJECT_REASONS: tuple[str, ...] = ("queue_full", "displaced", "shed", "rate_limited", "ttft_budget")
 QUEUED_AGES_LISTED = 1000
 """/admin/stats lists the ages of at most this many waiting requests (the head of the queue)."""
-UNKNOWN_DRAIN_RETRY_S = 5.0
-"""Retry-After when no request has completed recently (no drain rate to estimate from)."""
-
-
-class Ticket:
-    """One request's place: queued, then in flight, then done; `release` ends it exactly once."""
-
-    __slots__ = (
-        "_ctl",
-        "_future",
-        "_key",
-        "_result",
-        "admitted_at",
-        "deadline",
-        "enqueued_at",
-        "kv_blocks",
-        "priority",
-        "prompt_tokens",
-        "shape",
-        "state",
-        "tenant",
-    )
-
-    def __init__(
-        self, ctl: AdmissionController, priority: str, prompt_tokens: int, now: float
-    ) -> None:
-        self._ctl = ctl
-        self.priority = priority
-        self.prompt_tokens = prompt_tokens
-        self.enqueued_at = now
-        self.admitted_at: float | None = None
-        self.state = _QUEUED
-        self.tenant: str | None = None
-        self.kv_blocks = 0
-        self.deadline: float | None = None
-        self.shape: PromptShape | None = None
-        self._key = 0
-        self._future: asyncio.Future[Rejected | None] | None = None
-        self._result: Rejected | None = None
-
-    @property
-    def admitted(self) -> bool:
-        return self.state == _IN_FLIGHT or (self.state == _DONE and self.admitted_at is not None)
-
-    @property
-    def queued(self) -> bool:
-        return self.state == _QUEUED
-
-    @property
-    def queue_wait_s(self) -> float:
-        """Seconds spent queued (0 when admitted at once)."""
-        end = self.admitted_at if self.admitted_at is not None else self._ctl._clock()
-        return end - self.enqueued_at
-
-    async def wait(self) -> None:
-        """Return once admitted; raise Rejected (timed out, displaced, shed). Cancelling the
-        waiting task takes the request out of the queue (or frees its slot) as `cancelled`."""
-        if self.state == _IN_FLIGHT:
-            return
-        if self.state == _DONE:
-            if self._result is not None:
-                raise self._result
-            return
-        assert self._future is not None
-        try:
-            result = await self._future
-        except asyncio.CancelledError:
-            self._ctl._cancel(self)
-            raise
-        if result is not None:
-            raise result
-
-    def cancel(self) -> None:
-        """The client is gone: leave the queue or free the slot, as `cancelled`. Idempotent;
-        a no-op once the request has ended."""
-        self._ctl._cancel(self)
-
-    def release(self, outcome: str = "completed") -> None:
-        """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
-        self._ctl._release(self, outcome)
 
 
 class AdmissionController:
@@ -169,12 +79,10 @@ class AdmissionController:
         self._clock = clock
         self._wall = wall_clock
         self.window_s = window_s
-        self._queues: dict[str, OrderedDict[int, Ticket]] = {p: OrderedDict() for p in PRIORITIES}
-        self._seq = itertools.count()
-        self.queued = 0
-        self.in_flight = 0
-        self.in_flight_prompt_tokens = 0
-        self.in_flight_kv_blocks = 0
+        self._queue: WaitQueue[Ticket] = WaitQueue(clock)
+        self._budgets = Budgets()
+        self.estimates = Estimates()
+        """The drain rates and the engine-side TTFT admission predicts from."""
         self.offered = 0
         self.paused = False
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
@@ -182,21 +90,12 @@ class AdmissionController:
         self._rate = (
             TenantRateLimiter(limits.rate_limit_rpm) if limits.rate_limit_rpm is not None else None
         )
-        self._drain = RateWindow(10)
-        self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
-        self._empty_since = clock()
-        self.engine_ttft_s = 0.0
-        """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
         self.footprint: FootprintModel | None = None
         """Set by the owner when KV-footprint admission is used; learns from admissions."""
         self.tenant_ttft_slo_s: dict[str, float] = {}
         """Per-tenant TTFT budgets (the gateway's config), over limits.ttft_slo_s."""
         self.autopilot: dict[str, Any] | None = None
         """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
-        self.share_slots: int | None = None
-        self.share_kv_blocks: int | None = None
-        """This gateway's share of limits held elsewhere (Redis grants, the live replicas'
-        room): admission takes the smaller of these and the limits; None = no such cap."""
         self.on_demand: Callable[[], None] | None = None
         """Called when a request waits for room or one ends, so a shared-limits driver can
         ask for more room or give some back (gateway/shared.py)."""
@@ -209,6 +108,39 @@ class AdmissionController:
     @property
     def limits(self) -> Limits:
         return self._limits
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting in the queue."""
+        return self._queue.count
+
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and not yet ended."""
+        return self._budgets.in_flight
+
+    @property
+    def in_flight_prompt_tokens(self) -> int:
+        return self._budgets.prompt_tokens
+
+    @property
+    def in_flight_kv_blocks(self) -> int:
+        return self._budgets.kv_blocks
+
+    @property
+    def share_slots(self) -> int | None:
+        """This gateway's share of the slots held elsewhere (see `set_share`); None: none."""
+        return self._budgets.share_slots
+
+    @property
+    def share_kv_blocks(self) -> int | None:
+        """This gateway's share of the KV blocks held elsewhere; None: no such cap."""
+        return self._budgets.share_kv_blocks
+
+    @property
+    def engine_ttft_s(self) -> float:
+        """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
+        return self.estimates.engine_ttft_s
 
     # -- arrival -------------------------------------------------------------------------------
 
@@ -228,53 +160,50 @@ class AdmissionController:
         `kv_blocks` is the request's predicted KV footprint (footprint.py); `ttft_slo_s`
         overrides the limits' TTFT budget for this request (a tenant's own SLO);
         `rate_checked`: the tenant's rate was checked elsewhere (in Redis, for all gateways)."""
-        if priority not in _RANK:
+        if priority not in RANK:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
         now = self._clock()
         self.offered += 1
-        ticket = Ticket(self, priority, prompt_tokens, now)
-        ticket.tenant = tenant
-        ticket.kv_blocks = kv_blocks
-        ticket.shape = shape
+        ticket = Ticket(self, self._clock, priority, prompt_tokens, kv_blocks, tenant, shape, now)
         lim = self._limits
         if self._rate is not None and not rate_checked:
             wait_s = self._rate.check(tenant or "", now)
             if wait_s > 0:
                 msg = f"rate limited: over {lim.rate_limit_rpm:g} requests/min (rate_limit_rpm)"
                 raise self._reject(ticket, Rejected("rate_limited", msg, wait_s))
-        if self.queued == 0 and self._fits(prompt_tokens, kv_blocks):
+        queue = self._queue
+        if queue.count == 0 and self._fits(prompt_tokens, kv_blocks):
             self._start(ticket, now)
             return ticket
         slo = ttft_slo_s
         if slo is None:
             slo = self.tenant_ttft_slo_s.get(tenant or "", lim.ttft_slo_s)
-        if slo is not None and lim.queue_policy != "fifo":
+        policy = POLICIES[lim.queue_policy]
+        if slo is not None and policy.budgets:
             budget = self.queue_budget_s(slo)
             ticket.deadline = now + budget
             wait = self.predict_wait_s(priority, kv_blocks, now)
-            if lim.queue_policy == "deadline" and wait is not None and wait > budget:
+            if policy.refuses_late and wait is not None and wait > budget:
                 msg = (
                     f"over the TTFT budget: predicted start in {wait:.1f}s, budget {budget:.1f}s"
                     f" of {slo:g}s (ttft_slo_s); capacity expected in {wait - budget:.1f}s"
                 )
                 raise self._reject(ticket, Rejected("ttft_budget", msg, wait - budget))
-        if self.queued >= lim.max_queue:
-            victim = self._newest_below(priority)
+        if queue.count >= lim.max_queue:
+            victim = queue.newest_below(priority)
             if victim is None:
-                msg = f"queue full: {self.queued}/{lim.max_queue} waiting (max_queue)"
+                msg = f"queue full: {queue.count}/{lim.max_queue} waiting (max_queue)"
                 raise self._reject(ticket, Rejected("queue_full", msg, self.retry_after_s(now)))
             msg = (
                 f"displaced by a {priority}-priority request: queue full "
-                f"{self.queued}/{lim.max_queue} waiting (max_queue)"
+                f"{queue.count}/{lim.max_queue} waiting (max_queue)"
             )
-            self._unqueue(victim)
+            queue.remove(victim)
             self._finish(victim, Rejected("displaced", msg, self.retry_after_s(now)))
-        ticket._key = next(self._seq)
-        ticket._future = asyncio.get_running_loop().create_future()
-        self._queues[priority][ticket._key] = ticket
-        self.queued += 1
+        ticket.to_wait()
+        queue.push(ticket)
         self._dispatch(now)
-        if ticket.state == _QUEUED and self.on_demand is not None:
+        if ticket.queued and self.on_demand is not None:
             self.on_demand()
         return ticket
 
@@ -294,116 +223,60 @@ class AdmissionController:
         await ticket.wait()
         return ticket
 
+    # -- what admission predicts (gateway/estimates.py) ----------------------------------------
+
     def retry_after_s(self, now: float | None = None) -> float:
         """Seconds until the current backlog has drained at the recent completion rate."""
         now = self._clock() if now is None else now
-        rate = self._drain.rate(now)
-        if not rate:
-            # Nothing has completed recently, so there is no rate to go by: a short guess keeps
-            # well-behaved clients from sleeping a whole queue_timeout on an idle-then-busy gateway.
-            return max(1.0, min(self._limits.queue_timeout_s, UNKNOWN_DRAIN_RETRY_S))
-        return max(1.0, min((self.queued + 1) / rate, 3600.0))
-
-    # -- the queue -----------------------------------------------------------------------------
+        return self.estimates.retry_after_s(
+            now, self._queue.count + 1, self._limits.queue_timeout_s
+        )
 
     def drain_rate(self) -> float | None:
         """Requests finished per second lately (None before the first)."""
-        return self._drain.rate(self._clock())
+        return self.estimates.drain_rate(self._clock())
 
     def queue_budget_s(self, slo_s: float) -> float:
         """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""
-        return max(0.0, slo_s - self.engine_ttft_s)
+        return self.estimates.queue_budget_s(slo_s)
 
     def predict_wait_s(self, priority: str, kv_blocks: int, now: float) -> float | None:
         """When a request arriving now would start: the backlog ahead of it (same or higher
         priority) beyond what the limits have free, over the measured drain rate. None when
         nothing has drained lately (no rate to go by)."""
-        lim = self._limits
-        rank = _RANK[priority]
-        ahead = [t for p in PRIORITIES[: rank + 1] for t in self._queues[p].values()]
-        waits = [0.0]
-        need = len(ahead) + 1 - (lim.max_concurrency - self.in_flight)
-        if need > 0:
-            rate = self._drain.rate(now)
-            if not rate:
-                return None
-            waits.append(need / rate)
-        if lim.max_inflight_kv_blocks is not None:
-            blocks = sum(t.kv_blocks for t in ahead) + kv_blocks
-            need_b = blocks - (lim.max_inflight_kv_blocks - self.in_flight_kv_blocks)
-            if need_b > 0:
-                rate_b = self._drain_blocks.rate(now)
-                if not rate_b:
-                    return None
-                waits.append(need_b / rate_b)
-        return max(waits)
-
-    def set_share(self, slots: int | None, kv_blocks: int | None) -> None:
-        """This gateway's share of the limits (see `share_slots`); admits the queue into it."""
-        self.share_slots, self.share_kv_blocks = slots, kv_blocks
-        self._dispatch(self._clock())
-
-    def demand(self) -> tuple[int, int]:
-        """Slots and KV blocks this gateway would use now: in flight plus queued."""
-        blocks = sum(t.kv_blocks for q in self._queues.values() for t in q.values())
-        return self.in_flight + self.queued, self.in_flight_kv_blocks + blocks
-
-    def _fits(self, prompt_tokens: int, kv_blocks: int) -> bool:
-        lim = self._limits
-        if self.paused or self.in_flight >= lim.max_concurrency:
-            return False
-        share = self.share_slots
-        if share is not None and self.in_flight >= share:
-            return False
-        share_kv = self.share_kv_blocks
-        if share_kv is not None and self.in_flight_kv_blocks + kv_blocks > share_kv:
-            whole = lim.max_inflight_kv_blocks
-            if self.in_flight or whole is None or share_kv < whole:
-                return False
-        if self.in_flight == 0:
-            return True
-        budget = lim.max_inflight_prompt_tokens
-        if budget is not None and self.in_flight_prompt_tokens + prompt_tokens > budget:
-            return False
-        kv = lim.max_inflight_kv_blocks
-        return kv is None or self.in_flight_kv_blocks + kv_blocks <= kv
+        ahead = self._queue.ahead_of(priority)
+        over = self._budgets.over(self._limits, ahead, kv_blocks)
+        return self.estimates.wait_s(now, *over)
 
     def congested(self, now: float) -> bool:
         """codel's test: the queue has not been empty for a whole TTFT budget."""
         slo = self._limits.ttft_slo_s
         interval = self.queue_budget_s(slo) if slo is not None else self._limits.queue_timeout_s
-        return self.queued > 0 and now - self._empty_since > interval
+        return self._queue.count > 0 and now - self._queue.empty_since > interval
 
-    def _head(self) -> Ticket | None:
-        lifo = self._limits.queue_policy == "lifo" and self.congested(self._clock())
-        for p in PRIORITIES:
-            q = self._queues[p]
-            if q:
-                return q[next(reversed(q))] if lifo else next(iter(q.values()))
-        return None
+    # -- room: the budgets and this gateway's share (gateway/budgets.py) -----------------------
 
-    def _newest_below(self, priority: str) -> Ticket | None:
-        """The newest waiter of the lowest priority strictly below `priority`."""
-        for p in reversed(PRIORITIES):
-            if _RANK[p] <= _RANK[priority]:
-                return None
-            q = self._queues[p]
-            if q:
-                return q[next(reversed(q))]
-        return None
+    def set_share(self, slots: int | None, kv_blocks: int | None) -> None:
+        """This gateway's share of the limits (see `share_slots`); admits the queue into it."""
+        self._budgets.share_slots, self._budgets.share_kv_blocks = slots, kv_blocks
+        self._dispatch(self._clock())
 
-    def _unqueue(self, ticket: Ticket) -> None:
-        del self._queues[ticket.priority][ticket._key]
-        self.queued -= 1
-        if self.queued == 0:
-            self._empty_since = self._clock()
+    def demand(self) -> tuple[int, int]:
+        """Slots and KV blocks this gateway would use now: in flight plus queued."""
+        held = self._budgets
+        return held.in_flight + self._queue.count, held.kv_blocks + self._queue.kv_blocks()
+
+    def _fits(self, prompt_tokens: int, kv_blocks: int) -> bool:
+        return not self.paused and self._budgets.fits(self._limits, prompt_tokens, kv_blocks)
+
+    # -- the queue (gateway/queueing.py) -------------------------------------------------------
+
+    def _congested_now(self) -> bool:
+        return self.congested(self._clock())
 
     def _start(self, ticket: Ticket, now: float) -> None:
-        ticket.state = _IN_FLIGHT
-        ticket.admitted_at = now
-        self.in_flight += 1
-        self.in_flight_prompt_tokens += ticket.prompt_tokens
-        self.in_flight_kv_blocks += ticket.kv_blocks
+        ticket.admit(now)
+        self._budgets.take(ticket)
         if self.footprint is not None and ticket.shape is not None:
             self.footprint.admitted(ticket.shape)
         wait = now - ticket.enqueued_at
@@ -411,142 +284,104 @@ class AdmissionController:
         self.queue_wait_hist.observe(wait)
 
     def _dispatch(self, now: float) -> None:
-        while self.queued:
-            head = self._head()
+        queue = self._queue
+        policy, congested = POLICIES[self._limits.queue_policy], self._congested_now
+        while queue.count:
+            head = queue.head(policy, congested)
             assert head is not None
             if not self._fits(head.prompt_tokens, head.kv_blocks):
                 return
-            self._unqueue(head)
+            queue.remove(head)
             self._start(head, now)
-            if head._future is not None and not head._future.done():
-                head._future.set_result(None)
 
     def _reject(self, ticket: Ticket, rejection: Rejected) -> Rejected:
         """Count a refusal at arrival and hand the exception back for raising."""
-        ticket.state = _DONE
-        ticket._result = rejection
+        ticket.refuse(rejection)
         self.outcomes["rejected"] += 1
         self.rejections[rejection.reason] += 1
         return rejection
 
     def _finish(self, ticket: Ticket, rejection: Rejected) -> None:
         """End a queued request with a 429 (displaced, shed, queue_timeout) and wake its waiter."""
-        ticket.state = _DONE
-        ticket._result = rejection
         if rejection.reason in ("queue_timeout", "ttft_budget"):
             self.outcomes["timed_out"] += 1
         else:
             self.outcomes["rejected"] += 1
             self.rejections[rejection.reason] += 1
-        if ticket._future is not None and not ticket._future.done():
-            ticket._future.set_result(rejection)
+        ticket.refuse(rejection)
 
-    def _cancel(self, ticket: Ticket) -> None:
+    # -- endings (what Ticket.cancel and Ticket.release call) ----------------------------------
+
+    def cancel(self, ticket: Ticket) -> None:
         """The waiting client went away: leave the queue, or free the slot just granted."""
-        if ticket.state == _QUEUED:
-            self._unqueue(ticket)
-            ticket.state = _DONE
+        if ticket.state == QUEUED:
+            self._queue.remove(ticket)
+            ticket.end()
             self.outcomes["cancelled"] += 1
-        elif ticket.state == _IN_FLIGHT:
-            self._release(ticket, "cancelled")
+        elif ticket.state == IN_FLIGHT:
+            self.release(ticket, "cancelled")
 
-    def _release(self, ticket: Ticket, outcome: str) -> None:
-        if ticket.state != _IN_FLIGHT:
+    def release(self, ticket: Ticket, outcome: str = "completed") -> None:
+        """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
+        if ticket.state != IN_FLIGHT:
             return
         if outcome not in ("completed", "cancelled", "upstream_error"):
             raise ValueError(f"not an outcome of an admitted request: {outcome!r}")
         now = self._clock()
-        ticket.state = _DONE
-        self.in_flight -= 1
-        self.in_flight_prompt_tokens -= ticket.prompt_tokens
-        self.in_flight_kv_blocks -= ticket.kv_blocks
+        ticket.end()
+        self._budgets.give(ticket)
         self.outcomes[outcome] += 1
-        self._drain.add(now)
-        self._drain_blocks.add(now, ticket.kv_blocks)
+        self.estimates.finished(now, ticket.kv_blocks)
         self._dispatch(now)
         if self.on_demand is not None:
             self.on_demand()
 
     def expire(self, now: float | None = None) -> int:
-        """Time out the waiters queued longer than queue_timeout_s; how many went."""
+        """Time out the waiters queued longer than queue_timeout_s, and (every policy but
+        fifo) those whose TTFT budget is gone; how many went."""
         now = self._clock() if now is None else now
         timeout = self._limits.queue_timeout_s
         gone = 0
-        for q in self._queues.values():
-            while q:
-                ticket = next(iter(q.values()))
-                waited = now - ticket.enqueued_at
-                if waited < timeout:
-                    break
-                self._unqueue(ticket)
-                self.queue_wait.add(now, waited)
-                self.queue_wait_hist.observe(waited)
-                msg = f"queue timeout: waited {waited:.1f}s >= {timeout:g}s (queue_timeout_s)"
-                self._finish(ticket, Rejected("queue_timeout", msg, self.retry_after_s(now)))
-                gone += 1
-        if self._limits.queue_policy != "fifo":
-            gone += self._expire_budgets(now)
+        for ticket in self._queue.waited_past(now, timeout):
+            waited = self._time_out(ticket, now)
+            msg = f"queue timeout: waited {waited:.1f}s >= {timeout:g}s (queue_timeout_s)"
+            self._finish(ticket, Rejected("queue_timeout", msg, self.retry_after_s(now)))
+            gone += 1
+        policy = POLICIES[self._limits.queue_policy]
+        if policy.budgets:
+            short = self.congested(now) and policy.short_when_congested
+            late = self._queue.out_of_budget(now, short)
+            for ticket in late:
+                waited = self._time_out(ticket, now)
+                msg = (
+                    f"TTFT budget gone: waited {waited:.1f}s, no start in sight within"
+                    f" ttft_slo_s {self._limits.ttft_slo_s:g}s"
+                )
+                self._finish(ticket, Rejected("ttft_budget", msg, self.retry_after_s(now)))
+            gone += len(late)
         if gone:
             self._dispatch(now)
         return gone
 
-    def _expire_budgets(self, now: float) -> int:
-        """deadline: take out the waiters whose TTFT budget is gone; codel/lifo: while the
-        queue is congested, those queued longer than a short share of it."""
-        short = self.congested(now) and self._limits.queue_policy in ("codel", "lifo")
-        late: list[Ticket] = []
-        for q in self._queues.values():
-            for t in q.values():
-                if t.deadline is None:
-                    continue
-                end = t.deadline
-                if short:
-                    end = min(end, t.enqueued_at + CODEL_SHORT * (t.deadline - t.enqueued_at))
-                if now >= end:
-                    late.append(t)
-        for t in late:
-            waited = now - t.enqueued_at
-            self._unqueue(t)
-            self.queue_wait.add(now, waited)
-            self.queue_wait_hist.observe(waited)
-            msg = (
-                f"TTFT budget gone: waited {waited:.1f}s, no start in sight within"
-                f" ttft_slo_s {self._limits.ttft_slo_s:g}s"
-            )
-            self._finish(t, Rejected("ttft_budget", msg, self.retry_after_s(now)))
-        return len(late)
+    def _time_out(self, ticket: Ticket, now: float) -> float:
+        """Take a waiter out of the queue for its time; the seconds it waited."""
+        waited = now - ticket.enqueued_at
+        self._queue.remove(ticket)
+        self.queue_wait.add(now, waited)
+        self.queue_wait_hist.observe(waited)
+        return waited
 
     # -- live changes --------------------------------------------------------------------------
 
     def set_limits(
         self, changes: Mapping[str, object], source: str = "admin", reason: str | None = None
     ) -> Limits:
-        """Apply a change at once (LimitError names a bad field; nothing changes then).
-
-        In auto mode, a change to a lever the autopilot moves (LEVERS) from anyone but the
-        autopilot switches the mode to manual, and the event says so."""
-        new = validate_limits(self._limits, changes)
+        """Apply a change at once (LimitError names a bad field; nothing changes then); in auto
+        mode, a lever moved by anyone but the autopilot switches it off (`change_limits`)."""
         old = self._limits
-        if source != AUTOPILOT and old.mode == "auto" and "mode" not in changes:
-            moved = [f for f in LEVERS if f in changes and getattr(new, f) != getattr(old, f)]
-            if moved:
-                new = validate_limits(new, {"mode": "manual"})
-                reason = reason or f"{', '.join(moved)} set by {source}: autopilot off (manual)"
+        new, reason = change_limits(old, changes, source, reason)
         self._limits = new
-        wall = self._wall()
-        for field, value in new.to_dict().items():
-            before = getattr(old, field)
-            if value != before:
-                event: dict[str, Any] = {
-                    "time": wall,
-                    "field": field,
-                    "old": before,
-                    "new": value,
-                    "source": source,
-                }
-                if reason is not None:
-                    event["reason"] = reason
-                self.events.append(event)
+        self.events.extend(limit_events(old, new, source, reason, self._wall()))
         if new.rate_limit_rpm is None:
             self._rate = None
         elif self._rate is None:
@@ -561,26 +396,17 @@ class AdmissionController:
     def _shed(self, now: float) -> None:
         """Drop the newest, lowest-priority waiters until the queue fits max_queue."""
         limit = self._limits.max_queue
-        for p in reversed(PRIORITIES):
-            q = self._queues[p]
-            while self.queued > limit and q:
-                victim = q[next(reversed(q))]
-                self._unqueue(victim)
-                msg = f"shed: max_queue lowered to {limit} (max_queue)"
-                self._finish(victim, Rejected("shed", msg, self.retry_after_s(now)))
+        while self._queue.count > limit:
+            victim = self._queue.newest_below(None)
+            assert victim is not None
+            self._queue.remove(victim)
+            msg = f"shed: max_queue lowered to {limit} (max_queue)"
+            self._finish(victim, Rejected("shed", msg, self.retry_after_s(now)))
 
     def set_paused(self, paused: bool, source: str = "admin") -> None:
         """Pause: admit nobody new (the queue holds, timeouts still run). Resume: dispatch."""
         if paused != self.paused:
-            self.events.append(
-                {
-                    "time": self._wall(),
-                    "field": "paused",
-                    "old": self.paused,
-                    "new": paused,
-                    "source": source,
-                }
-            )
+            self.events.append(pause_event(self.paused, paused, source, self._wall()))
         self.paused = paused
         if not paused:
             self._dispatch(self._clock())
@@ -593,23 +419,16 @@ class AdmissionController:
         self.ttft.add(self._clock(), seconds)
         self.ttft_hist.observe(seconds)
         if queue_s is not None:
-            engine_s = max(0.0, seconds - queue_s)
-            self.engine_ttft_s += ENGINE_TTFT_GAIN * (engine_s - self.engine_ttft_s)
+            self.estimates.first_token(seconds, queue_s)
 
     def queued_by_priority(self) -> dict[str, int]:
-        return {p: len(q) for p, q in self._queues.items()}
+        return self._queue.by_priority()
 
     def queued_ages_s(self, now: float) -> list[float]:
         """Seconds each waiting request has waited, in the order of the queue (highest priority
         first, oldest first within one), the first QUEUED_AGES_LISTED; milliseconds kept. A
         what-if starting from now drains this backlog, and its ages decide which time out."""
-        ages: list[float] = []
-        for p in PRIORITIES:
-            for t in self._queues[p].values():
-                if len(ages) >= QUEUED_AGES_LISTED:
-                    return ages
-                ages.append(round(max(0.0, now - t.enqueued_at), 3))
-        return ages
+        return self._queue.ages(now, QUEUED_AGES_LISTED)
 
     def stats(self) -> dict[str, Any]:
         """The /admin/stats object, less the upstream (the app knows that)."""

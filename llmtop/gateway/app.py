@@ -25,10 +25,11 @@ from llmtop.gateway.admin import admin_routes
 from llmtop.gateway.admission import AdmissionController, LimitError
 from llmtop.gateway.handler_time import TimedResponse
 from llmtop.gateway.metrics import metrics_endpoint
-from llmtop.gateway.proxy import Proxy, describe_error
+from llmtop.gateway.proxy import Proxy
 from llmtop.gateway.shared import LocalLimits, RedisLimits, SharedLimits
 from llmtop.gateway.state import GatewayState, limits_of, upstream_timeout
-from llmtop.settings import GatewaySettings, read_token
+from llmtop.gateway.wire import describe_error
+from llmtop.settings import GatewaySettings, resolve_token
 
 TICK_S = 0.05
 """How often queue timeouts are checked: a waiter leaves at most this late."""
@@ -138,7 +139,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         )
     if settings.max_body_bytes < 1:
         raise ConfigError(f"gateway: max_body_bytes must be >= 1, got {settings.max_body_bytes}")
-    token = read_token(settings.admin_token, settings.admin_token_file)
+    token = resolve_token(settings).admin_token  # read here only for settings built by hand
     shared: SharedLimits = LocalLimits()
     if settings.redis_url:
         try:

@@ -15,8 +15,8 @@ import aiohttp
 from llmtop.errors import ScrapeError
 from llmtop.gateway.balancer import Replica
 from llmtop.gateway.kvinfo import parse_scrape
-from llmtop.gateway.proxy import describe_error
 from llmtop.gateway.state import GatewayState
+from llmtop.gateway.wire import describe_error
 
 TICK_S = 0.25
 """How often ejected replicas whose time is over are probed."""

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
 
 from llmtop.errors import UsageError
-from llmtop.settings import GatewaySettings, read_token
+from llmtop.settings import GatewaySettings, resolve_token
 
 
 def is_loopback(host: str) -> bool:
@@ -28,15 +27,28 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
+def hash_key_from(text: str) -> str:
+    """The key table's hash of a key typed or piped in (its line ending is not part of it)."""
+    key = text.strip()
+    if not key:
+        raise UsageError(
+            '--hash-key: no key on stdin (printf %s "$KEY" | llmtop gateway --hash-key)'
+        )
+    from llmtop.gateway.trust import hash_key
+
+    return hash_key(key)
+
+
 def run_gateway(settings: GatewaySettings) -> None:
     """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
     from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
     from llmtop.gateway.app import create_app
 
     host, port = parse_listen(settings.listen)
-    token = read_token(settings.admin_token, settings.admin_token_file)
+    settings = resolve_token(settings)  # read by settings.load already: no second read
+    token = settings.admin_token
     check_exposure(host, token)
-    app = create_app(replace(settings, admin_token=token, admin_token_file=None))
+    app = create_app(settings)
     auth = "token required" if token else "no token (loopback only)"
     serve_forever(
         app,

@@ -83,7 +83,8 @@ async def _main(opts: LoadOptions, shape: Shape, slo: Slo) -> tuple[LoadSummary,
     import signal
     import sys
 
-    from llmtop.load.runner import ClosedLoop, OpenLoop, Runner, stop_after
+    from llmtop.load.drivers import ClosedLoop, OpenLoop, stop_after
+    from llmtop.load.runner import Runner
     from llmtop.load.stats import summarize
 
     concurrency = opts.concurrency if opts.rate is None else None

@@ -206,9 +206,6 @@ class Recorder:
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> Recorder:
         """A recorder for a monitoring run: its targets, interval and admin token (redacted)."""
-        from llmtop.settings import read_token
-
-        token = read_token(monitor.admin_token, monitor.admin_token_file)
         return cls(
             monitor.record,
             interval_s=monitor.interval_s,
@@ -218,7 +215,7 @@ class Recorder:
                 "gateway": monitor.gateway_url,
                 "dcgm": monitor.dcgm_url,
             },
-            secrets=(token, monitor.admin_token),
+            secrets=(monitor.admin_token,),
         )
 
     @property

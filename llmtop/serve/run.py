@@ -11,9 +11,10 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmtop.errors import UsageError
 from llmtop.serve.inputs import device_memory, read_model, weights
@@ -60,6 +61,36 @@ class Commands:
     gateway_url: str
     autopilot: str
     """How the gateway's mode was set, in words."""
+
+
+OPTION_FLAGS = (
+    "listen",
+    "expect_prompt_tokens",
+    "expect_output_tokens",
+    "gpu_memory_gb",
+    "reserve_gb",
+    "dry_run",
+    "vllm_bin",
+    "engine_cmd",
+    "log_dir",
+    "admin_token_file",
+)
+"""The flags (argparse's names) that are ServeOptions fields as they are."""
+
+
+def options_from(model: str, vllm_args: Sequence[str], given: Mapping[str, Any]) -> ServeOptions:
+    """The options of `llmtop serve MODEL` from the flags given (a flag not given keeps its
+    default); UsageError names a bad one."""
+    for flag in ("expect_prompt_tokens", "expect_output_tokens"):
+        if flag in given and given[flag] < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1")
+    return ServeOptions(
+        model=model,
+        vllm_args=tuple(vllm_args),
+        **{k: given[k] for k in OPTION_FLAGS if k in given},
+        **({"ready_timeout_s": given["ready_timeout"]} if "ready_timeout" in given else {}),
+        tui=not given.get("no_tui", False),
+    )
 
 
 def plan_for(opts: ServeOptions) -> Plan:

@@ -18,7 +18,8 @@ import httpx
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import GpuStats, Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.settings import HealthSettings, MonitorSettings, read_token
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.clients import http_client
 from llmtop.sources.dcgm import DcgmBackend
 from llmtop.sources.gateway import GatewayReader
 from llmtop.sources.gpu import CombinedGpuBackend, GpuBackend, NvmlBackend
@@ -52,16 +53,14 @@ class Collector:
         self.timeout_s = timeout_s if timeout_s is not None else target_timeout(monitor.interval_s)
         self.pipeline = Pipeline(health, window_s=window_s, max_num_seqs=max_num_seqs)
         self.last_raw: RawPoll | None = None
-        self._client = httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(self.timeout_s), follow_redirects=False
-        )
+        self._client = http_client(self.timeout_s, transport=transport)
         self._versions: dict[str, str | None] = {}
         """Engine URL -> its /version (None: asked once, not answered; not asked again)."""
         self._gateway: GatewayReader | None = None
         if monitor.gateway_url:
-            token = read_token(monitor.admin_token, monitor.admin_token_file)
-            optional = monitor.gateway_url.rstrip("/") == (DEFAULT_GATEWAY or "").rstrip("/")
-            self._gateway = GatewayReader(monitor.gateway_url, token, optional=optional)
+            url = monitor.gateway_url
+            optional = url.rstrip("/") == (DEFAULT_GATEWAY or "").rstrip("/")
+            self._gateway = GatewayReader(url, monitor.admin_token, optional=optional)
         self._owned: list[Any] = []
         if gpu_backend is None:
             backends: list[GpuBackend] = []

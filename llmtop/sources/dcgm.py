@@ -15,6 +15,7 @@ import httpx
 from llmtop.core.base.raw import Sample
 from llmtop.core.base.snapshot import GpuStats
 from llmtop.core.exposition import promtext
+from llmtop.sources.clients import http_client
 from llmtop.sources.nvml import decode_throttle_reasons
 from llmtop.sources.vllm import describe_error, fetch_text
 
@@ -88,7 +89,7 @@ class DcgmBackend:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self._own = client is None
-        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        self._client = client or http_client(timeout_s)
 
     async def read(self) -> tuple[tuple[GpuStats, ...], str | None]:
         """(gpus, error); never raises for an exporter problem."""

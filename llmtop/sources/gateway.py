@@ -19,7 +19,8 @@ import httpx
 
 from llmtop.core.base.admin_api import LimitsDoc, StatsDoc, event_key, parse_events
 from llmtop.errors import AdminError, GatewayReadError
-from llmtop.settings import MonitorSettings, read_token
+from llmtop.settings import MonitorSettings
+from llmtop.sources.clients import http_client
 from llmtop.sources.vllm import describe_error
 
 __all__ = ["SOURCE_HEADER", "AdminClient", "GatewayReadError", "GatewayReader"]
@@ -47,17 +48,14 @@ class AdminClient:
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self._owns_client = client is None
-        self.http = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s), transport=transport
-        )
+        self.http = client or http_client(timeout_s, transport=transport)
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> AdminClient | None:
         """The client for the configured gateway, None when no gateway is configured."""
         if not monitor.gateway_url:
             return None
-        token = read_token(monitor.admin_token, monitor.admin_token_file)
-        return cls(monitor.gateway_url, token)
+        return cls(monitor.gateway_url, monitor.admin_token)
 
     async def get_limits(self) -> LimitsDoc:
         """The gateway's current limits."""

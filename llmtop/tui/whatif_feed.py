@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 import httpx
 
 from llmtop.errors import LlmtopError, UsageError
-from llmtop.settings import HealthSettings, MonitorSettings, read_token
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import GatewayReader
 from llmtop.whatif.collect import scrape_once
 from llmtop.whatif.service import Analysis, Options, analyse
@@ -58,8 +59,7 @@ class WhatIfFeed:
         """The feed for the first engine; None when no engine is configured."""
         if not monitor.vllm_urls:
             return None
-        token = read_token(monitor.admin_token, monitor.admin_token_file)
-        return cls(monitor.vllm_urls[0], monitor.gateway_url, token, health)
+        return cls(monitor.vllm_urls[0], monitor.gateway_url, monitor.admin_token, health)
 
     def start(self) -> None:
         """Begin scraping (idempotent); the first prediction is possible ~6 s later."""
@@ -71,7 +71,7 @@ class WhatIfFeed:
         return self.points[-1].t - self.points[0].t if len(self.points) >= 2 else 0.0
 
     async def _run(self) -> None:
-        self._client = httpx.AsyncClient(timeout=INTERVAL_S)
+        self._client = http_client(INTERVAL_S)
         while True:
             try:
                 point = await scrape_once(self._client, self.vllm_url, self._reader, INTERVAL_S)

@@ -14,6 +14,7 @@ import httpx
 
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError, TargetError
+from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import GatewayReader
 from llmtop.sources.vllm import describe_error, fetch_text, metrics_url
 from llmtop.whatif.window import Point, point, sample_names
@@ -61,7 +62,7 @@ async def collect_window(
     reader = GatewayReader(gateway_url, token, optional=False) if gateway_url else None
     points: list[Point] = []
     skipped = 0
-    async with httpx.AsyncClient(transport=transport, timeout=timeout_s) as client:
+    async with http_client(timeout_s, transport=transport) as client:
         start = time.monotonic()
         points.append(await scrape_once(client, vllm_url, reader, timeout_s))
         n = 1

@@ -22,8 +22,10 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from llmtop.load.runner import OpenLoop, Runner, Shape
+from llmtop.load.drivers import OpenLoop
+from llmtop.load.runner import Runner, Shape
 from llmtop.load.stats import percentile
+from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
 from llmtop.whatif.predict import Prediction, Spread, State, predict, spread
@@ -114,7 +116,7 @@ async def verify(
     )
     admin = AdminClient(gateway_url, source="whatif-verify")
     reader = GatewayReader(gateway_url, None, optional=False)
-    async with runner, httpx.AsyncClient() as client:
+    async with runner, http_client() as client:
         await runner.resolve_model()
         runner.mark_start()
         load = asyncio.ensure_future(

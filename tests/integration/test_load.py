@@ -19,7 +19,8 @@ from starlette.routing import Route
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import TargetError
-from llmtop.load.runner import ClosedLoop, OpenLoop, Runner, Shape, stop_after
+from llmtop.load.drivers import ClosedLoop, OpenLoop, stop_after
+from llmtop.load.runner import Runner, Shape
 from llmtop.load.stats import Slo, summarize
 
 

@@ -11,7 +11,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.load.runner import ClosedLoop, Runner, Shape
+from llmtop.load.drivers import ClosedLoop
+from llmtop.load.runner import Runner, Shape
 from llmtop.load.stats import Slo, percentile, summarize
 
 

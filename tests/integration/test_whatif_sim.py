@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmtop.load.runner import OpenLoop, Runner, Shape
+from llmtop.load.drivers import OpenLoop
+from llmtop.load.runner import Runner, Shape
 from llmtop.whatif.service import Options
 from llmtop.whatif.verify import Phases, Traffic, serve_stack, verify
 

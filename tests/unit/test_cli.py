@@ -12,7 +12,9 @@ from llmtop import settings
 from llmtop.cli import main
 from llmtop.commands import NAMES
 from llmtop.errors import ConfigError
+from llmtop.recording.writer import Recorder
 from llmtop.settings import GatewaySettings, MonitorSettings
+from llmtop.sources.gateway import AdminClient
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -129,6 +131,23 @@ def test_token_file(tmp_path: Path) -> None:
     assert settings.read_token("env-token", None) == "env-token"
     with pytest.raises(ConfigError, match="admin token file"):
         settings.read_token(None, str(tmp_path / "missing"))
+
+
+def test_the_token_file_is_read_once_when_the_settings_load(tmp_path: Path) -> None:
+    """settings.load reads the file into admin_token; what is built from the settings after
+    (the collector, the admin client, the recorder) never opens it again."""
+    f = tmp_path / "tok"
+    f.write_text("s3cret\n")
+    s = settings.load(MonitorSettings, flags={"admin_token_file": str(f)}, environ={})
+    assert (s.admin_token, s.admin_token_file) == ("s3cret", None)
+    f.unlink()  # a second read would fail now
+    assert settings.resolve_token(s) is s
+    assert AdminClient.from_settings(s).headers["authorization"] == "Bearer s3cret"  # type: ignore[union-attr]
+    assert not Recorder.from_settings(s).recording  # built without reading the file
+    gateway = settings.load(GatewaySettings, environ={"LLMTOP_ADMIN_TOKEN": "env-token"})
+    assert gateway.admin_token == "env-token"
+    with pytest.raises(ConfigError, match="admin token file"):
+        settings.load(MonitorSettings, flags={"admin_token_file": str(f)}, environ={})
 
 
 def test_the_replica_label_is_a_monitor_flag_and_a_bad_one_is_one_line() -> None:

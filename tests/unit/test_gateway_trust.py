@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.commands.gateway import hash_key_from
 from llmtop.errors import ConfigError, UsageError
 from llmtop.gateway.admission import PRIORITIES
+from llmtop.gateway.serve import hash_key_from
 from llmtop.gateway.trust import ANONYMOUS, Identity, Trust, bearer_key, hash_key
 from llmtop.settings import GATEWAY_PRIORITIES, ApiKey, GatewaySettings, load, read_config
 

@@ -1,0 +1,33 @@
+"""Where llmtop's HTTP clients are built: one builder per stack, each stack kept only where it
+was measured to earn its place.
+
+- httpx (`http_client`, here): the poll's engines' /version and the gateway's admin API
+  (`sources.gateway.AdminClient`, the TUI's keys), dcgm-exporter, the what-if's scrapes. A few
+  requests a second, where readable errors matter more than CPU.
+- the lean client (`sources.lean_http.LeanClient`): every replica's /metrics and Prometheus's
+  answers, up to 100 replicas a second (BENCHMARKS.md section 10).
+- aiohttp: the gateway's upstream (`gateway.app.make_session`: with its C parser the gateway
+  spends 0.46x the CPU of httpx per proxied stream, BENCHMARKS.md section 2) and the load
+  generator (`load.runner.Runner`, whose own CPU per streamed token it halves).
+
+The admin token is read once, by `settings.load` (`settings.resolve_token`); the clients take
+the token, never the file.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+DEFAULT_TIMEOUT_S = 5.0
+"""httpx's own default, for a client built without a timeout."""
+
+
+def http_client(
+    timeout_s: float = DEFAULT_TIMEOUT_S, *, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An httpx client: `timeout_s` for each of connect, read, write and pool; redirects not
+    followed (an admin API or a /metrics that redirects is answered as it stands); `transport`
+    for tests (httpx.MockTransport, ASGITransport)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s), transport=transport, follow_redirects=False
+    )
