@@ -21,6 +21,44 @@ settings.register_profile("deep", deadline=None, max_examples=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+# -- parallel runs ------------------------------------------------------------------------------
+# `pytest` runs on pytest-xdist workers (pyproject.toml: `-n 4 --dist loadgroup`): most of the
+# suite waits on sockets, processes and timers, not on a core. Each worker is its own process,
+# so every server here binds port 0 and every file goes under tmp_path.
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module's tests share one worker (its module-scoped servers start once) unless a test
+    names its own `xdist_group`; the groups run longest first (`slow(seconds)`), so the longest
+    test starts at once rather than last. Runs before xdist reads the groups (tryfirst)."""
+    weight: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        named = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+        if not named:
+            named = [item.nodeid.split("::")[0]]
+            item.add_marker(pytest.mark.xdist_group(named[0]))
+        group = "_".join(sorted(set(named)))  # as xdist joins them
+        weight[group] = weight.get(group, 0.0) + _expected_s(item)
+        first.setdefault(group, i)
+        item.stash[_GROUP] = group
+    items.sort(key=lambda item: (-weight[item.stash[_GROUP]], first[item.stash[_GROUP]]))
+
+
+_GROUP = pytest.StashKey[str]()
+TYPICAL_S = {"unit": 0.05, "tui": 3.0}
+"""What an unmarked test of tests/<dir> takes, roughly, for the order only: a unit test is
+milliseconds, a Pilot test seconds of rendering; the others (real servers) about 1 s."""
+
+
+def _expected_s(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    if mark is not None:
+        return float(mark.args[0]) if mark.args else 10.0
+    return TYPICAL_S.get(item.nodeid.split("/")[1], 1.0)
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """tests/fixtures: real vLLM 0.32 captures and captures made from the sim."""

@@ -33,7 +33,7 @@ def port_free(url: str) -> bool:
         return s.connect_ex((host, int(port))) != 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 def test_headless_quick_story_applies_the_cap_the_finding_suggests(tmp_path: Path) -> None:
     """`--apply-cap auto@T`: at T the gateway gets the cap the active finding's action names
     at that poll (read back from the recording of the run), and the engine recovers under it."""

@@ -35,7 +35,7 @@ from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
 from tests.system_tools import system_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow(20), pytest.mark.timeout(240)]
 WINDOW_S = 10.0
 
 

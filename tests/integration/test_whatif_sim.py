@@ -36,6 +36,7 @@ def h100_stack() -> Iterator[tuple[str, str]]:
         yield urls
 
 
+@pytest.mark.slow(15)
 async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str, str]) -> None:
     sim, gw = h100_stack
     shape = Shape(prompt_tokens=(256, 1024), output_tokens=64)
@@ -78,7 +79,8 @@ def test_unreachable_target_and_bad_input_are_one_line() -> None:
         assert "Traceback" not in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(135)
+@pytest.mark.xdist_group("whatif-accuracy")  # its own worker: it starts first, alone in its chain
 @pytest.mark.timeout(420)
 async def test_predictions_hold_when_each_cap_is_applied() -> None:
     """h100-8b at 4 req/s (prompts 256-1536, 128 out), gateway timeout 5 s. Caps 2 and 4 are
