@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,20 +44,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         weight[group] = weight.get(group, 0.0) + _expected_s(item)
         first.setdefault(group, i)
         item.stash[_GROUP] = group
-    items.sort(key=lambda item: (-weight[item.stash[_GROUP]], first[item.stash[_GROUP]]))
+    order = sorted(weight, key=lambda g: (-weight[g], first[g]))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if 0 < workers < len(order):
+        # xdist hands each worker a second group at once, queued behind its first: behind the
+        # longest one (worker 0's), let that be the lightest group rather than a long one
+        order.insert(workers, order.pop())
+    rank = {g: i for i, g in enumerate(order)}
+    items.sort(key=lambda item: rank[item.stash[_GROUP]])
 
 
 _GROUP = pytest.StashKey[str]()
-TYPICAL_S = {"unit": 0.05, "tui": 3.0}
-"""What an unmarked test of tests/<dir> takes, roughly, for the order only: a unit test is
-milliseconds, a Pilot test seconds of rendering; the others (real servers) about 1 s."""
+PILOT_S = 3.0
+TYPICAL_S = {"unit": 0.05, "tui": 0.05}
+"""What an unmarked test of tests/<dir> takes, roughly, for the order only: a unit test or a
+tui presentation test is milliseconds, a Pilot or snapshot test (async, or `snap_compare`,
+in tests/tui) seconds of rendering; the others (real servers) about 1 s."""
 
 
 def _expected_s(item: pytest.Item) -> float:
     mark = item.get_closest_marker("slow")
     if mark is not None:
         return float(mark.args[0]) if mark.args else 10.0
-    return TYPICAL_S.get(item.nodeid.split("/")[1], 1.0)
+    area = item.nodeid.split("/")[1]
+    renders = "snap_compare" in getattr(item, "fixturenames", ())
+    if area == "tui" and (renders or inspect.iscoroutinefunction(getattr(item, "obj", None))):
+        return PILOT_S
+    return TYPICAL_S.get(area, 1.0)
 
 
 @pytest.fixture

@@ -22,6 +22,10 @@ from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings
 
+# Real servers under real-time load: one such module at a time (tests/conftest.py), so that
+# two of them never starve each other of the 2 cores.
+pytestmark = pytest.mark.xdist_group("realtime-load")
+
 STORY_FINDINGS = {"kv-exhausted", "degraded-200"}
 """The findings the quick story is about: KV cache full, TTFT over the SLO with 0 errors."""
 CAP_ADVICE = re.compile(r":cap (\d+)\b")
