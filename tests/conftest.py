@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,57 @@ FIXTURES = Path(__file__).parent / "fixtures"
 settings.register_profile("default", deadline=None)
 settings.register_profile("deep", deadline=None, max_examples=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# -- parallel runs ------------------------------------------------------------------------------
+# `pytest` runs on pytest-xdist workers (pyproject.toml: `-n 4 --dist loadgroup`): most of the
+# suite waits on sockets, processes and timers, not on a core. Each worker is its own process,
+# so every server here binds port 0 and every file goes under tmp_path.
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module's tests share one worker (its module-scoped servers start once) unless a test
+    names its own `xdist_group`; the groups run longest first (`slow(seconds)`), so the longest
+    test starts at once rather than last. Runs before xdist reads the groups (tryfirst)."""
+    weight: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        named = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+        if not named:
+            named = [item.nodeid.split("::")[0]]
+            item.add_marker(pytest.mark.xdist_group(named[0]))
+        group = "_".join(sorted(set(named)))  # as xdist joins them
+        weight[group] = weight.get(group, 0.0) + _expected_s(item)
+        first.setdefault(group, i)
+        item.stash[_GROUP] = group
+    order = sorted(weight, key=lambda g: (-weight[g], first[g]))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if 0 < workers < len(order):
+        # xdist hands each worker a second group at once, queued behind its first: behind the
+        # longest one (worker 0's), let that be the lightest group rather than a long one
+        order.insert(workers, order.pop())
+    rank = {g: i for i, g in enumerate(order)}
+    items.sort(key=lambda item: rank[item.stash[_GROUP]])
+
+
+_GROUP = pytest.StashKey[str]()
+PILOT_S = 3.0
+TYPICAL_S = {"unit": 0.05, "tui": 0.05}
+"""What an unmarked test of tests/<dir> takes, roughly, for the order only: a unit test or a
+tui presentation test is milliseconds, a Pilot or snapshot test (async, or `snap_compare`,
+in tests/tui) seconds of rendering; the others (real servers) about 1 s."""
+
+
+def _expected_s(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    if mark is not None:
+        return float(mark.args[0]) if mark.args else 10.0
+    area = item.nodeid.split("/")[1]
+    renders = "snap_compare" in getattr(item, "fixturenames", ())
+    if area == "tui" and (renders or inspect.iscoroutinefunction(getattr(item, "obj", None))):
+        return PILOT_S
+    return TYPICAL_S.get(area, 1.0)
 
 
 @pytest.fixture

@@ -5,9 +5,11 @@ the binary cannot be had."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,9 +24,16 @@ def _which(name: str) -> str | None:
 
 @functools.cache
 def _install() -> str:
-    """Run the installer once; what it said (its first line), or why it could not run."""
+    """Run the installer once; what it said (its first line), or why it could not run. Under
+    xdist each worker may ask: a lock file lets one apt run at a time (the next finds the tools
+    there and does nothing)."""
+    lock = Path(tempfile.gettempdir()) / "llmtop-install-system-tools.lock"
     try:
-        done = subprocess.run(["bash", str(INSTALLER)], capture_output=True, text=True, timeout=600)
+        with lock.open("w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            done = subprocess.run(
+                ["bash", str(INSTALLER)], capture_output=True, text=True, timeout=600
+            )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{INSTALLER.name} failed: {e}"
     said = done.stderr.strip().splitlines()

@@ -40,6 +40,8 @@ class RedisServer:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:  # the port was taken meanwhile (another worker?)
+                break
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
@@ -48,7 +50,7 @@ class RedisServer:
             except OSError:
                 time.sleep(0.05)
         self.kill()
-        pytest.fail(f"redis-server did not answer on port {self.port} within 10 s")
+        pytest.fail(f"redis-server did not answer on port {self.port} (exited or 10 s passed)")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

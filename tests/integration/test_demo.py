@@ -22,6 +22,10 @@ from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings
 
+# Real servers under real-time load: one such module at a time (tests/conftest.py), so that
+# two of them never starve each other of the 2 cores.
+pytestmark = pytest.mark.xdist_group("realtime-load")
+
 STORY_FINDINGS = {"kv-exhausted", "degraded-200"}
 """The findings the quick story is about: KV cache full, TTFT over the SLO with 0 errors."""
 CAP_ADVICE = re.compile(r":cap (\d+)\b")
@@ -33,7 +37,7 @@ def port_free(url: str) -> bool:
         return s.connect_ex((host, int(port))) != 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(40)
 def test_headless_quick_story_applies_the_cap_the_finding_suggests(tmp_path: Path) -> None:
     """`--apply-cap auto@T`: at T the gateway gets the cap the active finding's action names
     at that poll (read back from the recording of the run), and the engine recovers under it."""

@@ -158,7 +158,9 @@ async def test_disconnect_while_queued_never_reaches_the_engine(
     engine = engine_of(sim)
     gw = start_gateway(sim.url, max_concurrency=1)
     async with httpx.AsyncClient(base_url=gw.url, timeout=30) as c:
-        first = asyncio.ensure_future(c.post("/v1/completions", json=body(200)))
+        # ~3 s holding the one slot: long enough that, on busy cores, the cancel lands while
+        # the second still waits (200 tokens, ~1 s, sometimes let it through first)
+        first = asyncio.ensure_future(c.post("/v1/completions", json=body(500)))
         await wait_stats(c, lambda s: s["in_flight"] == 1)
         async with httpx.AsyncClient(base_url=gw.url, timeout=30) as other:
             queued = asyncio.ensure_future(other.post("/v1/completions", json=body(5)))

@@ -236,7 +236,10 @@ async def test_cancelled_loop_records_cuts_and_stops(
     async with Runner(server.url, max_requests=100) as runner:
         await runner.resolve_model()
         loop = ClosedLoop(runner, Shape(output_tokens=2), 2)
-        await asyncio.sleep(0.3)
+        deadline = asyncio.get_running_loop().time() + 10
+        while runner.in_flight < 2:  # both workers' requests are out (the upstream holds them)
+            assert asyncio.get_running_loop().time() < deadline, runner.in_flight
+            await asyncio.sleep(0.01)
         await asyncio.wait_for(loop.aclose(), 5)
         assert runner.in_flight == 0
         assert runner.issued == 2  # the cancelled workers sent nothing more

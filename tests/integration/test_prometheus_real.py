@@ -35,7 +35,13 @@ from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
 from tests.system_tools import system_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+# Real servers under real-time load: one such module at a time (tests/conftest.py), so that
+# two of them never starve each other of the 2 cores.
+pytestmark = [
+    pytest.mark.slow(20),
+    pytest.mark.timeout(240),
+    pytest.mark.xdist_group("realtime-load"),
+]
 WINDOW_S = 10.0
 
 

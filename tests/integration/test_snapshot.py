@@ -273,6 +273,7 @@ def waiting(url: str) -> float:
     )
 
 
+@pytest.mark.slow(30)
 def test_growing_queue_with_flat_decode_is_a_batching_cliff(
     growing_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -37,6 +37,8 @@ def h100_stack() -> Iterator[tuple[str, str]]:
         yield urls
 
 
+@pytest.mark.slow(15)
+@pytest.mark.xdist_group("realtime-load")  # with the other real-time loads (tests/conftest.py)
 async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str, str]) -> None:
     sim, gw = h100_stack
     shape = Shape(prompt_tokens=(256, 1024), output_tokens=64)
@@ -66,6 +68,7 @@ async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str,
     assert {c["figure"] for c in doc["fit_error"]} >= {"output tok/s", "client TTFT p95 (s)"}
 
 
+@pytest.mark.xdist_group("realtime-load")  # h100_stack's module: keep it on one worker
 def test_unreachable_target_and_bad_input_are_one_line() -> None:
     down = _whatif("--vllm", "http://127.0.0.1:1", "--window", "2", "--interval", "0.5")
     assert down.returncode == 3
@@ -79,7 +82,8 @@ def test_unreachable_target_and_bad_input_are_one_line() -> None:
         assert "Traceback" not in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(135)
+@pytest.mark.xdist_group("whatif-accuracy")  # its own worker: it starts first, alone in its chain
 @pytest.mark.timeout(420)
 async def test_predictions_hold_when_each_cap_is_applied() -> None:
     """h100-8b at 4 req/s (prompts 256-1536, 128 out), gateway timeout 5 s. Caps 2 and 4 are

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
 from llmtop.tui.widgets.panel import Panel
@@ -18,8 +20,27 @@ def banner_text(app: DemoApp) -> str:
     return str(app.query_one(DemoBanner).render())
 
 
+class FirstOnly:
+    """The healthy moment once, then no answer: the test feeds each moment itself, and no
+    poll of the paused story feeds the healthy moment back over it meanwhile."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap: Snapshot | None = snap
+
+    async def poll(self) -> Snapshot:
+        snap, self.snap = self.snap, None
+        if snap is None:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+        return snap
+
+    async def aclose(self) -> None:
+        pass
+
+
 async def test_the_line_follows_the_finding_shown_as_the_story_moves() -> None:
-    app = story.app_at(story.MOMENTS["healthy"], app_class=DemoApp)
+    healthy = FirstOnly(story.upto(story.MOMENTS["healthy"])[-1])
+    app = story.app_at(story.MOMENTS["healthy"], app_class=DemoApp, source=healthy)
     assert isinstance(app, DemoApp)
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
 from llmtop.sources.gateway import AdminClient
@@ -21,7 +22,9 @@ from tests.tui.conftest import feed_of, make_app
 SIZE = (120, 30)
 
 
-async def wait_text(pilot: Pilot[Any], read: Any, want: str, timeout_s: float = 20.0) -> str:
+async def wait_text(pilot: Pilot[Any], read: Any, want: str, timeout_s: float = 60.0) -> str:
+    """The text once `want` is in it, or as it stands at the deadline (a prediction is seconds
+    of CPU on a worker thread; on shared cores it can take a while)."""
     deadline = time.monotonic() + timeout_s
     while True:
         text = str(read())
@@ -66,6 +69,7 @@ async def test_the_preview_follows_the_window_filling_without_another_key(
         assert not [w for w in app.workers if w.group == "whatif-preview" and w.is_running]
 
 
+@pytest.mark.slow(30)
 async def test_w_opens_the_table_and_replays_say_they_cannot(points: list[Point]) -> None:
     app: LlmtopApp = make_app(whatif=feed_of(points))
     async with app.run_test(size=SIZE) as pilot:

@@ -199,6 +199,7 @@ def test_max_queue_change_is_predicted(h100_points: list[Point]) -> None:
     assert a.predictions[1].queue_wait_p95_s < 5.0  # a short queue: rejected, not timed out
 
 
+@pytest.mark.slow(15)
 def test_prediction_against_the_hidden_engine_in_virtual_time(
     h100_points: list[Point],
 ) -> None:

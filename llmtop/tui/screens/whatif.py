@@ -60,7 +60,12 @@ class WhatIfScreen(ModalScreen[None]):
         self.set_interval(REFRESH_S, self.refresh_predictions)
 
     def refresh_predictions(self) -> None:
-        start_worker(self, self._update, group="whatif", exclusive=True, exit_on_error=False)
+        """Start the next analysis unless the last is still computing: its thread cannot be
+        cancelled, so on a busy machine restarting every tick would pile threads up, each
+        seconds of CPU, and slow the next answer further."""
+        if any(w.group == "whatif" and not w.is_finished for w in self.workers):
+            return
+        start_worker(self, self._update, group="whatif", exit_on_error=False)
 
     async def _update(self) -> None:
         try:
