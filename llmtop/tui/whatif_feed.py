@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import httpx
 
@@ -27,6 +29,37 @@ INTERVAL_S = 2.0
 MIN_POINTS = 4
 """Scrapes needed before a first prediction (~6 s): early ones say how little they saw."""
 HORIZON_S = 60.0
+
+
+def off_the_loop(work: Callable[..., Analysis], *args: object) -> asyncio.Future[Analysis]:
+    """`work(*args)` on a daemon thread of its own, its answer on the loop.
+
+    Not `asyncio.to_thread`: the default executor's threads are joined at exit, so `q` pressed
+    during a prediction (seconds of CPU on a busy box) would wait for it; a daemon thread is
+    dropped with the process, and an answer nobody awaits any more is discarded."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Analysis] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def run() -> None:
+        try:
+            answer = work(*args)
+        except BaseException as e:  # handed to the awaiting coroutine, as to_thread does
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+                loop.call_soon_threadsafe(settle, False, e)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, True, answer)
+
+    threading.Thread(target=run, name="llmtop-whatif", daemon=True).start()
+    return future
 
 
 class WhatIfFeed:
@@ -99,7 +132,7 @@ class WhatIfFeed:
             ttft_slo_s=self.health.ttft_slo_s,
             itl_slo_s=self.health.itl_slo_s,
         )
-        return await asyncio.to_thread(analyse, list(self.points), opts)
+        return await off_the_loop(analyse, list(self.points), opts)
 
     async def aclose(self) -> None:
         if self._task is not None:
