@@ -404,7 +404,7 @@ def table(rows: list[dict[str, Any]], engine: str, loads: list[float]) -> dict[f
     """Print arm x load (medians over repeats); return each load's ordering."""
     print(
         f"\n{engine}: goodput = good (TTFT and TPOT within the SLO) / offered; medians of"
-        f" {max((r['rep'] for r in rows), default=0) + 1} repeat(s)\n"
+        f" {len({r['rep'] for r in rows if r['engine'] == engine})} repeat(s)\n"
     )
     print(
         "| load | arm | offered | goodput | TTFT-only | output tok/s | TTFT p50 | TTFT p99 |"
@@ -478,7 +478,8 @@ def run_engine(
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"--budget-min {args.budget_min:g} spent")
                     try:
-                        row = one_run(engine, arm, load, rep, 1000 * rep + i, args, args.out)
+                        seed = args.seed_base + 1000 * rep + i
+                        row = one_run(engine, arm, load, rep, seed, args, args.out)
                     except (RuntimeError, httpx.HTTPError, KeyError, ValueError) as e:
                         print(f"  {load:g}x {arm}: failed: {e}", flush=True)
                         failed = {"engine": kind, "load": load, "arm": arm, "error": str(e)}
@@ -511,6 +512,7 @@ def main() -> int:
     p.add_argument("--loads", default="0.7,1.3,2,3", help="multiples of the measured capacity")
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--repeats", type=int, default=1, help="grids on each engine")
+    p.add_argument("--seed-base", type=int, default=0, help="added to each load's seed")
     p.add_argument("--sim-repeats", type=int, help="grids on the sim (default: --repeats)")
     p.add_argument("--input-len", type=int, default=600)
     p.add_argument("--output-len", type=int, default=300)
