@@ -240,7 +240,7 @@ class SimSettings:
     port: int = field(default=8000, metadata=_env("LLMTOP_SIM_PORT"))
     """Port to listen on (0 picks a free one)."""
     profile: str = field(default="seed", metadata=_env("LLMTOP_SIM_PROFILE"))
-    """Hardware/model profile (seed, h100-8b)."""
+    """Hardware/model profile (seed, h100-8b, fast), or a JSON file of a profile's fields."""
     model_name: str = field(default="llmtop-sim", metadata=_env("LLMTOP_SIM_MODEL"))
     """Served model name."""
     max_num_seqs: int | None = None

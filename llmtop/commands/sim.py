@@ -15,7 +15,7 @@ N = {"metavar": "N", "type": int}
 FLAGS: tuple[Flag, ...] = (
     ("host", "--host", "address to listen on", {}),
     ("port", "--port", "port to listen on (0: any free)", {"type": int}),
-    ("profile", "--profile", "hardware/model profile (seed, h100-8b, fast)", {}),
+    ("profile", "--profile", "hardware/model profile (seed, h100-8b, fast) or a .json file", {}),
     ("model_name", "--model-name", "served model name", {"metavar": "NAME"}),
     ("max_num_seqs", "--max-num-seqs", "vLLM --max-num-seqs", N),
     ("max_model_len", "--max-model-len", "vLLM --max-model-len", N),

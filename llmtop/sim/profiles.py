@@ -13,7 +13,11 @@ fitted constants: see llmtop/sim/engine.py for which figure fixed which number.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from llmtop.errors import UsageError
 
@@ -168,9 +172,62 @@ PROFILES: dict[str, Profile] = {
 
 
 def get_profile(name: str) -> Profile:
-    """The named profile, or a UsageError listing the known ones."""
+    """The named profile, or one read from a JSON file (a name ending in .json), or a UsageError
+    listing the known ones."""
+    if name.endswith(".json"):
+        return read_profile_file(name)
     try:
         return PROFILES[name]
     except KeyError:
         known = ", ".join(sorted(PROFILES))
         raise UsageError(f"unknown sim profile {name!r} (known: {known})") from None
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "int | None": (int, type(None)),
+}
+_MAY_BE_ZERO = {"gpu_memory_bytes", "reserved_bytes", "step_overhead_s", "idle_watts"}
+
+
+def read_profile_file(path: str) -> Profile:
+    """A profile from a JSON object of Profile's fields, so the sim can run an engine fitted to a
+    real one (bench/bench_vllm_serve.py writes one from `llmtop whatif --json`'s fit)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"sim profile {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"sim profile {path}: not UTF-8 text") from None
+    return profile_from_json(text, path)
+
+
+def profile_from_json(text: str, where: str = "file") -> Profile:
+    """Parse and check a profile's JSON; a UsageError names the first field that is wrong."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"sim profile {where}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"sim profile {where}: expected a JSON object of profile fields")
+    fields = {f.name: f for f in dataclasses.fields(Profile)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UsageError(f"sim profile {where}: unknown field {unknown[0]!r}")
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING
+        if name not in data:
+            if required:
+                raise UsageError(f"sim profile {where}: missing field {name!r}")
+            continue
+        value = data[name]
+        ok = _TYPES[str(f.type)]
+        if isinstance(value, bool) or not isinstance(value, ok):
+            raise UsageError(f"sim profile {where}: {name} must be {f.type}, got {value!r}")
+        if isinstance(value, (int, float)) and not (
+            math.isfinite(value) and (value > 0 or (value == 0 and name in _MAY_BE_ZERO))
+        ):
+            raise UsageError(f"sim profile {where}: {name} must be positive, got {value!r}")
+    return Profile(**data)
