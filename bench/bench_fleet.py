@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -93,6 +94,8 @@ async def measure(
     """Poll once a second; CPU per poll (median, p90) after warm-up, of which the fleet
     pipeline's (derive, rules), replicas seen up. `phase`: poll at that fraction of each wall-
     clock second (two processes measured side by side then take turns)."""
+    gen0, *older = gc.get_threshold()  # as `llmtop top` sets it (llmtop.cli.tune_gc)
+    gc.set_threshold(max(gen0, 10_000), *older)
     collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
     scraper = collector._scraper
     cpu: list[float] = []
