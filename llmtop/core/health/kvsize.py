@@ -12,7 +12,6 @@ from typing import Any
 from llmtop.core.base import format as fmt
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
-from llmtop.core.derive.peaks import HeldPeaks, held_tokens
 from llmtop.core.health.thresholds import HealthSettings
 
 KV_TARGET_FRAC = HealthSettings.kv_target_frac
@@ -134,27 +133,25 @@ class KvSize:
         )
 
 
-def _held(
-    e: EngineStats,
-    history: Sequence[Snapshot],
-    now: float | None,
-    index: HeldPeaks | None = None,
-) -> KvHeld | None:
+def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
+    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown (a NaN
+    or infinite figure too: it sizes nothing, and would stick as the look-back's most)."""
+    cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
+    if cap is None or usage is None or not running or running <= 0:
+        return None
+    tokens = usage * cap / running
+    return (usage, running, tokens) if math.isfinite(tokens) else None
+
+
+def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
     """The most KV per running sequence at this poll and the earlier ones of the lookback
-    (this poll first, then newest to oldest: the first of equals wins). `index`, kept by the
-    pipeline over `history`, answers for the look-back where it is exact."""
+    (this poll first, then newest to oldest: the first of equals wins)."""
     best: tuple[float, float, float] | None = None  # usage, running, ago
     most = 0.0
     mine = held_tokens(e)
     if mine is not None:
         best, most = (mine[0], mine[1], 0.0), mine[2]
-    if now is None:
-        pass
-    elif index is not None and index.exact(e.url, now):
-        found = index.most(e.url, now, SIZE_LOOKBACK_S)
-        if found is not None and (best is None or found[2] > most):
-            best, most = (found[0], found[1], now - found[3]), found[2]
-    else:
+    if now is not None:
         url, oldest = e.url, now - SIZE_LOOKBACK_S
         for snap in reversed(history):
             if snap.time < oldest:
@@ -175,8 +172,6 @@ def kv_size(
     history: Sequence[Snapshot] = (),
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
-    *,
-    index: HeldPeaks | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -206,7 +201,7 @@ def kv_size(
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
         return None
-    held = _held(e, history, now, index)
+    held = _held(e, history, now)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None

@@ -21,7 +21,6 @@ from llmtop.core.base.snapshot import (
     WordedOnRead,
     Wording,
 )
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.health.kvsize import KvSize, kv_size
 from llmtop.core.health.thresholds import HealthSettings
 
@@ -44,8 +43,6 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
-    history_index: HistoryIndex | None = None
-    """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
 
 
 @quick_init
@@ -163,8 +160,7 @@ def where(ctx: Context, e: EngineStats) -> str:
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    index = ctx.history_index.held if ctx.history_index is not None else None
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, index=index)
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac)
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
@@ -240,19 +236,9 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 
 
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
-    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
-
-    The pipeline's `history_index` answers for the look-back where it is exact (`KvPeaks`);
-    `max` of this poll's value and its answer is the scan's, this poll first among equals."""
-    now = e.kv_cache_usage_frac
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
     url, oldest = e.url, ctx.time - ctx.settings.window_s
-    if ctx.history_index is not None:
-        exact, before = ctx.history_index.kv.peak(url, oldest)
-        if exact:
-            if before is None or now is None:
-                return now if before is None else before
-            return max(now, before)
-    values = [now]
+    values = [e.kv_cache_usage_frac]
     for i, snap in enumerate(reversed(ctx.history)):
         # The window, and at least the previous poll (its start when polls are a window apart).
         if i > 0 and snap.time < oldest:

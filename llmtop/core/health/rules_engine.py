@@ -5,12 +5,11 @@ cliff, decode- and prefill-bound, vLLM's own admission. Each is a pure check ove
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity
-from llmtop.core.derive.peaks import cliff_inputs, scan_best_at_half
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity, Snapshot
 from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import (
     Context,
@@ -192,11 +191,6 @@ def _past(
     """The engine's stats from the snapshot closest to `ago_s` before now (at least half)
     among those where `known` holds: a first poll has no rates yet, and unknown is not a
     reason to look no further (a snapshot's first poll is exactly its window ago)."""
-    index = ctx.history_index
-    if index is not None and known is index.past.known:
-        exact, found = index.past.closest(url, ctx.time, ago_s)
-        if exact:
-            return found
     best: tuple[float, EngineStats] | None = None
     best_gap = 0.0  # abs(best[0] - ago_s) once `best` is set, worked out once
     now, half = ctx.time, ago_s / 2
@@ -214,8 +208,9 @@ def _past(
     return best
 
 
-_cliff_inputs = cliff_inputs
-"""The test `PastRows` indexes by (so `_past` asks the index with it)."""
+def _cliff_inputs(e: EngineStats) -> bool:
+    """Whether a row knows what batching-cliff compares (waiting, decode rate)."""
+    return e.waiting is not None and e.decode_tok_per_s is not None
 
 
 def batching_cliff(ctx: Context) -> Verdict | None:
@@ -252,9 +247,31 @@ def batching_cliff(ctx: Context) -> Verdict | None:
     return None
 
 
+def _best_at_half(history: Sequence[Snapshot], e: EngineStats) -> EngineStats | None:
+    """The engine's row with the best per-sequence decode rate at half its running now or
+    fewer, oldest first among equals."""
+    best: EngineStats | None = None
+    running = e.running
+    if running is None:
+        return None
+    for snap in history:
+        for p in snap.engines:
+            if (
+                p.url == e.url
+                and p.running
+                and p.decode_tok_per_s_per_seq is not None
+                and p.running * 2 <= running
+                and (
+                    best is None
+                    or p.decode_tok_per_s_per_seq > (best.decode_tok_per_s_per_seq or 0)
+                )
+            ):
+                best = p
+    return best
+
+
 def decode_bound(ctx: Context) -> Verdict | None:
     s = ctx.settings
-    peaks = ctx.history_index.decode if ctx.history_index is not None else None
     for e in up_engines(ctx):
         if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
             continue
@@ -264,10 +281,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
         if _itl_tail_from_prefill(e, s.itl_slo_s):
             continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
-        if peaks is not None and peaks.exact(e.url):
-            best = peaks.best_at_half(e.url, e.running)
-        else:
-            best = scan_best_at_half(ctx.history, e)
+        best = _best_at_half(ctx.history, e)
         if best is None or best.decode_tok_per_s_per_seq is None:
             continue
         if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:

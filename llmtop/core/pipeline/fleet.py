@@ -35,7 +35,6 @@ from llmtop.core.base.snapshot import (
 )
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
 from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
@@ -60,8 +59,6 @@ class _Track:
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
-        self.index = HistoryIndex()
-        """The rules' look-backs over `snapshots`."""
         self.last_progress: float | None = None
         self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
@@ -203,7 +200,6 @@ class FleetPipeline(Pipeline):
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None
         self._edge = Pipeline(self.settings, max_num_seqs=max_num_seqs)  # gateway and GPUs
-        self._index = None  # the fleet's Snapshots are not judged by the engine rules
         self._fleet_health = FleetHealth(self.rules)
         self._tracks: dict[str, _Track] = {}
         self._events: deque[FleetEvent] = deque()
@@ -335,16 +331,13 @@ class FleetPipeline(Pipeline):
             history=track.snapshots,
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
-            history_index=track.index,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
         track.snapshots.append(snap)
-        track.index.add(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
-            track.index.drop_oldest()
         return Replica(key, name, stats, findings, status, engine, parent)
 
 
