@@ -7,8 +7,10 @@ New fields are added with a default, so recordings and tests made before them st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from llmtop.core.base.quickinit import quick_init
@@ -126,6 +128,17 @@ class EngineStats:
     (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
     prompt_computed_tok_per_s: float | None = None
     """Prompt tokens actually prefilled per second (`source=local_compute`)."""
+
+    @cached_property
+    def kv_tokens_per_running(self) -> float | None:
+        """KV tokens each running sequence holds (usage x capacity / running); None when
+        unknown or not finite. Worked out once a row: `kv_size` reads it for every row of its
+        minute's look-back, for every full replica at every poll."""
+        cap, usage, running = self.kv_capacity_tokens, self.kv_cache_usage_frac, self.running
+        if cap is None or usage is None or not running or running <= 0:
+            return None
+        tokens = usage * cap / running
+        return tokens if math.isfinite(tokens) else None
 
 
 @dataclass(frozen=True)

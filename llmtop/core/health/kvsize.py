@@ -133,36 +133,28 @@ class KvSize:
         )
 
 
-def held_tokens(p: EngineStats) -> tuple[float, float, float] | None:
-    """(KV usage, running, KV tokens per running sequence) of a row; None when unknown (a NaN
-    or infinite figure too: it sizes nothing, and would stick as the look-back's most)."""
-    cap, usage, running = p.kv_capacity_tokens, p.kv_cache_usage_frac, p.running
-    if cap is None or usage is None or not running or running <= 0:
-        return None
-    tokens = usage * cap / running
-    return (usage, running, tokens) if math.isfinite(tokens) else None
-
-
 def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
     """The most KV per running sequence at this poll and the earlier ones of the lookback
     (this poll first, then newest to oldest: the first of equals wins)."""
     best: tuple[float, float, float] | None = None  # usage, running, ago
-    most = 0.0
-    mine = held_tokens(e)
-    if mine is not None:
-        best, most = (mine[0], mine[1], 0.0), mine[2]
+    most = e.kv_tokens_per_running
+    if most is not None:
+        best = (e.kv_cache_usage_frac or 0.0, e.running or 0.0, 0.0)
     if now is not None:
         url, oldest = e.url, now - SIZE_LOOKBACK_S
         for snap in reversed(history):
-            if snap.time < oldest:
+            t = snap.time
+            if t < oldest:
                 break
             for p in snap.engines:
-                if p.url != url or not p.up:
-                    continue
-                held = held_tokens(p)
-                if held is not None and (best is None or held[2] > most):
-                    best, most = (held[0], held[1], now - snap.time), held[2]
-    if best is None:
+                if p.url == url and p.up:
+                    tokens = p.kv_tokens_per_running
+                    if tokens is not None and (most is None or tokens > most):
+                        best, most = (
+                            (p.kv_cache_usage_frac or 0.0, p.running or 0.0, now - t),
+                            tokens,
+                        )
+    if best is None or most is None:
         return None
     return KvHeld(best[0], best[1], most, max(0.0, best[2]))
 
