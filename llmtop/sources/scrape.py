@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.core.exposition import narrow as narrowing
-from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url
@@ -50,9 +50,6 @@ class FleetScraper:
         self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
-        self._memos: dict[str, dict[str, promtext_memo.Memo]] = {}
-        """URL -> the URL read (narrow or in full) -> the layout of its last text
-        (`core.exposition.promtext_memo`)."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
         """URL -> whether it is scraped narrow (None: every target in full)."""
         self._clock = clock
@@ -67,8 +64,6 @@ class FleetScraper:
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body
-        for url in self._memos.keys() - set(urls):
-            del self._memos[url]
         if self._narrow is not None:
             for url in self._narrow.keys() - set(urls):
                 del self._narrow[url]
@@ -109,13 +104,13 @@ class FleetScraper:
             narrow = state.use(self._clock())
             if narrow is not None:
                 try:
-                    return self._parse(url, narrow, await self._fetch(narrow))
+                    return self._parse(url, await self._fetch(narrow))
                 except CannotConnect:
                     raise  # the target is down, not its narrow answer: no second try
                 except (ScrapeError, HttpError):
                     state.failed(self._clock())  # read in full below, the same poll
         body = await self._fetch(murl)
-        samples = self._parse(url, murl, body)
+        samples = self._parse(url, body)
         if state is not None and state.due(self._clock()):
             try:
                 found = await asyncio.wait_for(self._probe(murl, body, samples), self.timeout_s)
@@ -139,19 +134,14 @@ class FleetScraper:
                 return candidate
         return None
 
-    def _parse(self, url: str, read: str, body: bytes) -> tuple[Sample, ...]:
+    def _parse(self, url: str, body: bytes) -> tuple[Sample, ...]:
         """The body's kept samples; a body byte for byte the target's last (an idle replica)
         is not parsed again."""
         last = self._last.get(url)
         if last is not None and last[0] == body:
             return last[1]
         self._last.pop(url, None)
-        memos = self._memos.setdefault(url, {})
-        memo = memos.get(read)
-        if memo is None:
-            memo = memos[read] = promtext_memo.Memo()
-        text = body.decode("utf-8", errors="replace")
-        samples = promtext_memo.parse(text, VLLM_KEEP, memo)
+        samples = promtext.parse(body.decode("utf-8", errors="replace"), VLLM_KEEP)
         self._last[url] = (body, samples)
         return samples
 
