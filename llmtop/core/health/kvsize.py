@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.quickinit import quick_init
@@ -56,31 +55,6 @@ class KvSize:
     fits: int
     target_frac: float
     """The share of the cache the count may fill (HealthSettings.kv_target_frac)."""
-
-    def inputs(self) -> tuple[Any, ...]:
-        """Its fields as one flat tuple of plain numbers (`held`'s four in its place, None when
-        there is none): what a finding worded later keeps instead of the object. Flat, the
-        garbage collector stops tracking it at its first collection. `of_inputs` makes it."""
-        h = self.held
-        held = (None,) * 4 if h is None else (h.usage_frac, h.running, h.tokens, h.ago_s)
-        return (
-            self.capacity_tokens,
-            self.block_size,
-            self.prompt_tokens,
-            self.output_tokens,
-            *held,
-            self.per_request_tokens,
-            self.fits,
-            self.target_frac,
-        )
-
-    @classmethod
-    def of_inputs(cls, inputs: Sequence[Any]) -> KvSize:
-        """The KvSize whose `inputs` these are."""
-        capacity, block, prompt, output, usage, running, tokens, ago = inputs[:8]
-        per_request, fits, target = inputs[8:]
-        held = None if usage is None else KvHeld(usage, running, tokens, ago)
-        return cls(capacity, block, prompt, output, held, per_request, fits, target)
 
     @property
     def budget_tokens(self) -> int:

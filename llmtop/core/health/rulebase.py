@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import (
@@ -18,8 +18,6 @@ from llmtop.core.base.snapshot import (
     GpuStats,
     Severity,
     Snapshot,
-    WordedOnRead,
-    Wording,
 )
 from llmtop.core.health.kvsize import KvSize, kv_size
 from llmtop.core.health.thresholds import HealthSettings
@@ -47,24 +45,13 @@ class Context:
 
 @quick_init
 @dataclass(frozen=True)
-class Verdict(WordedOnRead):
+class Verdict:
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
 
     summary: str
     action: str
     severity: Severity | None = None
     bottleneck: Bottleneck | None = None
-
-    @classmethod
-    def later(
-        cls,
-        wording: Wording,
-        inputs: tuple[Any, ...],
-        severity: Severity | None = None,
-        bottleneck: Bottleneck | None = None,
-    ) -> Verdict:
-        """A verdict worded when first read (its finding's words: `WordedOnRead`)."""
-        return cls._later(wording, inputs, severity=severity, bottleneck=bottleneck)
 
 
 @dataclass(frozen=True)
@@ -124,20 +111,16 @@ class Hysteresis(Generic[X]):
                 v = st.verdict
                 severity = v.severity or rule.severity
                 bottleneck = v.bottleneck or rule.bottleneck
-                pending, since = v.pending_words(), st.fired_since
-                if pending is not None:  # handed on, not worded
-                    out.append(Finding.later(rule.id, severity, bottleneck, *pending, since))
-                else:
-                    out.append(
-                        Finding(
-                            id=rule.id,
-                            severity=severity,
-                            bottleneck=bottleneck,
-                            summary=v.summary,
-                            action=v.action,
-                            since=since,
-                        )
+                out.append(
+                    Finding(
+                        id=rule.id,
+                        severity=severity,
+                        bottleneck=bottleneck,
+                        summary=v.summary,
+                        action=v.action,
+                        since=st.fired_since,
                     )
+                )
         if len(out) > 1:
             out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
         return tuple(out)
@@ -184,8 +167,8 @@ def running_total(engines: Iterable[EngineStats]) -> float:
 def cap_advice(
     n: int | None, why: str, gw: GatewayStats | None = None, running: float = 0.0
 ) -> str:
-    """`cap_action` from the two things of a `Context` it reads, the gateway and what the
-    engines run (what a finding worded later keeps, rather than the Context)."""
+    """`cap_action` from the two things of a `Context` it reads: the gateway and what the
+    engines run."""
     if gw is not None and gw.up and n is not None:
         # +1: the two are scraped a moment apart, and an admission can fall in between
         if gw.in_flight is not None and running > gw.in_flight + 1:

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity, Snapshot
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, Severity, Snapshot
 from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import (
     Context,
     Verdict,
     cap_action,
-    cap_advice,
     kv_peak,
     kv_pressed,
     kv_size_now,
-    running_total,
     up_engines,
     where,
 )
@@ -135,8 +132,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     """The cache is full and requests wait or are preempted: cap at what it holds (`kv_size`:
     the larger of the mean finished request and the KV each running sequence held, so a mix
     of short chats and long prompts is sized by what fills the cache, not by the chats).
-    Worded when read (it holds on every replica of a full fleet each poll); the size is worked
-    out now, as it reads the look-back, which moves on."""
+    """
     for e in up_engines(ctx):
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         if not e.preemptions_per_s and not waiting:
@@ -144,45 +140,25 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
         peak = kv_peak(ctx, e)
         if not kv_pressed(ctx, e, peak):
             continue
-        size = kv_size_now(ctx, e)
-        gw = ctx.gateway
-        inputs = (
-            where(ctx, e),
-            e.preemptions_per_s,
-            e.running,
-            peak,
-            waiting,
-            gw,
-            0.0 if gw is None else running_total(ctx.engines),
-            *(() if size is None else size.inputs()),
-        )  # flat, plain numbers: see WordedOnRead
-        return Verdict.later(_kv_exhausted_words, inputs)
+        return _kv_exhausted_words(ctx, e, peak, waiting, kv_size_now(ctx, e))
     return None
 
 
 def _kv_exhausted_words(
-    prefix: str,
-    preemptions_per_s: float | None,
-    running: float | None,
-    peak: float | None,
-    waiting: float | None,
-    gw: GatewayStats | None,
-    running_all: float,
-    *sized: Any,
-) -> tuple[str, str]:
-    size = KvSize.of_inputs(sized) if sized else None
+    ctx: Context, e: EngineStats, peak: float | None, waiting: float | None, size: KvSize | None
+) -> Verdict:
+    running = e.running
     n = size.fits if size is not None else None
     arithmetic = f"; {size.arithmetic()}" if size is not None else ""
     if n is None and running:
         n = max(1, int(running))  # capacity unknown: what fits is what runs
         arithmetic = f"; the cache holds the {n} running now"
     summary = (
-        f"{prefix}KV cache {fmt.frac(peak)} full, "
-        f"{fmt.per_s(preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
+        f"{where(ctx, e)}KV cache {fmt.frac(peak)} full, "
+        f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
         f"capacity, {fmt.count(running)} running{arithmetic}"
     )
-    why = "more sequences than the KV cache holds"
-    return summary, cap_advice(n, why, gw, running_all)
+    return Verdict(summary, cap_action(n, "more sequences than the KV cache holds", ctx))
 
 
 def _past(

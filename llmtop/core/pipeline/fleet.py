@@ -167,14 +167,8 @@ def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
 
 
 def _headed(f: Finding, head: str, since: float | None) -> Finding:
-    """`f` with `head` before its summary; worded when read if `f` is not worded yet."""
-    if f.pending_words() is None:
-        return replace(f, summary=head + f.summary, since=since)
-    return Finding.later(f.id, f.severity, f.bottleneck, _headed_words, (head, f), since)
-
-
-def _headed_words(head: str, f: Finding) -> tuple[str, str]:
-    return head + f.summary, f.action
+    """`f` with `head` before its summary."""
+    return replace(f, summary=head + f.summary, since=since)
 
 
 class FleetPipeline(Pipeline):
