@@ -147,11 +147,33 @@ def golden() -> dict[str, Any]:
     return {name: replay(name) for name in RECORDINGS}
 
 
+def dumps(data: dict[str, Any]) -> str:
+    """The golden as JSON, a line per digest list and per timeline entry (a diff shows what
+    changed, and the file stays short)."""
+    out = ["{"]
+    for i, (name, entry) in enumerate(data.items()):
+        out.append(f"{json.dumps(name)}: {{")
+        items = list(entry.items())
+        for j, (key, value) in enumerate(items):
+            end = "," if j < len(items) - 1 else ""
+            if key == "timeline":
+                lines = [json.dumps(x) for x in value]
+                out.append(' "timeline": [\n  ' + ",\n  ".join(lines) + f"\n ]{end}")
+            elif key == "looped":
+                out.append(f' "looped": {{"all": {json.dumps(value["all"])},')
+                out.append(f'  "per_poll": {json.dumps(value["per_poll"])}}}{end}')
+            else:
+                out.append(f" {json.dumps(key)}: {json.dumps(value)}{end}")
+        out.append("}," if i < len(data) - 1 else "}")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write {GOLDEN.name}")
     args = parser.parse_args(argv)
-    text = json.dumps(golden(), indent=1) + "\n"
+    text = dumps(golden())
     if args.write:
         GOLDEN.write_text(text)
         print(f"wrote {GOLDEN}")
