@@ -11,15 +11,11 @@ from dataclasses import dataclass
 from llmtop.core.base import format as fmt
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
+from llmtop.core.health.lookbacks import SIZE_LOOKBACK_S, Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 
 KV_TARGET_FRAC = HealthSettings.kv_target_frac
 """The default share of the cache `kv_size` fills (callers without settings: the what-if)."""
-
-SIZE_LOOKBACK_S = 60.0
-"""How far back `kv_size` looks for the most KV a running sequence held: long enough to span
-a long prompt's life (its prefill, its answer), so one wave of them finishing does not make a
-few short chats the measure of a slot."""
 
 
 @quick_init
@@ -107,27 +103,17 @@ class KvSize:
         )
 
 
-def _held(e: EngineStats, history: Sequence[Snapshot], now: float | None) -> KvHeld | None:
-    """The most KV per running sequence at this poll and the earlier ones of the lookback
-    (this poll first, then newest to oldest: the first of equals wins)."""
-    best: tuple[float, float, float] | None = None  # usage, running, ago
+def _held(e: EngineStats, lookbacks: Lookbacks | None, now: float | None) -> KvHeld | None:
+    """The most KV per running sequence at this poll and the earlier ones of the look-back
+    (this poll first, then the newest of equals)."""
     most = e.kv_tokens_per_running
-    if most is not None:
-        best = (e.kv_cache_usage_frac or 0.0, e.running or 0.0, 0.0)
-    if now is not None:
-        url, oldest = e.url, now - SIZE_LOOKBACK_S
-        for snap in reversed(history):
-            t = snap.time
-            if t < oldest:
-                break
-            for p in snap.engines:
-                if p.url == url and p.up:
-                    tokens = p.kv_tokens_per_running
-                    if tokens is not None and (most is None or tokens > most):
-                        best, most = (
-                            (p.kv_cache_usage_frac or 0.0, p.running or 0.0, now - t),
-                            tokens,
-                        )
+    best = None if most is None else (e.kv_cache_usage_frac or 0.0, e.running or 0.0, 0.0)
+    found = None
+    if lookbacks is not None and now is not None:
+        found = lookbacks.held.most(e.url, now - SIZE_LOOKBACK_S)
+    if found is not None and (most is None or found[1] > most):
+        t, most, (usage, running) = found
+        best = (usage, running, now - t if now is not None else 0.0)
     if best is None or most is None:
         return None
     return KvHeld(best[0], best[1], most, max(0.0, best[2]))
@@ -138,6 +124,8 @@ def kv_size(
     history: Sequence[Snapshot] = (),
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
+    *,
+    lookbacks: Lookbacks | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -162,12 +150,15 @@ def kv_size(
     the exact quotient leaves no room for requests longer than the size, answers still
     growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
     kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
-    cleared. None when the capacity is unknown or nothing has run or finished.
+    cleared. None when the capacity is unknown or nothing has run or finished. The look-back
+    is `lookbacks`' (the pipeline's), else one made from `history` (`Lookbacks.of_history`).
     """
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
         return None
-    held = _held(e, history, now)
+    if lookbacks is None and history and now is not None:
+        lookbacks = Lookbacks.of_history(history, 0.0)
+    held = _held(e, lookbacks, now)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None

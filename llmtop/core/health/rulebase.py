@@ -20,6 +20,7 @@ from llmtop.core.base.snapshot import (
     Snapshot,
 )
 from llmtop.core.health.kvsize import KvSize, kv_size
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 
 X = TypeVar("X")
@@ -41,6 +42,8 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
+    lookbacks: Lookbacks | None = None
+    """The KV look-backs over `history`, kept by the pipeline (made from `history` without)."""
 
 
 @quick_init
@@ -143,7 +146,14 @@ def where(ctx: Context, e: EngineStats) -> str:
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac)
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, lookbacks=_of(ctx))
+
+
+def _of(ctx: Context) -> Lookbacks:
+    """The pipeline's look-backs, or ones made from the Context's history."""
+    if ctx.lookbacks is not None:
+        return ctx.lookbacks
+    return Lookbacks.of_history(ctx.history, ctx.settings.window_s)
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
@@ -219,18 +229,18 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 
 
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
-    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates."""
-    url, oldest = e.url, ctx.time - ctx.settings.window_s
-    values = [e.kv_cache_usage_frac]
-    for i, snap in enumerate(reversed(ctx.history)):
-        # The window, and at least the previous poll (its start when polls are a window apart).
-        if i > 0 and snap.time < oldest:
-            break
-        for p in snap.engines:
-            if p.url == url and p.up:
-                values.append(p.kv_cache_usage_frac)
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
+    """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
+    This poll's, the window's, and at least the previous poll's (its start when polls are a
+    window apart)."""
+    lookbacks = _of(ctx)
+    since = ctx.time - ctx.settings.window_s
+    if lookbacks.latest is not None:
+        since = min(since, lookbacks.latest)
+    found = lookbacks.kv_usage.most(e.url, since)
+    now = e.kv_cache_usage_frac
+    if found is None or now is None:
+        return now if found is None else found[1]
+    return max(now, found[1])
 
 
 def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:

@@ -37,6 +37,7 @@ from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.pipeline.pipeline import Pipeline
@@ -59,6 +60,8 @@ class _Track:
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
+        self.lookbacks = Lookbacks(settings.window_s, REPLICA_HISTORY_S)
+        """Its rules' KV look-backs over `snapshots`."""
         self.last_progress: float | None = None
         self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
@@ -325,11 +328,13 @@ class FleetPipeline(Pipeline):
             history=track.snapshots,
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
+            lookbacks=track.lookbacks,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
         track.snapshots.append(snap)
+        track.lookbacks.keep(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
         return Replica(key, name, stats, findings, status, engine, parent)

@@ -19,6 +19,7 @@ from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, S
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import Context, HealthState
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm import engines
 
@@ -51,6 +52,8 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
+        self._lookbacks = Lookbacks(self.settings.window_s, HISTORY_S)
+        """The rules' KV look-backs over `_snapshots`."""
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
@@ -76,6 +79,7 @@ class Pipeline:
             history=tuple(self._snapshots),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
+            lookbacks=self._lookbacks,
         )
         findings = self.health.evaluate(ctx)
         snap = Snapshot(
@@ -122,6 +126,7 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
+        self._lookbacks.keep(snap)
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
 
