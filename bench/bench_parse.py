@@ -25,8 +25,9 @@ beside this tree's), interleaved, so both are measured in one sitting; prometheu
 parser of the same bodies is the baseline.
 
 The narrow rows parse the same replicas' seconds as a vLLM answers llmtop's narrow scrape
-(only the series it reads, ~16 KB), as the fleet's scraper does; with --against REV also as
-REV's did (its promtext_memo.py, a whole-text layout per replica, where REV has one).
+(only the series it reads, ~16 KB), as the fleet's scraper does (`promtext.parse_like_last`,
+a replica's text read like its last); with --against REV also as REV's did (its
+promtext_memo.py, a whole-text layout per replica, where REV has one).
 
     python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
 """
@@ -167,9 +168,19 @@ def fleet_rows(
         False,
         lambda i, t: [s for fam in text_string_to_metric_families(t) for s in fam.samples],
     )
-    parsers["narrow scrape, promtext.parse (the fleet's), this tree"] = (
+    full_last = [promtext.LastText() for _ in range(100)]
+    parsers["full scrape, parse_like_last (the fleet's), this tree"] = (
+        False,
+        lambda i, t: promtext.parse_like_last(t, KEEP, full_last[i]),
+    )
+    parsers["narrow scrape, promtext.parse, this tree"] = (
         True,
         lambda i, t: promtext.parse(t, KEEP),
+    )
+    narrow_last = [promtext.LastText() for _ in range(100)]
+    parsers["narrow scrape, parse_like_last (the fleet's), this tree"] = (
+        True,
+        lambda i, t: promtext.parse_like_last(t, KEEP, narrow_last[i]),
     )
     times: dict[str, list[float]] = {name: [] for name in parsers}
     for second in range(rounds + 2):

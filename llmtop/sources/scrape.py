@@ -50,6 +50,9 @@ class FleetScraper:
         self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
+        self._texts: dict[str, dict[str, promtext.LastText]] = {}
+        """URL -> the URL read (narrow or in full) -> its last text's lines
+        (`promtext.parse_like_last`)."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
         """URL -> whether it is scraped narrow (None: every target in full)."""
         self._clock = clock
@@ -64,6 +67,8 @@ class FleetScraper:
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body
+        for url in self._texts.keys() - set(urls):
+            del self._texts[url]
         if self._narrow is not None:
             for url in self._narrow.keys() - set(urls):
                 del self._narrow[url]
@@ -104,13 +109,13 @@ class FleetScraper:
             narrow = state.use(self._clock())
             if narrow is not None:
                 try:
-                    return self._parse(url, await self._fetch(narrow))
+                    return self._parse(url, narrow, await self._fetch(narrow))
                 except CannotConnect:
                     raise  # the target is down, not its narrow answer: no second try
                 except (ScrapeError, HttpError):
                     state.failed(self._clock())  # read in full below, the same poll
         body = await self._fetch(murl)
-        samples = self._parse(url, body)
+        samples = self._parse(url, murl, body)
         if state is not None and state.due(self._clock()):
             try:
                 found = await asyncio.wait_for(self._probe(murl, body, samples), self.timeout_s)
@@ -134,14 +139,16 @@ class FleetScraper:
                 return candidate
         return None
 
-    def _parse(self, url: str, body: bytes) -> tuple[Sample, ...]:
+    def _parse(self, url: str, read: str, body: bytes) -> tuple[Sample, ...]:
         """The body's kept samples; a body byte for byte the target's last (an idle replica)
         is not parsed again."""
         last = self._last.get(url)
         if last is not None and last[0] == body:
             return last[1]
         self._last.pop(url, None)
-        samples = promtext.parse(body.decode("utf-8", errors="replace"), VLLM_KEEP)
+        lines = self._texts.setdefault(url, {}).setdefault(read, promtext.LastText())
+        text = body.decode("utf-8", errors="replace")
+        samples = promtext.parse_like_last(text, VLLM_KEEP, lines)
         self._last[url] = (body, samples)
         return samples
 
