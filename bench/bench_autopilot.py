@@ -3,7 +3,7 @@
 The simulated `seed` engine (llmtop/sim/engine.py) runs its steps back to back; the gateway is
 the real AdmissionController on the engine's clock, and in autopilot mode the real controller
 (llmtop/gateway/controller.py) reads the sim's real /metrics text once a simulated second
-(MetricsRenderer -> kvinfo.parse_scrape), exactly as the app does over HTTP.
+(MetricsRenderer -> gateway.pilot.read_scrape, core's reader), exactly as the app does over HTTP.
 
 Workloads: W1 32 x 4,000-token prompts (256 out) at once; W2 512/256 chat, Poisson arrivals
 ramping 0.5x -> 3x capacity over 10 min; W3 80 % 200/150 + 20 % 4,000/256 at 1.5x for 10 min;
@@ -32,11 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
+from llmtop.core.derive.signals import signals  # noqa: E402
+from llmtop.core.vllm.scrape import EngineScrape  # noqa: E402
 from llmtop.gateway.admission import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
 from llmtop.gateway.controller import Autopilot, drive  # noqa: E402
 from llmtop.gateway.footprint import FootprintModel, PromptShape  # noqa: E402
-from llmtop.gateway.kvinfo import EngineScrape, parse_scrape, signals  # noqa: E402
-from llmtop.load.stats import percentile  # noqa: E402
+from llmtop.gateway.pilot import read_scrape  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
@@ -396,7 +398,7 @@ async def simulate(w: Workload, policy: Policy) -> Result:
         if ctl is None:
             return
         if pilot is not None and renderer is not None:
-            scrape = parse_scrape(renderer.render())
+            scrape = read_scrape(renderer.render())
             drive(ctl, pilot, signals(scrape, prev, 1.0), t)
             prev = scrape
             cap = eng.config.num_gpu_blocks

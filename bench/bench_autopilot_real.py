@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_autopilot as va  # noqa: E402
 
-from llmtop.load.stats import RequestResult, percentile  # noqa: E402
+from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
+from llmtop.load.stats import RequestResult  # noqa: E402
 
 
 def _serve(kind: str, upstream: str | None, conn: Any) -> None:

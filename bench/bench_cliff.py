@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.load.stats import percentile  # noqa: E402
+from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 from llmtop.sim.virtual import Burst, run_burst  # noqa: E402

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -88,12 +89,18 @@ def wait_ready(url: str, deadline_s: float) -> None:
 
 
 async def measure(
-    monitor: MonitorSettings, polls: int, warmup: int, phase: float | None = None
+    monitor: MonitorSettings,
+    polls: int,
+    warmup: int,
+    phase: float | None = None,
+    timeout_s: float = 0.9,
 ) -> dict[str, Any]:
     """Poll once a second; CPU per poll (median, p90) after warm-up, of which the fleet
     pipeline's (derive, rules), replicas seen up. `phase`: poll at that fraction of each wall-
     clock second (two processes measured side by side then take turns)."""
-    collector = FleetCollector(monitor, HealthSettings(), timeout_s=0.9)
+    gen0, *older = gc.get_threshold()  # as `llmtop top` sets it (llmtop.cli.tune_gc)
+    gc.set_threshold(max(gen0, 10_000), *older)
+    collector = FleetCollector(monitor, HealthSettings(), timeout_s=timeout_s)
     scraper = collector._scraper
     cpu: list[float] = []
     queries: list[int] = []
@@ -236,6 +243,7 @@ def side_by_side(
             phase = 0.25 + 0.5 * ((i + r) % 2)
             cmd = [sys.executable, str(HERE / "bench_fleet.py"), "--worker", spec]
             cmd += ["--phase", str(phase), "--polls", str(args.polls), "--warmup", str(args.warmup)]
+            cmd += ["--timeout", str(args.timeout)]
             env = dict(os.environ, PYTHONPATH=tree)
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
         got = []
@@ -259,8 +267,8 @@ def print_pairs(
         f"{args.polls} polls after {args.warmup} of warm-up; CPU per poll, median (mean); "
         "the ratio is this tree's poll over the other's polled in the same second, median.\n"
     )
-    print(f"| source | round | this tree | {other} | of which the pipeline | ratio |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| source | round | up | this tree | {other} | of which the pipeline | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rounds in pairs:
         mine_all: list[float] = []
         theirs_all: list[float] = []
@@ -270,14 +278,15 @@ def print_pairs(
             mine_all += mine["polls"]
             theirs_all += theirs["polls"]
             print(
-                f"| {name} | {r + 1} | {mine['median'] * 1000:.1f} ({mine['mean'] * 1000:.1f}) ms "
+                f"| {name} | {r + 1} | {mine['up']:.0f} / {theirs['up']:.0f} "
+                f"| {mine['median'] * 1000:.1f} ({mine['mean'] * 1000:.1f}) ms "
                 f"| {theirs['median'] * 1000:.1f} ({theirs['mean'] * 1000:.1f}) ms "
                 f"| {mine['pipeline'] * 1000:.1f} / {theirs['pipeline'] * 1000:.1f} ms "
                 f"| {ratio:.3f} |"
             )
         ratio = statistics.median(a / b for a, b in zip(mine_all, theirs_all, strict=True))
         print(
-            f"| {name} | all | {statistics.median(mine_all) * 1000:.1f} "
+            f"| {name} | all | | {statistics.median(mine_all) * 1000:.1f} "
             f"({statistics.fmean(mine_all) * 1000:.1f}) ms "
             f"| {statistics.median(theirs_all) * 1000:.1f} "
             f"({statistics.fmean(theirs_all) * 1000:.1f}) ms | | **{ratio:.3f}** |"
@@ -313,12 +322,20 @@ def main() -> None:
         "time as this tree's, each in its own process on llmtop's core, polling half a second "
         "apart, --rounds rounds (their turns swapped each round); the ratio of paired polls",
     )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=0.9,
+        help="seconds each read may take (0.9; a Prometheus on a busy box may need more)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # a source spec: one tree, JSON out
     ap.add_argument("--phase", type=float, default=0.25, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         pin(True)
-        got = asyncio.run(measure(monitor_of(args.worker), args.polls, args.warmup, args.phase))
+        got = asyncio.run(
+            measure(monitor_of(args.worker), args.polls, args.warmup, args.phase, args.timeout)
+        )
         print(json.dumps(got))
         return
     if args.uvloop:
@@ -374,7 +391,9 @@ def main() -> None:
                         results.append(
                             (
                                 f"direct, {kind} scrapes",
-                                asyncio.run(measure(monitor, args.polls, args.warmup)),
+                                asyncio.run(
+                                    measure(monitor, args.polls, args.warmup, None, args.timeout)
+                                ),
                             )
                         )
             if args.mode in ("prometheus", "both"):
@@ -408,7 +427,12 @@ def main() -> None:
                 else:
                     monitor = monitor_of(spec)
                     results.append(
-                        ("prometheus", asyncio.run(measure(monitor, args.polls, args.warmup)))
+                        (
+                            "prometheus",
+                            asyncio.run(
+                                measure(monitor, args.polls, args.warmup, None, args.timeout)
+                            ),
+                        )
                     )
         finally:
             for p in procs:

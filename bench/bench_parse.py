@@ -25,8 +25,9 @@ beside this tree's), interleaved, so both are measured in one sitting; prometheu
 parser of the same bodies is the baseline.
 
 The narrow rows parse the same replicas' seconds as a vLLM answers llmtop's narrow scrape
-(only the series it reads, ~16 KB), by the block pass and memoised per replica as the fleet's
-scraper does (core/exposition/promtext_memo.py).
+(only the series it reads, ~16 KB), as the fleet's scraper does (`promtext.parse_like_last`,
+a replica's text read like its last); with --against REV also as REV's did (its
+promtext_memo.py, a whole-text layout per replica, where REV has one).
 
     python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
 """
@@ -34,19 +35,22 @@ scraper does (core/exposition/promtext_memo.py).
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import statistics
 import subprocess
+import sys
 import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fleet_targets import Payload, speed_of
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.base.raw import RawEngine, RawPoll
-from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.base.raw import RawEngine, RawPoll, Sample
+from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
@@ -72,6 +76,11 @@ def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, f
     return {name: statistics.median(ts) * 1e6 for name, ts in times.items()}
 
 
+def _samples_of(names: Any, labels: Any, values: Any) -> Any:
+    """`raw.samples_of` of revisions that had it (their parser imports it)."""
+    return map(tuple.__new__, itertools.repeat(Sample), zip(names, labels, values, strict=True))
+
+
 def promtext_at(rev: str) -> types.ModuleType:
     """promtext.py as it was at git revision `rev`, loaded beside this tree's (it imports the
     rest of llmtop from this tree). A revision from before core/ had sub-homes has it at
@@ -88,8 +97,34 @@ def promtext_at(rev: str) -> types.ModuleType:
         r"\bllmtop\.core\.(\w+) import",
         lambda m: f"{_home_of(m[1])} import",
         shown.stdout,
-    )
+    ).replace(", samples_of\n", "\n")
     module = types.ModuleType(f"promtext_at_{rev}")
+    module.__dict__["samples_of"] = _samples_of
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def memo_at(rev: str, promtext_then: types.ModuleType) -> types.ModuleType | None:
+    """REV's promtext_memo.py (None where it has none), over REV's parser `promtext_then`."""
+    for path in ("llmtop/core/exposition/promtext_memo.py", "llmtop/core/promtext_memo.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            break
+    else:
+        return None
+    module = types.ModuleType(f"promtext_memo_at_{rev}")
+    module.__dict__.update(vars(promtext_then), promtext=promtext_then, samples_of=_samples_of)
+    kept = [
+        line
+        for line in shown.stdout.splitlines()
+        if not line.startswith("from llmtop.core") or "raw import" in line
+    ]
+    source = re.sub(
+        r"\bllmtop\.core\.(\w+) import", lambda m: f"{_home_of(m[1])} import", "\n".join(kept)
+    ).replace(", samples_of\n", "\n")
+    sys.modules[module.__name__] = module  # its dataclasses look their module up
     exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
     return module
 
@@ -107,8 +142,8 @@ def fleet_rows(
     rendered before the clock starts) parsed by each variant in turn, the order alternating round by
     round; CPU ms per body, median over the rounds (the first two warm up). The baseline parses
     every tenth body only. The narrow rows read the same seconds of the same replicas as a vLLM
-    answers llmtop's narrow scrape (core/exposition/narrow.py: the kept series only), by the block
-    pass and memoised per replica (core/exposition/promtext_memo.py), as the fleet does."""
+    answers llmtop's narrow scrape (core/exposition/narrow.py: the kept series only), as the
+    fleet does (and as REV's fleet did)."""
     parsers: dict[str, tuple[bool, Callable[[int, str], object]]] = {}
     if against is not None:
         old = promtext_at(against)
@@ -117,16 +152,35 @@ def fleet_rows(
             False,
             lambda i, t: old.parse(t, old_keep),
         )
+        parsers[f"narrow scrape, promtext.parse at {against}"] = (
+            True,
+            lambda i, t: old.parse(t, old_keep),
+        )
+        old_memo = memo_at(against, old)
+        if old_memo is not None:
+            memos = [old_memo.Memo() for _ in range(100)]
+            parsers[f"narrow scrape, promtext_memo.parse at {against}"] = (
+                True,
+                lambda i, t: old_memo.parse(t, old_keep, memos[i]),
+            )
     parsers["promtext.parse, filtered, this tree"] = (False, lambda i, t: promtext.parse(t, KEEP))
     parsers["prometheus_client plain parse (baseline)"] = (
         False,
         lambda i, t: [s for fam in text_string_to_metric_families(t) for s in fam.samples],
     )
-    memos = [promtext_memo.Memo() for _ in range(100)]
-    parsers["narrow scrape, promtext.parse"] = (True, lambda i, t: promtext.parse(t, KEEP))
-    parsers["narrow scrape, promtext_memo.parse (the fleet's)"] = (
+    full_last = [promtext.LastText() for _ in range(100)]
+    parsers["full scrape, parse_like_last (the fleet's), this tree"] = (
+        False,
+        lambda i, t: promtext.parse_like_last(t, KEEP, full_last[i]),
+    )
+    parsers["narrow scrape, promtext.parse, this tree"] = (
         True,
-        lambda i, t: promtext_memo.parse(t, KEEP, memos[i]),
+        lambda i, t: promtext.parse(t, KEEP),
+    )
+    narrow_last = [promtext.LastText() for _ in range(100)]
+    parsers["narrow scrape, parse_like_last (the fleet's), this tree"] = (
+        True,
+        lambda i, t: promtext.parse_like_last(t, KEEP, narrow_last[i]),
     )
     times: dict[str, list[float]] = {name: [] for name in parsers}
     for second in range(rounds + 2):

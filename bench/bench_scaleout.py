@@ -34,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmtop.load.stats import percentile as _percentile  # noqa: E402
+from llmtop.core.derive.percentiles import percentile_linear as _percentile  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

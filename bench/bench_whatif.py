@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.gateway.limits import Limits  # noqa: E402
-from llmtop.load.stats import percentile  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 from llmtop.whatif.calibrate import Calibration  # noqa: E402
 from llmtop.whatif.lengths import LengthDist  # noqa: E402

@@ -2,11 +2,14 @@
 
 Every expected error (`LlmtopError`) becomes one line on stderr and its exit code; Ctrl-C is
 exit 130. A user never sees a traceback; with LLMTOP_DEBUG=1 one is printed for bug reports.
+Process-wide settings belong here, at the entry, not in a library object: the garbage
+collector's threshold for the commands that poll (`tune_gc`).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -25,6 +28,25 @@ Exit codes: 0 ok; 1 error (snapshot: degraded); 2 bad usage or config (snapshot:
 3 target unreachable (snapshot: unknown); 4 a server could not start; 5 admin API refused;
 6 bad recording; 130 interrupted.
 """
+
+
+POLLING_COMMANDS = frozenset({"top", "snapshot"})
+"""The commands that poll engines (a fleet of a hundred, say) every second for as long as
+they run: they get `tune_gc`."""
+GC_GEN0_THRESHOLD = 10_000
+"""The garbage collector's youngest-generation threshold for `POLLING_COMMANDS`.
+
+A poll of a hundred replicas allocates ~20,000 container objects (samples, stats, findings,
+snapshots), most of them short-lived; at Python's default (700) the collector ran ~32 young
+and ~3 middle collections a poll, and a full one every few polls while the history filled:
+~25 ms a poll of bench/bench_fleet.py's ~150 (BENCHMARKS.md section 10). At 10,000 it runs
+~2 young collections a poll and rarely more; no figure changes."""
+
+
+def tune_gc() -> None:
+    """Raise the collector's youngest threshold to `GC_GEN0_THRESHOLD` (never lower it)."""
+    gen0, *older = gc.get_threshold()
+    gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), *older)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = parser.parse_known_args(args_list)
         if extra:  # named by the subcommand's parser, so the pointer is to its own --help
             _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command in POLLING_COMMANDS:
+            tune_gc()
         return int(_module(args.command).run(args) or 0)
     except LlmtopError as e:
         if os.environ.get("LLMTOP_DEBUG"):

@@ -1,7 +1,8 @@
 """Which replica an admitted request goes to, and which replicas are out for a while.
 
 Pure: no sockets and an injected clock; the proxy reports each attempt's end (`done`), the app
-probes /health and reports it (`probed`), kvinfo's scrape sets a replica's KV capacity and queue.
+probes /health and reports it (`probed`), and its read of each /metrics (`replicas`) sets a
+replica's KV capacity and queue.
 
 The choice: the replica with the most headroom, that is the least KV footprint in flight against
 its KV capacity (in steps of 5 %, so near-ties go by the rest), then the shortest engine queue,

@@ -1,6 +1,9 @@
 """The autopilot: moves the gateway's KV budget (max_inflight_kv_blocks) about once a second.
 
-Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals.
+Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
+(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader). A figure
+it steps on that is unknown (None: not exported, no interval yet, or no replica could be read)
+holds the budget where it is, and the reason on /admin/stats says which.
 
 The budget is in KV blocks, not requests: admission already weighs every request by its
 predicted footprint (footprint.py), so one budget holds eight 4,000-token prompts or a hundred
@@ -28,8 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
-from llmtop.gateway.kvinfo import EngineSignals
 
 AUTO_MAX_CONCURRENCY = 1024
 """In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
@@ -96,6 +99,19 @@ def _blocks(n: float) -> str:
     return f"{n:,.0f}"
 
 
+Figures = tuple[float, float, float]
+"""(preemptions per second, requests waiting, KV use 0..1): what every step reads."""
+
+
+def required(sig: EngineSignals) -> tuple[Figures | None, list[str]]:
+    """The figures every step reads, or None and the names of those unknown."""
+    preempt, waiting, kv = sig.preemptions_per_s, sig.waiting, sig.kv_usage_frac
+    if preempt is None or waiting is None or kv is None:
+        named = (("preemptions", preempt), ("waiting", waiting), ("KV use", kv))
+        return None, [name for name, v in named if v is None]
+    return (preempt, waiting, kv), []
+
+
 class Autopilot:
     """The budget's state: a float target, the applied limit, the level that last caused
     trouble (a ceiling it forgets slowly), a hold after cuts, and the measured ratio of KV
@@ -120,20 +136,23 @@ class Autopilot:
         self.applied = applied
         self.target = float(applied) if applied is not None else None
 
-    def _trouble(self, sig: EngineSignals, in_flight_blocks: int, lo: float) -> str | None:
+    def _trouble(
+        self, sig: EngineSignals, figures: Figures, in_flight_blocks: int, lo: float
+    ) -> str | None:
         """Cut the target on a congestion signal; the reason, or None when all is well."""
         c = self.config
         assert self.target is not None
         t = self.target
-        self._waiting_ticks = self._waiting_ticks + 1 if sig.waiting >= 1 else 0
-        kv = sig.kv_usage if sig.kv_usage_waiting is None else sig.kv_usage_waiting
+        preempt_per_s, waiting, kv_usage = figures
+        self._waiting_ticks = self._waiting_ticks + 1 if waiting >= 1 else 0
+        kv = kv_usage if sig.kv_usage_frac_waiting is None else sig.kv_usage_frac_waiting
         full = self._waiting_ticks >= c.waiting_ticks and kv >= 0.95
-        if sig.preempt_per_s > 0 or full:
+        if preempt_per_s > 0 or full:
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
             self.target = self.ceiling * c.cut
-            if sig.preempt_per_s > 0:
-                return f"preempting {sig.preempt_per_s:.1f}/s"
-            return f"{sig.waiting:.0f} waiting in the engine at KV {kv:.0%}"
+            if preempt_per_s > 0:
+                return f"preempting {preempt_per_s:.1f}/s"
+            return f"{waiting:.0f} waiting in the engine at KV {kv:.0%}"
         why = None
         limit = c.engine_ttft_share * c.ttft_slo_s
         if sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s:
@@ -160,14 +179,14 @@ class Autopilot:
         says the held ratio comes from requests at all stages of their lives, not a burst's
         newcomers that have not grown yet: no overcommit before it."""
         c = self.config
-        cap = sig.capacity_blocks
+        cap = sig.kv_capacity_blocks
         if cap is None:
             self.last_reason = "no KV capacity in the upstream's /metrics: holding"
             return None
         self.capacity = cap
         lo, hi = max(1.0, c.min_share * cap), c.max_share * cap
-        if in_flight_blocks >= 0.2 * cap:
-            ratio = min(1.0, sig.kv_usage * cap / in_flight_blocks)
+        if sig.kv_usage_frac is not None and in_flight_blocks >= 0.2 * cap:
+            ratio = min(1.0, sig.kv_usage_frac * cap / in_flight_blocks)
             prev = self.held
             if prev is None:
                 self.held = ratio
@@ -177,7 +196,14 @@ class Autopilot:
         if self.target is None or self.applied is None:
             self.target = float(cap)
             return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
-        why = self._trouble(sig, in_flight_blocks, lo)
+        figures, unknown = required(sig)
+        if figures is None:
+            self.last_reason = (
+                f"holding at {_blocks(self.applied)} blocks: {', '.join(unknown)} unknown "
+                "(not in the upstream's /metrics, or no interval yet)"
+            )
+            return None
+        why = self._trouble(sig, figures, in_flight_blocks, lo)
         if why is not None:
             self.target = max(lo, self.target)
             self._hold_until = now + c.hold_s
@@ -237,10 +263,22 @@ class Autopilot:
         }
 
 
-def drive(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, now: float) -> None:
-    """One tick: learn the footprint, and in auto mode step the controller and apply its move."""
+def drive(
+    ctl: AdmissionController,
+    pilot: Autopilot,
+    sig: EngineSignals | None,
+    now: float,
+    *,
+    unread: str = "no replica",
+) -> None:
+    """One tick: learn the footprint, and in auto mode step the controller and apply its move.
+    `sig` None: no replica's /metrics could be read (`unread` says why); the budget holds."""
+    if sig is None:
+        pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
+        ctl.autopilot = pilot.status(ctl)
+        return
     if ctl.footprint is not None:
-        ctl.footprint.learn(sig.prompt_tokens, sig.gen_tokens, sig.block_size)
+        ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
     lim = ctl.limits
     if lim.mode != "auto":
         pilot.reset(None)

@@ -7,7 +7,9 @@ tokens. This needs no tokenizer and no extra request per call (vLLM's /tokenize 
 round trip on the hot path and exists only on vLLM); the footprint needs to be right within
 some per cent, and the autopilot's budget absorbs the rest. Expected output is min(max_tokens,
 a high quantile of what the engine actually generated lately), from vLLM's
-`request_generation_tokens` histogram; before any is seen, max_tokens, else a default.
+`request_generation_tokens` histogram; before any is seen, max_tokens, else a default. Both
+come from the autopilot's signals (`core.derive.signals`); an interval whose figures are
+unknown teaches nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmtop.gateway.kvinfo import Buckets, quantile
+from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.signals import add_histograms
+from llmtop.core.vllm.scrape import Histogram
 from llmtop.gateway.limits import Limits
 from llmtop.gateway.prompt import value_tokens
 
@@ -72,7 +76,7 @@ class FootprintModel:
     def __init__(self, block_size: int = 16) -> None:
         self.block_size = block_size
         self._pairs: deque[tuple[float, float]] = deque(maxlen=WINDOW_TICKS)
-        self._gen: deque[Buckets] = deque(maxlen=WINDOW_TICKS)
+        self._gen: deque[Histogram] = deque(maxlen=WINDOW_TICKS)
         self._est_text = 0.0
         self._exact = 0.0
         self.ratio = 1.0
@@ -105,25 +109,27 @@ class FootprintModel:
             self._est_text += shape.tokens
 
     def learn(
-        self, engine_prompt_tokens: float, gen_tokens: Buckets, block_size: int | None
+        self,
+        engine_prompt_tokens: float | None,
+        output_tokens: Histogram | None,
+        block_size: int | None,
     ) -> None:
-        """One scrape interval: the engine's prompt tokens counted and output lengths finished."""
+        """One scrape interval: the engine's prompt tokens counted and the output lengths of
+        the requests finished (None: unknown, so the interval is not learnt from)."""
         if block_size:
             self.block_size = block_size
-        self._pairs.append((self._est_text, max(0.0, engine_prompt_tokens - self._exact)))
+        if engine_prompt_tokens is not None:
+            self._pairs.append((self._est_text, max(0.0, engine_prompt_tokens - self._exact)))
         self._est_text = self._exact = 0.0
         est = sum(e for e, _ in self._pairs)
         got = sum(g for _, g in self._pairs)
         if est >= 1000:  # enough text seen to trust a ratio
             self.ratio = min(MAX_RATIO, max(MIN_RATIO, got / est))
-        if gen_tokens and gen_tokens[-1][1] > 0:
-            self._gen.append(gen_tokens)
-        if self._gen:
-            merged: dict[float, float] = {}
-            for b in self._gen:
-                for le, c in b:
-                    merged[le] = merged.get(le, 0.0) + c
-            self.output_quantile = quantile(sorted(merged.items()), OUTPUT_QUANTILE)
+        if output_tokens is not None and output_tokens.buckets and output_tokens.count > 0:
+            self._gen.append(output_tokens)
+        merged = add_histograms(list(self._gen)) if self._gen else None
+        if merged is not None:
+            self.output_quantile = histogram_quantile(OUTPUT_QUANTILE, merged.buckets)
 
 
 class _HasFootprint(Protocol):

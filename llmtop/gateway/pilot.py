@@ -3,9 +3,10 @@
 Runs as one task in the app's lifespan. It reads only while the gateway is in auto mode or has a
 KV budget (so a plain gateway never touches the engine's /metrics). With several replicas the
 budget covers them all (the balancer spreads it), so their figures are read concurrently and
-summed (kvinfo.fleet_signals); ejected replicas are left out, as the balancer leaves them out. A
-replica whose read fails is left out of that tick and named; when none can be read the budget
-holds where it is and /admin/stats says why.
+summed (`core.derive.signals.fleet_signals`); ejected replicas are left out, as the balancer
+leaves them out. A replica whose read fails is left out of that tick and named; when none can
+be read the budget holds where it is and /admin/stats says why. The text is read by core's
+vLLM reader (`core.exposition.promtext`, `core.vllm.engines`), as the monitor reads it.
 """
 
 from __future__ import annotations
@@ -15,16 +16,30 @@ import time
 
 import aiohttp
 
+from llmtop.core.derive.signals import fleet_signals
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.names import sample_names
+from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import ScrapeError
 from llmtop.gateway.balancer import OK
 from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive
 from llmtop.gateway.footprint import FootprintModel
-from llmtop.gateway.kvinfo import EngineScrape, fleet_signals, parse_scrape
 from llmtop.gateway.state import GatewayState
 from llmtop.settings import AUTOPILOT_TTFT_SLO_S
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
+KEEP = promtext.keep_names(sample_names(bucketed=("generation_len",)))
+"""The monitor's names, and the output-length buckets the footprint learns from."""
+
+
+def read_scrape(text: str) -> EngineScrape:
+    """An upstream's /metrics body as core reads it; ScrapeError when it is not a vLLM's."""
+    scrape = engines.extract(promtext.parse(text, KEEP))
+    if not scrape.has_vllm:
+        raise ScrapeError("no vLLM series in the upstream's /metrics (is it vLLM?)")
+    return scrape
 
 
 def attach(state: GatewayState) -> Autopilot:
@@ -46,7 +61,7 @@ async def _read(state: GatewayState, url: str) -> EngineScrape:
     ) as r:
         if r.status != 200:
             raise ScrapeError(f"/metrics returned {r.status}")
-        return parse_scrape(await r.text())
+        return read_scrape(await r.text())
 
 
 _FAILS = (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError)
@@ -82,8 +97,7 @@ async def run(state: GatewayState, pilot: Autopilot) -> None:
             if not scrapes:
                 pilot.unread = ()
                 why = ", ".join(sorted(set(failed.values()))) or "no replica"
-                pilot.last_reason = f"upstream /metrics unreadable ({why}): holding"
-                ctl.autopilot = pilot.status(ctl)
+                drive(ctl, pilot, None, time.monotonic(), unread=why)
                 prev = {}
             else:
                 now = time.monotonic()

@@ -1,5 +1,6 @@
 """The balancer's IO: probe ejected replicas' /health, read each replica's KV capacity and queue
-from its /metrics (gateway/kvinfo.py) so the choice knows its headroom.
+from its /metrics (read as the autopilot reads it: `pilot.read_scrape`) so the choice knows its
+headroom.
 
 One task in the app's lifespan; each probe or read is bounded by a short timeout and runs on
 its own task, so a hung replica never stalls the others or the queue's timeouts.
@@ -14,7 +15,7 @@ import aiohttp
 
 from llmtop.errors import ScrapeError
 from llmtop.gateway.balancer import Replica
-from llmtop.gateway.kvinfo import parse_scrape
+from llmtop.gateway.pilot import read_scrape
 from llmtop.gateway.state import GatewayState
 from llmtop.gateway.wire import describe_error
 
@@ -48,11 +49,14 @@ async def _scrape(state: GatewayState, r: Replica) -> None:
         ) as resp:
             if resp.status != 200:
                 return
-            scrape = parse_scrape(await resp.text())
+            scrape = read_scrape(await resp.text())
     except (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError):
         return  # headroom stays as last read; failures on traffic eject, not this
-    r.capacity_blocks = scrape.num_gpu_blocks
-    r.waiting = scrape.waiting
+    tokens, size = scrape.kv_capacity_tokens, scrape.kv_block_size
+    r.capacity_blocks = tokens // size if tokens is not None and size else None
+    waiting = scrape.gauges.get("waiting")
+    if waiting is not None:  # unknown: the last reading stands, not an empty queue
+        r.waiting = waiting
 
 
 async def watch(state: GatewayState) -> None:

@@ -6,8 +6,9 @@ admission controller's fake-clock tests drive them too.
 from __future__ import annotations
 
 import bisect
-import math
 from collections import deque
+
+from llmtop.core.derive.percentiles import percentile_nearest_rank
 
 DEFAULT_BUCKETS_S: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -34,13 +35,11 @@ class SampleWindow:
             samples.popleft()
 
     def quantiles(self, now: float, qs: tuple[float, ...]) -> list[float | None]:
-        """Nearest-rank quantiles of the window; None for each when it holds no sample."""
+        """Nearest-rank quantiles (`qs` as fractions, 0.95 for p95) of the window: each a
+        value seen; None for each when it holds no sample."""
         self._prune(now)
-        if not self._samples:
-            return [None for _ in qs]
         values = sorted(v for _, v in self._samples)
-        n = len(values)
-        return [values[min(n - 1, max(0, math.ceil(q * n) - 1))] for q in qs]
+        return [percentile_nearest_rank(values, q * 100) for q in qs]
 
 
 class RateWindow:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.errors import UsageError
 
 Outcome = Literal["ok", "http_error", "rejected", "error", "cut"]
@@ -133,17 +134,6 @@ def verdict(r: RequestResult, slo: Slo) -> bool | None:
     return not (slo.e2e_s is not None and (r.e2e_s is None or r.e2e_s > slo.e2e_s))
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) by linear interpolation between ranks; None when empty."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * min(max(q, 0.0), 100.0) / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class Dist:
     """Percentiles of one latency, in seconds; None when nothing was measured."""
@@ -161,10 +151,10 @@ class Dist:
         return cls(
             count=len(values),
             mean=sum(values) / len(values) if values else None,
-            p50=percentile(values, 50),
-            p90=percentile(values, 90),
-            p95=percentile(values, 95),
-            p99=percentile(values, 99),
+            p50=percentile_linear(values, 50),
+            p90=percentile_linear(values, 90),
+            p95=percentile_linear(values, 95),
+            p99=percentile_linear(values, 99),
             max=max(values) if values else None,
         )
 

@@ -8,7 +8,6 @@ the GPUs are read as the plain collector reads them.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from dataclasses import replace
 from typing import Any
@@ -25,32 +24,6 @@ from llmtop.sources.collector import Collector
 from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.scrape import FleetScraper
 from llmtop.sources.targets import TargetsFile
-
-GC_GEN0_THRESHOLD = 10_000
-"""The garbage collector's youngest-generation threshold while a FleetCollector is open.
-
-A poll of a hundred replicas allocates ~20,000 container objects (samples, stats, findings,
-snapshots), most of them short-lived; at Python's default (700) the collector ran ~32 young
-and ~3 middle collections a poll, and a full one every few polls while the history filled:
-~25 ms a poll of bench/bench_fleet.py's ~150. At 10,000 it runs ~2 young collections a poll
-and rarely more; no figure changes. It is only ever raised, and put back when the last
-FleetCollector closes."""
-_gc_state: dict[str, Any] = {"open": 0, "before": None}
-
-
-def _hold_gc_threshold() -> None:
-    if _gc_state["open"] == 0:
-        before = gc.get_threshold()
-        _gc_state["before"] = before
-        gc.set_threshold(max(before[0], GC_GEN0_THRESHOLD), *before[1:])
-    _gc_state["open"] += 1
-
-
-def _release_gc_threshold() -> None:
-    _gc_state["open"] -= 1
-    if _gc_state["open"] == 0 and _gc_state["before"] is not None:
-        gc.set_threshold(*_gc_state["before"])
-        _gc_state["before"] = None
 
 
 def is_fleet(monitor: MonitorSettings) -> bool:
@@ -84,8 +57,6 @@ class FleetCollector(Collector):
                 replica_label=monitor.prometheus_replica_label,
                 timeout_s=self.timeout_s,
             )
-        _hold_gc_threshold()
-        self._holds_gc = True
 
     @property
     def fleet(self) -> Fleet | None:
@@ -138,9 +109,6 @@ class FleetCollector(Collector):
 
     async def aclose(self) -> None:
         """Close the scraper, the Prometheus client and what the plain collector holds."""
-        if self._holds_gc:
-            self._holds_gc = False
-            _release_gc_threshold()
         await self._scraper.aclose()
         if self.prometheus is not None:
             await self.prometheus.aclose()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.core.exposition import narrow as narrowing
-from llmtop.core.exposition import promtext, promtext_memo
+from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url
@@ -50,9 +50,9 @@ class FleetScraper:
         self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
-        self._memos: dict[str, dict[str, promtext_memo.Memo]] = {}
-        """URL -> the URL read (narrow or in full) -> the layout of its last text
-        (`core.exposition.promtext_memo`)."""
+        self._texts: dict[str, dict[str, promtext.LastText]] = {}
+        """URL -> the URL read (narrow or in full) -> its last text's lines
+        (`promtext.parse_like_last`)."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
         """URL -> whether it is scraped narrow (None: every target in full)."""
         self._clock = clock
@@ -67,8 +67,8 @@ class FleetScraper:
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body
-        for url in self._memos.keys() - set(urls):
-            del self._memos[url]
+        for url in self._texts.keys() - set(urls):
+            del self._texts[url]
         if self._narrow is not None:
             for url in self._narrow.keys() - set(urls):
                 del self._narrow[url]
@@ -146,12 +146,9 @@ class FleetScraper:
         if last is not None and last[0] == body:
             return last[1]
         self._last.pop(url, None)
-        memos = self._memos.setdefault(url, {})
-        memo = memos.get(read)
-        if memo is None:
-            memo = memos[read] = promtext_memo.Memo()
+        lines = self._texts.setdefault(url, {}).setdefault(read, promtext.LastText())
         text = body.decode("utf-8", errors="replace")
-        samples = promtext_memo.parse(text, VLLM_KEEP, memo)
+        samples = promtext.parse_like_last(text, VLLM_KEEP, lines)
         self._last[url] = (body, samples)
         return samples
 

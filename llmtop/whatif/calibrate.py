@@ -180,7 +180,7 @@ def fit_step(obs: Observed, prompt: LengthDist, budget: int) -> StepFit:
     """Decode floor and KV slope from the intervals' ITL; prefill cost from the prefill time."""
     rows: list[tuple[float, float, float]] = []  # (kv tokens, corrected decode step, weight)
     for iv in obs.intervals:
-        if iv.itl_mean_s is None or iv.itl_count < MIN_ITL_OBS:
+        if iv.itl_mean_s is None or iv.itl_count < MIN_ITL_OBS or iv.kv_tokens is None:
             continue
         d = iv.itl_mean_s
         steps = iv.steps if iv.steps else iv.dt_s / d
@@ -247,7 +247,8 @@ def _fit_prefill(
         return prior, "prior"
     sampler = prompt.sampler(random.Random(7))
     lengths = [sampler.draw() for _ in range(200)]
-    kv = sum(iv.kv_tokens for iv in obs.intervals) / max(1, len(obs.intervals))
+    known = [iv.kv_tokens for iv in obs.intervals if iv.kv_tokens is not None]
+    kv = sum(known) / max(1, len(known))
     floor_mem = weights + slope * kv
     decoders = int(max(0.0, obs.running_mean - 1.0))
 

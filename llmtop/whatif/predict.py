@@ -14,8 +14,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.limits import Limits
-from llmtop.load.stats import percentile
 from llmtop.whatif.calibrate import Calibration
 from llmtop.whatif.simulate import Change, Observer, Span, SpanRun, State, simulate
 
@@ -156,19 +156,6 @@ def predict_spans(
     ]
 
 
-def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float | None:
-    total = sum(w for _, w in pairs)
-    if total <= 0:
-        return None
-    rank = q * total
-    acc = 0
-    for value, w in sorted(pairs):
-        acc += w
-        if acc >= rank:
-            return value
-    return max(v for v, _ in pairs)
-
-
 def _summarise(
     cand: Candidate, raws: list[SpanRun], ttft_slo_s: float, itl_slo_s: float
 ) -> Prediction:
@@ -198,7 +185,7 @@ def _summarise(
     n = len(window)
 
     def pct(xs: list[float], q: float) -> float | None:
-        return percentile(xs, q)
+        return percentile_linear(xs, q)
 
     return Prediction(
         candidate=cand,
@@ -210,7 +197,7 @@ def _summarise(
         ttft_engine_p50_s=pct(engine_ttft, 50),
         ttft_engine_p95_s=pct(engine_ttft, 95),
         ttft_engine_all=tuple(engine_ttft),
-        itl_p95_s=_weighted_quantile(steps, 0.95),
+        itl_p95_s=percentile_nearest_rank([d for d, _ in steps], 95, [w for _, w in steps]),
         tpot_mean_s=sum(tpots) / len(tpots) if tpots else None,
         queue_wait_p50_s=pct(waits, 50),
         queue_wait_p95_s=pct(waits, 95),
@@ -267,7 +254,7 @@ def spread(
             ttfts.append(p.ttft_client_p95_s)
 
     def band(xs: list[float]) -> tuple[float, float]:
-        lo, hi = percentile(xs, 10), percentile(xs, 90)
+        lo, hi = percentile_linear(xs, 10), percentile_linear(xs, 90)
         assert lo is not None
         assert hi is not None
         return lo, hi

@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 
 import httpx
 
+from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.load.drivers import OpenLoop
 from llmtop.load.runner import Runner, Shape
-from llmtop.load.stats import percentile
 from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
@@ -165,8 +165,8 @@ async def verify(
         measured = Measured(
             cap=predicted.candidate.limits.max_concurrency,
             offered=len(mine),
-            ttft_p50_s=percentile(ttfts, 50),
-            ttft_p95_s=percentile(ttfts, 95),
+            ttft_p50_s=percentile_linear(ttfts, 50),
+            ttft_p95_s=percentile_linear(ttfts, 95),
             output_tok_per_s=tok_s,
             rejected=sum(1 for r in mine if r.status == 429),
         )

@@ -1,9 +1,12 @@
 """A window of scrapes (vLLM /metrics, and the gateway's /admin/stats when there is one) ->
 what the engine did over it: rates, means, quantiles, per-interval step figures. Pure.
 
-Counters are differenced between the first and last scrape (a counter that went down means the
-engine restarted: the window is then refused, not silently wrong). The per-interval figures
-(mean ITL against KV tokens in use, prompt tokens per step) are what the step-time fit reads.
+The scrapes are read by core's vLLM reader (`core.vllm.engines`; histogram increases, means and
+quantiles from `core.derive`). Counters are differenced between the first and last scrape (a
+counter that went down means the engine restarted: the window is then refused, not silently
+wrong; one not exported is an error, not a zero). The per-interval figures (mean ITL against KV
+tokens in use, prompt tokens per step) are what the step-time fit reads; an interval whose KV
+use is unknown is left out of it.
 """
 
 from __future__ import annotations
@@ -15,23 +18,20 @@ from itertools import pairwise
 from typing import Any
 
 from llmtop.core.base.raw import Sample
+from llmtop.core.derive.derive import NO_GAUGES
 from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.signals import histogram_increase, increase, mean
 from llmtop.core.vllm import engines, names
+from llmtop.core.vllm.names import ITERATION_TOKENS
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
 from llmtop.errors import UsageError
 from llmtop.whatif.lengths import LengthDist, from_histogram
 
-STEPS = "vllm:iteration_tokens_total"
-"""Tokens per engine step (a histogram): its count is the number of steps."""
-
 
 def sample_names() -> frozenset[str]:
     """Every sample name the what-if reads: llmtop's usual set plus the buckets it needs."""
-    extra = {STEPS + s for s in ("_bucket", "_sum", "_count")}
-    for key in ("prompt_len", "generation_len"):
-        for fam in names.HISTOGRAMS[key]:
-            extra.add(fam + "_bucket")
-    return names.sample_names() | extra
+    steps = {ITERATION_TOKENS + s for s in ("_bucket", "_sum", "_count")}
+    return names.sample_names(bucketed=("prompt_len", "generation_len")) | steps
 
 
 @dataclass(frozen=True)
@@ -40,28 +40,16 @@ class Point:
 
     t: float
     engine: EngineScrape
-    steps: float | None
-    """Cumulative engine steps (iteration_tokens count); None when not exported."""
-    step_buckets: tuple[tuple[float, float], ...] = ()
+    steps: Histogram | None
+    """Tokens per engine step, cumulative (`names.ITERATION_TOKENS`: its count is the number
+    of steps); None when not exported."""
     gateway: dict[str, Any] | None = None
 
 
 def point(t: float, samples: tuple[Sample, ...], gateway: dict[str, Any] | None) -> Point:
     """A `Point` from one scrape's parsed samples."""
-    steps = [s for s in samples if s.name == STEPS + "_count"]
-    buckets: dict[float, float] = {}
-    for s in samples:
-        if s.name == STEPS + "_bucket":
-            le = dict(s.labels).get("le", "+Inf")
-            key = math.inf if le in ("+Inf", "Inf") else float(le)
-            buckets[key] = buckets.get(key, 0.0) + s.value
-    return Point(
-        t,
-        engines.extract(samples),
-        sum(s.value for s in steps) if steps else None,
-        tuple(sorted(buckets.items())),
-        gateway,
-    )
+    steps = engines.histogram(samples, ITERATION_TOKENS)
+    return Point(t, engines.extract(samples), steps, gateway)
 
 
 @dataclass(frozen=True)
@@ -71,11 +59,11 @@ class Interval:
     dt_s: float
     itl_mean_s: float | None
     itl_count: float
-    kv_tokens: float
-    """KV tokens in use (mean of the two scrapes' usage x capacity)."""
-    running: float
+    kv_tokens: float | None
+    """KV tokens in use (mean of the two scrapes' usage x capacity); None when unknown."""
+    running: float | None
     steps: float | None
-    prompt_tokens: float
+    prompt_tokens: float | None
     prefill_mean_s: float | None
     """Mean scheduled -> first token of the requests that got theirs in the interval."""
     prefills: float
@@ -128,10 +116,12 @@ class Observed:
 
 
 def _delta(a: EngineScrape, b: EngineScrape, key: str) -> float:
-    d = b.counters.get(key, 0.0) - a.counters.get(key, 0.0)
-    if d < 0:
+    first, last = a.counters.get(key), b.counters.get(key)
+    if first is None or last is None:
+        raise UsageError(f"the engine does not export its {key} counter")
+    if last < first:
         raise UsageError(f"the engine's {key} counter went down in the window (restarted?)")
-    return d
+    return last - first
 
 
 def _finished(s: EngineScrape) -> float:
@@ -139,24 +129,19 @@ def _finished(s: EngineScrape) -> float:
 
 
 def _hist_delta(a: EngineScrape, b: EngineScrape, key: str) -> Histogram | None:
-    hb = b.histograms.get(key)
-    if hb is None:
-        return None
-    ha = a.histograms.get(key)
-    before = dict(ha.buckets) if ha is not None else {}
-    buckets = tuple((le, max(0.0, c - before.get(le, 0.0))) for le, c in hb.buckets)
-    if ha is None:
-        return hb
-    return Histogram(buckets, hb.sum - ha.sum, hb.count - ha.count)
+    return histogram_increase(b.histograms.get(key), a.histograms.get(key))
 
 
-def _mean(h: Histogram | None) -> float | None:
-    return h.sum / h.count if h is not None and h.count > 0 else None
+def _gauge(p: Point, key: str) -> float | None:
+    return p.engine.gauges.get(key)
 
 
-def _gauge(p: Point, key: str) -> float:
-    v = p.engine.gauges.get(key)
-    return 0.0 if v is None else v
+def _gauge_mean(points: Sequence[Point], key: str) -> float:
+    """The gauge's mean over the scrapes that have it (UsageError when none has)."""
+    known = [v for p in points if (v := _gauge(p, key)) is not None]
+    if not known:
+        raise UsageError(f"the engine exports no {key} gauge ({NO_GAUGES})")
+    return sum(known) / len(known)
 
 
 def _lengths(
@@ -198,14 +183,14 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
             f"under {min_finished:.0f} requests finished in the window: lengths since start"
         )
 
-    running = [_gauge(p, "running") for p in points]
-    waiting = [_gauge(p, "waiting") for p in points]
+    running = _gauge_mean(points, "running")
+    waiting = _gauge_mean(points, "waiting")
     arrivals, source = _arrivals(points, finished, span)
 
-    step_hist = _step_buckets_delta(first, last)
+    step_hist = histogram_increase(last.steps, first.steps)
     max_step = None
     prev = 0.0
-    for le, c in step_hist:
+    for le, c in step_hist.buckets if step_hist is not None else ():
         if c > prev and math.isfinite(le):
             max_step = le
         prev = max(prev, c)
@@ -233,16 +218,16 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         arrival_per_s=arrivals,
         arrival_source=source,
         arrivals=arrivals * span,
-        running_mean=sum(running) / len(running),
-        waiting_mean=sum(waiting) / len(waiting),
+        running_mean=running,
+        waiting_mean=waiting,
         preemptions_per_s=_delta(a, b, "preemptions") / span,
-        ttft_mean_s=_mean(ttft),
+        ttft_mean_s=mean(ttft),
         ttft_p50_s=histogram_quantile(0.5, ttft.buckets) if ttft else None,
         ttft_p95_s=histogram_quantile(0.95, ttft.buckets) if ttft else None,
         ttft_buckets=tuple(le for le, _ in ttft.buckets) if ttft else (),
-        itl_mean_s=_mean(itl),
-        prefill_mean_s=_mean(_hist_delta(a, b, "prefill_time")),
-        queue_time_mean_s=_mean(_hist_delta(a, b, "queue_time")),
+        itl_mean_s=mean(itl),
+        prefill_mean_s=mean(_hist_delta(a, b, "prefill_time")),
+        queue_time_mean_s=mean(_hist_delta(a, b, "queue_time")),
         prompt_len=prompt_len,
         output_len=output_len,
         lengths_from=lengths_from,
@@ -267,10 +252,11 @@ def _arrivals(points: Sequence[Point], finished: float, span: float) -> tuple[fl
     ga, gb = points[0].gateway, points[-1].gateway
     if ga is not None and gb is not None and "offered" in ga and "offered" in gb:
         return (float(gb["offered"]) - float(ga["offered"])) / span, "gateway offered"
-    a, b = points[0], points[-1]
-    held = (_gauge(b, "running") + _gauge(b, "waiting")) - (
-        _gauge(a, "running") + _gauge(a, "waiting")
-    )
+    ends = [_gauge(p, key) for p in (points[0], points[-1]) for key in ("running", "waiting")]
+    if any(v is None for v in ends):
+        return max(0.0, finished) / span, "engine finished (running and waiting not exported)"
+    ra, wa, rb, wb = (v or 0.0 for v in ends)
+    held = (rb + wb) - (ra + wa)
     return max(0.0, finished + held) / span, "engine finished + change in running and waiting"
 
 
@@ -281,28 +267,25 @@ def _nested(d: dict[str, Any] | None, key: str, sub: str) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
-def _step_buckets_delta(a: Point, b: Point) -> tuple[tuple[float, float], ...]:
-    before = dict(a.step_buckets)
-    return tuple((le, c - before.get(le, 0.0)) for le, c in b.step_buckets)
-
-
 def _interval(p: Point, q: Point) -> Interval:
     a, b = p.engine, q.engine
     itl = _hist_delta(a, b, "itl")
     prefill = _hist_delta(a, b, "prefill_time")
-    cap = b.kv_capacity_tokens or 0
-    kv = 0.5 * ((a.gauges.get("kv_usage") or 0.0) + (b.gauges.get("kv_usage") or 0.0)) * cap
-    steps = q.steps - p.steps if q.steps is not None and p.steps is not None else None
+    cap = b.kv_capacity_tokens
+    ua, ub = a.gauges.get("kv_usage"), b.gauges.get("kv_usage")
+    kv = None if ua is None or ub is None or cap is None else 0.5 * (ua + ub) * cap
+    ra, rb = _gauge(p, "running"), _gauge(q, "running")
+    step_hist = histogram_increase(q.steps, p.steps) if p.steps is not None else None
+    steps = step_hist.count if step_hist is not None else None
+    prompt = increase(b.counters.get("prompt_tokens"), a.counters.get("prompt_tokens"))
     return Interval(
         dt_s=q.t - p.t,
-        itl_mean_s=_mean(itl),
+        itl_mean_s=mean(itl),
         itl_count=itl.count if itl is not None else 0.0,
         kv_tokens=kv,
-        running=0.5 * (_gauge(p, "running") + _gauge(q, "running")),
+        running=None if ra is None or rb is None else 0.5 * (ra + rb),
         steps=steps,
-        prompt_tokens=max(
-            0.0, b.counters.get("prompt_tokens", 0.0) - a.counters.get("prompt_tokens", 0.0)
-        ),
-        prefill_mean_s=_mean(prefill),
+        prompt_tokens=prompt,
+        prefill_mean_s=mean(prefill),
         prefills=prefill.count if prefill is not None else 0.0,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.fleet import GC_GEN0_THRESHOLD, FleetCollector
+from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.scrape import FleetScraper
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
@@ -126,15 +126,12 @@ async def test_an_unchanged_body_is_not_parsed_again(server: str) -> None:
     assert after.samples is not first.samples
 
 
-async def test_the_gc_threshold_is_raised_while_a_fleet_is_watched() -> None:
-    """Raised while any FleetCollector is open (never lowered), put back when the last closes."""
+async def test_a_fleet_collector_leaves_the_process_gc_alone() -> None:
+    """A library object does not change process-wide settings: the GC threshold is the
+    polling commands' (llmtop.cli.tune_gc, tests/unit/test_cli.py)."""
     before = gc.get_threshold()
     monitor = MonitorSettings(vllm_urls=("http://a", "http://b"), gateway_url=None, nvml=False)
-    first = FleetCollector(monitor, HealthSettings())
-    second = FleetCollector(monitor, HealthSettings())
-    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
-    await first.aclose()
-    await first.aclose()  # twice: released once
-    assert gc.get_threshold()[0] == max(before[0], GC_GEN0_THRESHOLD)
-    await second.aclose()
+    collector = FleetCollector(monitor, HealthSettings())
+    assert gc.get_threshold() == before
+    await collector.aclose()
     assert gc.get_threshold() == before

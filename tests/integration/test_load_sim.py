@@ -11,9 +11,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.load.drivers import ClosedLoop
 from llmtop.load.runner import Runner, Shape
-from llmtop.load.stats import Slo, percentile, summarize
+from llmtop.load.stats import Slo, summarize
 
 
 def ttft_buckets(text: str) -> list[tuple[float, float]]:
@@ -58,7 +59,7 @@ async def test_client_ttft_agrees_with_the_engine_histogram(
     # The engine's p50 bucket: the first whose cumulative count reaches half.
     engine_p50 = next(i for i, (_, c) in enumerate(buckets) if c >= total / 2)
     client_ttfts = [r.ttft_s for r in runner.results if r.ttft_s is not None]
-    client_p50 = percentile(client_ttfts, 50)
+    client_p50 = percentile_linear(client_ttfts, 50)
     assert client_p50 is not None
     assert abs(bucket_index(buckets, client_p50) - engine_p50) <= 1, (client_p50, buckets)
     # Token counts agree exactly.

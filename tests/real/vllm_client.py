@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmtop.core.derive.percentiles import percentile_nearest_rank
+
 MODEL = "tinyllm"
 VOCAB = (1000, 30000)
 """Prompt token ids: the same range `llmtop load` draws from (the tiny model has 32,000)."""
@@ -243,9 +245,9 @@ async def burst(
 
 def p95(values: list[float]) -> float:
     """The 95th percentile (nearest rank) of client-side figures."""
-    assert values, "no values"
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    got = percentile_nearest_rank(values, 95)
+    assert got is not None, "no values"
+    return got
 
 
 def median(values: list[float]) -> float:

@@ -1,5 +1,6 @@
-"""Autopilot admission on a fake clock: footprints, the /metrics reader, the KV budget, the
-deadline queue, the mode switch and the controller's moves."""
+"""Autopilot admission on a fake clock: footprints, the signals read from /metrics (core's
+reader), the KV budget, the deadline queue, the mode switch and the controller's moves, and
+holding when a figure is unknown."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from llmtop.core.derive.signals import EngineSignals, fleet_signals, signals
+from llmtop.core.vllm.scrape import Histogram
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected
 from llmtop.gateway.controller import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
 from llmtop.gateway.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
-from llmtop.gateway.kvinfo import EngineSignals, fleet_signals, parse_scrape, quantile, signals
+from llmtop.gateway.pilot import read_scrape
 from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import get_profile
@@ -27,19 +30,23 @@ def make(clock: FakeClock, **kw: object) -> AdmissionController:
 
 
 def sig(**kw: object) -> EngineSignals:
+    """An interval of one second; unknown only what a test says."""
     base: dict[str, object] = {
         "interval_s": 1.0,
-        "capacity_blocks": 1000,
-        "block_size": 16,
-        "preempt_per_s": 0.0,
-        "waiting": 0.0,
+        "kv_capacity_blocks": 1000,
+        "kv_block_size": 16,
+        "kv_usage_frac": 0.5,
+        "kv_usage_frac_waiting": None,
         "running": 0.0,
-        "kv_usage": 0.5,
+        "waiting": 0.0,
+        "preemptions": 0.0,
         "prompt_tokens": 0.0,
-        "ttft_p95_s": None,
-        "itl_p95_s": None,
-        "itl_mean_s": None,
-        "gen_tokens": (),
+        "prompt_computed_tokens": None,
+        "generation_tokens": 0.0,
+        "ttft_s_hist": None,
+        "itl_s_hist": None,
+        "prefill_s_hist": None,
+        "output_tokens_hist": None,
     }
     base.update(kw)
     return EngineSignals(**base)  # type: ignore[arg-type]
@@ -72,7 +79,7 @@ def test_text_estimate_is_corrected_by_the_engines_count() -> None:
     assert fm.prompt_tokens(shape) == 1000
     for _ in range(3):
         fm.admitted(shape)
-        fm.learn(1500.0, (), None)  # the engine counted 1.5x what we guessed
+        fm.learn(1500.0, None, None)  # the engine counted 1.5x what we guessed
     assert fm.ratio == pytest.approx(1.5)
     assert fm.prompt_tokens(shape) == 1500
     exact = read_shape(json.dumps({"prompt": [1] * 50}).encode())
@@ -81,7 +88,8 @@ def test_text_estimate_is_corrected_by_the_engines_count() -> None:
 
 def test_output_quantile_is_learned_and_capped_by_max_tokens() -> None:
     fm = FootprintModel()
-    fm.learn(0.0, ((100.0, 0.0), (200.0, 90.0), (500.0, 100.0), (float("inf"), 100.0)), 16)
+    out = ((100.0, 0.0), (200.0, 90.0), (500.0, 100.0), (float("inf"), 100.0))
+    fm.learn(0.0, Histogram(out, 20_000.0, 100.0), 16)
     assert fm.output_quantile == pytest.approx(200.0)
     assert fm.expected_output(None) == 200
     assert fm.expected_output(50) == 50
@@ -94,21 +102,25 @@ def test_output_quantile_is_learned_and_capped_by_max_tokens() -> None:
 def test_reads_capacity_and_preemptions_from_the_sims_real_metrics() -> None:
     eng = Engine(EngineConfig.from_profile(get_profile("seed")))
     render = MetricsRenderer(eng, "m", 0.0).render
-    first = parse_scrape(render())
-    assert (first.num_gpu_blocks, first.block_size) == (2425, 16)
-    assert first.capacity_tokens == 38_800
+    first = read_scrape(render())
+    assert (first.kv_capacity_tokens, first.kv_block_size) == (38_800, 16)
+    assert signals(first, None, 1.0).kv_capacity_blocks == 2425
     for _ in range(64):
         eng.add_request(4000, 64)
     while eng.has_work():
         eng.step()
-    second = parse_scrape(render())
+    second = read_scrape(render())
     s = signals(second, first, 10.0)
-    assert s.preempt_per_s == pytest.approx(eng.stats.num_preemptions / 10.0)
+    assert s.preemptions_per_s == pytest.approx(eng.stats.num_preemptions / 10.0)
     assert eng.stats.num_preemptions > 0
     assert s.prompt_tokens == 64 * 4000
+    assert s.prompt_tok_per_s == 64 * 4000 / 10.0
     assert s.ttft_p95_s is not None
     assert s.ttft_p95_s > 1.0
-    assert s.gen_tokens[-1][1] == 64
+    assert s.prefill_s_hist is not None
+    assert s.prefill_s_hist.count == 64
+    assert s.output_tokens_hist is not None
+    assert s.output_tokens_hist.buckets[-1][1] == 64
 
 
 def _engine_text(label: str) -> str:
@@ -122,36 +134,38 @@ def _engine_text(label: str) -> str:
 
 
 def test_data_parallel_engines_add_capacity_and_average_kv_use() -> None:
-    one = parse_scrape(Path("tests/fixtures/metrics-load.txt").read_text())
-    both = parse_scrape(_engine_text("0") + "\n" + _engine_text("1") + "\n")
-    assert one.num_gpu_blocks is not None
-    assert both.num_gpu_blocks == 2 * one.num_gpu_blocks
-    assert both.kv_usage == pytest.approx(one.kv_usage)  # a mean of equals, not a sum
+    one = signals(read_scrape(Path("tests/fixtures/metrics-load.txt").read_text()), None, 1.0)
+    both = signals(read_scrape(_engine_text("0") + "\n" + _engine_text("1") + "\n"), None, 1.0)
+    assert one.kv_capacity_blocks is not None
+    assert both.kv_capacity_blocks == 2 * one.kv_capacity_blocks
+    assert both.kv_usage_frac == pytest.approx(one.kv_usage_frac)  # a mean of equals, not a sum
+    assert one.waiting is not None
     assert both.waiting == 2 * one.waiting
-    assert both.preemptions == 2 * one.preemptions
 
 
 def test_replicas_add_up_and_a_restart_on_one_is_not_a_negative_rate() -> None:
     engines = [Engine(EngineConfig.from_profile(get_profile("seed"))) for _ in range(2)]
     renders = [MetricsRenderer(e, "m", 0.0).render for e in engines]
-    first = [parse_scrape(r()) for r in renders]
+    first = [read_scrape(r()) for r in renders]
     for e in engines:
         for _ in range(64):
             e.add_request(4000, 64)
         while e.has_work():
             e.step()
-    second = [parse_scrape(r()) for r in renders]
+    second = [read_scrape(r()) for r in renders]
     both = fleet_signals(list(zip(second, first, strict=True)), 10.0)
     one = signals(second[0], first[0], 10.0)
-    assert both.capacity_blocks == 2 * 2425
-    assert both.preempt_per_s == pytest.approx(sum(e.stats.num_preemptions for e in engines) / 10.0)
+    assert both.kv_capacity_blocks == 2 * 2425
+    preempted = sum(e.stats.num_preemptions for e in engines)
+    assert both.preemptions_per_s == pytest.approx(preempted / 10.0)
     assert both.prompt_tokens == 2 * 64 * 4000
-    assert both.gen_tokens[-1][1] == 2 * 64
+    assert both.output_tokens_hist is not None
+    assert both.output_tokens_hist.count == 2 * 64
     assert both.ttft_p95_s == pytest.approx(one.ttft_p95_s, rel=0.2)
     # replica 1 restarted: its counters start again from zero, the other's interval stands
-    fresh = parse_scrape(MetricsRenderer(Engine(engines[1].config), "m", 0.0).render())
+    fresh = read_scrape(MetricsRenderer(Engine(engines[1].config), "m", 0.0).render())
     after = fleet_signals([(second[0], first[0]), (fresh, second[1])], 10.0)
-    assert after.preempt_per_s >= 0
+    assert after.preemptions_per_s == one.preemptions_per_s  # the fresh one's count from 0
     assert after.prompt_tokens == 64 * 4000
     assert after.itl_mean_s == pytest.approx(one.itl_mean_s)
 
@@ -159,19 +173,14 @@ def test_replicas_add_up_and_a_restart_on_one_is_not_a_negative_rate() -> None:
 def test_a_full_replica_with_a_queue_cuts_even_when_the_mean_is_low() -> None:
     pilot = Autopilot()
     pilot.reset(1000)
-    jammed = sig(capacity_blocks=1000, waiting=5.0, kv_usage=0.5, kv_usage_waiting=0.97)
+    jammed = sig(
+        kv_capacity_blocks=1000, waiting=5.0, kv_usage_frac=0.5, kv_usage_frac_waiting=0.97
+    )
     moves = [pilot.step(float(t), jammed, in_flight_blocks=900, queued=3) for t in range(4)]
     cut = [m for m in moves if m is not None]
     assert cut
     assert cut[-1].new < 1000
     assert "at KV 97%" in cut[-1].reason
-
-
-def test_quantile_interpolates_inside_the_bucket() -> None:
-    b = ((1.0, 0.0), (2.0, 50.0), (4.0, 100.0), (float("inf"), 100.0))
-    assert quantile(b, 0.5) == pytest.approx(2.0)
-    assert quantile(b, 0.75) == pytest.approx(3.0)
-    assert quantile((), 0.5) is None
 
 
 # -- KV budget and the deadline queue ---------------------------------------------------------
@@ -297,7 +306,7 @@ def test_manual_mode_moves_nothing() -> None:
     ctl = make(FakeClock(), max_inflight_kv_blocks=500)
     pilot = Autopilot()
     for t in range(5):
-        drive(ctl, pilot, sig(preempt_per_s=3.0), float(t))
+        drive(ctl, pilot, sig(preemptions=3.0), float(t))
     assert ctl.limits.max_inflight_kv_blocks == 500
     assert not ctl.events
     assert ctl.autopilot is not None
@@ -316,7 +325,11 @@ def test_steady_load_settles_without_oscillation() -> None:
         b = pilot.applied or 1000
         in_flight, use = plant(b, held=0.8)
         pilot.step(
-            float(t), sig(kv_usage=use), in_flight_blocks=in_flight, queued=5, in_flight=b // 10
+            float(t),
+            sig(kv_usage_frac=use),
+            in_flight_blocks=in_flight,
+            queued=5,
+            in_flight=b // 10,
         )
         budgets.append(pilot.applied)
     assert budgets[-1] == budgets[-200]  # no move in the last 200 steps
@@ -332,14 +345,14 @@ def test_down_fast_on_preemption_then_a_ceiling_below_it() -> None:
     pilot = Autopilot()
     pilot.step(0.0, sig(), in_flight_blocks=0, queued=0)
     pilot.reset(1400)
-    move = pilot.step(1.0, sig(preempt_per_s=0.4, kv_usage=1.0), in_flight_blocks=1300, queued=9)
+    move = pilot.step(1.0, sig(preemptions=0.4, kv_usage_frac=1.0), in_flight_blocks=1300, queued=9)
     assert move is not None
     assert move.new == round(1300 * 0.95)
     assert "preempting 0.4/s" in move.reason
     for t in range(2, 20):  # plenty of headroom signalled, but the ceiling holds it below 1,300
         pilot.step(
             float(t),
-            sig(kv_usage=0.5),
+            sig(kv_usage_frac=0.5),
             in_flight_blocks=pilot.applied or 0,
             queued=9,
             in_flight=100,
@@ -349,7 +362,7 @@ def test_down_fast_on_preemption_then_a_ceiling_below_it() -> None:
     for t in range(20, 200):  # ...and is forgotten slowly: it probes above it again
         pilot.step(
             float(t),
-            sig(kv_usage=0.5),
+            sig(kv_usage_frac=0.5),
             in_flight_blocks=pilot.applied or 0,
             queued=9,
             in_flight=100,
@@ -363,7 +376,11 @@ def test_heavier_mix_follows_down_at_once() -> None:
     for t in range(1, 60):  # light mix: 75 % of the footprint held -> budget above the cache
         b = pilot.applied or 1000
         pilot.step(
-            float(t), sig(kv_usage=0.75 * b / 1000), in_flight_blocks=b, queued=3, in_flight=b // 10
+            float(t),
+            sig(kv_usage_frac=0.75 * b / 1000),
+            in_flight_blocks=b,
+            queued=3,
+            in_flight=b // 10,
         )
     high = pilot.applied
     assert high is not None
@@ -372,7 +389,7 @@ def test_heavier_mix_follows_down_at_once() -> None:
         b = pilot.applied or 1000
         pilot.step(
             float(t),
-            sig(kv_usage=min(1.0, b / 1000)),
+            sig(kv_usage_frac=min(1.0, b / 1000)),
             in_flight_blocks=b,
             queued=3,
             in_flight=b // 10,
@@ -394,7 +411,7 @@ def test_no_overcommit_before_any_request_has_finished() -> None:
         b = pilot.applied or 1000
         pilot.step(
             float(t),
-            sig(kv_usage=0.4 * b / 1000),
+            sig(kv_usage_frac=0.4 * b / 1000),
             in_flight_blocks=b,
             queued=40,
             in_flight=b // 10,
@@ -436,3 +453,102 @@ def test_tenant_budgets_parse_from_the_file_and_the_environment() -> None:
     for bad in ("chat", "chat=0", "chat=x"):
         with pytest.raises(ConfigError, match="LLMTOP_TENANT_TTFT_SLO_S"):
             load(GatewaySettings, environ={"LLMTOP_TENANT_TTFT_SLO_S": bad})
+
+
+# -- unknown is not zero: the budget holds --------------------------------------------------------
+
+
+def _started(clock: FakeClock) -> tuple[AdmissionController, Autopilot]:
+    """A gateway in auto mode whose autopilot has made its first move (the cache's size)."""
+    ctl = make(clock, mode="auto")
+    pilot = Autopilot()
+    drive(ctl, pilot, sig(), clock())
+    assert ctl.limits.max_inflight_kv_blocks == 1000
+    return ctl, pilot
+
+
+@pytest.mark.parametrize("unknown", ["waiting", "preemptions", "kv_usage_frac"])
+def test_a_figure_unknown_holds_the_budget_and_says_which(unknown: str) -> None:
+    """Preempting hard, but the queue (or the preemptions, or the KV use) was not read: the
+    budget stays where it is, and the reason names what is unknown; once it is read again,
+    the controller moves."""
+    clock = FakeClock()
+    ctl, pilot = _started(clock)
+    events = len(ctl.events)
+    for _ in range(5):
+        clock.advance(1.0)
+        figures: dict[str, object] = {"preemptions": 3.0, "waiting": 9.0, unknown: None}
+        drive(ctl, pilot, sig(**figures), clock())
+    assert ctl.limits.max_inflight_kv_blocks == 1000
+    assert len(ctl.events) == events
+    assert ctl.autopilot is not None
+    named = {"waiting": "waiting", "preemptions": "preemptions", "kv_usage_frac": "KV use"}
+    assert ctl.autopilot["reason"].startswith("holding at 1,000 blocks: ")
+    assert f"{named[unknown]} unknown" in ctl.autopilot["reason"]
+    clock.advance(1.0)
+    drive(ctl, pilot, sig(preemptions=3.0, waiting=9.0), clock())
+    assert ctl.limits.max_inflight_kv_blocks is not None
+    assert ctl.limits.max_inflight_kv_blocks < 1000
+    assert "preempting 3.0/s" in ctl.autopilot["reason"]
+
+
+def test_a_scrape_that_fails_holds_the_budget_and_says_why() -> None:
+    clock = FakeClock()
+    ctl, pilot = _started(clock)
+    for _ in range(5):
+        clock.advance(1.0)
+        drive(ctl, pilot, None, clock(), unread="ClientConnectorError")
+    assert ctl.limits.max_inflight_kv_blocks == 1000
+    assert ctl.autopilot is not None
+    assert ctl.autopilot["reason"] == "upstream /metrics unreadable (ClientConnectorError): holding"
+
+
+def test_a_body_without_the_queue_gauge_reads_unknown_not_empty() -> None:
+    """vLLM with several API servers exports its gauges only after a first request: a body
+    without `num_requests_waiting` is no queue read, not an empty queue, all the way to the
+    controller."""
+    text = Path("tests/fixtures/metrics-load.txt").read_text()
+    lines = [ln for ln in text.splitlines() if "vllm:num_requests_waiting{" not in ln]
+    scrape = read_scrape("\n".join(lines) + "\n")
+    s = signals(scrape, scrape, 1.0)
+    assert s.waiting is None
+    assert s.kv_usage_frac_waiting is None
+    assert s.preemptions == 0.0  # read: nothing happened in the interval
+    clock = FakeClock()
+    ctl, pilot = _started(clock)
+    drive(ctl, pilot, s, clock())
+    assert ctl.autopilot is not None
+    assert "waiting unknown" in ctl.autopilot["reason"]
+
+
+def test_the_first_scrape_gives_gauges_and_no_interval() -> None:
+    text = Path("tests/fixtures/metrics-load.txt").read_text()
+    first = signals(read_scrape(text), None, 1.0)
+    assert first.waiting is not None
+    assert first.kv_capacity_blocks is not None
+    assert first.preemptions is None
+    assert first.prompt_tokens is None
+    assert first.ttft_s_hist is None
+    assert first.ttft_p95_s is None
+
+
+def test_one_replica_unread_figure_is_unknown_for_the_sum() -> None:
+    """A sum that left a replica's unknown queue out would read it as empty."""
+    text = Path("tests/fixtures/metrics-load.txt").read_text()
+    whole = read_scrape(text)
+    lines = [ln for ln in text.splitlines() if "vllm:num_requests_waiting{" not in ln]
+    blind = read_scrape("\n".join(lines) + "\n")
+    both = fleet_signals([(whole, whole), (blind, blind)], 1.0)
+    assert both.waiting is None
+    assert both.kv_capacity_blocks is not None  # what both report still adds up
+    assert both.prompt_tokens == 0.0
+
+
+def test_an_unknown_interval_teaches_the_footprint_nothing() -> None:
+    fm = FootprintModel()
+    shape = read_shape(json.dumps({"prompt": "y" * 4000}).encode())
+    for _ in range(3):
+        fm.admitted(shape)
+        fm.learn(None, None, 16)  # the engine's count was not read: no ratio from a zero
+    assert fm.ratio == 1.0
+    assert fm.output_quantile is None

@@ -161,3 +161,40 @@ def test_the_replica_label_is_a_monitor_flag_and_a_bad_one_is_one_line() -> None
     out = run_cli("snapshot", "--prometheus", "http://127.0.0.1:9", "--replica-label", "k8s-pod")
     assert out.returncode == 2
     assert out.stderr == "llmtop: --replica-label 'k8s-pod' is not a Prometheus label name\n"
+
+
+def test_polling_commands_raise_the_gc_threshold_at_the_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`top` and `snapshot` poll every second for as long as they run: the entry raises the
+    collector's young threshold for them (never lowers it); other commands leave it."""
+    import gc
+    import types
+
+    from llmtop import cli
+
+    seen: dict[str, int] = {}
+    real = cli._module
+
+    def fake(name: str) -> types.SimpleNamespace:
+        mod = real(name)
+
+        def run(args: object) -> int:
+            seen[name] = gc.get_threshold()[0]
+            return 0
+
+        return types.SimpleNamespace(HELP=mod.HELP, add_arguments=mod.add_arguments, run=run)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(cli, "_module", fake)
+    try:
+        gc.set_threshold(700, *before[1:])
+        assert main(["report", "x.jsonl"]) == 0
+        assert seen["report"] == 700
+        assert main(["snapshot"]) == 0
+        assert seen["snapshot"] == cli.GC_GEN0_THRESHOLD
+        gc.set_threshold(50_000, *before[1:])
+        assert main(["top"]) == 0
+        assert seen["top"] == 50_000  # raised only, never lowered
+    finally:
+        gc.set_threshold(*before)

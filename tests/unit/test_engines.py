@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from llmtop.core.exposition import promtext
 from llmtop.core.vllm import engines
 from llmtop.core.vllm.engines import extract
 from llmtop.core.vllm.names import sample_names
-from llmtop.core.vllm.scrape import EngineScrape, Histogram
+from llmtop.core.vllm.scrape import EngineScrape
 
 KEEP = promtext.keep_names(sample_names())
 
@@ -243,24 +242,3 @@ def test_planned_extraction_equals_the_direct_reading(scrapes: list[tuple[Sample
         assert repr(planned) == want
         values = counter_values(engines.extract_direct(samples))
         assert repr(counter_columns(planned)) == repr((tuple(values), list(values.values())))
-
-
-def test_a_planned_histogram_is_the_eager_one_once_read() -> None:
-    """`Histogram.planned` zips its buckets on first read: equal, same repr, hash, asdict and
-    pickle as one built with them; other missing attributes still raise."""
-    import dataclasses
-    import pickle
-
-    columns = [7.0, 1.0, 3.0, 4.0, 12.5, 4.0, 9.0]
-    lazy = Histogram.planned([0.1, 1.0, math.inf], columns, 1, columns[4], columns[5])
-    eager = Histogram(((0.1, 1.0), (1.0, 3.0), (math.inf, 4.0)), 12.5, 4.0)
-    assert "buckets" not in vars(lazy)
-    assert lazy == eager
-    assert repr(lazy) == repr(eager)
-    assert hash(lazy) == hash(eager)
-    assert dataclasses.asdict(lazy) == dataclasses.asdict(eager)
-    assert pickle.loads(pickle.dumps(lazy)) == eager
-    with pytest.raises(AttributeError):
-        lazy.bins  # type: ignore[attr-defined]  # noqa: B018
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        lazy.sum = 1.0  # type: ignore[misc]

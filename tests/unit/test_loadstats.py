@@ -1,15 +1,13 @@
-"""The arithmetic of a load run: percentiles, SLO verdicts, goodput, arrivals, flag parsing."""
+"""The arithmetic of a load run: SLO verdicts, goodput, arrivals, flag parsing (its percentiles:
+tests/unit/test_percentiles.py)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import statistics
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from llmtop.errors import UsageError
 from llmtop.load.stats import (
@@ -19,7 +17,6 @@ from llmtop.load.stats import (
     interarrivals,
     parse_prompt_tokens,
     parse_slo,
-    percentile,
     summarize,
     to_json,
     verdict,
@@ -40,24 +37,6 @@ def ok(ttft: float, gaps: tuple[float, ...] = (0.03, 0.03), **kw: object) -> Req
         output_tokens=len(gaps) + 1,
         **kw,  # type: ignore[arg-type]
     )
-
-
-def test_percentile_interpolates_between_ranks() -> None:
-    xs = [4.0, 1.0, 3.0, 2.0]
-    assert percentile(xs, 0) == 1.0
-    assert percentile(xs, 100) == 4.0
-    assert percentile(xs, 50) == pytest.approx(2.5)
-    assert percentile([7.0], 95) == 7.0
-    assert percentile([], 50) is None
-
-
-@given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=200))
-def test_percentile_is_monotonic_and_bounded(xs: list[float]) -> None:
-    ps = [percentile(xs, q) for q in (0, 25, 50, 90, 99, 100)]
-    assert ps[0] == min(xs)
-    assert ps[-1] == max(xs)
-    assert all(a is not None and b is not None and a <= b for a, b in itertools.pairwise(ps))
-    assert percentile(xs, 50) == pytest.approx(statistics.median(xs))
 
 
 def test_parse_slo_and_errors() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.base.raw import Sample, samples_of
+from llmtop.core.base.raw import Sample
 from llmtop.core.exposition import promtext
 from llmtop.core.vllm.names import sample_names
 from llmtop.errors import ScrapeError
@@ -272,9 +272,10 @@ def test_fast_path_takes_the_blocks() -> None:
 @pytest.mark.parametrize(
     "value", ["2.5", "0", "-0", "-00", "+0", "-0.0", "-1", "1e400", "NaN", "+Inf", "1.2.3", "e"]
 )
-def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> None:
-    """The second time a block's layout is seen it is matched whole: values that read
-    differently there ("-0") or not at all fall back to the lines, or to the exact path."""
+def test_a_block_seen_before_reads_as_the_exact_path(value: str) -> None:
+    """The second time a block's lines are read, their names and labels come from what they
+    read as the first time: the values still read as the exact path reads them ("-0" as 0),
+    or not at all (then the exact path names the line)."""
     keep = promtext.keep_names(sample_names())
     block = (
         "# HELP vllm:request_prompt_tokens x\n# TYPE vllm:request_prompt_tokens histogram\n"
@@ -283,36 +284,13 @@ def test_a_block_in_a_layout_seen_before_reads_as_the_exact_path(value: str) -> 
     )
     first = block.format(v="1")
     assert promtext._fast(first, keep) == _exact(first)
-    assert len(keep.layouts["vllm:request_prompt_tokens"]) == 1
     text = block.format(v=value)
-    by_lines: list[str] = []
-    read_lines = keep._read_lines
-    keep._read_lines = lambda f, b, out: by_lines.append(b) or read_lines(f, b, out)  # type: ignore[method-assign]
     fast = promtext._fast(text, keep)
-    assert bool(by_lines) == (value in ("-0", "-00"))  # the others: read by the layout
     if value in ("1.2.3", "e"):
         assert fast is None  # the exact path names the line
     else:
         assert fast is not None
         assert _same(fast, _exact(text))
-
-
-def test_past_eight_layouts_a_family_is_read_line_by_line() -> None:
-    """and a layout seen often enough replaces the least recently matched one."""
-    keep = promtext.keep_names(sample_names())
-    for engine in range(12):
-        text = f'# HELP vllm:num_requests_running x\nvllm:num_requests_running{{e="{engine}"}} 1\n'
-        for _ in range(2):
-            assert promtext._fast(text, keep) == _exact(text)
-    layouts = keep.layouts["vllm:num_requests_running"]
-    assert len(layouts) == 8
-    text = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="new"} 1\n'
-    for _ in range(promtext._RELAYOUT_EVERY):
-        assert promtext._fast(text, keep) == _exact(text)
-    assert len(layouts) == 8
-    assert layouts[0].pattern.fullmatch(text.split("\n", 1)[1])  # in, first when matched
-    old = '# HELP vllm:num_requests_running x\nvllm:num_requests_running{e="0"} 1\n'
-    assert not any(layout.pattern.fullmatch(old.split("\n", 1)[1]) for layout in layouts)
 
 
 def test_a_family_name_on_a_sample_line_is_kept_on_both_paths() -> None:
@@ -341,26 +319,8 @@ def test_bad_last_line_after_many_comments_is_named_quickly() -> None:
     assert time.process_time() - start < 2.0
 
 
-def test_samples_made_in_c_are_the_constructors() -> None:
-    """The parser's C-built Samples are the constructor's: fields, equality, hash, repr,
-    still immutable; a length mismatch is an error, not a short read."""
-    labels = (("engine", "0"), ("le", "+Inf"))
-    (made,) = samples_of(["vllm:x_bucket"], [labels], [2.5])
-    built = Sample("vllm:x_bucket", labels, 2.5)
-    assert type(made) is Sample
-    assert (made.name, made.labels, made.value) == ("vllm:x_bucket", labels, 2.5)
-    assert made == built
-    assert hash(made) == hash(built)
-    assert repr(made) == repr(built)
-    assert made._replace(value=3.0) == Sample("vllm:x_bucket", labels, 3.0)
-    with pytest.raises(AttributeError):
-        made.value = 1.0  # type: ignore[misc]
-    with pytest.raises(ValueError, match="shorter"):
-        list(samples_of(["a", "b"], [(), ()], [1.0]))
-
-
 def test_threads_sharing_a_keep_read_every_text_exactly() -> None:
-    """The layouts are reordered and replaced as threads read: never a wrong answer."""
+    """Threads share a keep-list's memo of line prefixes as they read: never a wrong answer."""
     import threading
 
     keep = promtext.keep_names(sample_names())

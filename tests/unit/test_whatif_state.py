@@ -67,7 +67,7 @@ def test_arrival_rate_of_a_known_poisson_process_is_unbiased(h100_points: list[P
             offered = bisect.bisect_right(arrivals, now)  # arrivals are sorted: a count
             finished = bisect.bisect_right(arrivals, now - hold)
             engine = _scrape(template, finished, offered - finished)
-            points.append(Point(now, engine, None, (), {"offered": offered}))
+            points.append(Point(now, engine, None, {"offered": offered}))
         with_gw.append(observe(points).arrival_per_s)
         without.append(observe([replace(p, gateway=None) for p in points]).arrival_per_s)
     se = math.sqrt(rate / window)

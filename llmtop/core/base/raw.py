@@ -11,10 +11,8 @@ through `to_dict`/`from_dict`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import GpuStats
@@ -26,23 +24,12 @@ class Sample(NamedTuple):
     """One exposition sample, keyed by its sample name (``_total``, ``_bucket`` kept).
 
     A named tuple, not a dataclass: a parse makes ~150 a scrape, a hundred replicas a second,
-    and a tuple is made and read in C (`samples_of` builds a block's in one call; unpacking
-    `name, labels, value` reads all three at once)."""
+    and a tuple is made and read in C (unpacking `name, labels, value` reads all three at
+    once)."""
 
     name: str
     labels: Labels
     value: float
-
-
-_tuple_new = tuple.__new__
-
-
-def samples_of(
-    names: Iterable[str], labels: Iterable[Labels], values: Iterable[float]
-) -> Iterator[Sample]:
-    """Samples of parallel names, labels and values, made in C: no Python call per sample."""
-    made = map(_tuple_new, itertools.repeat(Sample), zip(names, labels, values, strict=True))
-    return cast(Iterator[Sample], made)
 
 
 @dataclass(frozen=True)

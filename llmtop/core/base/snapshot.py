@@ -7,64 +7,16 @@ New fields are added with a default, so recordings and tests made before them st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from functools import cached_property
+from typing import Literal
 
 from llmtop.core.base.quickinit import quick_init
 
 Severity = Literal["warning", "critical"]
 Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
 Status = Literal["ok", "degraded", "critical", "unknown"]
-Wording = Callable[..., tuple[str, str]]
-"""Words a summary and an action from the inputs kept with it, called once, at the first read
-of either (a module-level function: see `WordedOnRead`)."""
-W = TypeVar("W", bound="WordedOnRead")
-
-
-class WordedOnRead:
-    """For a frozen dataclass with `summary` and `action`: `_later` makes one whose two texts
-    are worded by `wording(*inputs)` when first read. A rule holding on a hundred replicas each
-    poll then words only the findings something shows (the table's visible rows, a snapshot)
-    instead of all of them (bench/bench_fleet.py: most of a poll's rule time was wording). Once
-    read, the same object as one built with the words: equal, same repr and hash, pickled and
-    copied as words.
-
-    `inputs` are the poll's figures as numbers and text (tuples of them, None), never state that
-    moves on (the history, its indexes): the words may be read a poll or ten minutes later. Held
-    so, they cost the garbage collector nothing (a tuple of numbers is not tracked), where a
-    closure and the objects it kept were ~10 tracked objects a finding, for the fleet's ten
-    minutes of history."""
-
-    @classmethod
-    def _later(cls: type[W], wording: Wording, inputs: tuple[Any, ...], **fields: Any) -> W:
-        self = cls.__new__(cls)
-        self.__dict__.update(fields, _wording=wording, _inputs=inputs)
-        return self
-
-    def pending_words(self) -> tuple[Wording, tuple[Any, ...]] | None:
-        """The wording and its inputs, not called yet (to hand on without wording)."""
-        d = self.__dict__
-        wording: Wording | None = d.get("_wording")
-        return None if wording is None else (wording, d["_inputs"])
-
-    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute an Any
-
-        def __getattr__(self, name: str) -> object:
-            """`summary` or `action` not worded yet (called only for an attribute not found)."""
-            d = self.__dict__
-            wording = d.get("_wording") if name in ("summary", "action") else None
-            if wording is None:
-                raise AttributeError(name)
-            d["summary"], d["action"] = wording(*d["_inputs"])
-            del d["_wording"], d["_inputs"]
-            return d[name]
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled and copied as words."""
-        if "_wording" in self.__dict__:
-            _ = self.summary  # type: ignore[attr-defined]
-        return self.__dict__
 
 
 @quick_init
@@ -126,6 +78,17 @@ class EngineStats:
     (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
     prompt_computed_tok_per_s: float | None = None
     """Prompt tokens actually prefilled per second (`source=local_compute`)."""
+
+    @cached_property
+    def kv_tokens_per_running(self) -> float | None:
+        """KV tokens each running sequence holds (usage x capacity / running); None when
+        unknown or not finite. Worked out once a row: `kv_size` reads it for every row of its
+        minute's look-back, for every full replica at every poll."""
+        cap, usage, running = self.kv_capacity_tokens, self.kv_cache_usage_frac, self.running
+        if cap is None or usage is None or not running or running <= 0:
+            return None
+        tokens = usage * cap / running
+        return tokens if math.isfinite(tokens) else None
 
 
 @dataclass(frozen=True)
@@ -212,7 +175,7 @@ class GpuStats:
 
 @quick_init
 @dataclass(frozen=True)
-class Finding(WordedOnRead):
+class Finding:
     """A named problem: which resource binds, the measured evidence, and what to do."""
 
     id: str
@@ -222,20 +185,6 @@ class Finding(WordedOnRead):
     action: str
     since: float | None = None
     """Time (seconds, the snapshot clock) the finding fired."""
-
-    @classmethod
-    def later(
-        cls,
-        id: str,
-        severity: Severity,
-        bottleneck: Bottleneck,
-        wording: Wording,
-        inputs: tuple[Any, ...],
-        since: float | None = None,
-    ) -> Finding:
-        """A finding whose summary and action `wording(*inputs)` words when first read."""
-        fields = {"id": id, "severity": severity, "bottleneck": bottleneck, "since": since}
-        return cls._later(wording, inputs, **fields)
 
 
 @quick_init

@@ -3,9 +3,9 @@
 Two paths, the same answer. The fast path (a `keep_names` filter, the text in the plain shape
 every exporter writes) reads the text in one regex pass, a family block (HELP, TYPE, samples)
 per match: a skipped family (python_*, http_*, `_created`, ~70 % of a vLLM scrape) is only
-checked there (the same loose check as below); a kept one's block is matched whole against
-the layout it was seen in before (its lines less their values: names and labels repeat every
-scrape), its values read in one call, or read line by line. Anything unusual (escapes,
+checked there (the same loose check as below); a kept one's block is read line by line, the
+text before each value (its name and labels, the same every scrape) looked up in what it read
+as the last time. Anything unusual (escapes,
 timestamps, CRs, odd TYPE lines) falls back to the exact path: prometheus_client's parser over
 the kept lines, skipped lines checked with a loose pattern so that a body that is not
 exposition text (an HTML page, a JSON error) is an error, not an empty scrape. The parser
@@ -16,15 +16,16 @@ side.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import sys
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import itemgetter
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmtop.core.base.raw import Labels, Sample, samples_of
+from llmtop.core.base.raw import Labels, Sample
 from llmtop.errors import ScrapeError
 
 _NAME = re.compile(r"[^{\s]+")
@@ -131,14 +132,12 @@ def _first_bad(lines: list[str]) -> int:
 
 
 # --- the fast path ---------------------------------------------------------------------------
-# OTHER_ENDS, VALUE_CHARS, BLOCK_PASS and SKIPPED are public: promtext_memo builds its whole-text
-# patterns from them, so that both read the same lines the same way.
 # Line ends other than "\n" that str.splitlines() honours: a text holding one is left to the
 # exact path, so that both paths always see the same lines.
-OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_OTHER_ENDS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _METRIC = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _TYPES = r" (?:gauge|histogram|summary|untyped)"
-VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
+_VALUE_CHARS = r"[-+0-9.eEnNaAIf]"
 # Possessive repeats (3.11+) match the same lines here (what follows them is never a character
 # they take, or always matches), with less bookkeeping per line.
 _ONCE = "+" if sys.version_info >= (3, 11) else ""
@@ -154,10 +153,10 @@ _ONCE = "+" if sys.version_info >= (3, 11) else ""
 #   3. anything else: a line the exact path must judge (group 4), or "" at the end of the text.
 # The third alternative always matches, so the pass never backtracks over earlier lines, and
 # each match starts where the last ended: every line is seen.
-BLOCK_PASS = re.compile(
+_BLOCK_PASS = re.compile(
     rf"# HELP ({_METRIC}{_ONCE}) .*\n(?:# TYPE \1(?:(?<=_total) counter|{_TYPES})\n)?"
-    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
-    rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
+    rf"((?:\1[a-zA-Z0-9_:]*{_ONCE}(?:\{{.*\}} | ){_VALUE_CHARS}+{_ONCE}\n)*{_ONCE})"
+    rf"|({_METRIC}(?:\{{.*\}})?[ \t]+{_VALUE_CHARS}+(?:[ \t]+-?[0-9.]+)?[ \t]*\n"
     rf"|# (?:HELP .*|TYPE {_METRIC}(?:_total counter|{_TYPES}))\n"
     r"|#(?! HELP )(?!.*TYPE).*\n"
     r"|[ \t]*\n)"
@@ -171,13 +170,11 @@ _PLAIN_LABELS = re.compile(rf"(?:\{{(?:{_PAIR}(?:,{_PAIR})*,?)?\}})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _INTEGER = re.compile(r"[-+]?[0-9]+")
 _PREFIXES_MAX = 50_000
-_LAYOUTS_MAX = 8
-_RELAYOUT_EVERY = 32
 
 _Read = tuple[str, Labels] | None
 """What the text before a block line's value reads as: (name, labels); None when the exact path
-must judge it. A skipped name reads as `SKIPPED`."""
-SKIPPED: tuple[str, Labels] = ("(skipped)", ())
+must judge it. A skipped name reads as `_SKIPPED`."""
+_SKIPPED: tuple[str, Labels] = ("(skipped)", ())
 _UNREAD: tuple[str, Labels] = ("(not read yet)", ())  # told apart by identity: not names
 _SKIPPED_SAMPLE = Sample("(skipped)", (), 0.0)
 
@@ -195,37 +192,15 @@ class KeepNames:
         """Every start of a kept name: a family block whose name is not one holds none."""
         self._prefixes: dict[str, _Read] = {}
         """The text before a block line's value -> how it reads (the same every scrape)."""
-        self.layouts: dict[str, list[_Layout]] = {}
-        """Family -> the layouts its kept blocks were seen in (a few: replicas alike share),
-        the most recently matched first; a family with more is read line by line, and one of
-        its layouts replaced every `_RELAYOUT_EVERY` blocks read so (a compile is ~1 ms)."""
-        self._misses: dict[str, int] = {}
 
     def __call__(self, name: str) -> bool:
         return name in self._all
 
-    def read_block(self, family: str, block: str, out: list[Sample]) -> bool:
+    def read_block(self, block: str, out: list[Sample]) -> bool:
         """Append a kept family's samples from its block lines; False when the exact path must
-        read the text. A block in a layout seen before is matched whole, its values read in
-        one call (a busy scrape changes the values, not the lines' names and labels)."""
-        layouts = self.layouts.get(family, [])
-        for i, layout in enumerate(layouts):
-            m = layout.pattern.fullmatch(block)
-            if m is not None:
-                if i:  # the most recently matched first (another thread may have moved it)
-                    with contextlib.suppress(ValueError):
-                        layouts.remove(layout)
-                        layouts.insert(0, layout)
-                try:
-                    out.extend(samples_of(layout.names, layout.labels, map(float, m.groups())))
-                except ValueError:
-                    return False
-                return True
-        return self._read_lines(family, block, out)
-
-    def _read_lines(self, family: str, block: str, out: list[Sample]) -> bool:
-        """The block line by line; then, if it read, its layout is kept for the next time."""
-        reads: list[tuple[str, _Read]] = []
+        read the text. What a line's text before its value reads as (name, labels) is the same
+        every scrape, so it is worked out once (`_prefixes`); each line then costs a lookup and
+        a float()."""
         for line in block.split("\n")[:-1]:
             prefix, _, value_text = line.rpartition(" ")  # a block line: one space, the value
             read = self._prefixes.get(prefix, _UNREAD)
@@ -233,8 +208,7 @@ class KeepNames:
                 read = self._read_prefix(prefix)
             if read is None:
                 return False
-            reads.append((prefix, read))
-            if read is SKIPPED:
+            if read is _SKIPPED:
                 continue
             try:  # the value characters: no "_", no blanks, as prometheus_client requires
                 value = float(value_text)
@@ -243,20 +217,12 @@ class KeepNames:
             if value == 0.0 and value_text[0] == "-" and _INTEGER.fullmatch(value_text):
                 value = 0.0  # "-0": prometheus_client reads an int first
             out.append(Sample(read[0], read[1], value))
-        layouts = self.layouts.setdefault(family, [])
-        if all(layout.reads != reads for layout in layouts):
-            if len(layouts) >= _LAYOUTS_MAX:  # replace the least recently matched, now and then
-                self._misses[family] = misses = self._misses.get(family, 0) + 1
-                if misses % _RELAYOUT_EVERY:
-                    return True
-                del layouts[_LAYOUTS_MAX - 1 :]
-            layouts.append(_Layout(reads))
         return True
 
     def _read_prefix(self, prefix: str) -> _Read:
         name, brace, label_text = prefix.partition("{")
         if name not in self._all:
-            out: _Read = SKIPPED
+            out: _Read = _SKIPPED
         else:
             labels = _labels(brace + label_text)
             out = None if labels is None else (name, labels)
@@ -264,24 +230,6 @@ class KeepNames:
             self._prefixes.clear()
         self._prefixes[prefix] = out
         return out
-
-
-class _Layout:
-    """A kept family's block lines less their values, as one pattern whose groups are the kept
-    lines' values. A "-0" does not match (prometheus_client reads it as 0, float() as -0.0):
-    the block is then read line by line."""
-
-    def __init__(self, reads: list[tuple[str, _Read]]) -> None:
-        self.reads = reads
-        kept = [read for _, read in reads if read is not SKIPPED and read is not None]
-        self.names = [name for name, _ in kept]
-        self.labels = [labels for _, labels in kept]
-        self.pattern = re.compile(
-            "".join(
-                re.escape(prefix) + (r" .*\n" if read is SKIPPED else r" ((?!-0+\n).*)\n")
-                for prefix, read in reads
-            )
-        )
 
 
 def _labels(text: str) -> Labels | None:
@@ -324,17 +272,17 @@ def _stray(line: str, keep: KeepNames) -> Sample | None:
 def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
     """The kept samples, read in one regex pass; None when the text is not in the plain shape
     every exporter writes, and the exact path must read it."""
-    if not text.isascii() and any(end in text for end in OTHER_ENDS[6:]):
+    if not text.isascii() and any(end in text for end in _OTHER_ENDS[6:]):
         return None
-    if any(end in text for end in OTHER_ENDS[:6]):
+    if any(end in text for end in _OTHER_ENDS[:6]):
         return None
     out: list[Sample] = []
     heads = keep._heads
-    for family, block, line, bad in BLOCK_PASS.findall(
+    for family, block, line, bad in _BLOCK_PASS.findall(
         text if text.endswith("\n") else text + "\n"
     ):
         if family:
-            if family in heads and not keep.read_block(family, block, out):
+            if family in heads and not keep.read_block(block, out):
                 return None  # else no kept name starts with it: skipped, checked by the pass
         elif bad:
             return None
@@ -345,3 +293,90 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
             if sample is not _SKIPPED_SAMPLE:
                 out.append(sample)
     return tuple(out)
+
+
+# --- a target's next text, read like its last ------------------------------------------------
+_new_tuple = tuple.__new__
+_VALUE_AT_END = re.compile(rf" ((?!-0+\n){_VALUE_CHARS}+)\n")
+"""A line's last token when it is made of value characters, with its line end: a sample's
+value (or the last word of a comment, which is not read). "-0" is not one: prometheus_client
+reads it as 0, float() as -0.0, so a text holding one is read by `parse`."""
+
+
+class LastText:
+    """One target's last text less its values, and where its kept samples' values are in it.
+
+    A target's next scrape differs from its last in its values: names, labels, comments and
+    the order of lines repeat (a busy vLLM, scraped narrow or in full). `parse_like_last`
+    splits the values off a new text in one regex call, and when the rest is the last text's,
+    byte for byte, reads the kept values in one `map(float)`: ~0.1 ms of a 16 KB narrow
+    scrape's ~0.3 ms (`bench/bench_parse.py`). Any other text is read by `parse` and learnt,
+    its samples checked against what the split would have read."""
+
+    __slots__ = ("key", "labels", "names", "pick")
+
+    def __init__(self) -> None:
+        self.key: list[str] | None = None
+        self.names: list[str] = []
+        self.labels: list[Labels] = []
+        self.pick: Callable[[list[str]], Iterable[str]] = list
+
+
+def parse_like_last(text: str, keep: KeepNames, last: LastText) -> tuple[Sample, ...]:
+    """`parse(text, keep)`, read in one split of its values when the text has the lines of
+    `last` (which it then becomes); raises as `parse` does."""
+    if not text.endswith("\n"):
+        text += "\n"
+    if any(end in text for end in _OTHER_ENDS[:6]) or (
+        not text.isascii() and any(end in text for end in _OTHER_ENDS[6:])
+    ):
+        last.key = None
+        return parse(text, keep)
+    pieces = _VALUE_AT_END.split(text)
+    key = pieces[0::2]
+    if key == last.key:
+        try:  # in C: the kept values, floats, Samples (a named tuple's __new__ is Python's)
+            floats = list(map(float, last.pick(pieces[1::2])))
+        except ValueError:
+            pass  # `parse` names the line
+        else:
+            rows = zip(last.names, last.labels, floats, strict=True)
+            return tuple(map(_new_tuple, repeat(Sample), rows))
+    samples = parse(text, keep)
+    _learn(text, key, pieces[1::2], keep, samples, last)
+    return samples
+
+
+def _learn(
+    text: str,
+    key: list[str],
+    values: list[str],
+    keep: KeepNames,
+    samples: tuple[Sample, ...],
+    last: LastText,
+) -> None:
+    """Note where `samples` (what `parse` read) have their values among the split's, when
+    each one's line is a value split off; else forget the last text."""
+    last.key = None
+    picks: list[int] = []
+    reads: list[tuple[str, Labels]] = []
+    for i, m in enumerate(_VALUE_AT_END.finditer(text)):
+        prefix = text[text.rfind("\n", 0, m.start()) + 1 : m.start()]
+        if prefix.startswith("#"):
+            continue
+        read = keep._prefixes.get(prefix, _UNREAD)
+        if read is _UNREAD:
+            read = keep._read_prefix(prefix)
+        if read is not None and read is not _SKIPPED:
+            picks.append(i)
+            reads.append(read)
+    if reads != [(s.name, s.labels) for s in samples]:
+        return
+    for i, s in zip(picks, samples, strict=True):
+        value = float(values[i])
+        if value != s.value and not (value != value and s.value != s.value):
+            return
+    last.key = key
+    last.pick = itemgetter(*picks) if len(picks) > 1 else lambda values: [values[i] for i in picks]
+    last.names = [name for name, _ in reads]
+    last.labels = [labels for _, labels in reads]

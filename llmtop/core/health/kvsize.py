@@ -7,21 +7,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
-from llmtop.core.derive.peaks import HeldPeaks, held_tokens
+from llmtop.core.health.lookbacks import SIZE_LOOKBACK_S, Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 
 KV_TARGET_FRAC = HealthSettings.kv_target_frac
 """The default share of the cache `kv_size` fills (callers without settings: the what-if)."""
-
-SIZE_LOOKBACK_S = 60.0
-"""How far back `kv_size` looks for the most KV a running sequence held: long enough to span
-a long prompt's life (its prefill, its answer), so one wave of them finishing does not make a
-few short chats the measure of a slot."""
 
 
 @quick_init
@@ -57,31 +51,6 @@ class KvSize:
     fits: int
     target_frac: float
     """The share of the cache the count may fill (HealthSettings.kv_target_frac)."""
-
-    def inputs(self) -> tuple[Any, ...]:
-        """Its fields as one flat tuple of plain numbers (`held`'s four in its place, None when
-        there is none): what a finding worded later keeps instead of the object. Flat, the
-        garbage collector stops tracking it at its first collection. `of_inputs` makes it."""
-        h = self.held
-        held = (None,) * 4 if h is None else (h.usage_frac, h.running, h.tokens, h.ago_s)
-        return (
-            self.capacity_tokens,
-            self.block_size,
-            self.prompt_tokens,
-            self.output_tokens,
-            *held,
-            self.per_request_tokens,
-            self.fits,
-            self.target_frac,
-        )
-
-    @classmethod
-    def of_inputs(cls, inputs: Sequence[Any]) -> KvSize:
-        """The KvSize whose `inputs` these are."""
-        capacity, block, prompt, output, usage, running, tokens, ago = inputs[:8]
-        per_request, fits, target = inputs[8:]
-        held = None if usage is None else KvHeld(usage, running, tokens, ago)
-        return cls(capacity, block, prompt, output, held, per_request, fits, target)
 
     @property
     def budget_tokens(self) -> int:
@@ -134,38 +103,18 @@ class KvSize:
         )
 
 
-def _held(
-    e: EngineStats,
-    history: Sequence[Snapshot],
-    now: float | None,
-    index: HeldPeaks | None = None,
-) -> KvHeld | None:
-    """The most KV per running sequence at this poll and the earlier ones of the lookback
-    (this poll first, then newest to oldest: the first of equals wins). `index`, kept by the
-    pipeline over `history`, answers for the look-back where it is exact."""
-    best: tuple[float, float, float] | None = None  # usage, running, ago
-    most = 0.0
-    mine = held_tokens(e)
-    if mine is not None:
-        best, most = (mine[0], mine[1], 0.0), mine[2]
-    if now is None:
-        pass
-    elif index is not None and index.exact(e.url, now):
-        found = index.most(e.url, now, SIZE_LOOKBACK_S)
-        if found is not None and (best is None or found[2] > most):
-            best, most = (found[0], found[1], now - found[3]), found[2]
-    else:
-        url, oldest = e.url, now - SIZE_LOOKBACK_S
-        for snap in reversed(history):
-            if snap.time < oldest:
-                break
-            for p in snap.engines:
-                if p.url != url or not p.up:
-                    continue
-                held = held_tokens(p)
-                if held is not None and (best is None or held[2] > most):
-                    best, most = (held[0], held[1], now - snap.time), held[2]
-    if best is None:
+def _held(e: EngineStats, lookbacks: Lookbacks | None, now: float | None) -> KvHeld | None:
+    """The most KV per running sequence at this poll and the earlier ones of the look-back
+    (this poll first, then the newest of equals)."""
+    most = e.kv_tokens_per_running
+    best = None if most is None else (e.kv_cache_usage_frac or 0.0, e.running or 0.0, 0.0)
+    found = None
+    if lookbacks is not None and now is not None:
+        found = lookbacks.held.most(e.url, now - SIZE_LOOKBACK_S)
+    if found is not None and (most is None or found[1] > most):
+        t, most, (usage, running) = found
+        best = (usage, running, now - t if now is not None else 0.0)
+    if best is None or most is None:
         return None
     return KvHeld(best[0], best[1], most, max(0.0, best[2]))
 
@@ -176,7 +125,7 @@ def kv_size(
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
     *,
-    index: HeldPeaks | None = None,
+    lookbacks: Lookbacks | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -201,12 +150,15 @@ def kv_size(
     the exact quotient leaves no room for requests longer than the size, answers still
     growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
     kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
-    cleared. None when the capacity is unknown or nothing has run or finished.
+    cleared. None when the capacity is unknown or nothing has run or finished. The look-back
+    is `lookbacks`' (the pipeline's), else one made from `history` (`Lookbacks.of_history`).
     """
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
         return None
-    held = _held(e, history, now, index)
+    if lookbacks is None and history and now is not None:
+        lookbacks = Lookbacks.of_history(history, 0.0)
+    held = _held(e, lookbacks, now)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import (
@@ -18,11 +18,9 @@ from llmtop.core.base.snapshot import (
     GpuStats,
     Severity,
     Snapshot,
-    WordedOnRead,
-    Wording,
 )
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.health.kvsize import KvSize, kv_size
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 
 X = TypeVar("X")
@@ -44,30 +42,19 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
-    history_index: HistoryIndex | None = None
-    """The look-backs over `history`, kept by the pipeline (the rules scan without it)."""
+    lookbacks: Lookbacks | None = None
+    """The KV look-backs over `history`, kept by the pipeline (made from `history` without)."""
 
 
 @quick_init
 @dataclass(frozen=True)
-class Verdict(WordedOnRead):
+class Verdict:
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
 
     summary: str
     action: str
     severity: Severity | None = None
     bottleneck: Bottleneck | None = None
-
-    @classmethod
-    def later(
-        cls,
-        wording: Wording,
-        inputs: tuple[Any, ...],
-        severity: Severity | None = None,
-        bottleneck: Bottleneck | None = None,
-    ) -> Verdict:
-        """A verdict worded when first read (its finding's words: `WordedOnRead`)."""
-        return cls._later(wording, inputs, severity=severity, bottleneck=bottleneck)
 
 
 @dataclass(frozen=True)
@@ -127,20 +114,16 @@ class Hysteresis(Generic[X]):
                 v = st.verdict
                 severity = v.severity or rule.severity
                 bottleneck = v.bottleneck or rule.bottleneck
-                pending, since = v.pending_words(), st.fired_since
-                if pending is not None:  # handed on, not worded
-                    out.append(Finding.later(rule.id, severity, bottleneck, *pending, since))
-                else:
-                    out.append(
-                        Finding(
-                            id=rule.id,
-                            severity=severity,
-                            bottleneck=bottleneck,
-                            summary=v.summary,
-                            action=v.action,
-                            since=since,
-                        )
+                out.append(
+                    Finding(
+                        id=rule.id,
+                        severity=severity,
+                        bottleneck=bottleneck,
+                        summary=v.summary,
+                        action=v.action,
+                        since=st.fired_since,
                     )
+                )
         if len(out) > 1:
             out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
         return tuple(out)
@@ -163,8 +146,14 @@ def where(ctx: Context, e: EngineStats) -> str:
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    index = ctx.history_index.held if ctx.history_index is not None else None
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, index=index)
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, lookbacks=_of(ctx))
+
+
+def _of(ctx: Context) -> Lookbacks:
+    """The pipeline's look-backs, or ones made from the Context's history."""
+    if ctx.lookbacks is not None:
+        return ctx.lookbacks
+    return Lookbacks.of_history(ctx.history, ctx.settings.window_s)
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
@@ -188,8 +177,8 @@ def running_total(engines: Iterable[EngineStats]) -> float:
 def cap_advice(
     n: int | None, why: str, gw: GatewayStats | None = None, running: float = 0.0
 ) -> str:
-    """`cap_action` from the two things of a `Context` it reads, the gateway and what the
-    engines run (what a finding worded later keeps, rather than the Context)."""
+    """`cap_action` from the two things of a `Context` it reads: the gateway and what the
+    engines run."""
     if gw is not None and gw.up and n is not None:
         # +1: the two are scraped a moment apart, and an admission can fall in between
         if gw.in_flight is not None and running > gw.in_flight + 1:
@@ -241,27 +230,17 @@ def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
 
 def kv_peak(ctx: Context, e: EngineStats) -> float | None:
     """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
-
-    The pipeline's `history_index` answers for the look-back where it is exact (`KvPeaks`);
-    `max` of this poll's value and its answer is the scan's, this poll first among equals."""
+    This poll's, the window's, and at least the previous poll's (its start when polls are a
+    window apart)."""
+    lookbacks = _of(ctx)
+    since = ctx.time - ctx.settings.window_s
+    if lookbacks.latest is not None:
+        since = min(since, lookbacks.latest)
+    found = lookbacks.kv_usage.most(e.url, since)
     now = e.kv_cache_usage_frac
-    url, oldest = e.url, ctx.time - ctx.settings.window_s
-    if ctx.history_index is not None:
-        exact, before = ctx.history_index.kv.peak(url, oldest)
-        if exact:
-            if before is None or now is None:
-                return now if before is None else before
-            return max(now, before)
-    values = [now]
-    for i, snap in enumerate(reversed(ctx.history)):
-        # The window, and at least the previous poll (its start when polls are a window apart).
-        if i > 0 and snap.time < oldest:
-            break
-        for p in snap.engines:
-            if p.url == url and p.up:
-                values.append(p.kv_cache_usage_frac)
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
+    if found is None or now is None:
+        return now if found is None else found[1]
+    return max(now, found[1])
 
 
 def kv_pressed(ctx: Context, e: EngineStats, peak: float | bool | None = False) -> bool:

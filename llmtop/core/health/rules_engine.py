@@ -5,22 +5,18 @@ cliff, decode- and prefill-bound, vLLM's own admission. Each is a pure check ove
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, GatewayStats, Severity
-from llmtop.core.derive.peaks import cliff_inputs, scan_best_at_half
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, Severity, Snapshot
 from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import (
     Context,
     Verdict,
     cap_action,
-    cap_advice,
     kv_peak,
     kv_pressed,
     kv_size_now,
-    running_total,
     up_engines,
     where,
 )
@@ -136,8 +132,7 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
     """The cache is full and requests wait or are preempted: cap at what it holds (`kv_size`:
     the larger of the mean finished request and the KV each running sequence held, so a mix
     of short chats and long prompts is sized by what fills the cache, not by the chats).
-    Worded when read (it holds on every replica of a full fleet each poll); the size is worked
-    out now, as it reads the look-back, which moves on."""
+    """
     for e in up_engines(ctx):
         waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
         if not e.preemptions_per_s and not waiting:
@@ -145,45 +140,25 @@ def kv_exhausted(ctx: Context) -> Verdict | None:
         peak = kv_peak(ctx, e)
         if not kv_pressed(ctx, e, peak):
             continue
-        size = kv_size_now(ctx, e)
-        gw = ctx.gateway
-        inputs = (
-            where(ctx, e),
-            e.preemptions_per_s,
-            e.running,
-            peak,
-            waiting,
-            gw,
-            0.0 if gw is None else running_total(ctx.engines),
-            *(() if size is None else size.inputs()),
-        )  # flat, plain numbers: see WordedOnRead
-        return Verdict.later(_kv_exhausted_words, inputs)
+        return _kv_exhausted_words(ctx, e, peak, waiting, kv_size_now(ctx, e))
     return None
 
 
 def _kv_exhausted_words(
-    prefix: str,
-    preemptions_per_s: float | None,
-    running: float | None,
-    peak: float | None,
-    waiting: float | None,
-    gw: GatewayStats | None,
-    running_all: float,
-    *sized: Any,
-) -> tuple[str, str]:
-    size = KvSize.of_inputs(sized) if sized else None
+    ctx: Context, e: EngineStats, peak: float | None, waiting: float | None, size: KvSize | None
+) -> Verdict:
+    running = e.running
     n = size.fits if size is not None else None
     arithmetic = f"; {size.arithmetic()}" if size is not None else ""
     if n is None and running:
         n = max(1, int(running))  # capacity unknown: what fits is what runs
         arithmetic = f"; the cache holds the {n} running now"
     summary = (
-        f"{prefix}KV cache {fmt.frac(peak)} full, "
-        f"{fmt.per_s(preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
+        f"{where(ctx, e)}KV cache {fmt.frac(peak)} full, "
+        f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
         f"capacity, {fmt.count(running)} running{arithmetic}"
     )
-    why = "more sequences than the KV cache holds"
-    return summary, cap_advice(n, why, gw, running_all)
+    return Verdict(summary, cap_action(n, "more sequences than the KV cache holds", ctx))
 
 
 def _past(
@@ -192,11 +167,6 @@ def _past(
     """The engine's stats from the snapshot closest to `ago_s` before now (at least half)
     among those where `known` holds: a first poll has no rates yet, and unknown is not a
     reason to look no further (a snapshot's first poll is exactly its window ago)."""
-    index = ctx.history_index
-    if index is not None and known is index.past.known:
-        exact, found = index.past.closest(url, ctx.time, ago_s)
-        if exact:
-            return found
     best: tuple[float, EngineStats] | None = None
     best_gap = 0.0  # abs(best[0] - ago_s) once `best` is set, worked out once
     now, half = ctx.time, ago_s / 2
@@ -214,8 +184,9 @@ def _past(
     return best
 
 
-_cliff_inputs = cliff_inputs
-"""The test `PastRows` indexes by (so `_past` asks the index with it)."""
+def _cliff_inputs(e: EngineStats) -> bool:
+    """Whether a row knows what batching-cliff compares (waiting, decode rate)."""
+    return e.waiting is not None and e.decode_tok_per_s is not None
 
 
 def batching_cliff(ctx: Context) -> Verdict | None:
@@ -252,9 +223,31 @@ def batching_cliff(ctx: Context) -> Verdict | None:
     return None
 
 
+def _best_at_half(history: Sequence[Snapshot], e: EngineStats) -> EngineStats | None:
+    """The engine's row with the best per-sequence decode rate at half its running now or
+    fewer, oldest first among equals."""
+    best: EngineStats | None = None
+    running = e.running
+    if running is None:
+        return None
+    for snap in history:
+        for p in snap.engines:
+            if (
+                p.url == e.url
+                and p.running
+                and p.decode_tok_per_s_per_seq is not None
+                and p.running * 2 <= running
+                and (
+                    best is None
+                    or p.decode_tok_per_s_per_seq > (best.decode_tok_per_s_per_seq or 0)
+                )
+            ):
+                best = p
+    return best
+
+
 def decode_bound(ctx: Context) -> Verdict | None:
     s = ctx.settings
-    peaks = ctx.history_index.decode if ctx.history_index is not None else None
     for e in up_engines(ctx):
         if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
             continue
@@ -264,10 +257,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
         if _itl_tail_from_prefill(e, s.itl_slo_s):
             continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
-        if peaks is not None and peaks.exact(e.url):
-            best = peaks.best_at_half(e.url, e.running)
-        else:
-            best = scan_best_at_half(ctx.history, e)
+        best = _best_at_half(ctx.history, e)
         if best is None or best.decode_tok_per_s_per_seq is None:
             continue
         if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:

@@ -35,9 +35,9 @@ from llmtop.core.base.snapshot import (
 )
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.pipeline.pipeline import Pipeline
@@ -60,8 +60,8 @@ class _Track:
         self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
-        self.index = HistoryIndex()
-        """The rules' look-backs over `snapshots`."""
+        self.lookbacks = Lookbacks(settings.window_s, REPLICA_HISTORY_S)
+        """Its rules' KV look-backs over `snapshots`."""
         self.last_progress: float | None = None
         self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
@@ -170,14 +170,8 @@ def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
 
 
 def _headed(f: Finding, head: str, since: float | None) -> Finding:
-    """`f` with `head` before its summary; worded when read if `f` is not worded yet."""
-    if f.pending_words() is None:
-        return replace(f, summary=head + f.summary, since=since)
-    return Finding.later(f.id, f.severity, f.bottleneck, _headed_words, (head, f), since)
-
-
-def _headed_words(head: str, f: Finding) -> tuple[str, str]:
-    return head + f.summary, f.action
+    """`f` with `head` before its summary."""
+    return replace(f, summary=head + f.summary, since=since)
 
 
 class FleetPipeline(Pipeline):
@@ -203,7 +197,6 @@ class FleetPipeline(Pipeline):
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None
         self._edge = Pipeline(self.settings, max_num_seqs=max_num_seqs)  # gateway and GPUs
-        self._index = None  # the fleet's Snapshots are not judged by the engine rules
         self._fleet_health = FleetHealth(self.rules)
         self._tracks: dict[str, _Track] = {}
         self._events: deque[FleetEvent] = deque()
@@ -335,16 +328,15 @@ class FleetPipeline(Pipeline):
             history=track.snapshots,
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
-            history_index=track.index,
+            lookbacks=track.lookbacks,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
         track.snapshots.append(snap)
-        track.index.add(snap)
+        track.lookbacks.keep(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
-            track.index.drop_oldest()
         return Replica(key, name, stats, findings, status, engine, parent)
 
 

@@ -17,9 +17,9 @@ from llmtop.core.base.admin_api import LIMITS
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
 from llmtop.core.derive.derive import counter_columns, derive_engine
-from llmtop.core.derive.peaks import HistoryIndex
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import Context, HealthState
+from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm import engines
 
@@ -52,8 +52,8 @@ class Pipeline:
         self._engines: dict[str, _EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
-        self._index: HistoryIndex | None = HistoryIndex()
-        """The rules' look-backs over `_snapshots` (None: this history is not judged)."""
+        self._lookbacks = Lookbacks(self.settings.window_s, HISTORY_S)
+        """The rules' KV look-backs over `_snapshots`."""
 
     @property
     def snapshots(self) -> tuple[Snapshot, ...]:
@@ -79,7 +79,7 @@ class Pipeline:
             history=tuple(self._snapshots),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
-            history_index=self._index,
+            lookbacks=self._lookbacks,
         )
         findings = self.health.evaluate(ctx)
         snap = Snapshot(
@@ -126,12 +126,9 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
-        if self._index is not None:
-            self._index.add(snap)
+        self._lookbacks.keep(snap)
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
-            if self._index is not None:
-                self._index.drop_oldest()
 
 
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:

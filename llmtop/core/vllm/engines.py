@@ -27,6 +27,7 @@ from llmtop.core.vllm.names import (
     WAITING_BY_REASON,
     blocks_by_engine,
     bucket_bound,
+    fullest_waiting,
     kv_capacity,
     label_value,
     model_name,
@@ -75,8 +76,10 @@ def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
 
     blocks = blocks_by_engine([s.labels for s in by_name.get(CACHE_CONFIG, [])])
     gauges: dict[str, float | None] = {}
+    per_engine: dict[str, list[tuple[str, float]]] = {}
     for key, alternatives in GAUGES.items():
         found = first(key, alternatives)
+        per_engine[key] = [(label_value(s.labels, "engine") or "", s.value) for s in found or ()]
         if found is None:
             gauges[key] = None
         elif key in FRACTIONS:
@@ -126,7 +129,20 @@ def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
         has_vllm=any(s.name.startswith(VLLM_PREFIX) for s in samples),
         names_used=used,
         waiting_deferred=waiting_deferred,
+        kv_usage_frac_waiting=fullest_waiting(per_engine["kv_usage"], per_engine["waiting"]),
     )
+
+
+def histogram(samples: tuple[Sample, ...], family: str) -> Histogram | None:
+    """One histogram family of a scrape (not one `extract` reads, such as
+    `names.ITERATION_TOKENS`), summed over engines; None when it is not exported."""
+    by_name: dict[str, list[Sample]] = {}
+    for s in samples:
+        if s.name.startswith(family):
+            by_name.setdefault(s.name, []).append(s)
+    if family + "_count" not in by_name and family + "_bucket" not in by_name:
+        return None
+    return _histogram(by_name, family)
 
 
 def _by_reason(by_name: dict[str, list[Sample]], reason: str) -> float | None:

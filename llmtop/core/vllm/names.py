@@ -10,6 +10,8 @@ through these names and label readers. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from llmtop.core.base.raw import Labels
 
 VLLM_PREFIX = "vllm:"
@@ -48,19 +50,25 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 
 
 MEAN_ONLY = frozenset({"prompt_len", "generation_len"})
-"""Histograms read for their mean only (Δsum/Δcount): their buckets are not parsed."""
+"""Histograms the monitor reads for their mean only (Δsum/Δcount): their buckets are left out
+of its keep-list (`sample_names(bucketed=...)` keeps them for a reader that needs them)."""
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+"""Tokens per engine step (a histogram; its count is the number of steps): the what-if's."""
 
 
-def sample_names() -> frozenset[str]:
-    """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list)."""
+def sample_names(bucketed: Iterable[str] = ()) -> frozenset[str]:
+    """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list); `bucketed`:
+    keys of `MEAN_ONLY` histograms whose buckets are read too (the autopilot's output lengths,
+    the what-if's length distributions)."""
     names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE}
     for group in (GAUGES, COUNTERS):
         for alternatives in group.values():
             names.update(alternatives)
+    wanted = set(bucketed)
     for key, alternatives in HISTOGRAMS.items():
         for fam in alternatives:
             names.update((fam + "_sum", fam + "_count"))
-            if key not in MEAN_ONLY:
+            if key not in MEAN_ONLY or key in wanted:
                 names.add(fam + "_bucket")
     return frozenset(names)
 
@@ -96,6 +104,18 @@ def blocks_by_engine(info: list[Labels]) -> dict[str, float]:
         except ValueError:
             continue
     return out
+
+
+def fullest_waiting(
+    usage: Iterable[tuple[str, float]], waiting: Iterable[tuple[str, float]]
+) -> float | None:
+    """The highest KV use among the engines (by `engine` label) with a request waiting; None
+    when none waits. `usage` and `waiting`: (engine label, value) of each gauge's samples."""
+    queued: dict[str, float] = {}
+    for engine, value in waiting:
+        queued[engine] = queued.get(engine, 0.0) + value
+    full = [u for engine, u in usage if queued.get(engine, 0.0) >= 1]
+    return max(full) if full else None
 
 
 def kv_capacity(info: list[Labels]) -> tuple[int | None, int | None]:

@@ -7,7 +7,6 @@ Engines summed, None where not exported; built by `engines.extract` (through a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from llmtop.core.base.quickinit import quick_init
 
@@ -20,31 +19,6 @@ class Histogram:
     buckets: tuple[tuple[float, float], ...]
     sum: float
     count: float
-
-    @classmethod
-    def planned(
-        cls, bounds: list[float], columns: list[float], first: int, total: float, count: float
-    ) -> Histogram:
-        """A histogram whose buckets are zipped from a plan's columns (`bounds` and the
-        counts from `columns[first]` on) when first read: derive reads the counter window's
-        columns instead, so most scrapes' buckets are never read. Once read, the same object
-        as one built with them (equal, same repr and hash)."""
-        self = cls.__new__(cls)
-        self.__dict__.update(sum=total, count=count, _columns=(bounds, columns, first))
-        return self
-
-    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute an Any
-
-        def __getattr__(self, name: str) -> object:
-            """`buckets` of a `planned` histogram, zipped on first read (called only for an
-            attribute not found)."""
-            lazy = self.__dict__.get("_columns") if name == "buckets" else None
-            if lazy is None:
-                raise AttributeError(name)
-            bounds, columns, first = lazy
-            end = first + len(bounds)
-            buckets = self.__dict__["buckets"] = tuple(zip(bounds, columns[first:end], strict=True))
-            return buckets
 
 
 @quick_init
@@ -67,6 +41,10 @@ class EngineScrape:
     """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
     waiting_deferred: float | None = None
     """Waiting for a transient reason: LoRA budget, KV transfer, blocked (vLLM >= 0.20)."""
+    kv_usage_frac_waiting: float | None = None
+    """The highest KV use (0..1) among the engines with a request waiting; None when none
+    waits (or the gauges are not exported). With data-parallel engines, "waiting at a full
+    cache" is the full engine's, not the mean's."""
     counter_keys: tuple[tuple[str, object], ...] | None = field(
         default=None, compare=False, repr=False
     )

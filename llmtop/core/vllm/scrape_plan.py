@@ -27,6 +27,7 @@ from llmtop.core.vllm.names import (
     WAITING_BY_REASON,
     blocks_by_engine,
     bucket_bound,
+    fullest_waiting,
     kv_capacity,
     label_value,
     model_name,
@@ -109,8 +110,12 @@ class ScrapePlan:
         info = [labels[i] for i in by_name.get(CACHE_CONFIG, [])]
         blocks = blocks_by_engine(info)
         self.gauges: list[tuple[str, str, list[int], list[float], float]] = []
+        self.per_engine: dict[str, list[tuple[str, int]]] = {}
+        """Gauge key -> (engine label, sample) of each of its samples (`fullest_waiting`)."""
         for key, alternatives in GAUGES.items():
             found = first(key, alternatives)
+            engine_of = [label_value(labels[i], "engine") or "" for i in found or ()]
+            self.per_engine[key] = list(zip(engine_of, found or (), strict=True))
             if found is None:
                 self.gauges.append((key, "none", [], [], 0.0))
             elif key in FRACTIONS:
@@ -216,9 +221,12 @@ class ScrapePlan:
         histograms: dict[str, Histogram] = {}
         for key, bounds, first in self.histograms:
             end = first + len(bounds)
-            histograms[key] = Histogram.planned(
-                bounds, columns, first, columns[end], columns[end + 1]
-            )
+            buckets = tuple(zip(bounds, columns[first:end], strict=True))
+            histograms[key] = Histogram(buckets, columns[end], columns[end + 1])
+        usage, waiting = (
+            [(engine, values[i]) for engine, i in self.per_engine[key]]
+            for key in ("kv_usage", "waiting")
+        )
         capacity, block_size = self.kv
         return EngineScrape(
             gauges=gauges,
@@ -231,6 +239,7 @@ class ScrapePlan:
             has_vllm=self.has_vllm,
             names_used=dict(self.used),
             waiting_deferred=sum([values[i] for i in self.deferred]) if self.deferred else None,
+            kv_usage_frac_waiting=fullest_waiting(usage, waiting),
             counter_keys=self.keys,
             counter_columns=columns,
         )

@@ -1,0 +1,59 @@
+"""The most of a figure over the last seconds, per engine, as polls come in. Pure.
+
+A sliding-window maximum (a monotonic deque per engine URL): the highest value stays at the
+front, and a value that can never be the answer again (older and no higher) is dropped as it is
+outdone, so each poll costs O(1) amortised instead of a scan of the window. Ties go to the
+newest, as a scan that reads the newest first and keeps the first of equals. A NaN is no
+maximum (it is left out); time that steps back starts the window over, as the counter window
+(`series.CounterWindow`) does.
+
+Why not scan: kv-exhausted reads two look-backs for every full replica at every poll (its KV
+peak, and the most KV a running sequence held over the last minute); scanning a fleet's kept
+snapshots for them, each row a cache miss, cost ~20 ms a poll of 100 replicas
+(bench/bench_fleet.py, BENCHMARKS.md section 10).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SlidingMax(Generic[T]):
+    """Per URL, the highest value added over the last `keep_s` seconds, with what came with it."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self._rows: dict[str, deque[tuple[float, float, T]]] = {}
+        self._latest = -math.inf
+
+    def add(self, url: str, t: float, value: float, extra: T) -> None:
+        """A value at time `t` (seconds; times of one URL in order, or the window starts over)."""
+        if t < self._latest:
+            self._rows.clear()  # time stepped back: start over rather than mix two clocks
+        self._latest = t
+        if math.isnan(value):
+            return
+        rows = self._rows.get(url)
+        if rows is None:
+            rows = self._rows[url] = deque()
+        while rows and rows[-1][1] <= value:
+            rows.pop()  # older and no higher: never the answer while this one is kept
+        rows.append((t, value, extra))
+        cut = t - self.keep_s
+        while rows[0][0] < cut:
+            rows.popleft()
+
+    def most(self, url: str, since: float) -> tuple[float, float, T] | None:
+        """(time, value, extra) of the highest value added at `since` or later, the newest of
+        equals; None when there is none. Asked with a `since` that never goes back (the
+        window's start as time goes on): what is older is let go for good."""
+        rows = self._rows.get(url)
+        if not rows:
+            return None
+        while rows and rows[0][0] < since:
+            rows.popleft()
+        return rows[0] if rows else None
