@@ -19,6 +19,10 @@ The golden was produced by 31930be's tree, the one before the reader and cost wo
     PYTHONPATH=/tmp/orig python tests/replay_golden.py --write   # from a directory outside
                                                                  # the tree, with its path
 
+and rewritten once from this tree when the gateway's stats gained `queued_ages_s` (the
+gateway-queue-over-slo finding, issue 29): before rewriting, every digest was checked equal to
+31930be's with that one new field taken out of the repr, so nothing else had moved.
+
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
     PYTHONPATH=. python tests/replay_golden.py --write
