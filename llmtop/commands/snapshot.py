@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag, load
+from llmtop.commands._common import flag, load, slo_flags
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
@@ -31,18 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between polls",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    flag(
-        p, HealthSettings, "ttft_slo_s", "--ttft-slo", metavar="S", type=float, help="TTFT p95 SLO"
-    )
-    flag(
-        p,
-        HealthSettings,
-        "itl_slo_s",
-        "--itl-slo",
-        metavar="S",
-        type=float,
-        help="ITL p95 SLO in seconds",
-    )
+    slo_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:

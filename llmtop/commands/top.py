@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Flag, flags
+from llmtop.commands._common import Flag, flags, slo_flags
 from llmtop.settings import MonitorSettings
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
@@ -49,6 +49,7 @@ def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flags(p, MonitorSettings, (*MONITOR_FLAGS, *TOP_FLAGS))
+    slo_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -271,8 +271,8 @@ class LlmtopApp(WhatIfControls):
             age_s=age,
             stale=is_stale(age, self.monitor.interval_s) or self.poll_error is not None,
             interval_s=self.monitor.interval_s,
-            ttft_slo_s=self.health.ttft_slo_s,
-            itl_slo_s=self.health.itl_slo_s,
+            ttft_slo_s=self.health.slo.ttft_s,
+            itl_slo_s=self.health.slo.itl_s,
             queue_wait_slo_s=self.health.queue_wait_slo_s,
             read_only=self.monitor.read_only,
             poll_error=self.poll_error,
@@ -368,7 +368,7 @@ class LlmtopApp(WhatIfControls):
         ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
         tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
         # two braille dots per cell: more points than that cost CPU and show nothing
-        slo, of = self.health.ttft_slo_s, self.engine_of
+        slo, of = self.health.slo.ttft_s, self.engine_of
         ttft.data = ttft_chart(self.history, slo, 2 * ttft.size.width, engine_of=of)
         tput.data = throughput_chart(self.history, 2 * tput.size.width, engine_of=of)
 

@@ -141,6 +141,27 @@ def scaleout_text(g: GatewayStats) -> str:
     return " ".join(parts)
 
 
+def deadline_text(g: GatewayStats, slo_ttft_s: float) -> tuple[str, bool]:
+    """The gateway panel's SLO line, and whether it needs a look: the deadline queue's
+    arithmetic (what a request may wait = the TTFT budget less the engine's own TTFT) with
+    admission's overrides named as such (a live `slo`, the tenants'), and a gateway that read
+    another SLO than this screen judges by. Empty when there is nothing to say."""
+    gw_slo = g.slo_ttft_s
+    other = gw_slo is not None and abs(gw_slo - slo_ttft_s) > 1e-9
+    parts = []
+    if g.queue_budget_s is not None and g.ttft_slo_s is not None:
+        wait, engine = fmt.dur(g.queue_budget_s), fmt.dur(g.engine_ttft_s or 0.0)
+        parts.append(f"wait ≤{wait} = {fmt.dur(g.ttft_slo_s)} - engine {engine}")
+    budget = g.ttft_slo_s
+    if gw_slo is not None and budget != gw_slo:
+        parts.append(f"admission {limit_text('ttft_slo_s', budget)}, not the SLO")
+    if g.tenant_ttft_slo_s:
+        parts.append(f"{len(g.tenant_ttft_slo_s)} tenant override(s)")
+    if other:
+        parts.append(f"gateway SLO {fmt.dur(g.slo_ttft_s)} ≠ {fmt.dur(slo_ttft_s)} here")
+    return "  ".join(parts), other or (gw_slo is not None and budget != gw_slo)
+
+
 def limit_text(name: str, value: object) -> str:
     """A limit's value as shown in the log and the gateway panel (off for None)."""
     if value is None:

@@ -129,8 +129,8 @@ class WhatIfFeed:
             caps=caps,
             horizon_s=HORIZON_S,
             band=band,
-            ttft_slo_s=self.health.ttft_slo_s,
-            itl_slo_s=self.health.itl_slo_s,
+            ttft_slo_s=self.health.slo.ttft_s,
+            itl_slo_s=self.health.slo.itl_s,
         )
         return await off_the_loop(analyse, list(self.points), opts)
 
