@@ -41,6 +41,15 @@ class LoadOptions:
     seed: int = 0
     json: bool = False
 
+    def goodput_slo(self) -> Slo:
+        """The bounds goodput counts by: the SLO's, with --e2e-slo-s; the old --slo, when
+        given, as it was (the bounds it names, no others)."""
+        from llmtop.load.stats import Slo, parse_slo
+
+        if self.slo is not None:
+            return parse_slo(self.slo)
+        return Slo(self.slo_settings.ttft_s, self.slo_settings.itl_s, self.e2e_slo_s)
+
 
 def _check(opts: LoadOptions) -> None:
     if opts.concurrency is not None and opts.concurrency < 1:
@@ -64,12 +73,10 @@ def run_load(opts: LoadOptions) -> int:
     import sys
 
     from llmtop.load.runner import Shape
-    from llmtop.load.stats import Slo, format_table, parse_prompt_tokens, parse_slo, to_json
+    from llmtop.load.stats import format_table, parse_prompt_tokens, to_json
 
     _check(opts)
-    slo = Slo(opts.slo_settings.ttft_s, opts.slo_settings.itl_s, opts.e2e_slo_s)
-    if opts.slo is not None:
-        slo = parse_slo(opts.slo)
+    slo = opts.goodput_slo()
     shape = Shape(
         prompt_tokens=parse_prompt_tokens(opts.prompt_tokens),
         output_tokens=opts.output_tokens,

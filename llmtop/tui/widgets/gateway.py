@@ -62,8 +62,12 @@ class GatewayPanel(Panel):
                 "  ",
                 state,
             )
-        slo, look = deadline_text(g, view.ttft_slo_s)
-        extra = [line(label("slo "), value(slo, "bold yellow" if look else "dim"))] if slo else []
+        extra = []
+        pieces = deadline_text(g, view.ttft_slo_s)
+        if pieces:
+            slo = Text.assemble(*((t, "bold yellow" if look else "dim") for t, look in pieces))
+            slo.truncate(max(10, self.content_size.width), overflow="ellipsis")
+            extra.append(slo)
         return Text("\n").join(
             [
                 line(
