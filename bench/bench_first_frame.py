@@ -7,7 +7,10 @@ their first scrape of /metrics is drawn, and neither can print before. Each run 
 server of its own (a fresh pane, `exec` so the pane's process is the monitor), polled every
 10 ms with capture-pane; the time runs from just before `new-session`, so tmux's own start is in
 both figures alike. CPU to the first frame is read from /proc (utime + stime of the pane's
-process): it depends less on the box's load than the wall time does.
+process): it depends less on the box's load than the wall time does. Bytecode is allowed
+(PYTHONDONTWRITEBYTECODE dropped) and each monitor runs once untimed first, so both start
+from compiled modules as an installed package does (this box sets PYTHONDONTWRITEBYTECODE=1,
+which would compile llmtop's ~90 modules from source at every start and vllmstat's none).
 
 vllmstat comes from a throwaway venv (`python3 -m venv /tmp/vllmstat-venv &&
 /tmp/vllmstat-venv/bin/pip install vllmstat`); without it, `--baseline` compares against a
@@ -15,8 +18,18 @@ minimal Textual app that scrapes the same /metrics with httpx and prints the sam
 Also printed: `import llmtop.tui.app` against `import vllmstat.app` and `import textual.app`,
 each a fresh interpreter, and what `python -X importtime` says llmtop's start-up imports.
 
+`--python PY` runs llmtop as `PY -m llmtop` (this checkout on PYTHONPATH): with a venv of
+llmtop's own dependencies (`python3 -m venv /tmp/llmtop-venv && /tmp/llmtop-venv/bin/pip
+install . && /tmp/llmtop-venv/bin/pip uninstall -y llmtop-console`), both monitors start in an
+environment of their own packages only, as vllmstat does in its venv; this box's main
+environment has more (trio, which httpcore imports when it is there: ~0.1 s).
+
+`--also NAME=DIR` adds the llmtop of another checkout (e.g. `git archive` of an earlier commit
+unpacked in DIR) as a third monitor in the same alternation: before and after side by side.
+
 Usage: python bench/bench_first_frame.py [--runs 12] [--size 100x30]
-       [--vllmstat /tmp/vllmstat-venv/bin/vllmstat] [--baseline]
+       [--vllmstat /tmp/vllmstat-venv/bin/vllmstat] [--baseline] [--also NAME=DIR]
+       [--python /tmp/llmtop-venv/bin/python]
 """
 
 from __future__ import annotations
@@ -62,6 +75,7 @@ Baseline().run()
 class Monitor:
     name: str
     command: list[str]
+    pythonpath: str = str(ROOT)
 
 
 @dataclass(frozen=True)
@@ -70,10 +84,11 @@ class Run:
     cpu_s: float
 
 
-def tmux(socket: str, *args: str) -> str:
-    """tmux on a private server: nobody else's sessions can clash with ours."""
+def tmux(socket: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """tmux on a private server: nobody else's sessions can clash with ours; the server (so
+    the pane) gets `env`."""
     return subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=True, env=env
     ).stdout
 
 
@@ -85,9 +100,12 @@ def cpu_seconds(pid: int) -> float:
 def one_run(m: Monitor, figure: str, size: tuple[int, int], env: dict[str, str]) -> Run:
     """Launch `m` in a fresh pane; the seconds until `figure` is on screen, and its CPU then."""
     socket = f"llmtop-ff-{os.getpid()}-{time.monotonic_ns()}"
-    cmd = "exec " + " ".join(m.command)
+    cmd = f"exec env PYTHONPATH={m.pythonpath} " + " ".join(m.command)
     t0 = time.monotonic()
-    tmux(socket, "new-session", "-d", "-s", "b", "-x", str(size[0]), "-y", str(size[1]), cmd)
+    size_args = ("-x", str(size[0]), "-y", str(size[1]))
+    # started in / : `python -m` puts the working directory first on sys.path, ahead of
+    # PYTHONPATH, which would run this checkout's llmtop for --also's as well
+    tmux(socket, "new-session", "-d", "-s", "b", "-c", "/", *size_args, cmd, env=env)
     try:
         pid = int(tmux(socket, "list-panes", "-t", "b", "-F", "#{pane_pid}").split()[0])
         while time.monotonic() - t0 < TIMEOUT_S:
@@ -110,10 +128,10 @@ def import_s(python: str, module: str, runs: int, env: dict[str, str]) -> float:
     return statistics.median(times)
 
 
-def importtime_top(env: dict[str, str], n: int = 8) -> list[tuple[str, float]]:
+def importtime_top(python: str, env: dict[str, str], n: int = 8) -> list[tuple[str, float]]:
     """The slowest top-level packages `import llmtop.tui.app` pulls in (cumulative ms)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import llmtop.tui.app"],
+        [python, "-X", "importtime", "-c", "import llmtop.tui.app"],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     rows = []
@@ -148,6 +166,8 @@ def main() -> int:
     ap.add_argument("--size", default="100x30", help="terminal WxH (default 100x30)")
     ap.add_argument("--vllmstat", default="/tmp/vllmstat-venv/bin/vllmstat")
     ap.add_argument("--baseline", action="store_true", help="a minimal Textual app as the peer")
+    ap.add_argument("--also", metavar="NAME=DIR", help="another checkout's llmtop, as well")
+    ap.add_argument("--python", metavar="PY", help="run llmtop as PY -m llmtop")
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is needed (apt-get install tmux)")
@@ -155,21 +175,31 @@ def main() -> int:
     assert len(size) == 2
     tmp = Path(tempfile.mkdtemp(prefix="llmtop-ff-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTOP_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode
     env["PYTHONPATH"] = str(ROOT)  # this checkout's llmtop, not an installed one
     env["XDG_CONFIG_HOME"] = str(tmp)  # no config file of the user's
     sim, url, figure = start_sim(env, tmp / "sim.log")
     try:
         llmtop = shutil.which("llmtop")
-        ours = [llmtop] if llmtop else [sys.executable, "-m", "llmtop"]
+        ours = (
+            [llmtop]
+            if llmtop and not args.python
+            else [args.python or sys.executable, "-m", "llmtop"]
+        )
         mons = [Monitor("llmtop", [*ours, "--vllm", url, "--gateway", "off"])]
+        if args.also:
+            name, _, other = args.also.partition("=")
+            mons.append(Monitor(name, mons[0].command, str(Path(other).resolve())))
         peer_python = str(Path(args.vllmstat).parent / "python")
         if not args.baseline and Path(args.vllmstat).exists():
-            mons.append(Monitor("vllmstat", [args.vllmstat, "-u", url, "--no-gpu"]))
+            mons.append(Monitor("vllmstat", [args.vllmstat, "-u", url]))  # GPUs probed, as ours
         else:
             script = tmp / "baseline.py"
             script.write_text(BASELINE_APP)
             mons.append(Monitor("textual baseline", [sys.executable, str(script), url]))
         runs: dict[str, list[Run]] = {m.name: [] for m in mons}
+        for m in mons:  # untimed: bytecode written, files in the page cache
+            one_run(m, figure, size, env)
         for i in range(args.runs):  # alternating: A B, then B A, so neither always goes first
             for m in mons if i % 2 == 0 else mons[::-1]:
                 runs[m.name].append(one_run(m, figure, size, env))
@@ -209,14 +239,16 @@ def report(
         )
     print()
     for m in mons:
-        print(f"- `{m.name}`: `{' '.join(m.command)}`")
-    imports = [(sys.executable, "textual.app"), (sys.executable, "llmtop.tui.app")]
+        where = "" if m.pythonpath == str(ROOT) else f" (PYTHONPATH={m.pythonpath})"
+        print(f"- `{m.name}`: `{' '.join(m.command)}`{where}")
+    python = args.python or sys.executable
+    imports = [(python, "textual.app"), (python, "llmtop.tui.app")]
     if Path(peer_python).exists():
         imports.append((peer_python, "vllmstat.app"))
     print("\nImports alone, a fresh interpreter each, median of 7:\n")
     for python, module in imports:
         print(f"- `import {module}`: {import_s(python, module, 7, env):.3f} s")
-    top = ", ".join(f"{name} {ms:.0f} ms" for name, ms in importtime_top(env))
+    top = ", ".join(f"{name} {ms:.0f} ms" for name, ms in importtime_top(python, env))
     print(f"\n`python -X importtime -c 'import llmtop.tui.app'`, the slowest packages: {top}.")
     print(f"\nLoad average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end.")
 

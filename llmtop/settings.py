@@ -28,11 +28,6 @@ from llmtop.core.health.thresholds import (
 )
 from llmtop.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-
 T = TypeVar("T")
 
 
@@ -271,6 +266,10 @@ def read_config(path: str | Path | None) -> dict[str, Any]:
         if explicit:
             raise ConfigError(f"config file not found: {p}")
         return {}
+    if sys.version_info >= (3, 11):  # imported here: most starts have no config file
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         with p.open("rb") as f:
             data: dict[str, Any] = tomllib.load(f)

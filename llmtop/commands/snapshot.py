@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
     from llmtop.core.pipeline.lookback import MAX_WINDOW_S
     from llmtop.errors import UsageError
-    from llmtop.sources.fleet import is_fleet, take_fleet_snapshot
+    from llmtop.sources.collector import is_fleet
+    from llmtop.sources.fleet import take_fleet_snapshot
     from llmtop.sources.snapshot import take_snapshot
 
     monitor = load(MonitorSettings, args)

@@ -17,12 +17,11 @@ side.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import sys
 from collections.abc import Callable, Iterable
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.core.base.raw import Labels, Sample, samples_of
 from llmtop.errors import ScrapeError
@@ -100,6 +99,10 @@ def parse(text: str, keep: Keep | None = None) -> tuple[Sample, ...]:
 
 
 def _samples(lines: list[str]) -> tuple[Sample, ...]:
+    # the exact path, for what the fast one declines: its parser (and the ~20 ms of
+    # prometheus_client's package) is imported only when a scrape needs it
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: list[Sample] = []
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
@@ -269,17 +272,24 @@ class KeepNames:
 class _Layout:
     """A kept family's block lines less their values, as one pattern whose groups are the kept
     lines' values. A "-0" does not match (prometheus_client reads it as 0, float() as -0.0):
-    the block is then read line by line."""
+    the block is then read line by line.
+
+    The pattern is compiled when first matched, at the second scrape: the first one reads
+    every block line by line anyway, and compiling a vLLM scrape's ~20 layouts then (a few ms
+    each) was the largest part of the TUI's first poll (bench/bench_first_frame.py)."""
 
     def __init__(self, reads: list[tuple[str, _Read]]) -> None:
         self.reads = reads
         kept = [read for _, read in reads if read is not SKIPPED and read is not None]
         self.names = [name for name, _ in kept]
         self.labels = [labels for _, labels in kept]
-        self.pattern = re.compile(
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(
             "".join(
                 re.escape(prefix) + (r" .*\n" if read is SKIPPED else r" ((?!-0+\n).*)\n")
-                for prefix, read in reads
+                for prefix, read in self.reads
             )
         )
 
