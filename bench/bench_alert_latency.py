@@ -141,7 +141,7 @@ def run(with_signal: bool, w: Workload, burst_at: float, polls: int) -> Result:
             alert = t
             summary = next(f.summary for f in snap.findings if f.id == "degraded-200")
         next_poll += 1.0
-    slo = health.ttft_slo_s
+    slo = health.slo.ttft_s
     late = [
         s.arrival_s + slo
         for s in seqs
@@ -190,8 +190,8 @@ async def run_sockets(w: Workload, burst_at: float, duration_s: float) -> tuple[
                 async for _ in r.aiter_bytes():
                     if first is None:
                         first = time.monotonic() - t0
-            if first is None or first - sent > health.ttft_slo_s:
-                late.append(sent + health.ttft_slo_s)
+            if first is None or first - sent > health.slo.ttft_s:
+                late.append(sent + health.slo.ttft_s)
             if not loop:
                 return
 
@@ -228,7 +228,7 @@ async def run_sockets(w: Workload, burst_at: float, duration_s: float) -> tuple[
             sim.stop()
     onset = min((x for x in late if x > burst_at), default=None)
     if onset is None and alerts[True] is not None:
-        onset = burst_at + health.ttft_slo_s  # burst requests still unanswered at the end
+        onset = burst_at + health.slo.ttft_s  # burst requests still unanswered at the end
     return tuple(  # type: ignore[return-value]
         Result(ws, onset, alerts[ws], None, None, summaries[ws]) for ws in (False, True)
     )

@@ -61,8 +61,9 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(f"llmtop.commands.{name}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, subcommands included."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, subcommands included; with `only`, that subcommand alone, so
+    `llmtop` imports and builds one command's table, not eleven."""
     parser = _Parser(
         prog="llmtop",
         description="Watch, diagnose and control self-hosted LLM inference (vLLM) from a terminal."
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", help="TOML config file")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in NAMES:
+    for name in NAMES if only is None else (only,):
         mod = _module(name)
         p = sub.add_parser(
             name,
@@ -112,7 +113,7 @@ def _with_default_command(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `llmtop` console script; returns the exit code."""
     args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list and args_list[0] in NAMES else None)
     try:
         args, extra = parser.parse_known_args(args_list)
         if extra:  # named by the subcommand's parser, so the pointer is to its own --help

@@ -3,8 +3,11 @@
 Precedence, highest first: command-line flags > ``LLMTOP_*`` environment variables > the TOML
 config file (``--config``, default ``$XDG_CONFIG_HOME/llmtop/config.toml``) > the defaults here.
 Each field's environment variable is ``LLMTOP_<FIELD>`` unless its metadata names another; the
-config file holds one table per section (``[monitor]``, ``[health]``, ``[gateway]``, ``[sim]``).
+config file holds one table per section (``[monitor]``, ``[health]``, ``[slo]``, ``[gateway]``,
+``[sim]``); a field that is itself a section (`HealthSettings.slo`, `GatewaySettings.slo`) is read
+from that section's table, so every command judges by the one ``[slo]``.
 `describe` renders the default and the variable for --help, so the help text cannot drift.
+Names that moved (`RENAMED`, the old SLO flags) still work and say so in one line on stderr.
 """
 
 from __future__ import annotations
@@ -19,15 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
+from llmtop.core.base.slo import SloSettings as SloSettings  # re-exported: core owns it
 from llmtop.core.health.thresholds import (
     HealthSettings as HealthSettings,  # re-exported: core owns it
 )
 from llmtop.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 T = TypeVar("T")
 
@@ -160,10 +159,6 @@ def parse_api_keys(value: Any, where: str) -> tuple[ApiKey, ...]:
     return keys
 
 
-AUTOPILOT_TTFT_SLO_S = 5.0
-"""The TTFT budget --autopilot (or mode auto) works to when ttft_slo_s is not set."""
-
-
 @dataclass(frozen=True)
 class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
@@ -192,9 +187,9 @@ class GatewaySettings:
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
     max_inflight_kv_blocks: int | None = None
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
-    ttft_slo_s: float | None = None
-    """TTFT budget of a request, gateway queue included; the deadline queue works to it
-    (AUTOPILOT_TTFT_SLO_S with --autopilot when unset)."""
+    slo: SloSettings = field(default_factory=SloSettings)
+    """The SLO (the `[slo]` section): a request's TTFT budget, gateway queue included, that the
+    deadline queue works to, and the ITL the autopilot keeps the engine under."""
     queue_policy: str = "fifo"
     """fifo, deadline, codel or lifo: how the gateway's queue meets overload (deadline with
     --autopilot)."""
@@ -203,8 +198,6 @@ class GatewaySettings:
     autopilot: bool = False
     """Start in auto mode with a deadline queue: admit by KV footprint, the budget moved by the
     engine's signals (docs/autopilot.md)."""
-    itl_slo_s: float = 0.1
-    """Mean inter-token latency the autopilot keeps the engine under."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body accepted (413 beyond)."""
     max_header_bytes: int = 64 * 1024
@@ -228,7 +221,8 @@ class GatewaySettings:
     tenant_ttft_slo_s: tuple[tuple[str, float], ...] = field(
         default=(), metadata={"parse": parse_tenant_slos}
     )
-    """Per-tenant TTFT budgets for the deadline queue, over ttft_slo_s (`{batch = 60}`)."""
+    """Per-tenant TTFT budgets (`{batch = 60}`): an override of [slo] ttft_s for admission
+    only (the deadline queue); what the monitors judge stays the SLO."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +266,10 @@ def read_config(path: str | Path | None) -> dict[str, Any]:
         if explicit:
             raise ConfigError(f"config file not found: {p}")
         return {}
+    if sys.version_info >= (3, 11):  # imported here: most starts have no config file
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         with p.open("rb") as f:
             data: dict[str, Any] = tomllib.load(f)
@@ -280,6 +278,46 @@ def read_config(path: str | Path | None) -> dict[str, Any]:
         raise ConfigError(f"config file {p}: {e}") from None
     except OSError as e:
         raise ConfigError(f"config file {p}: {e.strerror}") from None
+
+
+RENAMED: dict[tuple[str, str], tuple[str, str]] = {
+    ("health", "ttft_slo_s"): ("slo", "ttft_s"),
+    ("health", "itl_slo_s"): ("slo", "itl_s"),
+    ("gateway", "ttft_slo_s"): ("slo", "ttft_s"),
+    ("gateway", "itl_slo_s"): ("slo", "itl_s"),
+}
+"""Config keys that moved, [section] key -> [section] key: the old ones still work, with a
+warning (the health rules and the gateway had an SLO each; now both read [slo])."""
+_warned: set[str] = set()
+
+
+def deprecated(old: str, new: str) -> None:
+    """Say once per process, in one line on stderr, that `old` still works but is `new` now.
+    Not `warnings.warn`: a person reads it, and no traceback or filter gets in the way."""
+    if old not in _warned:
+        _warned.add(old)
+        sys.stderr.write(f"llmtop: {old} is deprecated; use {new}\n")
+
+
+def _moved(config: Mapping[str, Any], prefer: str) -> Mapping[str, Any]:
+    """`config` with the RENAMED keys in their new places (a key set there wins; between two
+    old ones, the section being loaded, `prefer`, wins), each warned about once."""
+    found = [(old, new) for old, new in RENAMED.items() if old[1] in _table(config, old[0])]
+    if not found:
+        return config
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in config.items()}
+    for (old_section, key), (section, new_key) in sorted(found, key=lambda r: r[0][0] != prefer):
+        deprecated(f"config [{old_section}] {key}", f"[{section}] {new_key}")
+        value = out[old_section].pop(key)
+        out.setdefault(section, {})
+        if isinstance(out[section], dict):
+            out[section].setdefault(new_key, value)
+    return out
+
+
+def _table(config: Mapping[str, Any], section: str) -> Mapping[str, Any]:
+    table = config.get(section, {})
+    return table if isinstance(table, Mapping) else {}
 
 
 def env_name(f: dataclasses.Field[Any]) -> str:
@@ -344,21 +382,30 @@ def load(
     """
     environ = os.environ if environ is None else environ
     section = _section_name(cls)
-    table = (config or {}).get(section, {})
+    config = _moved(config or {}, section)
+    table = config.get(section, {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"config: [{section}] must be a table")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    known = {
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if not dataclasses.is_dataclass(hints[f.name])
+    }
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"config: unknown setting [{section}] {unknown[0]}")
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):  # a section of its own: [slo] in [health] and [gateway]
+            values[f.name] = load(tp, flags=flags, config=config, environ=environ)  # type: ignore[arg-type]
+            continue
         # a field with its own parser (a table of rows) skips the generic coercion
         parse = f.metadata.get("parse") or (lambda v, where, tp=tp: _coerce(v, tp, where))
         if flags is not None and flags.get(f.name) is not None:
-            values[f.name] = parse(flags[f.name], f"--{f.name.replace('_', '-')}")
+            flag = f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
+            values[f.name] = parse(flags[f.name], flag)
         elif env_name(f) in environ:
             values[f.name] = parse(environ[env_name(f)], env_name(f))
         elif f.name in table:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmtop.commands._common import Flag, flags, load
-from llmtop.settings import AUTOPILOT_TTFT_SLO_S, GatewaySettings
+from llmtop.commands._common import Flag, flags, load, slo_flags
+from llmtop.settings import GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
 
@@ -26,8 +26,8 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
 )  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (
     ("autopilot", "--autopilot",
-     "admit by KV footprint, budget moved by the engine's signals, deadline queue;"
-     f" TTFT budget {AUTOPILOT_TTFT_SLO_S:g} s unless --ttft-slo is set", ON),
+     "admit by KV footprint, budget moved by the engine's signals, a deadline queue working"
+     " to the SLO (--ttft-slo-s, --itl-slo-s)", ON),
     ("admin_token_file", "--admin-token-file",
      "file with the admin token (or LLMTOP_ADMIN_TOKEN)", {"metavar": "F"}),
     ("trust_client_headers", "--trust-client-headers",
@@ -55,6 +55,7 @@ def _limit_flags() -> tuple[Flag, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flags(p, GatewaySettings, (*UPSTREAM_FLAGS, *_limit_flags(), *MODE_FLAGS))
+    slo_flags(p)
     p.add_argument(
         "--hash-key",
         action="store_true",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from llmtop.commands._common import slo_flags
+
 HELP = "bounded streaming load against any OpenAI-compatible endpoint; TTFT, ITL, goodput"
 
 
@@ -47,11 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="use /v1/chat/completions (prompt length approximate: words, not token ids)",
     )
     p.add_argument("--priority", choices=("high", "normal", "low"), help="x-llmtop-priority")
+    slo_flags(p)  # goodput: the requests that ended 200 within both
     p.add_argument(
-        "--slo",
-        default="ttft=2,itl=0.1",
-        help="goodput SLO in seconds: ttft=S,itl=S[,e2e=S] or none (default ttft=2,itl=0.1)",
+        "--e2e-slo-s",
+        type=float,
+        metavar="S",
+        help="goodput also needs the whole answer within S seconds (load's own; default off)",
     )
+    p.add_argument("--slo", help=argparse.SUPPRESS)  # the old ttft=S,itl=S[,e2e=S] | none
     p.add_argument(
         "--retry-429",
         action="store_true",
@@ -65,6 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
+    from llmtop.commands._common import load
     from llmtop.load.session import LoadOptions, run_load
+    from llmtop.settings import SloSettings, deprecated
 
-    return run_load(LoadOptions(**{f.name: getattr(args, f.name) for f in fields(LoadOptions)}))
+    if args.slo is not None:  # the old flag works as it did: the bounds it names, no others
+        deprecated("--slo", "--ttft-slo-s S, --itl-slo-s S and --e2e-slo-s S")
+    given = {f.name: getattr(args, f.name) for f in fields(LoadOptions) if f.name != "slo_settings"}
+    return run_load(LoadOptions(**given, slo_settings=load(SloSettings, args)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from llmtop.commands._common import slo_flags
+
 HELP = "postmortem summary of a recording: peaks, findings, limit changes, charts"
 
 
@@ -15,6 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write report.md or report.json and the PNG charts into DIR (else: print it)",
     )
+    slo_flags(p)  # the charts' SLO line and the time back under it
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Flag, flags, load
+from llmtop.commands._common import Flag, flags, load, slo_flags
 from llmtop.settings import HealthSettings, MonitorSettings
 
 HELP = "print llmtop's findings as Prometheus alerting and recording rules (docs/alerts.md)"
@@ -21,15 +21,11 @@ MONITOR: tuple[Flag, ...] = (
     ("prometheus_replica_label", "--replica-label",
      "the label that names a replica (one alert per value)", {"metavar": "NAME"}),
 )  # fmt: skip
-HEALTH: tuple[Flag, ...] = (
-    ("ttft_slo_s", "--ttft-slo", "TTFT p95 SLO in seconds", {"metavar": "S", "type": float}),
-    ("itl_slo_s", "--itl-slo", "ITL p95 SLO in seconds", {"metavar": "S", "type": float}),
-)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flags(p, MonitorSettings, MONITOR)
-    flags(p, HealthSettings, HEALTH)
+    slo_flags(p)
     p.add_argument(
         "--interval",
         type=float,

@@ -6,6 +6,9 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from llmtop.commands._common import load, slo_rows
+from llmtop.settings import HealthSettings, MonitorSettings
+
 if TYPE_CHECKING:
     from llmtop.serve.plan import Plan
     from llmtop.serve.run import Commands
@@ -38,6 +41,7 @@ OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
      {"metavar": "F"}),
     # a test hook: a command standing in for `vllm serve` (the sim, in the integration test)
     ("--engine-cmd", argparse.SUPPRESS, {}),
+    *slo_rows(),  # the SLO, for the gateway and the TUI alike
 )  # fmt: skip
 """llmtop's own flags; they may come before MODEL or anywhere among the vLLM arguments."""
 
@@ -60,21 +64,19 @@ def run(args: argparse.Namespace) -> int:
     own = argparse.ArgumentParser(add_help=False)
     _own_flags(own)
     late, vllm_args = own.parse_known_args(split_args(args.vllm_args))
-    opts = options_from(args.model, vllm_args, {**vars(args), **vars(late)})
-    return serve(opts, say=print, tui=_tui(args))
+    vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
+    return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))
 
 
 def _tui(args: argparse.Namespace) -> Callable[[Commands, Plan], int]:
     """Open the TUI on the started engine and gateway (injected: serve imports no TUI)."""
 
     def attach(cmds: Commands, plan: Plan) -> int:
-        from llmtop.commands._common import load
-        from llmtop.settings import HealthSettings, MonitorSettings
         from llmtop.tui.launch import run_live
 
         args.vllm_urls, args.gateway_url = [cmds.engine_url], cmds.gateway_url
-        title = f"llmtop serve {args.model}"
         monitor, health = load(MonitorSettings, args), load(HealthSettings, args)
+        title = f"llmtop serve {args.model}"
         return run_live(monitor, health, max_num_seqs=plan.max_num_seqs, title=title)
 
     return attach

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag, load
+from llmtop.commands._common import flag, load, slo_flags
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
@@ -31,18 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between polls",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    flag(
-        p, HealthSettings, "ttft_slo_s", "--ttft-slo", metavar="S", type=float, help="TTFT p95 SLO"
-    )
-    flag(
-        p,
-        HealthSettings,
-        "itl_slo_s",
-        "--itl-slo",
-        metavar="S",
-        type=float,
-        help="ITL p95 SLO in seconds",
-    )
+    slo_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
     from llmtop.core.pipeline.lookback import MAX_WINDOW_S
     from llmtop.errors import UsageError
-    from llmtop.sources.fleet import is_fleet, take_fleet_snapshot
+    from llmtop.sources.collector import is_fleet
+    from llmtop.sources.fleet import take_fleet_snapshot
     from llmtop.sources.snapshot import take_snapshot
 
     monitor = load(MonitorSettings, args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Flag, flags
+from llmtop.commands._common import Flag, flags, slo_flags
 from llmtop.settings import MonitorSettings
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
@@ -49,10 +49,18 @@ def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flags(p, MonitorSettings, (*MONITOR_FLAGS, *TOP_FLAGS))
+    slo_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the TUI; a dead target does not stop it (the screen says DOWN and why)."""
+    import sys
+
+    # httpx imports its command line (click, rich's progress and syntax, pygments) when click
+    # is installed, as it is with uvicorn: ~0.08 s before the first frame, for a CLI this
+    # process never runs (bench/bench_first_frame.py). None makes that import fail, and httpx
+    # then goes without it (its own fallback).
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from llmtop.commands._common import load
     from llmtop.settings import HealthSettings
     from llmtop.tui.launch import run_live

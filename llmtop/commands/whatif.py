@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag
+from llmtop.commands._common import slo_flags
 from llmtop.settings import HealthSettings
 
 HELP = "predict TTFT, goodput and throughput for candidate caps, from the live /metrics"
@@ -41,10 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the engine's --max-num-batched-tokens (default: inferred)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated traffic")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    flag(p, HealthSettings, "ttft_slo_s", "--ttft-slo", metavar="S", type=float,
-         help="TTFT SLO for goodput")  # fmt: skip
-    flag(p, HealthSettings, "itl_slo_s", "--itl-slo", metavar="S", type=float,
-         help="mean ITL SLO for goodput")  # fmt: skip
+    slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
 
 
@@ -61,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         from_now=not args.steady,
         warmup_s=30.0 if args.steady else 0.0,
         seed=args.seed,
-        ttft_slo_s=health.ttft_slo_s,
-        itl_slo_s=health.itl_slo_s,
+        ttft_slo_s=health.slo.ttft_s,
+        itl_slo_s=health.slo.itl_s,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
     )

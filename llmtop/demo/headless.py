@@ -302,7 +302,7 @@ def run_headless(
         recorder.close()
     if recorder.error:
         sys.stderr.write(f"llmtop: recording stopped: {recorder.error}\n")
-    slo = Slo(ttft_s=stack.health.ttft_slo_s, itl_s=stack.health.itl_slo_s)
+    slo = Slo(ttft_s=stack.health.slo.ttft_s, itl_s=stack.health.slo.itl_s)
     summary = summarize(driver.results, driver.runner.elapsed(), slo)
     fired = sorted({e["id"] for e in events if e["kind"] == "finding_fired"})
     cleared = sorted({e["id"] for e in events if e["kind"] == "finding_cleared"})

@@ -81,6 +81,7 @@ def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | Non
             max_concurrency=max_seqs,
             max_queue=GATEWAY_QUEUE,
             queue_timeout_s=GATEWAY_QUEUE_TIMEOUT_S,
+            slo=health.slo,  # the one SLO: what the screen judges is what the gateway admits to
         )
         gateway = ServerThread(gateway_app(gw_settings)).start()
     except BaseException:

@@ -93,7 +93,8 @@ class AdmissionController:
         self.footprint: FootprintModel | None = None
         """Set by the owner when KV-footprint admission is used; learns from admissions."""
         self.tenant_ttft_slo_s: dict[str, float] = {}
-        """Per-tenant TTFT budgets (the gateway's config), over limits.ttft_slo_s."""
+        """Per-tenant TTFT budgets (the gateway's config): overrides of limits.ttft_slo_s for
+        admission only."""
         self.autopilot: dict[str, Any] | None = None
         """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
         self.on_demand: Callable[[], None] | None = None
@@ -175,9 +176,11 @@ class AdmissionController:
         if queue.count == 0 and self._fits(prompt_tokens, kv_blocks):
             self._start(ticket, now)
             return ticket
-        slo = ttft_slo_s
-        if slo is None:
+        slo, source = ttft_slo_s, "the request's"
+        if slo is None:  # a tenant's own budget overrides the limit, for admission only
             slo = self.tenant_ttft_slo_s.get(tenant or "", lim.ttft_slo_s)
+            over = (tenant or "") in self.tenant_ttft_slo_s
+            source = f"tenant {tenant}'s tenant_ttft_slo_s" if over else "ttft_slo_s"
         policy = POLICIES[lim.queue_policy]
         if slo is not None and policy.budgets:
             budget = self.queue_budget_s(slo)
@@ -186,7 +189,7 @@ class AdmissionController:
             if policy.refuses_late and wait is not None and wait > budget:
                 msg = (
                     f"over the TTFT budget: predicted start in {wait:.1f}s, budget {budget:.1f}s"
-                    f" of {slo:g}s (ttft_slo_s); capacity expected in {wait - budget:.1f}s"
+                    f" of {slo:g}s ({source}); capacity expected in {wait - budget:.1f}s"
                 )
                 raise self._reject(ticket, Rejected("ttft_budget", msg, wait - budget))
         if queue.count >= lim.max_queue:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.core.derive.signals import EngineSignals
+from llmtop.core.base.slo import SloSettings
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -42,8 +43,8 @@ AUTO_MAX_CONCURRENCY = 1024
 class AutopilotConfig:
     """Defaults are the product: the benchmark runs them on every workload untuned."""
 
-    ttft_slo_s: float = 5.0
-    itl_slo_s: float = 0.1
+    ttft_slo_s: float = SloSettings.ttft_s
+    itl_slo_s: float = SloSettings.itl_s
     kv_target: float = 0.92
     """The KV use the overcommit target aims at (see `overcommit`)."""
     held_gain: float = 0.2

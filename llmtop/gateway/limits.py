@@ -34,7 +34,9 @@ class Limits:
     max_inflight_kv_blocks: int | None = None
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
     ttft_slo_s: float | None = None
-    """TTFT budget of a request (queue + engine); the deadline queue rejects what cannot meet it."""
+    """TTFT budget of a request (queue + engine) that admission works to: the SLO ([slo]
+    ttft_s) from the start; changed live, an override for admission only. The deadline
+    policies refuse what cannot meet it; fifo never reads it."""
     queue_policy: str = "fifo"
     """fifo (timeout only), deadline (reject at arrival / leave when the budget is gone),
     codel (Fail at Scale's controlled delay) or lifo (adaptive LIFO with codel)."""

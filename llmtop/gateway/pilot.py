@@ -26,7 +26,6 @@ from llmtop.gateway.balancer import OK
 from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive
 from llmtop.gateway.footprint import FootprintModel
 from llmtop.gateway.state import GatewayState
-from llmtop.settings import AUTOPILOT_TTFT_SLO_S
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
@@ -43,13 +42,11 @@ def read_scrape(text: str) -> EngineScrape:
 
 
 def attach(state: GatewayState) -> Autopilot:
-    """Give the gateway's admission a footprint model and the tenants' TTFT budgets; the
-    controller for `run`."""
+    """Give the gateway's admission a footprint model; the controller for `run`, working to
+    the SLO ([slo])."""
     state.controller.footprint = FootprintModel()
-    s = state.settings
-    state.controller.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
-    slo = state.controller.limits.ttft_slo_s or AUTOPILOT_TTFT_SLO_S
-    return Autopilot(AutopilotConfig(ttft_slo_s=slo, itl_slo_s=s.itl_slo_s))
+    slo = state.settings.slo
+    return Autopilot(AutopilotConfig(ttft_slo_s=slo.ttft_s, itl_slo_s=slo.itl_s))
 
 
 async def _read(state: GatewayState, url: str) -> EngineScrape:

@@ -10,15 +10,16 @@ from typing import Any, cast
 
 import aiohttp
 
-from llmtop.core.base.admin_api import StatsDoc
+from llmtop.core.base.admin_api import SloDoc, StatsDoc
 from llmtop.gateway.admission import AdmissionController, Limits
 from llmtop.gateway.balancer import Balancer
 from llmtop.gateway.handler_time import HandlerTime
+from llmtop.gateway.queueing import POLICIES
 from llmtop.gateway.shared import LocalLimits, SharedLimits
 from llmtop.gateway.trust import Trust
 from llmtop.gateway.unanswered import Unanswered
 from llmtop.gateway.upstream_errors import UpstreamErrors
-from llmtop.settings import AUTOPILOT_TTFT_SLO_S, GatewaySettings
+from llmtop.settings import GatewaySettings, SloSettings
 
 
 @dataclass
@@ -61,8 +62,8 @@ def upstream_urls(text: str) -> list[str]:
 
 
 def limits_of(settings: GatewaySettings) -> Limits:
-    """The starting limits; --autopilot (or mode auto) also means a deadline queue and a TTFT
-    budget (5 s unless set)."""
+    """The starting limits: admission's TTFT budget is the SLO ([slo] ttft_s; only the deadline
+    policies use it); --autopilot (or mode auto) also means a deadline queue."""
     auto = settings.autopilot or settings.mode == "auto"
     policy = settings.queue_policy
     return Limits(
@@ -72,12 +73,27 @@ def limits_of(settings: GatewaySettings) -> Limits:
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
         max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
-        ttft_slo_s=(
-            AUTOPILOT_TTFT_SLO_S if settings.ttft_slo_s is None and auto else settings.ttft_slo_s
-        ),
+        ttft_slo_s=settings.slo.ttft_s,
         queue_policy="deadline" if auto and settings.queue_policy == "fifo" else policy,
         mode="auto" if auto else settings.mode,
     )
+
+
+def slo_stats(ctl: AdmissionController, slo: SloSettings) -> SloDoc:
+    """/admin/stats' `slo`: the SLO this gateway read, the TTFT budget admission works to
+    (the SLO unless changed live), what a request may wait queued (that budget less the
+    engine's own TTFT, the margin; None when off or the policy keeps no deadlines) and the
+    tenants' overrides, which are admission's only."""
+    admit = ctl.limits.ttft_slo_s
+    deadline = admit is not None and POLICIES[ctl.limits.queue_policy].budgets
+    return {
+        "ttft_s": slo.ttft_s,
+        "itl_s": slo.itl_s,
+        "admission_ttft_s": admit,
+        "engine_ttft_s": ctl.engine_ttft_s,
+        "queue_budget_s": ctl.queue_budget_s(admit) if deadline and admit is not None else None,
+        "tenant_ttft_s": dict(ctl.tenant_ttft_slo_s),
+    }
 
 
 @dataclass
@@ -114,6 +130,7 @@ class GatewayState:
         self.balancer = Balancer(urls, eject_s=s.eject_s, max_per_replica=s.replica_max_concurrency)
         self.trust = Trust(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
+        self.controller.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
 
     def apply_shares(self) -> None:
         """Admission's cap from outside its limits: the shared grant (Redis) and the room of
@@ -128,6 +145,7 @@ class GatewayState:
     def stats(self) -> StatsDoc:
         """The /admin/stats document (typed in core.base.admin_api)."""
         out = self.controller.stats()
+        out["slo"] = slo_stats(self.controller, self.settings.slo)
         out["upstream"] = self.upstream.to_dict()
         out["replicas"] = self.balancer.to_list()
         out["shared"] = self.shared.status()

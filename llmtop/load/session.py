@@ -3,9 +3,10 @@ terminal, stop on Ctrl-C with a summary of the requests so far, print the table 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,11 +30,25 @@ class LoadOptions:
     output_tokens: int = 128
     chat: bool = False
     priority: str | None = None
-    slo: str = "ttft=2,itl=0.1"
+    slo_settings: SloSettings = field(default_factory=SloSettings)
+    """Goodput's bounds: the SLO ([slo], --ttft-slo-s, --itl-slo-s)..."""
+    e2e_slo_s: float | None = None
+    """...and, for load alone, the whole answer within this many seconds (None: no bound)."""
+    slo: str | None = None
+    """The old --slo (ttft=S,itl=S[,e2e=S] or none): when given, its bounds and no others."""
     retry_429: bool = False
     model: str | None = None
     seed: int = 0
     json: bool = False
+
+    def goodput_slo(self) -> Slo:
+        """The bounds goodput counts by: the SLO's, with --e2e-slo-s; the old --slo, when
+        given, as it was (the bounds it names, no others)."""
+        from llmtop.load.stats import Slo, parse_slo
+
+        if self.slo is not None:
+            return parse_slo(self.slo)
+        return Slo(self.slo_settings.ttft_s, self.slo_settings.itl_s, self.e2e_slo_s)
 
 
 def _check(opts: LoadOptions) -> None:
@@ -47,6 +62,8 @@ def _check(opts: LoadOptions) -> None:
         raise UsageError("--output-tokens must be at least 1")
     if opts.rate is not None and (not opts.rate > 0 or not opts.burstiness > 0):
         raise UsageError("--rate and --burstiness must be > 0")
+    if opts.e2e_slo_s is not None and not 0 < opts.e2e_slo_s < float("inf"):
+        raise UsageError("--e2e-slo-s must be a number of seconds > 0")
 
 
 def run_load(opts: LoadOptions) -> int:
@@ -56,10 +73,10 @@ def run_load(opts: LoadOptions) -> int:
     import sys
 
     from llmtop.load.runner import Shape
-    from llmtop.load.stats import format_table, parse_prompt_tokens, parse_slo, to_json
+    from llmtop.load.stats import format_table, parse_prompt_tokens, to_json
 
     _check(opts)
-    slo = parse_slo(opts.slo)
+    slo = opts.goodput_slo()
     shape = Shape(
         prompt_tokens=parse_prompt_tokens(opts.prompt_tokens),
         output_tokens=opts.output_tokens,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmtop.core.derive.percentiles import percentile_linear
+from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
 
 Outcome = Literal["ok", "http_error", "rejected", "error", "cut"]
@@ -34,10 +35,11 @@ cut: still running when the duration bound stopped the run."""
 
 @dataclass(frozen=True)
 class Slo:
-    """The latency bounds a request must meet to count as goodput; None = no bound."""
+    """The latency bounds a request must meet to count as goodput; None = no bound. By
+    default the SLO's (core/base/slo.py, [slo]); `llmtop load` may add an end-to-end one."""
 
-    ttft_s: float | None = 2.0
-    itl_s: float | None = 0.1
+    ttft_s: float | None = SloSettings.ttft_s
+    itl_s: float | None = SloSettings.itl_s
     e2e_s: float | None = None
 
     def describe(self) -> str:

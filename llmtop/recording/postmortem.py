@@ -26,7 +26,7 @@ def build_report(path: str, health: HealthSettings) -> report.Report:
         replay.events,
         source=Path(path).name,
         meta={"version": header.get("version"), "targets": header.get("targets", {})},
-        ttft_slo_s=health.ttft_slo_s,
+        ttft_slo_s=health.slo.ttft_s,
         live_findings=[recording.findings(i) for i in range(len(recording))],
     )
 
@@ -47,7 +47,7 @@ def write_report(path: str, health: HealthSettings, *, fmt: str, out: str | None
 
     folder = Path(out)
     try:
-        written = write_charts(r, folder, ttft_slo_s=health.ttft_slo_s)
+        written = write_charts(r, folder, ttft_slo_s=health.slo.ttft_s)
         name = folder / ("report.json" if fmt == "json" else "report.md")
         name.write_text(text, encoding="utf-8")
     except OSError as e:

@@ -49,6 +49,9 @@ class ServeOptions:
     ready_timeout_s: float = 600.0
     log_dir: str | None = None
     admin_token_file: str | None = None
+    slo: tuple[str, ...] = ()
+    """The SLO flags given (--ttft-slo-s S, --itl-slo-s S), passed on to the gateway (the TUI
+    reads them from the same flags)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,12 @@ def options_from(model: str, vllm_args: Sequence[str], given: Mapping[str, Any])
         **{k: given[k] for k in OPTION_FLAGS if k in given},
         **({"ready_timeout_s": given["ready_timeout"]} if "ready_timeout" in given else {}),
         tui=not given.get("no_tui", False),
+        slo=tuple(
+            part
+            for name, flag in (("ttft_s", "--ttft-slo-s"), ("itl_s", "--itl-slo-s"))
+            if name in given
+            for part in (flag, repr(float(given[name])))
+        ),
     )
 
 
@@ -186,6 +195,7 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
         "--max-concurrency",
         str(plan.max_num_seqs),
         *mode,
+        *opts.slo,
     ]
     if opts.admin_token_file:
         gateway += ["--admin-token-file", opts.admin_token_file]

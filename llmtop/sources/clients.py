@@ -16,10 +16,37 @@ the token, never the file.
 
 from __future__ import annotations
 
+import urllib.request
+
 import httpx
 
 DEFAULT_TIMEOUT_S = 5.0
 """httpx's own default, for a client built without a timeout."""
+
+
+class SchemeTransport(httpx.AsyncBaseTransport):
+    """http:// through a transport that never builds a TLS context, https:// through httpx's
+    own verified one, built when the first https request is sent.
+
+    httpx builds a verified TLS context (the CA bundle read and parsed) for every client it
+    makes, https or not: 0.06-0.2 s of CPU a client on this box, each of the TUI's clients,
+    before its first frame (bench/bench_first_frame.py). A /metrics on loopback needs none."""
+
+    def __init__(self) -> None:
+        self._plain = httpx.AsyncHTTPTransport(verify=False)  # its requests are all http://
+        self._tls: httpx.AsyncHTTPTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme != "https":
+            return await self._plain.handle_async_request(request)
+        if self._tls is None:
+            self._tls = httpx.AsyncHTTPTransport()  # verified, SSL_CERT_FILE honoured
+        return await self._tls.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._plain.aclose()
+        if self._tls is not None:
+            await self._tls.aclose()
 
 
 def http_client(
@@ -27,7 +54,10 @@ def http_client(
 ) -> httpx.AsyncClient:
     """An httpx client: `timeout_s` for each of connect, read, write and pool; redirects not
     followed (an admin API or a /metrics that redirects is answered as it stands); `transport`
-    for tests (httpx.MockTransport, ASGITransport)."""
+    for tests (httpx.MockTransport, ASGITransport). Without a proxy in the environment
+    (which a transport of our own would bypass), `SchemeTransport`."""
+    if transport is None and not urllib.request.getproxies():
+        transport = SchemeTransport()
     return httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s), transport=transport, follow_redirects=False
     )

@@ -33,6 +33,12 @@ def target_timeout(interval_s: float) -> float:
     return max(0.2, min(interval_s * 0.8, 10.0))
 
 
+def is_fleet(monitor: MonitorSettings) -> bool:
+    """Whether the settings name a fleet rather than one engine (sources/fleet.py reads that;
+    one engine needs no more than this module, so the TUI's start imports no fleet)."""
+    return bool(monitor.targets_file or monitor.prometheus_url or len(monitor.vllm_urls) > 1)
+
+
 class Collector:
     """Reads vLLM engines, the gateway and GPUs; derives Snapshots through its `pipeline`."""
 

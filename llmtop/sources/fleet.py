@@ -20,15 +20,10 @@ from llmtop.core.pipeline.lookback import assess
 from llmtop.core.pipeline.targets import Target, targets_from_urls
 from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.collector import Collector
+from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.scrape import FleetScraper
 from llmtop.sources.targets import TargetsFile
-
-
-def is_fleet(monitor: MonitorSettings) -> bool:
-    """Whether the settings name a fleet rather than one engine."""
-    return bool(monitor.targets_file or monitor.prometheus_url or len(monitor.vllm_urls) > 1)
 
 
 class FleetCollector(Collector):

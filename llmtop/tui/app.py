@@ -5,17 +5,22 @@ recording, a script). The poll worker awaits `source.poll()`, posts a coalescing
 sleeps to the next deadline, so a slow target never blocks keys and a failing one is shown, not
 fatal. Limit changes go to the gateway's admin API on their own worker, one at a time, and every
 failure is shown in a notification and in the event log.
+
+Start-up imports what the first frame needs and nothing more (tests/unit/test_import_hygiene.py,
+bench/bench_first_frame.py): the help and replica screens, the what-if and the charts (plotext)
+are imported when first used; the charts are mounted just after the first frame with figures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -38,12 +43,9 @@ from llmtop.tui.present import (
     throughput_chart,
     ttft_chart,
 )
-from llmtop.tui.screens.help import HelpScreen
-from llmtop.tui.screens.replica import ReplicaScreen
 from llmtop.tui.source import SnapshotSource
 from llmtop.tui.whatif import WhatIfControls
 from llmtop.tui.whatif_feed import WhatIfFeed
-from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.findings import FindingsPanel
@@ -56,6 +58,9 @@ from llmtop.tui.widgets.panel import Panel, shown
 from llmtop.tui.widgets.replicas import ReplicaTable
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
+
+if TYPE_CHECKING:
+    from llmtop.tui.screens.replica import ReplicaScreen
 
 W = TypeVar("W", bound=Widget)
 
@@ -134,6 +139,8 @@ class LlmtopApp(WhatIfControls):
         self._admin_lock = asyncio.Lock()
         self.selected_replica: str | None = None
         """The replica table's selection (its key); None: the worst, whichever it is."""
+        self._charts: str = "none"
+        """The charts' widgets: none yet, pending (to be mounted after this frame), mounted."""
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
 
@@ -149,9 +156,7 @@ class LlmtopApp(WhatIfControls):
             yield GatewayPanel(id="gateway")
             yield ThroughputPanel(id="throughput")
             yield GpuPanel(id="gpu")
-        with Horizontal(id="charts"):
-            yield TimeChart(id="ttft-chart")
-            yield TimeChart(id="tput-chart")
+        yield Horizontal(id="charts")  # its TimeCharts are mounted after the first frame
         yield EventLog(id="events")
         yield CommandLine(
             placeholder=": cap 8 · queue 64 · timeout 20 · rpm 600|off · Enter runs, Esc closes",
@@ -271,8 +276,8 @@ class LlmtopApp(WhatIfControls):
             age_s=age,
             stale=is_stale(age, self.monitor.interval_s) or self.poll_error is not None,
             interval_s=self.monitor.interval_s,
-            ttft_slo_s=self.health.ttft_slo_s,
-            itl_slo_s=self.health.itl_slo_s,
+            ttft_slo_s=self.health.slo.ttft_s,
+            itl_slo_s=self.health.slo.itl_s,
             queue_wait_slo_s=self.health.queue_wait_slo_s,
             read_only=self.monitor.read_only,
             poll_error=self.poll_error,
@@ -312,8 +317,8 @@ class LlmtopApp(WhatIfControls):
 
     def _render_replica(self, view: View, *, charts: bool) -> None:
         """The open replica's full view, on that replica's own figures, findings, history."""
-        screen = self.screen_stack[-1] if self.screen_stack else None
-        if not isinstance(screen, ReplicaScreen):
+        screen = self._replica_screen()
+        if screen is None:
             return
         fleet = replicas.fleet_of(view.snapshot)
         key = (
@@ -336,9 +341,7 @@ class LlmtopApp(WhatIfControls):
         """The replica keys exist only for a fleet (a single engine's footer is unchanged)."""
         if action in ("select_replica", "open_replica"):
             fleet = replicas.fleet_of(self.snapshot) is not None
-            return fleet and not (
-                action == "open_replica" and isinstance(self.screen, ReplicaScreen)
-            )
+            return fleet and not (action == "open_replica" and self._replica_screen() is not None)
         return True
 
     def action_select_replica(self, step: int) -> None:
@@ -353,22 +356,49 @@ class LlmtopApp(WhatIfControls):
 
     def action_open_replica(self) -> None:
         fleet = replicas.fleet_of(self.snapshot)
-        if fleet is None or not fleet.replicas or isinstance(self.screen, ReplicaScreen):
+        if fleet is None or not fleet.replicas or self._replica_screen() is not None:
             return
+        from llmtop.tui.screens.replica import ReplicaScreen
+
         r = fleet.replicas[replicas.index_of(fleet, self.selected_replica)]
         self.selected_replica = r.key
         self.push_screen(ReplicaScreen(r.name))
         self.call_after_refresh(self._render_all, charts=True)
 
+    def _replica_screen(self) -> ReplicaScreen | None:
+        """The replica screen on top, if one is; its module is imported when the first opens,
+        so before that none can be."""
+        module = sys.modules.get("llmtop.tui.screens.replica")
+        screen = self.screen_stack[-1] if self.screen_stack else None
+        return screen if module is not None and isinstance(screen, module.ReplicaScreen) else None
+
+    def _mount_charts(self) -> None:
+        """The two charts, once the first frame with figures is on screen: plotext and the
+        first figures (~30 ms each) wait until after it."""
+        from llmtop.tui.widgets.chart import TimeChart
+
+        boxes: list[Widget] = self._widgets("#charts")
+        if boxes and self._charts == "pending":
+            boxes[0].mount(TimeChart(id="ttft-chart"), TimeChart(id="tput-chart"))
+            self._charts = "mounted"
+            self.call_after_refresh(self._render_charts)
+
     def _render_charts(self) -> None:
         charts: list[Widget] = self._widgets("#charts")
         if not charts or not charts[0].display or not self.history:
             return
+        if self._charts != "mounted":
+            if self._charts == "none":
+                self._charts = "pending"
+                self.call_after_refresh(self._mount_charts)
+            return
+        from llmtop.tui.widgets.chart import TimeChart
+
         self._chart_time = self.history[-1].time
         ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
         tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
         # two braille dots per cell: more points than that cost CPU and show nothing
-        slo, of = self.health.ttft_slo_s, self.engine_of
+        slo, of = self.health.slo.ttft_s, self.engine_of
         ttft.data = ttft_chart(self.history, slo, 2 * ttft.size.width, engine_of=of)
         tput.data = throughput_chart(self.history, 2 * tput.size.width, engine_of=of)
 
@@ -383,4 +413,6 @@ class LlmtopApp(WhatIfControls):
             log.events = tuple(self.events)
 
     def action_help(self) -> None:
+        from llmtop.tui.screens.help import HelpScreen
+
         self.push_screen(HelpScreen())

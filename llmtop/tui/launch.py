@@ -1,18 +1,19 @@
 """The TUI's wiring, once for every command that opens it: `top` and `demo` get the live app
-(collector -> recorder -> app, with the admin client), `replay` gets the app on a recording."""
+(collector -> recorder -> app, with the admin client), `replay` gets the app on a recording.
+
+What `top` does not show on its first frame is imported when used: a fleet's collector, the
+replay (tests/unit/test_import_hygiene.py)."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from llmtop.recording.replay import open_replay
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.fleet import make_collector
+from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.replay_app import ReplayApp
 from llmtop.tui.whatif_feed import WhatIfFeed
 
 
@@ -28,7 +29,12 @@ def run_live(
     """Poll the targets in the TUI until `q` (or `exit_after_s`); every poll goes through the
     recorder, which writes when --record or the `r` key opened it. Returns the exit code.
     `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
-    collector = make_collector(monitor, health, max_num_seqs=max_num_seqs)
+    if is_fleet(monitor):
+        from llmtop.sources.fleet import FleetCollector
+
+        collector: Collector = FleetCollector(monitor, health, max_num_seqs=max_num_seqs)
+    else:
+        collector = Collector(monitor, health, max_num_seqs=max_num_seqs)
     recorder = Recorder.from_settings(monitor)
     if monitor.record:
         recorder.open()
@@ -57,6 +63,9 @@ def run_live(
 def run_replay(path: str, health: HealthSettings, *, speed: float, paused: bool) -> int:
     """Open the TUI on a recording (read-only); warnings about the file go to stderr first."""
     import sys
+
+    from llmtop.recording.replay import open_replay
+    from llmtop.tui.replay_app import ReplayApp
 
     source, monitor, warnings = open_replay(path, health, speed=speed, paused=paused)
     for warning in warnings:

@@ -141,6 +141,30 @@ def scaleout_text(g: GatewayStats) -> str:
     return " ".join(parts)
 
 
+def deadline_text(g: GatewayStats, slo_ttft_s: float) -> list[tuple[str, bool]]:
+    """The gateway panel's SLO line as (text, needs a look) pieces, the most important first:
+    the SLO the gateway read (and this screen's, when another), admission's override of it (a
+    live `slo`), what a request may wait of it (the deadline queue: the budget less the
+    engine's own TTFT, the margin) and the tenants' overrides (admission only). Empty for a
+    fifo gateway that reads the SLO this screen judges by."""
+    gw = g.slo_ttft_s
+    if gw is None:  # a gateway too old to say
+        return []
+    pieces = [(f"slo {fmt.dur(gw)}", False)]
+    if abs(gw - slo_ttft_s) > 1e-9:
+        pieces.append((f" ≠ {fmt.dur(slo_ttft_s)} here", True))
+    if g.ttft_slo_s != gw:
+        admit = "off" if g.ttft_slo_s is None else fmt.dur(g.ttft_slo_s)
+        pieces.append((f"  admission {admit} (override)", True))
+    if g.queue_budget_s is not None:
+        pieces.append((f"  wait ≤{fmt.dur(g.queue_budget_s)}", False))
+        pieces.append((f" (engine {fmt.dur(g.engine_ttft_s or 0.0)})", False))
+    if g.tenant_ttft_slo_s:
+        n = len(g.tenant_ttft_slo_s)
+        pieces.append((f"  {n} tenant override{'s' if n > 1 else ''}", False))
+    return pieces if len(pieces) > 1 else []
+
+
 def limit_text(name: str, value: object) -> str:
     """A limit's value as shown in the log and the gateway panel (off for None)."""
     if value is None:

@@ -20,11 +20,9 @@ from llmtop.core.health.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
 from llmtop.tui import commands
 from llmtop.tui.controls import AdminControls
-from llmtop.tui.screens.whatif import REFRESH_S, WhatIfScreen
 from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.work import start_worker
-from llmtop.whatif.render import caps_around, preview_line
 
 
 class WhatIfPreview(Static):
@@ -51,6 +49,8 @@ class WhatIfControls(AdminControls):
     def candidate_caps(self) -> tuple[int, ...]:
         """Caps around the findings' suggestion (else the same KV fit the rules compute) and the
         current cap, from the latest snapshot."""
+        from llmtop.whatif.render import caps_around  # the what-if loads when first used
+
         snap = self.snapshot
         current = snap.gateway.max_concurrency if snap and snap.gateway else None
         if snap is None:
@@ -68,6 +68,8 @@ class WhatIfControls(AdminControls):
         if self.whatif is None:
             self.notify("what-if needs a live engine (not a replay)", severity="warning")
             return
+        from llmtop.tui.screens.whatif import WhatIfScreen
+
         self.push_screen(WhatIfScreen(self.whatif, self.candidate_caps))
 
     def _preview(self) -> WhatIfPreview:
@@ -101,6 +103,9 @@ class WhatIfControls(AdminControls):
         """Predict `cap` until the line closes or holds something else (a new keystroke
         replaces this worker): "collecting metrics (n s of 30)" counts up instead of standing
         still, and a prediction follows the traffic while the person thinks."""
+        from llmtop.tui.screens.whatif import REFRESH_S
+        from llmtop.whatif.render import preview_line
+
         feed = self.whatif
         assert feed is not None
         preview = self._preview()

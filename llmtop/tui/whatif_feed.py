@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -19,9 +19,10 @@ from llmtop.errors import LlmtopError, UsageError
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import GatewayReader
-from llmtop.whatif.collect import scrape_once
-from llmtop.whatif.service import Analysis, Options, analyse
-from llmtop.whatif.window import Point
+
+if TYPE_CHECKING:  # the what-if itself (the engine model) is imported when first asked for
+    from llmtop.whatif.service import Analysis
+    from llmtop.whatif.window import Point
 
 WINDOW_S = 30.0
 """Seconds of scrapes the TUI's what-if calibrates on."""
@@ -104,6 +105,8 @@ class WhatIfFeed:
         return self.points[-1].t - self.points[0].t if len(self.points) >= 2 else 0.0
 
     async def _run(self) -> None:
+        from llmtop.whatif.collect import scrape_once
+
         self._client = http_client(INTERVAL_S)
         while True:
             try:
@@ -119,6 +122,8 @@ class WhatIfFeed:
 
     async def analyse(self, caps: tuple[int, ...], *, band: bool = False) -> Analysis:
         """Predict the current limits and `caps` on a worker thread; UsageError until ready."""
+        from llmtop.whatif.service import Options, analyse
+
         self.start()
         if len(self.points) < MIN_POINTS:
             why = f": {self.error}" if self.error else ""
@@ -129,8 +134,8 @@ class WhatIfFeed:
             caps=caps,
             horizon_s=HORIZON_S,
             band=band,
-            ttft_slo_s=self.health.ttft_slo_s,
-            itl_slo_s=self.health.itl_slo_s,
+            ttft_slo_s=self.health.slo.ttft_s,
+            itl_slo_s=self.health.slo.itl_s,
         )
         return await off_the_loop(analyse, list(self.points), opts)
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
+from llmtop.core.base.slo import SloSettings
 from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration
 from llmtop.whatif.simulate import Change, Observer, Span, SpanRun, State, simulate
@@ -90,8 +91,8 @@ def predict(
     horizon_s: float = 60.0,
     warmup_s: float = 30.0,
     seed: int = 0,
-    ttft_slo_s: float = 2.0,
-    itl_slo_s: float = 0.1,
+    ttft_slo_s: float = SloSettings.ttft_s,
+    itl_slo_s: float = SloSettings.itl_s,
     start: State | None = None,
     replicas: int = 1,
     expected_count: bool = True,
@@ -133,8 +134,8 @@ def predict_spans(
     arrivals_until_s: float,
     changes: Sequence[Change] = (),
     seed: int = 0,
-    ttft_slo_s: float = 2.0,
-    itl_slo_s: float = 0.1,
+    ttft_slo_s: float = SloSettings.ttft_s,
+    itl_slo_s: float = SloSettings.itl_s,
     expected_count: bool = False,
     observer: Observer | None = None,
 ) -> list[Prediction]:

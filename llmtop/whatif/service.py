@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
 from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration, calibrate
@@ -32,8 +33,8 @@ class Options:
     """Start from the state of the last scrape (the limits applied then); False: from an empty
     system, in steady state after `warmup_s`."""
     seed: int = 0
-    ttft_slo_s: float = 2.0
-    itl_slo_s: float = 0.1
+    ttft_slo_s: float = SloSettings.ttft_s
+    itl_slo_s: float = SloSettings.itl_s
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     replicas: int = 4

@@ -23,6 +23,7 @@ from llmtop.core.alerts.figures import figures
 from llmtop.core.alerts.rulesfile import alerts, render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.raw import RawEngine, RawPoll
+from llmtop.core.base.slo import SloSettings
 from llmtop.core.exposition import promtext
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm.names import sample_names
@@ -157,7 +158,10 @@ def test_a_changed_threshold_moves_both(tmp_path: Path) -> None:
     """The same burst with the SLOs, the KV mark and the hang's threshold moved out of its
     reach: llmtop finds nothing, and the rules made from the same settings say nothing."""
     relaxed = replace(
-        HealthSettings(), ttft_slo_s=120.0, itl_slo_s=10.0, kv_high_frac=1.01, stale_after_s=60.0
+        HealthSettings(),
+        slo=SloSettings(ttft_s=120.0, itl_s=10.0),
+        kv_high_frac=1.01,
+        stale_after_s=60.0,
     )
     check("vllm-0.32 capture", relaxed, tmp_path, {})
 

@@ -103,7 +103,7 @@ def test_headless_quick_story_applies_the_cap_the_finding_suggests(tmp_path: Pat
         assert (f["running"] or 0) + (f["waiting"] or 0) <= n, f
         assert (f["gateway_queued"] or 0) > (f["waiting"] or 0), f
     assert after[-1]["ttft_p95_s"] is not None
-    assert after[-1]["ttft_p95_s"] < HealthSettings().ttft_slo_s
+    assert after[-1]["ttft_p95_s"] < HealthSettings().slo.ttft_s
     assert any(cleared.get(f, 0) > cap["t"] for f in story), (cleared, cap)
     # the cap is one that leaves room (kv_target_frac): every story finding that fired before
     # it clears after it, not only one (at the exact quotient kv-exhausted never cleared)

@@ -30,7 +30,7 @@ from tests.gateway_queue import Burst, Stack, watch_burst
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FINDING = "gateway-queue-over-slo"
-SLO_S = HealthSettings().ttft_slo_s
+SLO_S = HealthSettings().slo.ttft_s
 
 
 def llmtop(*args: str, env: dict[str, str] | None = None) -> list[str]:

@@ -6,7 +6,7 @@ counted over the whole burst and after its first `settle_s` seconds (the autopil
 from the first ones; after that there should be none).
 
     LLMTOP_REAL_VLLM_URL=http://127.0.0.1:8000 python -m tests.real.autopilot --n 48 \\
-        --prompt 600 --output 1000 [--ttft-slo 900]
+        --prompt 600 --output 1000 [--ttft-slo-s 900]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.core.base.slo import SloSettings
 from tests.real.cliff import wait_settled
 from tests.real.vllm_client import burst, p95, scrape, wait_idle
 
@@ -82,7 +83,7 @@ async def run(
     gw = start_gateway(
         vllm_url,
         autopilot=True,
-        ttft_slo_s=ttft_slo_s,
+        slo=SloSettings(ttft_s=ttft_slo_s),
         queue_timeout_s=ttft_slo_s,  # the TTFT budget alone decides who waits
         max_queue=max(128, n),
     ).url
@@ -150,7 +151,7 @@ def markdown(r: Run, prompt: int, output: int, slo: float) -> str:
         ("KV budget at the end / the cache (blocks)", f"{r.budget_blocks} / {r.capacity_blocks}"),
         ("autopilot moves", str(len(r.moves))),
     ]
-    head = f"{r.n} x ({prompt} + {output} tokens), `--autopilot --ttft-slo {slo:g}`, no cap set"
+    head = f"{r.n} x ({prompt} + {output} tokens), `--autopilot --ttft-slo-s {slo:g}`, no cap set"
     lines = [f"| {head} | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
     lines.append("")
     lines += [f"* {m}" for m in r.moves[:12]]
@@ -166,7 +167,7 @@ async def _main(argv: list[str]) -> int:
     p.add_argument("--n", type=int, default=48)
     p.add_argument("--prompt", type=int, default=600)
     p.add_argument("--output", type=int, default=1000)
-    p.add_argument("--ttft-slo", type=float, default=900.0)
+    p.add_argument("--ttft-slo-s", type=float, default=900.0)
     args = p.parse_args(argv)
     servers: list[ServerThread] = []
 
@@ -177,7 +178,7 @@ async def _main(argv: list[str]) -> int:
 
     try:
         r = await run(
-            args.url, start_gateway, args.n, args.prompt, args.output, ttft_slo_s=args.ttft_slo
+            args.url, start_gateway, args.n, args.prompt, args.output, ttft_slo_s=args.ttft_slo_s
         )
     finally:
         for s in servers:

@@ -148,7 +148,7 @@ async def test_charts_use_the_space_at_200x50() -> None:
         ttft = app.query_one("#ttft-chart", TimeChart)
         assert ttft.region.height >= 10
         assert ttft.data is not None
-        assert ttft.data.hline == HealthSettings().ttft_slo_s
+        assert ttft.data.hline == HealthSettings().slo.ttft_s
         # thinned to what the chart can show (two braille dots a cell), the newest kept
         xs = ttft.data.series[0].xs
         assert len(xs) <= 2 * ttft.size.width

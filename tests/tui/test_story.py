@@ -79,6 +79,6 @@ def test_after_the_cap_the_engine_recovers_and_the_queue_is_in_the_gateway() -> 
     e = snap.engines[0]
     assert e.waiting == 0
     assert e.ttft_p95_s is not None
-    assert e.ttft_p95_s < HealthSettings().ttft_slo_s
+    assert e.ttft_p95_s < HealthSettings().slo.ttft_s
     assert "kv-exhausted" not in ids(snap)
     assert snap.status != "critical"

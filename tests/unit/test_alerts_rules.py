@@ -19,7 +19,7 @@ from llmtop.core.alerts.spec import AlertSpec, duration
 from llmtop.core.health.health import RULES
 from llmtop.core.health.rules_fleet import FLEET_RULES
 from llmtop.errors import UsageError
-from llmtop.settings import HealthSettings
+from llmtop.settings import HealthSettings, SloSettings
 
 BRIEF = {
     "degraded-200", "kv-exhausted", "batching-cliff", "decode-bound", "prefill-bound",
@@ -68,8 +68,7 @@ def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
 def test_a_changed_threshold_changes_the_rules() -> None:
     moved = replace(
         HealthSettings(),
-        ttft_slo_s=3.5,
-        itl_slo_s=0.25,
+        slo=SloSettings(ttft_s=3.5, itl_s=0.25),
         kv_high_frac=0.85,
         kv_target_frac=0.8,
         scheduler_stuck_after_s=20.0,
@@ -179,7 +178,11 @@ def test_settings_reach_the_file_through_the_environment(
     assert main(["rules"]) == 0
     text = capsys.readouterr().out
     assert text == render(
-        AlertSpec(health=replace(HealthSettings(), ttft_slo_s=3.5, scheduler_stuck_after_s=20))
+        AlertSpec(
+            health=replace(
+                HealthSettings(), slo=SloSettings(ttft_s=3.5), scheduler_stuck_after_s=20
+            )
+        )
     )
     assert "> 3.5" in text
 

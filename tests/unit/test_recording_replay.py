@@ -14,7 +14,7 @@ from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.errors import RecordingError
 from llmtop.recording.replay import SPEEDS, ReplaySource
 from llmtop.recording.writer import Recorder, read_recording
-from llmtop.settings import HealthSettings
+from llmtop.settings import HealthSettings, SloSettings
 from tests.unit.test_report import CAP_AT, T0, scripted_polls, write_scripted
 
 
@@ -123,7 +123,9 @@ def test_findings_are_recomputed_with_the_current_rules(tmp_path: Path) -> None:
     assert [e["field"] for e in src.events] == ["max_concurrency"]
     assert src.events[0]["time"] == T0 + CAP_AT
     # stricter rules give other findings from the same recording
-    strict = ReplaySource(read_recording(path), HealthSettings(ttft_slo_s=0.1)).snapshots()
+    strict = ReplaySource(
+        read_recording(path), HealthSettings(slo=SloSettings(ttft_s=0.1))
+    ).snapshots()
     assert any(f.id == "degraded-200" for f in strict[30].findings)
     assert not any(f.id == "degraded-200" for f in snaps[30].findings)
 

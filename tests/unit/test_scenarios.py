@@ -120,7 +120,7 @@ def run_virtual(s: Scenario, seconds: int, cap: int | None, cap_at_s: float) -> 
 def test_quick_story_breaks_then_the_cap_fixes_it() -> None:
     s = get_scenario("quick")
     assert s.cap_at_s is not None
-    slo = HealthSettings().ttft_slo_s
+    slo = HealthSettings().slo.ttft_s
     before = run_virtual(s, 40, None, 0)
     flood = [r for r in before if 8 <= r.t <= 40]
     assert all(r.waiting > 0 for r in flood)

@@ -18,7 +18,7 @@ from llmtop.core.base.snapshot import GpuStats, WindowSnapshot
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.core.pipeline.lookback import assess, window_settings
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.settings import HealthSettings
+from llmtop.settings import HealthSettings, SloSettings
 from llmtop.sources.snapshot import read_window
 
 URL = "http://e"
@@ -313,7 +313,7 @@ def test_kv_exhausted_iff_its_condition_holds_on_the_printed_figures(
 
 def test_every_finding_names_the_poll_its_figures_are_from() -> None:
     # a cliff that held from +9 s: the JSON says so, and the last poll is the one it shows
-    data = to_json(assess(polls(16, cliff), replace(HEALTH, ttft_slo_s=60.0), 1.0))
+    data = to_json(assess(polls(16, cliff), replace(HEALTH, slo=SloSettings(ttft_s=60.0)), 1.0))
     f = next(f for f in data["findings"] if f["id"] == "batching-cliff")
     assert f["last_s"] == data["window"]["span_s"] == 15.0
     assert f["first_s"] == 9.0  # the first poll at least half the window after the second

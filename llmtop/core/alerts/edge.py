@@ -129,10 +129,10 @@ def gateway_queue_over_slo(spec: AlertSpec) -> Alert:
     oldest = f"max by ({r}) ({spec.gateway(G + 'oldest_queued_seconds')})"
     return Alert(
         "gateway-queue-over-slo",
-        f"{oldest} > {number(h.ttft_slo_s)}",
+        f"{oldest} > {number(h.slo.ttft_s)}",
         f"gateway {replica(spec)}: {_gw_side(spec, 'queued', 'count')} requests in its queue, the "
         "oldest "
-        f"waiting {value('seconds')}, past the TTFT SLO ({h.ttft_slo_s:g}s), at "
+        f"waiting {value('seconds')}, past the TTFT SLO ({h.slo.ttft_s:g}s), at "
         f"{_gw(spec, 'in_flight')}/{_gw(spec, 'limit_max_concurrency')} in flight: their "
         "clients are late though vLLM looks healthy",
         _headroom_action(spec),
@@ -141,7 +141,7 @@ def gateway_queue_over_slo(spec: AlertSpec) -> Alert:
         "not the waits of those already admitted (gateway-saturated), so it fires before any "
         "429. llmtop also counts how many queued are past the SLO; /metrics has the oldest only",
         severity=(
-            f"{{{{ if ge $value {number(h.critical_slo_factor * h.ttft_slo_s)} }}}}critical"
+            f"{{{{ if ge $value {number(h.critical_slo_factor * h.slo.ttft_s)} }}}}critical"
             "{{ else }}warning{{ end }}"
         ),
     )

@@ -126,7 +126,7 @@ def kv_exhausted(spec: AlertSpec) -> Alert:
 def degraded_200(spec: AlertSpec) -> Alert:
     h, r = spec.health, spec.r
     on = f"on ({r})"
-    slo, itl = number(h.ttft_slo_s), number(h.itl_slo_s)
+    slo, itl = number(h.slo.ttft_s), number(h.slo.itl_s)
     degraded = f"({P}slo_ratio > 1 unless {on} {P}error_frac > {number(h.error_rate_max)})"
     ttft_over = f"({P}ttft_p95_seconds > {slo} or {on} {P}gateway_unanswered_seconds > {slo})"
     itl_over = f"({P}itl_p95_seconds > {itl})"
@@ -170,8 +170,8 @@ def degraded_200(spec: AlertSpec) -> Alert:
         "degraded-200",
         expr,
         f"{replica(spec)}: TTFT p95 {figure(spec, P + 'ttft_p95_seconds', 'seconds')} (SLO "
-        f"{h.ttft_slo_s:g}s), ITL p95 {figure(spec, P + 'itl_p95_seconds', 'seconds')} (SLO "
-        f"{h.itl_slo_s:g}s), {value('number')}x its SLO, with ~0 errors; {running} running, "
+        f"{h.slo.ttft_s:g}s), ITL p95 {figure(spec, P + 'itl_p95_seconds', 'seconds')} (SLO "
+        f"{h.slo.itl_s:g}s), {value('number')}x its SLO, with ~0 errors; {running} running, "
         f"{figure(spec, P + 'waiting', 'count')} waiting",
         action,
         open_replica(spec),
@@ -211,7 +211,7 @@ def batching_cliff(spec: AlertSpec) -> Alert:
 def decode_bound(spec: AlertSpec) -> Alert:
     h, r = spec.health, spec.r
     on = f"on ({r})"
-    itl = number(h.itl_slo_s)
+    itl = number(h.slo.itl_s)
     cap = computed(
         spec, f"clamp_min(floor({P}decode_tok_per_s{{{r}=%[1]q}} * {itl}), 1)", "count", "N"
     )
@@ -228,7 +228,7 @@ def decode_bound(spec: AlertSpec) -> Alert:
         f"{figure(spec, P + 'decode_tok_per_s_per_seq_best_at_half', 'rate')} tok/s at half "
         f"that or fewer ({figure(spec, P + 'decode_tok_per_s', 'rate')} tok/s aggregate): "
         "decode steps are memory-bound",
-        cap_advice(cap, f"to keep ITL under {h.itl_slo_s:g}s"),
+        cap_advice(cap, f"to keep ITL under {h.slo.itl_s:g}s"),
         open_replica(spec),
         "the per-sequence decode rate at or under decode_collapse_frac "
         f"({h.decode_collapse_frac:g}) of its best at half the running or fewer, with a mean "
@@ -243,7 +243,7 @@ def prefill_bound(spec: AlertSpec) -> Alert:
         "prefill-bound",
         f"{P}prefill_time_mean_seconds / {on} ({P}ttft_mean_seconds > 0)"
         f" >= {number(h.prefill_dominant_frac)}"
-        f" and {on} {P}ttft_p95_seconds > {number(h.ttft_slo_s)}",
+        f" and {on} {P}ttft_p95_seconds > {number(h.slo.ttft_s)}",
         f"{replica(spec)}: prefill is {value('frac')} of TTFT (mean "
         f"{figure(spec, P + 'prefill_time_mean_seconds', 'seconds')} of "
         f"{figure(spec, P + 'ttft_mean_seconds', 'seconds')}; TTFT p95 "

@@ -54,7 +54,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         f"sum by ({r}) ({spec.vllm(*COUNTERS[k])})" for k in ("generation_tokens", "prompt_tokens")
     )
     held = duration(spec.at_least_interval(SIZE_LOOKBACK_S))
-    slo = number(h.ttft_slo_s)
+    slo = number(h.slo.ttft_s)
     rows = [
         ("running", q["running"], "requests running (vllm:num_requests_running)"),
         (
@@ -141,7 +141,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
             "slo_ratio",
             f"max by ({r}) ("
             f'label_replace({P}ttft_p95_seconds / {slo}, "figure", "ttft", "", "")'
-            f' or label_replace({P}itl_p95_seconds / {number(h.itl_slo_s)}, "figure", "itl", '
+            f' or label_replace({P}itl_p95_seconds / {number(h.slo.itl_s)}, "figure", "itl", '
             '"", "")'
             f" or label_replace({P}gateway_unanswered_seconds / {slo},"
             ' "figure", "unanswered", "", ""))',

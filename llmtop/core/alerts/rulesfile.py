@@ -70,11 +70,14 @@ def header(spec: AlertSpec, left: dict[str, str], command: str) -> list[str]:
     h = spec.health
     w, every = duration(spec.window_s), duration(spec.interval_s)
     thresholds = ", ".join(
-        f"{k} {getattr(h, k):g}"
-        for k in (
-            "ttft_slo_s", "itl_slo_s", "queue_wait_slo_s", "kv_high_frac", "kv_target_frac",
-            "error_rate_max", "stale_after_s", "scheduler_stuck_after_s", "critical_slo_factor",
-        )
+        [f"[slo] ttft_s {h.slo.ttft_s:g}", f"itl_s {h.slo.itl_s:g}"]
+        + [
+            f"{k} {getattr(h, k):g}"
+            for k in (
+                "queue_wait_slo_s", "kv_high_frac", "kv_target_frac", "error_rate_max",
+                "stale_after_s", "scheduler_stuck_after_s", "critical_slo_factor",
+            )
+        ]
     )  # fmt: skip
     selectors = (
         f"vLLM {{{spec.vllm_matchers}}}, gateway {{{spec.gateway_matchers}}}, replica label "

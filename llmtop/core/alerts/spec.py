@@ -76,7 +76,7 @@ class AlertSpec:
         h = self.health
         return self.fleet or FleetRules(
             kv_high_frac=h.kv_high_frac,
-            ttft_slo_s=h.ttft_slo_s,
+            ttft_slo_s=h.slo.ttft_s,
             fire_after_s=h.fire_after_s,
             clear_after_s=h.clear_after_s,
         )

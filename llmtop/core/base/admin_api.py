@@ -83,7 +83,7 @@ LIMITS: tuple[LimitSpec, ...] = (
         True,
         "summed predicted KV footprint in flight (the autopilot moves it)",
     ),
-    LimitSpec("ttft_slo_s", "slo", "float", "s", 0, True, "TTFT budget of a request"),
+    LimitSpec("ttft_slo_s", "slo", "float", "s", 0, True, "admission's TTFT budget (an override)"),
     LimitSpec("queue_policy", "policy", "choice", "", 0, False, "queue discipline", QUEUE_POLICIES),
     LimitSpec("mode", "mode", "choice", "", 0, False, "auto: the autopilot holds the SLO", MODES),
 )
@@ -199,6 +199,24 @@ class SharedDoc(TypedDict, total=False):
     last_error: str | None
 
 
+class SloDoc(TypedDict):
+    """The SLO as the gateway admits to it, and what its deadline queue derives from it."""
+
+    ttft_s: float
+    """The SLO the gateway read ([slo] ttft_s): what every judge of llmtop works to."""
+    itl_s: float
+    admission_ttft_s: float | None
+    """The TTFT budget admission works to (limits.ttft_slo_s): ttft_s, unless changed live
+    (an override for admission only); None: off."""
+    engine_ttft_s: float
+    """The engine's recent TTFT: the margin a request's budget keeps for the engine."""
+    queue_budget_s: float | None
+    """Seconds a request may wait queued: admission_ttft_s less engine_ttft_s; None when off
+    or when the queue policy keeps no deadlines (fifo)."""
+    tenant_ttft_s: dict[str, float]
+    """Per-tenant TTFT budgets ([gateway] tenant_ttft_slo_s): overrides for admission only."""
+
+
 class StatsDoc(TypedDict, total=False):
     """GET /admin/stats. total=False: a reader meets older gateways and must not trust a key."""
 
@@ -224,6 +242,7 @@ class StatsDoc(TypedDict, total=False):
     autopilot: dict[str, Any] | None
     """The autopilot's last state (budget, reason); None in manual mode before it ran."""
     limits: LimitsDoc
+    slo: SloDoc
     upstream: UpstreamDoc
     handler_s: QuantilesDoc
     """The gateway's own time per request (handler time), p50 and p95."""

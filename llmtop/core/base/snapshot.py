@@ -141,6 +141,16 @@ class GatewayStats:
     shared_live_gateways: int | None = None
     global_in_flight: int | None = None
     """Slots held by all gateways sharing the limits, at this gateway's last sync."""
+    slo_ttft_s: float | None = None
+    """The TTFT SLO the gateway read ([slo] ttft_s; None: a gateway too old to say).
+    `ttft_slo_s` is admission's budget: this SLO unless overridden live."""
+    queue_budget_s: float | None = None
+    """Seconds a request may wait in the gateway's queue: admission's TTFT budget less the
+    engine's recent TTFT (None: no deadline queue, fifo or off)."""
+    engine_ttft_s: float | None = None
+    """The engine's recent TTFT the gateway keeps as the margin of each budget."""
+    tenant_ttft_slo_s: tuple[tuple[str, float], ...] = ()
+    """Per-tenant TTFT budgets: overrides of the SLO for admission only."""
 
 
 @dataclass(frozen=True)

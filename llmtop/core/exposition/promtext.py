@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import itemgetter
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from llmtop.core.base.raw import Labels, Sample
 from llmtop.errors import ScrapeError
 
@@ -102,6 +100,10 @@ def parse(text: str, keep: Keep | None = None) -> tuple[Sample, ...]:
 
 def _samples(lines: list[str]) -> tuple[Sample, ...]:
     out: list[Sample] = []
+    # the exact path, for what the fast one declines: its parser (and the ~20 ms of
+    # prometheus_client's package) is imported only when a scrape needs it
+    from prometheus_client.parser import text_string_to_metric_families
+
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
             out.append(Sample(s.name, tuple(sorted(s.labels.items())), _float(s.value)))

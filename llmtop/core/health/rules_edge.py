@@ -144,20 +144,20 @@ def gateway_queue_over_slo(ctx: Context) -> Verdict | None:
     (`gateway-saturated`), so it fires seconds after the first request is late, before any 429.
     """
     g, s = ctx.gateway, ctx.settings
-    if g is None or not g.up or g.oldest_queued_s is None or g.oldest_queued_s <= s.ttft_slo_s:
+    if g is None or not g.up or g.oldest_queued_s is None or g.oldest_queued_s <= s.slo.ttft_s:
         return None
-    late = sum(1 for a in g.queued_ages_s if a > s.ttft_slo_s)
+    late = sum(1 for a in g.queued_ages_s if a > s.slo.ttft_s)
     rejected = sum(g.rejected_per_s.values())
     # the ages list the first 1,000 only; without them (an older gateway) the oldest alone
     how_many = f"{late} of {fmt.count(g.queued)}" if late else "requests"
     summary = (
         f"{how_many} in the gateway's queue have waited past the TTFT SLO "
-        f"({fmt.seconds(s.ttft_slo_s)}), the oldest {fmt.seconds(g.oldest_queued_s)}, at "
+        f"({fmt.seconds(s.slo.ttft_s)}), the oldest {fmt.seconds(g.oldest_queued_s)}, at "
         f"{fmt.count(g.in_flight)}/{fmt.count(g.max_concurrency)} in flight; "
         + (f"{fmt.per_s(rejected)} 429s" if rejected else "no 429 yet")
     )
     severity: Severity = (
-        "critical" if g.oldest_queued_s >= s.critical_slo_factor * s.ttft_slo_s else "warning"
+        "critical" if g.oldest_queued_s >= s.critical_slo_factor * s.slo.ttft_s else "warning"
     )
     return Verdict(summary, _queue_action(ctx, g), severity=severity)
 

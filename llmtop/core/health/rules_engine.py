@@ -60,11 +60,11 @@ def degraded_200(ctx: Context) -> Verdict | None:
     # the gateway sees a stuck request at once; vLLM's TTFT histogram only once it is answered
     g = ctx.gateway
     stuck = g.oldest_unanswered_s if g is not None and g.up else None
-    stuck_over = stuck is not None and stuck > s.ttft_slo_s
+    stuck_over = stuck is not None and stuck > s.slo.ttft_s
     for e in up_engines(ctx):
-        p95_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.ttft_slo_s
+        p95_over = e.ttft_p95_s is not None and e.ttft_p95_s > s.slo.ttft_s
         ttft_over = p95_over or stuck_over
-        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
+        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.slo.itl_s
         if not (ttft_over or itl_over):
             continue
         done = sum(e.finished_per_s.values())
@@ -73,18 +73,18 @@ def degraded_200(ctx: Context) -> Verdict | None:
             continue  # failing, not "200 OK but degraded"
         parts = []
         if p95_over:
-            parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.ttft_slo_s)})")
+            parts.append(f"TTFT p95 {fmt.seconds(e.ttft_p95_s)} (SLO {fmt.seconds(s.slo.ttft_s)})")
         if stuck_over:
             parts.append(
                 f"a request at the engine has waited {fmt.seconds(stuck)} for its first token "
-                f"(SLO {fmt.seconds(s.ttft_slo_s)})"
+                f"(SLO {fmt.seconds(s.slo.ttft_s)})"
             )
         if itl_over:
-            parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.itl_slo_s)})")
+            parts.append(f"ITL p95 {fmt.seconds(e.itl_p95_s)} (SLO {fmt.seconds(s.slo.itl_s)})")
         worst = max(
-            (e.ttft_p95_s or 0.0) / s.ttft_slo_s,
-            (stuck or 0.0) / s.ttft_slo_s,
-            (e.itl_p95_s or 0.0) / s.itl_slo_s,
+            (e.ttft_p95_s or 0.0) / s.slo.ttft_s,
+            (stuck or 0.0) / s.slo.ttft_s,
+            (e.itl_p95_s or 0.0) / s.slo.itl_s,
         )
         severity: Severity = "critical" if worst >= s.critical_slo_factor else "warning"
         load = f"{fmt.count(e.running)} running, {fmt.count(e.waiting)} waiting"
@@ -105,7 +105,7 @@ def degraded_200(ctx: Context) -> Verdict | None:
             bottleneck = "queue"
             n = max(1, int(e.running)) if e.running else None
             action = cap_action(n, "requests queue inside vLLM", ctx)
-        elif itl_over and not ttft_over and _itl_tail_from_prefill(e, s.itl_slo_s):
+        elif itl_over and not ttft_over and _itl_tail_from_prefill(e, s.slo.itl_s):
             bottleneck = "prefill"
             action = (
                 "decode steps wait behind prefill chunks (the mean ITL is within the SLO, the "
@@ -115,7 +115,7 @@ def degraded_200(ctx: Context) -> Verdict | None:
             )
         elif itl_over and not ttft_over:
             bottleneck = "decode"
-            n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.itl_slo_s)) or None
+            n = max(1, math.floor((e.decode_tok_per_s or 0.0) * s.slo.itl_s)) or None
             why = "too many sequences share each decode step"
             action = cap_action(n, why, ctx)
         else:
@@ -252,17 +252,17 @@ def decode_bound(ctx: Context) -> Verdict | None:
         if not e.running or e.decode_tok_per_s_per_seq is None or e.decode_tok_per_s is None:
             continue
         # The tests that need no look-back first: most polls end here, before the history.
-        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.itl_slo_s
-        if not itl_over and e.decode_tok_per_s_per_seq * s.itl_slo_s >= 1.0:
+        itl_over = e.itl_p95_s is not None and e.itl_p95_s > s.slo.itl_s
+        if not itl_over and e.decode_tok_per_s_per_seq * s.slo.itl_s >= 1.0:
             continue  # slower per sequence, as batching always is, but within the ITL SLO
-        if _itl_tail_from_prefill(e, s.itl_slo_s):
+        if _itl_tail_from_prefill(e, s.slo.itl_s):
             continue  # the mean ITL fits: a tail from prefill chunks (degraded-200 says so)
         best = _best_at_half(ctx.history, e)
         if best is None or best.decode_tok_per_s_per_seq is None:
             continue
         if e.decode_tok_per_s_per_seq > s.decode_collapse_frac * best.decode_tok_per_s_per_seq:
             continue
-        n = max(1, math.floor(e.decode_tok_per_s * s.itl_slo_s))
+        n = max(1, math.floor(e.decode_tok_per_s * s.slo.itl_s))
         summary = (
             f"{where(ctx, e)}each sequence decodes at {fmt.tok_per_s(e.decode_tok_per_s_per_seq)} "
             f"with {fmt.count(e.running)} running, down from "
@@ -270,7 +270,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
             f"({fmt.tok_per_s(e.decode_tok_per_s)} aggregate): decode steps are memory-bound"
         )
         why = (
-            f"to keep ITL under {fmt.seconds(s.itl_slo_s)} at "
+            f"to keep ITL under {fmt.seconds(s.slo.itl_s)} at "
             f"{fmt.tok_per_s(e.decode_tok_per_s)} aggregate"
         )
         return Verdict(summary, cap_action(n, why, ctx))
@@ -280,7 +280,7 @@ def decode_bound(ctx: Context) -> Verdict | None:
 def prefill_bound(ctx: Context) -> Verdict | None:
     s = ctx.settings
     for e in up_engines(ctx):
-        if e.ttft_p95_s is None or e.ttft_p95_s <= s.ttft_slo_s:
+        if e.ttft_p95_s is None or e.ttft_p95_s <= s.slo.ttft_s:
             continue
         if e.prefill_time_mean_s is None or not e.ttft_mean_s:
             continue

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.slo import SloSettings
 from llmtop.core.base.snapshot import Bottleneck, EngineStats, Finding, Replica
 from llmtop.core.health.rulebase import Hysteresis, Rule, Verdict
 
@@ -42,7 +43,8 @@ class FleetRules:
     imbalance_min_load: float = 8.0
     """...and this many more than the idlest."""
     kv_high_frac: float = 0.9
-    ttft_slo_s: float = 2.0
+    ttft_slo_s: float = SloSettings().ttft_s
+    """The TTFT SLO (HealthSettings.slo; the fleet pipeline and the rules file pass it)."""
     fire_after_s: float = 3.0
     clear_after_s: float = 10.0
 

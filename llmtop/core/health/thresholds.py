@@ -6,17 +6,18 @@ table of the config file; core only receives the values, so core imports no load
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from llmtop.core.base.slo import SloSettings
 
 
 @dataclass(frozen=True)
 class HealthSettings:
-    """Thresholds of the health rules; SLOs are what the users of the endpoint were promised."""
+    """Thresholds of the health rules, and the SLO they judge latency by."""
 
-    ttft_slo_s: float = 2.0
-    """Time-to-first-token P95 above this is degraded."""
-    itl_slo_s: float = 0.1
-    """Inter-token latency P95 above this is degraded."""
+    slo: SloSettings = field(default_factory=SloSettings)
+    """What the users of the endpoint were promised (the `[slo]` section, core/base/slo.py):
+    a TTFT or ITL p95 above it is degraded."""
     queue_wait_slo_s: float = 5.0
     """Gateway queue wait P95 above this is a saturated gateway."""
     kv_high_frac: float = 0.9

@@ -189,7 +189,7 @@ class FleetPipeline(Pipeline):
         super().__init__(health, window_s=window_s, max_num_seqs=max_num_seqs)
         self.rules = rules or FleetRules(
             kv_high_frac=self.settings.kv_high_frac,
-            ttft_slo_s=self.settings.ttft_slo_s,
+            ttft_slo_s=self.settings.slo.ttft_s,
             fire_after_s=self.settings.fire_after_s,
             clear_after_s=self.settings.clear_after_s,
         )

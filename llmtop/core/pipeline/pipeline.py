@@ -209,7 +209,7 @@ def gateway_stats(
     limit_values: dict[str, Any] = {s.field: parse[s.kind](limits, s.field) for s in LIMITS}
     paused = data.get("paused")
     healthy = upstream.get("healthy")
-    shared = _dict(data, "shared")
+    shared, slo = _dict(data, "shared"), _dict(data, "slo")
     return GatewayStats(
         url=url,
         up=True,
@@ -238,6 +238,14 @@ def gateway_stats(
         shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
         shared_live_gateways=_int(shared, "live_gateways"),
         global_in_flight=_int(shared, "global_in_flight"),
+        slo_ttft_s=_num(slo, "ttft_s"),
+        queue_budget_s=_num(slo, "queue_budget_s"),
+        engine_ttft_s=_num(slo, "engine_ttft_s"),
+        tenant_ttft_slo_s=tuple(
+            (str(k), float(v))
+            for k, v in sorted(_dict(slo, "tenant_ttft_s").items())
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        ),
     )
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.present import View, limit_text, scaleout_text
+from llmtop.tui.present import View, deadline_text, limit_text, scaleout_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 
 class GatewayPanel(Panel):
     """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
-    the mode in the title, and in auto mode the KV budget and the cause of the last move."""
+    the mode in the title, in auto mode the KV budget and the cause of the last move, and with
+    a deadline queue what a request may wait of the SLO (admission's overrides named)."""
 
     TITLE = "Gateway"
 
@@ -61,6 +62,12 @@ class GatewayPanel(Panel):
                 "  ",
                 state,
             )
+        extra = []
+        pieces = deadline_text(g, view.ttft_slo_s)
+        if pieces:
+            slo = Text.assemble(*((t, "bold yellow" if look else "dim") for t, look in pieces))
+            slo.truncate(max(10, self.content_size.width), overflow="ellipsis")
+            extra.append(slo)
         return Text("\n").join(
             [
                 line(
@@ -76,5 +83,6 @@ class GatewayPanel(Panel):
                     value(fmt.dur(g.queue_wait_p95_s), wait_style),
                 ),
                 limits,
+                *extra,
             ]
         )

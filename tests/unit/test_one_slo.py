@@ -1,0 +1,191 @@
+"""One SLO (issue 28.4): one [slo] section, one flag and one variable each, the same everywhere.
+
+Every command that judges latency shows the same flags, default and variable in --help; one
+change of the setting moves the health rule, the gateway's deadline, load's goodput and the
+rules file together; the old names still work and say so in one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmtop import settings
+from llmtop.cli import main
+from llmtop.commands import NAMES
+from llmtop.commands._common import load
+from llmtop.core.alerts.rulesfile import render
+from llmtop.core.alerts.spec import AlertSpec
+from llmtop.core.health.health import Context, HealthState
+from llmtop.gateway.app import create_app
+from llmtop.gateway.pilot import attach
+from llmtop.gateway.state import GatewayState, limits_of
+from llmtop.load.session import LoadOptions
+from llmtop.load.stats import RequestResult, verdict
+from llmtop.settings import GatewaySettings, HealthSettings, SloSettings
+from tests.unit.test_health import healthy
+
+JUDGES = tuple(n for n in NAMES if n != "sim")
+"""Every command but the sim judges by the SLO (the sim only serves)."""
+SHOWN = {
+    "--ttft-slo-s": "(default: 2.0; env LLMTOP_TTFT_SLO_S; config [slo] ttft_s)",
+    "--itl-slo-s": "(default: 0.1; env LLMTOP_ITL_SLO_S; config [slo] itl_s)",
+}
+
+
+def help_of(command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse's wrapping undone
+
+
+@pytest.mark.parametrize("command", NAMES)
+def test_every_command_shows_the_same_slo_flags_default_and_variable(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_of(command, capsys)
+    for flag, shown in SHOWN.items():
+        if command in JUDGES:
+            assert re.search(rf"{flag} S [^-]*{re.escape(shown)}", text), (command, flag)
+        else:
+            assert flag not in text
+    assert "--ttft-slo " not in text  # the old names work, hidden
+    assert "--itl-slo " not in text
+
+
+def the_judges(slo_s: float) -> dict[str, object]:
+    """What each judge makes of the same figures once the settings are loaded as a command
+    loads them: a TTFT p95 of 3 s, a request answered in 3 s, the gateway's deadline."""
+    args = argparse.Namespace(config=None)
+    health, gateway = load(HealthSettings, args), load(GatewaySettings, args)
+    state, found = HealthState(health), set()
+    for t in range(5):  # past the rule's hold
+        ctx = Context(time=float(t), engines=(healthy(ttft_p95_s=3.0),), gateway=None, gpus=(),
+                      settings=health)  # fmt: skip
+        found = {f.id for f in state.evaluate(ctx)}
+    opts = LoadOptions(url="http://x", slo_settings=load(SloSettings, args))
+    answered = RequestResult(0.0, "ok", status=200, ttft_s=3.0, e2e_s=4.0, itl_s=(0.05,) * 9)
+    auto = GatewaySettings(slo=gateway.slo, autopilot=True)
+    ctl = create_app(auto).state.gateway.controller
+    return {
+        "degraded": "degraded-200" in found,
+        "load": verdict(answered, opts.goodput_slo()),
+        "deadline": limits_of(auto).ttft_slo_s,
+        "autopilot": attach(GatewayState(auto, ctl, None)).config.ttft_slo_s,
+        "rules": f"llmtop:vllm_ttft_p95_seconds > {slo_s:g}" in render(AlertSpec(health=health)),
+    }
+
+
+@pytest.mark.parametrize("how", ["env", "config"])
+def test_one_setting_moves_the_rule_the_deadline_goodput_and_the_rules_file_together(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("LLMTOP_TTFT_SLO_S", raising=False)
+    assert the_judges(2.0) == {
+        "degraded": True, "load": False, "deadline": 2.0, "autopilot": 2.0, "rules": True,
+    }  # fmt: skip
+    if how == "env":
+        monkeypatch.setenv("LLMTOP_TTFT_SLO_S", "3.5")
+    else:
+        (tmp_path / "llmtop").mkdir()
+        (tmp_path / "llmtop" / "config.toml").write_text("[slo]\nttft_s = 3.5\n")
+    assert the_judges(3.5) == {
+        "degraded": False, "load": True, "deadline": 3.5, "autopilot": 3.5, "rules": True,
+    }  # fmt: skip
+
+
+async def test_the_gateway_shows_its_deadline_and_the_overrides_as_admissions() -> None:
+    s = GatewaySettings(
+        slo=SloSettings(ttft_s=3.0), autopilot=True, tenant_ttft_slo_s=(("batch", 60.0),)
+    )
+    app = create_app(s)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as c:
+        before = (await c.get("/admin/stats")).json()["slo"]
+        r = await c.patch("/admin/limits", json={"ttft_slo_s": 5.0})
+        assert r.status_code == 200
+        after = (await c.get("/admin/stats")).json()["slo"]
+    assert before == {
+        "ttft_s": 3.0, "itl_s": 0.1, "admission_ttft_s": 3.0, "engine_ttft_s": 0.0,
+        "queue_budget_s": 3.0, "tenant_ttft_s": {"batch": 60.0},
+    }  # fmt: skip
+    assert after["ttft_s"] == 3.0  # the SLO stays; admission alone works to the override
+    assert after["admission_ttft_s"] == after["queue_budget_s"] == 5.0
+
+
+def test_the_old_flags_still_work_with_one_line_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings, "_warned", set())
+    assert main(["rules", "--ttft-slo", "3.5", "--itl-slo", "0.25"]) == 0
+    out, err = capsys.readouterr()
+    assert out == render(AlertSpec(health=HealthSettings(slo=SloSettings(3.5, 0.25))))
+    assert err.splitlines() == [
+        "llmtop: --ttft-slo is deprecated; use --ttft-slo-s",
+        "llmtop: --itl-slo is deprecated; use --itl-slo-s",
+    ]
+
+
+def test_the_old_config_keys_still_work_with_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings, "_warned", set())
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[health]\nttft_slo_s = 3.5\n[gateway]\nttft_slo_s = 5.0\nitl_slo_s = 0.2\n")
+    config = settings.read_config(cfg)
+    # each command its own old key first (they were two SLOs); [slo] wins over both
+    assert settings.load(HealthSettings, config=config, environ={}).slo == SloSettings(3.5, 0.2)
+    assert settings.load(GatewaySettings, config=config, environ={}).slo == SloSettings(5.0, 0.2)
+    assert sorted(capsys.readouterr().err.splitlines()) == [
+        "llmtop: config [gateway] itl_slo_s is deprecated; use [slo] itl_s",
+        "llmtop: config [gateway] ttft_slo_s is deprecated; use [slo] ttft_s",
+        "llmtop: config [health] ttft_slo_s is deprecated; use [slo] ttft_s",
+    ]
+    cfg.write_text("[slo]\nttft_s = 1.5\n[health]\nttft_slo_s = 3.5\n")
+    config = settings.read_config(cfg)
+    assert settings.load(HealthSettings, config=config, environ={}).slo.ttft_s == 1.5
+
+
+def test_load_keeps_its_old_slo_flag_as_it_was() -> None:
+    old = LoadOptions(url="http://x", slo="ttft=5")  # one bound named: no ITL bound then
+    assert (old.goodput_slo().ttft_s, old.goodput_slo().itl_s) == (5.0, None)
+    assert LoadOptions(url="http://x", e2e_slo_s=30.0).goodput_slo().e2e_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["--ttft-slo-s", "0"], "--ttft-slo-s: expected a number of seconds > 0, got 0.0"),
+        (["--itl-slo-s", "inf"], "--itl-slo-s: expected a number of seconds > 0, got inf"),
+    ],
+)
+def test_a_bad_slo_is_one_line_naming_the_flag(
+    given: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rules", *given]) != 0
+    assert capsys.readouterr().err.strip() == f"llmtop: {message}"
+
+
+def test_the_gateway_panel_names_the_deadline_and_every_override() -> None:
+    from llmtop.core.base.snapshot import GatewayStats
+    from llmtop.tui.present import deadline_text
+
+    def line(slo: float = 2.0, **kw: object) -> tuple[str, list[str]]:
+        given: dict[str, object] = {"slo_ttft_s": 2.0, "ttft_slo_s": 2.0, **kw}
+        g = GatewayStats("http://gw", True, **given)  # type: ignore[arg-type]
+        pieces = deadline_text(g, slo)
+        return "".join(t for t, _ in pieces), [t.strip() for t, look in pieces if look]
+
+    assert line() == ("", [])  # fifo, the same SLO: nothing to say
+    assert line(queue_budget_s=1.6, engine_ttft_s=0.4) == (
+        "slo 2.00s  wait ≤1.60s (engine 400ms)",
+        [],
+    )
+    assert line(1.5, queue_budget_s=1.6, engine_ttft_s=0.4)[1] == ["≠ 1.50s here"]
+    assert line(ttft_slo_s=3.0)[1] == ["admission 3.00s (override)"]
+    assert line(tenant_ttft_slo_s=(("batch", 60.0),))[0] == "slo 2.00s  1 tenant override"
