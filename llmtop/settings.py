@@ -187,6 +187,9 @@ class GatewaySettings:
     """Cap on the summed prompt tokens of the requests in flight; off when unset."""
     max_inflight_kv_blocks: int | None = None
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    max_unprefilled_prompt_tokens: int | None = None
+    """Cap on the prompt tokens admitted and not yet prefilled (no first token yet); off when
+    unset; the autopilot sets it from the engine's measured prefill rate."""
     slo: SloSettings = field(default_factory=SloSettings)
     """The SLO (the `[slo]` section): a request's TTFT budget, gateway queue included, that the
     deadline queue works to, and the ITL the autopilot keeps the engine under."""

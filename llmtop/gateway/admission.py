@@ -81,6 +81,8 @@ class AdmissionController:
         self.window_s = window_s
         self._queue: WaitQueue[Ticket] = WaitQueue(clock)
         self._budgets = Budgets()
+        self._due: list[Ticket] = []
+        """Admitted unstreamed requests whose prefill end is predicted (Ticket.prefill_due)."""
         self.estimates = Estimates()
         """The drain rates and the engine-side TTFT admission predicts from."""
         self.offered = 0
@@ -185,7 +187,7 @@ class AdmissionController:
         if slo is not None and policy.budgets:
             budget = self.queue_budget_s(slo)
             ticket.deadline = now + budget
-            wait = self.predict_wait_s(priority, kv_blocks, now)
+            wait = self.predict_wait_s(priority, kv_blocks, now, prompt_tokens)
             if policy.refuses_late and wait is not None and wait > budget:
                 msg = (
                     f"over the TTFT budget: predicted start in {wait:.1f}s, budget {budget:.1f}s"
@@ -239,17 +241,43 @@ class AdmissionController:
         """Requests finished per second lately (None before the first)."""
         return self.estimates.drain_rate(self._clock())
 
+    def good_per_s(self) -> float:
+        """Requests served with their first token within ttft_slo_s, per second lately."""
+        return self.estimates.good_per_s(self._clock())
+
     def queue_budget_s(self, slo_s: float) -> float:
         """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""
         return self.estimates.queue_budget_s(slo_s)
 
-    def predict_wait_s(self, priority: str, kv_blocks: int, now: float) -> float | None:
+    def predict_wait_s(
+        self, priority: str, kv_blocks: int, now: float, prompt_tokens: int = 0
+    ) -> float | None:
         """When a request arriving now would start: the backlog ahead of it (same or higher
-        priority) beyond what the limits have free, over the measured drain rate. None when
-        nothing has drained lately (no rate to go by)."""
+        priority) beyond what the limits have free, over the measured drain and prefill rates.
+        None when nothing has drained lately (no rate to go by)."""
         ahead = self._queue.ahead_of(priority)
-        over = self._budgets.over(self._limits, ahead, kv_blocks)
+        over = self._budgets.over(self._limits, ahead, prompt_tokens, kv_blocks)
         return self.estimates.wait_s(now, *over)
+
+    @property
+    def unprefilled_tokens(self) -> int:
+        """Prompt tokens admitted and not yet prefilled (no first token yet)."""
+        return self._budgets.unprefilled_tokens
+
+    def prefill_tok_per_s(self) -> float | None:
+        """The engine's measured prefill rate (gateway/estimates.py: PrefillRate); None: not
+        measured yet."""
+        return self.estimates.prefill.rate()
+
+    def binding(self) -> str | None:
+        """The limit that holds the head of the queue now (None: nobody waits, or paused)."""
+        queue = self._queue
+        if not queue.count or self.paused:
+            return None
+        head = queue.head(POLICIES[self._limits.queue_policy], self._congested_now)
+        if head is None:
+            return None
+        return self._budgets.binding(self._limits, head.prompt_tokens, head.kv_blocks)
 
     def congested(self, now: float) -> bool:
         """codel's test: the queue has not been empty for a whole TTFT budget."""
@@ -278,8 +306,16 @@ class AdmissionController:
         return self.congested(self._clock())
 
     def _start(self, ticket: Ticket, now: float) -> None:
+        budgets = self._budgets
+        self.estimates.prefill.advance(now, budgets.unprefilled_tokens)
         ticket.admit(now)
-        self._budgets.take(ticket)
+        budgets.take(ticket)
+        if ticket.shape is not None and not ticket.shape.stream:
+            # its first byte is its whole answer: the prompt leaves the backlog when its
+            # prefill is predicted done (the backlog at the prefill rate; 1 s before a rate)
+            rate = self.estimates.prefill.rate()
+            ticket.prefill_due = now + (budgets.unprefilled_tokens / rate if rate else 1.0)
+            self._due.append(ticket)
         if self.footprint is not None and ticket.shape is not None:
             self.footprint.admitted(ticket.shape)
         wait = now - ticket.enqueued_at
@@ -324,6 +360,18 @@ class AdmissionController:
         elif ticket.state == IN_FLIGHT:
             self.release(ticket, "cancelled")
 
+    def prefilled(self, ticket: Ticket) -> None:
+        """An admitted request's first token: its prompt leaves the prefill backlog, counted
+        into the prefill rate; room for the next prompt."""
+        if ticket.state != IN_FLIGHT or not ticket.prefilling:
+            return
+        now = self._clock()
+        self.estimates.prefill.advance(now, self._budgets.unprefilled_tokens)
+        self._budgets.prefilled(ticket)
+        ticket.prefilling = False
+        self.estimates.prefill.prefilled(ticket.prompt_tokens)
+        self._dispatch(now)
+
     def release(self, ticket: Ticket, outcome: str = "completed") -> None:
         """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
         if ticket.state != IN_FLIGHT:
@@ -331,10 +379,17 @@ class AdmissionController:
         if outcome not in ("completed", "cancelled", "upstream_error"):
             raise ValueError(f"not an outcome of an admitted request: {outcome!r}")
         now = self._clock()
+        if ticket.prefilling:
+            self.estimates.prefill.advance(now, self._budgets.unprefilled_tokens)
         ticket.end()
         self._budgets.give(ticket)
+        ticket.prefilling = False
         self.outcomes[outcome] += 1
         self.estimates.finished(now, ticket.kv_blocks)
+        slo, first = self._limits.ttft_slo_s, ticket.first_token_at
+        good = outcome == "completed" and slo is not None and first is not None
+        if good and first - ticket.enqueued_at <= slo:  # type: ignore[operator]
+            self.estimates.served_within_slo(now)
         self._dispatch(now)
         if self.on_demand is not None:
             self.on_demand()
@@ -343,6 +398,8 @@ class AdmissionController:
         """Time out the waiters queued longer than queue_timeout_s, and (every policy but
         fifo) those whose TTFT budget is gone; how many went."""
         now = self._clock() if now is None else now
+        if self._due:
+            self._prefills_due(now)
         timeout = self._limits.queue_timeout_s
         gone = 0
         for ticket in self._queue.waited_past(now, timeout):
@@ -365,6 +422,15 @@ class AdmissionController:
         if gone:
             self._dispatch(now)
         return gone
+
+    def _prefills_due(self, now: float) -> None:
+        """Unstreamed requests whose prefill is predicted done leave the backlog."""
+        due = [t for t in self._due if t.prefill_due is not None and t.prefill_due <= now]
+        if not due:
+            return
+        self._due = [t for t in self._due if t.prefilling and t not in due]
+        for ticket in due:
+            self.prefilled(ticket)
 
     def _time_out(self, ticket: Ticket, now: float) -> float:
         """Take a waiter out of the queue for its time; the seconds it waited."""
@@ -445,6 +511,9 @@ class AdmissionController:
             "queued_by_priority": self.queued_by_priority(),
             "queued_ages_s": self.queued_ages_s(now),
             "in_flight_prompt_tokens": self.in_flight_prompt_tokens,
+            "unprefilled_prompt_tokens": self.unprefilled_tokens,
+            "prefill_tok_per_s": self.prefill_tok_per_s(),
+            "binding": self.binding(),
             "offered": self.offered,
             "outcomes": dict(self.outcomes),
             "rejections": dict(self.rejections),

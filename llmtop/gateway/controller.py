@@ -1,28 +1,27 @@
-"""The autopilot: moves the gateway's KV budget (max_inflight_kv_blocks) about once a second.
+"""The autopilot: moves the gateway's two budgets about once a second, to serve the most
+requests within the SLO.
 
 Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
-(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader). A figure
-it steps on that is unknown (None: not exported, no interval yet, or no replica could be read)
-holds the budget where it is, and the reason on /admin/stats says which.
+(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
+gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
+yet, or no replica could be read) holds the budgets where they are, and the reason on
+/admin/stats says which.
 
-The budget is in KV blocks, not requests: admission already weighs every request by its
-predicted footprint (footprint.py), so one budget holds eight 4,000-token prompts or a hundred
-short chats, and a change of mix needs no move at all. The controller only corrects what the
-prediction gets wrong, on the engine's explicit congestion signals (docs/autopilot.md says why
-these and not a latency gradient):
-
-* preemption (vLLM ran out of KV blocks and threw work away), or requests waiting inside the
-  engine for 3 scrapes with its KV cache >= 95 % full: cut to 0.95x of what is in flight, and
-  keep that level as a ceiling that is forgotten slowly (0.2 % of the cache a step);
-* mean ITL over its SLO, or the engine's TTFT p95 over 0.8x the TTFT SLO: ease 5 %, same ceiling;
-* otherwise, with demand (a queue, or the budget nearly used), move toward `overcommit`: past
-  the cache by what the share of the footprint actually held (measured) and the number of
-  requests sharing it allow; at most +2 % of the cache a step up, at once down; no growth for
-  5 s after a cut, and none past the cache before a request has finished lately.
-
-Damping: a move smaller than 2 % of the cache or half a request of the mix is not made, and the
-measured held share rises fast but falls slowly, so a steady load settles (W2-W4 in
-bench/bench_autopilot.py) instead of sawing; the budget stays within [0.1, 1.5] x the cache.
+* The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
+  prefilled, counted by admission request by request (no scrape lag), bounded to what the
+  engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
+  what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
+  a time, the rest wait in the gateway where they can be seen and refused early.
+* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: it starts at the
+  cache, goes at once to the overcommit that is safe for the mix (`overcommit`), and past it
+  probes upward while there is demand and what users get holds: requests served within the
+  TTFT SLO per second not falling, the engine's mean ITL and TTFT p95 inside the SLO, and the
+  engine not queueing at a full cache. vLLM may then overcommit its cache and preempt a little,
+  when that serves more. It backs off on real trouble (an SLO missed inside the engine, or
+  preemptions thrashing: more than `thrash` per request finished), holds at what the engine
+  runs when it queues at a full cache, and keeps the level that failed as a ceiling it forgets
+  slowly, so the probe comes back (docs/autopilot.md says why these and not a latency
+  gradient).
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.core.derive.signals import EngineSignals
 from llmtop.core.base.slo import SloSettings
+from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -45,8 +44,13 @@ class AutopilotConfig:
 
     ttft_slo_s: float = SloSettings.ttft_s
     itl_slo_s: float = SloSettings.itl_s
+    prefill_horizon_s: float = 0.4
+    """The prefill budget is this many seconds of the engine's measured prefill rate: a newly
+    admitted prompt waits at most about this long behind the others' prefill."""
+    prefill_deadband: float = 0.1
+    """The prefill budget moves only when its target drifted by this share (no event spam)."""
     kv_target: float = 0.92
-    """The KV use the overcommit target aims at (see `overcommit`)."""
+    """The KV use the safe overcommit aims at (see `overcommit`)."""
     held_gain: float = 0.2
     """Smoothing per step of blocks held per footprint block when it rises (the mix got
     heavier: be careful at once)..."""
@@ -54,19 +58,31 @@ class AutopilotConfig:
     """...and when it falls (lighter: allow more only slowly); the gauge swings with every
     prefill and finish."""
     grow: float = 0.02
-    """Most the budget grows in one step, as a share of the cache (down moves are at once)."""
-    cut: float = 0.95
-    """On preemption or a full cache with a queue inside the engine: this share of what was in
-    flight, and a ceiling there..."""
+    """The probe's step past the safe level, a share of the cache (at least one request)."""
+    probe_every_s: float = 3.0
+    """Seconds between probe steps: long enough for the step's effect to show."""
+    good_drop: float = 0.9
+    """A probe level serving fewer requests within the SLO per second than this share of the
+    best lately is left for the level of the best."""
+    best_forget: float = 0.999
+    """The best served-within-SLO rate is forgotten by this factor a step (half in ~12 min), so a
+    lighter load later does not read as a failed probe for ever."""
+    thrash: float = 0.5
+    """Preemptions per request finished above which the engine is thrashing: back off."""
+    cut: float = 0.9
+    """On thrashing: this share of what was in flight, and a ceiling there..."""
     ease: float = 0.95
-    """...on a mean ITL or engine TTFT over its SLO: this share of the budget, same ceiling."""
+    """...on a mean ITL or engine TTFT over its SLO: this share of the budget, a ceiling at
+    the budget."""
     ceiling_margin: float = 0.97
     ceiling_forget: float = 0.002
     """The ceiling rises by this share of the cache a step without trouble (~50 s for 10 %)."""
     min_share: float = 0.1
-    max_share: float = 1.5
+    max_share: float = 3.0
     hold_s: float = 5.0
     waiting_ticks: int = 3
+    """Scrapes a queue inside the engine at a full cache, or a mean ITL over the SLO, must last
+    to count: a long prompt's prefill stalls the decodes for a scrape or two by itself."""
     engine_ttft_share: float = 0.8
     deadband: float = 0.02
     """Moves smaller than this share of the cache, or half a request of the mix, are not made."""
@@ -114,9 +130,10 @@ def required(sig: EngineSignals) -> tuple[Figures | None, list[str]]:
 
 
 class Autopilot:
-    """The budget's state: a float target, the applied limit, the level that last caused
-    trouble (a ceiling it forgets slowly), a hold after cuts, and the measured ratio of KV
-    blocks held to footprint blocks in flight."""
+    """The budgets' state: the KV budget's float target and applied limit, the level that last
+    failed (a ceiling it forgets slowly), a hold after cuts, the probe's last step and the
+    served-within-SLO rate before it, the measured ratio of KV blocks held to footprint blocks
+    in flight, and the prefill budget applied."""
 
     def __init__(self, config: AutopilotConfig | None = None) -> None:
         self.config = config or AutopilotConfig()
@@ -126,7 +143,18 @@ class Autopilot:
         self.ceiling: float | None = None
         self.held: float | None = None
         self._waiting_ticks = 0
+        self._slow_ticks = 0
         self._hold_until = -math.inf
+        self._rebase = False
+        self.gain = 1.0
+        """The KV budget's aim as a multiple of the safe overcommit, moved by the probe."""
+        self._best = (0.0, 1.0)
+        """The most served within the SLO per second lately (forgotten slowly), and the gain
+        it was served at."""
+        self._probe: tuple[float, float, float] | None = None
+        """The last probe step: (when, the gain before it, good per second before it)."""
+        self.prefill_applied: int | None = None
+        self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
         self.last_move: Move | None = None
         self.unread: tuple[str, ...] = ()
@@ -136,34 +164,84 @@ class Autopilot:
         """Take over from a limit set by someone else (mode switched to auto)."""
         self.applied = applied
         self.target = float(applied) if applied is not None else None
+        self._probe = None
+        self.gain = 1.0
+        self._rebase = applied is not None
+        """The gain is re-read from the budget taken over at the next step."""
+
+    # -- the prefill budget ----------------------------------------------------------------------
+
+    def prefill_budget(self, rate: float | None, backlog: int) -> int | None:
+        """The prefill budget for the measured rate (prompt tokens per busy second); a new
+        value only when it drifted past the deadband. Before a rate: 1 token, which admits a
+        prompt only when nothing is left to prefill (one at a time until the first answers)."""
+        c = self.config
+        if rate is None:
+            want = 1
+            self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
+        else:
+            want = max(1, round(rate * c.prefill_horizon_s))
+            self.prefill_reason = (
+                f"{_blocks(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
+                f" {_blocks(backlog)} tokens not yet prefilled"
+            )
+        old = self.prefill_applied
+        if old is not None and abs(want - old) <= c.prefill_deadband * max(old, 1):
+            return None
+        self.prefill_applied = want
+        return want
+
+    # -- the KV budget ---------------------------------------------------------------------------
 
     def _trouble(
-        self, sig: EngineSignals, figures: Figures, in_flight_blocks: int, lo: float
+        self,
+        sig: EngineSignals,
+        figures: Figures,
+        in_flight_blocks: int,
+        lo: float,
+        finished_per_s: float | None,
     ) -> str | None:
-        """Cut the target on a congestion signal; the reason, or None when all is well."""
+        """Cut the target on real trouble; the reason, or None when all is well."""
         c = self.config
         assert self.target is not None
         t = self.target
-        preempt_per_s, waiting, kv_usage = figures
-        self._waiting_ticks = self._waiting_ticks + 1 if waiting >= 1 else 0
-        kv = kv_usage if sig.kv_usage_frac_waiting is None else sig.kv_usage_frac_waiting
-        full = self._waiting_ticks >= c.waiting_ticks and kv >= 0.95
-        if preempt_per_s > 0 or full:
-            self.ceiling = float(max(lo, min(t, in_flight_blocks)))
-            self.target = self.ceiling * c.cut
-            if preempt_per_s > 0:
-                return f"preempting {preempt_per_s:.1f}/s"
-            return f"{waiting:.0f} waiting in the engine at KV {kv:.0%}"
+        preempt_per_s = figures[0]
         why = None
         limit = c.engine_ttft_share * c.ttft_slo_s
-        if sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s:
-            why = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
+        slow = sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s
+        self._slow_ticks = self._slow_ticks + 1 if slow else 0
+        if slow and self._slow_ticks >= c.waiting_ticks:  # not one prefill's stall: sustained
+            why = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"  # type: ignore[operator]
         elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
             why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
-        if why is not None:
+        if why is not None:  # an SLO missed inside the engine: ease, the ceiling here
             self.ceiling = t
             self.target = t * c.ease
+            self._probe = None
+            return why
+        if preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1):
+            done = finished_per_s or 0.0
+            why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
+            self.ceiling = float(max(lo, min(t, in_flight_blocks)))
+            self.target = self.ceiling * c.cut
+            self._probe = None
         return why
+
+    def _full(self, figures: Figures, sig: EngineSignals, in_flight_blocks: int) -> str | None:
+        """The engine queues inside at a full cache (3 scrapes): more admitted would only wait
+        there, out of sight. Hold at what it runs (a ceiling), without a cut."""
+        c = self.config
+        _, waiting, kv_usage = figures
+        self._waiting_ticks = self._waiting_ticks + 1 if waiting >= 1 else 0
+        kv = kv_usage if sig.kv_usage_frac_waiting is None else sig.kv_usage_frac_waiting
+        if self._waiting_ticks < c.waiting_ticks or kv < 0.95:
+            return None
+        assert self.target is not None
+        level = max(float(in_flight_blocks), c.min_share * (self.capacity or 1))
+        self.ceiling = level if self.ceiling is None else min(self.ceiling, level)
+        self.target = min(self.target, level)
+        self._probe = None
+        return f"{waiting:.0f} waiting in the engine at KV {kv:.0%}: holding at what it runs"
 
     def step(
         self,
@@ -174,11 +252,14 @@ class Autopilot:
         queued: int,
         in_flight: int = 0,
         turned_over: bool = True,
+        good_per_s: float = 0.0,
+        finished_per_s: float | None = None,
     ) -> Move | None:
-        """One control step; a Move when the applied budget changes. `in_flight` (requests)
-        sizes the margin for few large requests; `turned_over` (a request finished lately)
-        says the held ratio comes from requests at all stages of their lives, not a burst's
-        newcomers that have not grown yet: no overcommit before it."""
+        """One control step of the KV budget; a Move when the applied budget changes.
+        `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
+        request finished lately) says the held ratio comes from requests at all stages of
+        their lives, not a burst's newcomers: no overcommit before it. `good_per_s`: requests
+        served within the TTFT SLO per second lately, what the probe must not lower."""
         c = self.config
         cap = sig.kv_capacity_blocks
         if cap is None:
@@ -186,14 +267,7 @@ class Autopilot:
             return None
         self.capacity = cap
         lo, hi = max(1.0, c.min_share * cap), c.max_share * cap
-        if sig.kv_usage_frac is not None and in_flight_blocks >= 0.2 * cap:
-            ratio = min(1.0, sig.kv_usage_frac * cap / in_flight_blocks)
-            prev = self.held
-            if prev is None:
-                self.held = ratio
-            else:
-                gain = c.held_gain if ratio > prev else c.held_gain_down
-                self.held = prev + gain * (ratio - prev)
+        self._learn_held(sig, cap, in_flight_blocks)
         if self.target is None or self.applied is None:
             self.target = float(cap)
             return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
@@ -204,7 +278,7 @@ class Autopilot:
                 "(not in the upstream's /metrics, or no interval yet)"
             )
             return None
-        why = self._trouble(sig, figures, in_flight_blocks, lo)
+        why = self._trouble(sig, figures, in_flight_blocks, lo, finished_per_s)
         if why is not None:
             self.target = max(lo, self.target)
             self._hold_until = now + c.hold_s
@@ -213,30 +287,104 @@ class Autopilot:
                 return self._apply(new, why)
             self.last_reason = f"holding: {why}"
             return None
+        full = self._full(figures, sig, in_flight_blocks)
         if self.ceiling is not None:
             self.ceiling += c.ceiling_forget * cap
             if self.ceiling >= hi:
                 self.ceiling = None
+        if full is not None:
+            new = round(max(lo, self.target))
+            if new < self.applied - self._band(cap, in_flight_blocks, in_flight):
+                return self._apply(new, full)
+            self.last_reason = f"KV budget {_blocks(self.applied)} blocks: {full}"
+            return None
         if now < self._hold_until:
             return None
+        return self._seek(
+            now, cap, lo, hi, in_flight_blocks, queued, in_flight, turned_over, good_per_s
+        )
+
+    def _learn_held(self, sig: EngineSignals, cap: int, in_flight_blocks: int) -> None:
+        if sig.kv_usage_frac is None or in_flight_blocks < 0.2 * cap:
+            return
+        ratio = min(1.0, sig.kv_usage_frac * cap / in_flight_blocks)
+        prev = self.held
+        if sig.kv_usage_frac >= 0.99 and prev is not None and ratio < prev:
+            return  # a full cache says only "at least this much held": a heavier mix, never lighter
+        if prev is None:
+            self.held = ratio
+        else:
+            gain = self.config.held_gain if ratio > prev else self.config.held_gain_down
+            self.held = prev + gain * (ratio - prev)
+
+    def _band(self, cap: int, in_flight_blocks: int, in_flight: int) -> float:
+        """A move smaller than this changes nothing that fits: 2 % of the cache or half a
+        request of the current mix."""
+        per = in_flight_blocks / in_flight if in_flight else None
+        return max(self.config.deadband * cap, 0.5 * per) if per else self.config.deadband * cap
+
+    def _seek(
+        self,
+        now: float,
+        cap: int,
+        lo: float,
+        hi: float,
+        in_flight_blocks: int,
+        queued: int,
+        in_flight: int,
+        turned_over: bool,
+        good: float,
+    ) -> Move | None:
+        """No trouble: toward `gain` x the safe overcommit (up by a step at a time, down at
+        once: a heavier mix is followed), and the gain probed upward while served within the
+        SLO does not fall; a probe step that lowered it is taken back."""
+        c = self.config
+        assert self.target is not None
+        assert self.applied is not None
         held = self.held if self.held is not None else 1.0
         per = in_flight_blocks / in_flight if in_flight else None
-        want = overcommit(cap, held, per, c.kv_target) if turned_over and per else float(cap)
+        safe = overcommit(cap, held, per, c.kv_target) if turned_over and per else float(cap)
         top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
-        want = max(lo, min(want, top))
+        if self._rebase:
+            self._rebase = False
+            self.gain = max(1.0, self.target / safe)
         demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
-        # a move smaller than half a request of the current mix changes nothing that fits
-        band = max(c.deadband * cap, 0.5 * per) if per else c.deadband * cap
-        if want < self.target - band:
-            self.target = want  # the mix got heavier: follow it down at once
-        elif demand:
-            self.target = min(want, self.target + c.grow * cap)
+        band = self._band(cap, in_flight_blocks, in_flight)
+        step = max(c.grow * cap, per or 0.0)
+        probe, why = self._probe, ""
+        best_good, best_gain = self._best
+        if good > best_good:
+            self._best = best_good, best_gain = good, self.gain
+        else:
+            self._best = best_good * c.best_forget, best_gain
+        if probe is not None and now - probe[0] >= c.probe_every_s:
+            self._probe = None
+            if good < c.good_drop * best_good and self.gain > best_gain:
+                # served fewer than at a lower level: back there, and a ceiling here
+                self.ceiling = self.gain * safe
+                self.gain = best_gain
+                why = f"probe taken back: served within SLO {good:.2f}/s < {best_good:.2f}/s"
+        elif (
+            probe is None
+            and demand
+            and good > 0  # nothing served within the SLO lately: no evidence a step helps
+            and self.target >= self.gain * safe - band
+            and self.gain * safe + step <= top
+        ):
+            self._probe = (now, self.gain, good)
+            self.gain += step / safe
+            why = f"probing up: {queued} queued, served within SLO {good:.2f}/s"
+        want = max(lo, min(self.gain * safe, top))
+        if want < self.target:
+            self.target = want  # heavier mix, a probe taken back, or under a ceiling
+            why = why or f"heavier mix: {held:.0%} of the footprint held"
+        elif demand and want > self.target:
+            self.target = min(want, self.target + step)
+            why = why or f"headroom: {held:.0%} of the footprint held, {queued} queued"
         new = round(self.target)
-        if abs(new - self.applied) >= band:
-            if new > self.applied:
-                why = f"headroom: {held:.0%} of the footprint held, {queued} queued"
-            else:
-                why = f"heavier mix: {held:.0%} of the footprint held"
+        back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
+        moved = abs(new - self.applied) >= band or why.startswith("prob") or back_to_safe
+        if new != self.applied and moved:
             return self._apply(new, why)
         return None
 
@@ -249,12 +397,20 @@ class Autopilot:
         return self.last_move
 
     def status(self, ctl: AdmissionController) -> dict[str, Any]:
-        """The autopilot's part of /admin/stats; the budget also as requests of the recent mix."""
+        """The autopilot's part of /admin/stats: every budget in force, which one binds, the
+        budget also as requests of the recent mix, and the reasons."""
         per = ctl.in_flight_kv_blocks / ctl.in_flight if ctl.in_flight else None
+        binding = ctl.binding()
         return {
             "budget_blocks": self.applied,
             "capacity_blocks": self.capacity,
             "budget_requests": round(self.applied / per) if per and self.applied else None,
+            "prefill_budget_tokens": self.prefill_applied,
+            "prefill_tok_per_s": ctl.prefill_tok_per_s(),
+            "served_within_slo_per_s": ctl.good_per_s(),
+            "binding": binding,
+            "binding_reason": binding_reason(ctl, binding),
+            "prefill_reason": self.prefill_reason,
             "reason": self.last_reason
             + (
                 f" ({len(self.unread)} replica(s) unread: {', '.join(self.unread)})"
@@ -262,6 +418,26 @@ class Autopilot:
                 else ""
             ),
         }
+
+
+def binding_reason(ctl: AdmissionController, binding: str | None) -> str | None:
+    """What holds the queue's head, in words with the arithmetic."""
+    lim = ctl.limits
+    if binding == "max_unprefilled_prompt_tokens":
+        return (
+            f"prefill backlog {_blocks(ctl.unprefilled_tokens)} tokens, budget"
+            f" {_blocks(lim.max_unprefilled_prompt_tokens or 0)}: holding new prompts"
+        )
+    if binding == "max_inflight_kv_blocks":
+        return (
+            f"KV footprint in flight {_blocks(ctl.in_flight_kv_blocks)} blocks, budget"
+            f" {_blocks(lim.max_inflight_kv_blocks or 0)}: holding until some finish"
+        )
+    if binding == "max_concurrency":
+        return f"{ctl.in_flight} in flight, max_concurrency {lim.max_concurrency}"
+    if binding is not None:
+        return f"held by {binding}"
+    return None
 
 
 def drive(
@@ -272,8 +448,25 @@ def drive(
     *,
     unread: str = "no replica",
 ) -> None:
-    """One tick: learn the footprint, and in auto mode step the controller and apply its move.
-    `sig` None: no replica's /metrics could be read (`unread` says why); the budget holds."""
+    """One tick: learn the footprint, and in auto mode step the controller and apply its moves.
+    `sig` None: no replica's /metrics could be read (`unread` says why); the KV budget holds
+    (the prefill budget is the gateway's own count and keeps moving)."""
+    lim = ctl.limits
+    if lim.mode != "auto":
+        pilot.reset(None)
+        pilot.prefill_applied = None
+        pilot.last_reason = "manual: the autopilot is off"
+        ctl.autopilot = pilot.status(ctl)
+        return
+    pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
+    if pilot.prefill_applied != lim.max_unprefilled_prompt_tokens and pre is None:
+        pre = pilot.prefill_applied  # someone else set it: put ours back
+    if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
+        ctl.set_limits(
+            {"max_unprefilled_prompt_tokens": pre},
+            source=AUTOPILOT,
+            reason=f"prefill budget {_blocks(pre)} tokens: {pilot.prefill_reason}",
+        )
     if sig is None:
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
         ctl.autopilot = pilot.status(ctl)
@@ -281,11 +474,6 @@ def drive(
     if ctl.footprint is not None:
         ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
     lim = ctl.limits
-    if lim.mode != "auto":
-        pilot.reset(None)
-        pilot.last_reason = "manual: the autopilot is off"
-        ctl.autopilot = pilot.status(ctl)
-        return
     if pilot.applied != lim.max_inflight_kv_blocks:
         pilot.reset(lim.max_inflight_kv_blocks)  # someone else set it while auto: start there
     if lim.max_concurrency < AUTO_MAX_CONCURRENCY:
@@ -294,13 +482,16 @@ def drive(
             source=AUTOPILOT,
             reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
         )
+    finished = ctl.drain_rate()
     move = pilot.step(
         now,
         sig,
         in_flight_blocks=ctl.in_flight_kv_blocks,
         queued=ctl.queued,
         in_flight=ctl.in_flight,
-        turned_over=bool(ctl.drain_rate()),
+        turned_over=bool(finished),
+        good_per_s=ctl.good_per_s(),
+        finished_per_s=finished,
     )
     if move is not None:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)

@@ -1,16 +1,19 @@
 """What admission predicts from: how fast the admitted work drains (requests and KV blocks
-finished per second) and how long the engine takes to a first token once a request reaches it.
+finished per second, prompt tokens prefilled per second) and how long the engine takes to a
+first token once a request reaches it.
 
 These feed the Retry-After of a 429, the deadline queue's predicted start, the TTFT budget a
-request may spend queued, and the autopilot's "turned over" signal. A new estimator (say, prompt
-tokens prefilled per second, for a budget of prompt tokens not yet prefilled) goes here: fed
-from the controller where a request starts, first answers (`first_token`) or ends
-(`finished`), and read where the controller predicts a wait (`wait_s`).
+request may spend queued, the autopilot's "turned over" signal and its prefill budget. A new
+estimator goes here: fed from the controller where a request starts, first answers
+(`first_token`, `prefilled`) or ends (`finished`), and read where the controller predicts a
+wait (`wait_s`).
 
 Pure: every method takes `now` from the controller's clock.
 """
 
 from __future__ import annotations
+
+import math
 
 from llmtop.gateway.window import RateWindow
 
@@ -20,16 +23,63 @@ ENGINE_TTFT_GAIN = 0.1
 """Smoothing of the engine-side TTFT estimate per sample (about the last 10 first tokens)."""
 UNKNOWN_DRAIN_RETRY_S = 5.0
 """Retry-After when no request has completed recently (no drain rate to estimate from)."""
+PREFILL_WINDOW_S = 20.0
+"""Time constant of the prefill rate: older busy time and tokens weigh e^-1 after this long."""
+MIN_BUSY_S = 0.02
+"""Busy time below which no prefill rate is claimed."""
+
+
+class PrefillRate:
+    """Prompt tokens the engine prefills per second while it has this gateway's prompts to
+    prefill, measured at the gateway: the prompt tokens whose first token came, over the time
+    some admitted prompt was waiting for one (both decayed over PREFILL_WINDOW_S).
+
+    Counting only busy time makes it the engine's prefill capacity, not the offered prompt rate
+    (an idle engine prefills little because it is given little), and counting tokens over the
+    engine's whole busy time, not per request, is what batching does not fool: ten prompts
+    prefilled together in one step count ten prompts in that step's time. When the engine is
+    slowed by something else (a full cache: admitted prompts wait inside it) the rate falls
+    with it, which is right: it is the rate at which a new prompt would get its first token."""
+
+    __slots__ = ("_busy_s", "_t", "_tokens")
+
+    def __init__(self) -> None:
+        self._t: float | None = None
+        self._busy_s = 0.0
+        self._tokens = 0.0
+
+    def advance(self, now: float, backlog: int) -> None:
+        """Time passes up to `now` with `backlog` prompt tokens (> 0: busy) waiting all along."""
+        t = self._t
+        self._t = now
+        if t is None or now <= t:
+            return
+        keep = math.exp(-(now - t) / PREFILL_WINDOW_S)
+        self._tokens *= keep
+        self._busy_s = self._busy_s * keep + ((now - t) if backlog > 0 else 0.0)
+
+    def prefilled(self, tokens: int) -> None:
+        """A prompt of `tokens` got its first token (call `advance` first)."""
+        self._tokens += tokens
+
+    def rate(self) -> float | None:
+        """Prompt tokens per busy second; None before enough has been measured."""
+        if self._busy_s < MIN_BUSY_S or self._tokens <= 0:
+            return None
+        return self._tokens / self._busy_s
 
 
 class Estimates:
     """The recent drain rates and the engine-side TTFT, updated as requests finish."""
 
-    __slots__ = ("_drain", "_drain_blocks", "engine_ttft_s")
+    __slots__ = ("_drain", "_drain_blocks", "_good", "engine_ttft_s", "prefill")
 
     def __init__(self) -> None:
         self._drain = RateWindow(DRAIN_WINDOW_S)
         self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
+        self._good = RateWindow(DRAIN_WINDOW_S)
+        self.prefill = PrefillRate()
+        """Prompt tokens prefilled per busy second (the prefill budget's and wait's rate)."""
         self.engine_ttft_s = 0.0
         """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
 
@@ -37,6 +87,14 @@ class Estimates:
         """An admitted request ended (whatever its outcome): its slot and blocks are free."""
         self._drain.add(now)
         self._drain_blocks.add(now, kv_blocks)
+
+    def served_within_slo(self, now: float) -> None:
+        """A request completed whose first token came within the TTFT SLO."""
+        self._good.add(now)
+
+    def good_per_s(self, now: float) -> float:
+        """Requests served within the TTFT SLO per second lately (the autopilot's objective)."""
+        return self._good.rate(now) or 0.0
 
     def first_token(self, seconds: float, queue_s: float) -> None:
         """A first token `seconds` after arrival, `queue_s` of them queued in the gateway."""
@@ -60,11 +118,19 @@ class Estimates:
             return max(1.0, min(queue_timeout_s, UNKNOWN_DRAIN_RETRY_S))
         return max(1.0, min(backlog / rate, 3600.0))
 
-    def wait_s(self, now: float, requests_over: int, kv_blocks_over: int) -> float | None:
-        """When the work beyond the free room has drained: `requests_over` requests and
-        `kv_blocks_over` KV blocks more than the limits have free, over the measured drain
-        rates (0 when nothing is over). None when a rate it needs is unknown."""
+    def wait_s(
+        self, now: float, requests_over: int, kv_blocks_over: int, tokens_over: int = 0
+    ) -> float | None:
+        """When the work beyond the free room has drained: `requests_over` requests,
+        `kv_blocks_over` KV blocks and `tokens_over` prompt tokens to prefill more than the
+        limits have free, over the measured drain and prefill rates (0 when nothing is over).
+        None when a rate it needs is unknown."""
         waits = [0.0]
+        if tokens_over > 0:
+            rate_t = self.prefill.rate()
+            if not rate_t:
+                return None
+            waits.append(tokens_over / rate_t)
         if requests_over > 0:
             rate = self._drain.rate(now)
             if not rate:

@@ -40,6 +40,8 @@ class PromptShape:
     tokens: int
     exact: bool
     max_tokens: int | None
+    stream: bool = True
+    """Streamed: the first byte is the first token (else it is the whole answer)."""
 
 
 def _is_ids(value: Any) -> bool:
@@ -61,13 +63,14 @@ def read_shape(body: bytes) -> PromptShape:
         return PromptShape(0, True, None)
     mt = obj.get("max_completion_tokens", obj.get("max_tokens", obj.get("max_output_tokens")))
     max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) and mt > 0 else None
+    stream = obj.get("stream") is True
     if "prompt" in obj:
         p = obj["prompt"]
         exact = _is_ids(p) or (isinstance(p, list) and bool(p) and all(_is_ids(x) for x in p))
-        return PromptShape(value_tokens(p), exact, max_tokens)
+        return PromptShape(value_tokens(p), exact, max_tokens, stream)
     if "messages" in obj:
-        return PromptShape(value_tokens(obj["messages"]), False, max_tokens)
-    return PromptShape(value_tokens(obj.get("input")), False, max_tokens)
+        return PromptShape(value_tokens(obj["messages"]), False, max_tokens, stream)
+    return PromptShape(value_tokens(obj.get("input")), False, max_tokens, stream)
 
 
 class FootprintModel:

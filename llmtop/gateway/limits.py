@@ -18,7 +18,12 @@ __all__ = ["AUTOPILOT", "LEVERS", "LimitError", "Limits", "change_limits", "vali
 AUTOPILOT = "autopilot"
 """The source of the autopilot's own changes; any other source changing a lever it moves
 switches the mode to manual."""
-LEVERS = ("max_concurrency", "max_inflight_kv_blocks", "max_inflight_prompt_tokens")
+LEVERS = (
+    "max_concurrency",
+    "max_inflight_kv_blocks",
+    "max_inflight_prompt_tokens",
+    "max_unprefilled_prompt_tokens",
+)
 """The limits the autopilot moves."""
 
 
@@ -33,6 +38,10 @@ class Limits:
     max_inflight_prompt_tokens: int | None = None
     max_inflight_kv_blocks: int | None = None
     """Cap on the summed predicted KV footprint (blocks) in flight; the autopilot moves it."""
+    max_unprefilled_prompt_tokens: int | None = None
+    """Cap on the prompt tokens admitted and not yet prefilled (no first token yet): the
+    engine's prefill backlog, which sets a newly admitted request's TTFT; the autopilot sets it
+    from the measured prefill rate."""
     ttft_slo_s: float | None = None
     """TTFT budget of a request (queue + engine) that admission works to: the SLO ([slo]
     ttft_s) from the start; changed live, an override for admission only. The deadline

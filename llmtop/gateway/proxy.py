@@ -209,7 +209,14 @@ class Proxy:
         body = x.body
         who = state.trust.identify(authorization, prio, tenant)
         kv_blocks, shape = footprint_of(ctl, body)
-        rpm = ctl.limits.rate_limit_rpm
+        lim = ctl.limits
+        if shape is not None and ctl.footprint is not None:
+            tokens = ctl.footprint.prompt_tokens(shape)
+        elif lim.max_inflight_prompt_tokens or lim.max_unprefilled_prompt_tokens:
+            tokens = prompt_tokens(body)
+        else:
+            tokens = 0  # no budget counts prompts: the body is not read for them
+        rpm = lim.rate_limit_rpm
         shared_rate = None  # the rate limit held in Redis, when there is one that answers
         if rpm is not None and state.shared.backend == "redis":
             shared_rate = await state.shared.rate_check(who.tenant or "", rpm)
@@ -220,7 +227,7 @@ class Proxy:
             ticket = ctl.enter(
                 who.priority,
                 tenant=who.tenant,
-                prompt_tokens=(prompt_tokens(body) if ctl.limits.max_inflight_prompt_tokens else 0),
+                prompt_tokens=tokens,
                 kv_blocks=kv_blocks,
                 shape=shape,
                 rate_checked=shared_rate is not None,
@@ -401,7 +408,8 @@ class Proxy:
                 upstream_s += now - t_wait
                 if not chunk:
                     break
-                if first:
+                if first and ticket is not None:
+                    ticket.first_token()  # unstreamed: its last byte too (prefill_due came first)
                     state.controller.record_ttft(now - t0, queue_s)
                     state.unanswered.answered(id(ticket))
                     first = False

@@ -73,6 +73,7 @@ def limits_of(settings: GatewaySettings) -> Limits:
         rate_limit_rpm=settings.rate_limit_rpm,
         max_inflight_prompt_tokens=settings.max_inflight_prompt_tokens,
         max_inflight_kv_blocks=settings.max_inflight_kv_blocks,
+        max_unprefilled_prompt_tokens=settings.max_unprefilled_prompt_tokens,
         ttft_slo_s=settings.slo.ttft_s,
         queue_policy="deadline" if auto and settings.queue_policy == "fifo" else policy,
         mode="auto" if auto else settings.mode,

@@ -23,6 +23,8 @@ class Owner(Protocol):
 
     def release(self, ticket: Ticket, outcome: str) -> None: ...
 
+    def prefilled(self, ticket: Ticket) -> None: ...
+
 
 class Ticket:
     """One request's place: queued, then in flight, then done; `release` ends it exactly once."""
@@ -35,7 +37,10 @@ class Ticket:
         "admitted_at",
         "deadline",
         "enqueued_at",
+        "first_token_at",
         "kv_blocks",
+        "prefill_due",
+        "prefilling",
         "priority",
         "prompt_tokens",
         "seq",
@@ -66,6 +71,13 @@ class Ticket:
         self.enqueued_at = now
         self.admitted_at: float | None = None
         self.state = QUEUED
+        self.first_token_at: float | None = None
+        """When its first token came (streamed answers only)."""
+        self.prefilling = False
+        """Admitted and no first token yet: its prompt counts in the prefill backlog."""
+        self.prefill_due: float | None = None
+        """For a request whose first byte is its whole answer (not streamed): when its
+        prefill is predicted done, the time its prompt leaves the backlog."""
         self.deadline: float | None = None
         """When its TTFT budget is gone (queue policies but fifo, with a TTFT SLO)."""
         self.seq = 0
@@ -118,6 +130,13 @@ class Ticket:
         """End an admitted request: completed, cancelled or upstream_error. Idempotent."""
         self._owner.release(self, outcome)
 
+    def first_token(self) -> None:
+        """Its first token arrived: its prompt is prefilled. Idempotent."""
+        if self.first_token_at is None:
+            self.first_token_at = self._clock()
+        if self.prefilling:
+            self._owner.prefilled(self)
+
     # -- moved by the controller ---------------------------------------------------------------
 
     def to_wait(self) -> None:
@@ -127,6 +146,7 @@ class Ticket:
     def admit(self, now: float) -> None:
         """In flight from `now`; wakes its waiter."""
         self.state = IN_FLIGHT
+        self.prefilling = True
         self.admitted_at = now
         if self._future is not None and not self._future.done():
             self._future.set_result(None)

@@ -379,6 +379,8 @@ class WhatIfRun:
                 req.first_s = t1
                 firsts += 1
                 if ctl is not None:
+                    if req.ticket is not None:
+                        req.ticket.first_token()  # its prompt leaves the prefill backlog
                     admit = req.admit_s if req.admit_s is not None else req.enter_s
                     ctl.record_ttft(t1 - req.enter_s, queue_s=admit - req.enter_s)
         if self.first_start <= t0 < self.last_stop:

@@ -34,6 +34,7 @@ async def test_get_limits_shape() -> None:
         "rate_limit_rpm": 120.0,
         "max_inflight_prompt_tokens": None,
         "max_inflight_kv_blocks": None,
+        "max_unprefilled_prompt_tokens": None,
         "ttft_slo_s": 2.0,  # the SLO ([slo] ttft_s): admission's budget until overridden
         "queue_policy": "fifo",
         "mode": "manual",

@@ -51,7 +51,7 @@ class LimitSpec:
 
 
 MODES: tuple[str, ...] = ("manual", "auto")
-"""auto: the autopilot moves the KV budget; manual: only people do."""
+"""auto: the autopilot moves the KV and prefill budgets; manual: only people do."""
 QUEUE_POLICIES: tuple[str, ...] = ("fifo", "deadline", "codel", "lifo")
 """fifo (timeout only), deadline (reject at arrival / leave when the TTFT budget is gone),
 codel (controlled delay) or lifo (adaptive LIFO with codel, as in "Fail at Scale")."""
@@ -82,6 +82,15 @@ LIMITS: tuple[LimitSpec, ...] = (
         1,
         True,
         "summed predicted KV footprint in flight (the autopilot moves it)",
+    ),
+    LimitSpec(
+        "max_unprefilled_prompt_tokens",
+        "prefill",
+        "int",
+        "tokens",
+        1,
+        True,
+        "prompt tokens admitted, no first token yet (the autopilot sets it)",
     ),
     LimitSpec("ttft_slo_s", "slo", "float", "s", 0, True, "admission's TTFT budget (an override)"),
     LimitSpec("queue_policy", "policy", "choice", "", 0, False, "queue discipline", QUEUE_POLICIES),
@@ -143,6 +152,7 @@ class LimitsDoc(TypedDict):
     rate_limit_rpm: float | None
     max_inflight_prompt_tokens: int | None
     max_inflight_kv_blocks: int | None
+    max_unprefilled_prompt_tokens: int | None
     ttft_slo_s: float | None
     queue_policy: str
     mode: str
@@ -228,6 +238,13 @@ class StatsDoc(TypedDict, total=False):
     """Seconds each waiting request has waited, in queue order (highest priority first, oldest
     first within one); the first 1,000 (`queued` counts them all). What a what-if starts from."""
     in_flight_prompt_tokens: int
+    unprefilled_prompt_tokens: int
+    """Prompt tokens admitted with no first token yet: the prefill backlog this gateway made."""
+    prefill_tok_per_s: float | None
+    """Prompt tokens the engine prefills per second while it has some to (None: not measured)."""
+    binding: str | None
+    """The limit holding the head of the queue now (a field of LIMITS, or share_slots /
+    share_kv_blocks); None when nobody waits."""
     offered: int
     outcomes: dict[str, int]
     rejections: dict[str, int]

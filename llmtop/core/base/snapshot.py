@@ -107,6 +107,7 @@ class GatewayStats:
     rate_limit_rpm: float | None = None
     max_inflight_prompt_tokens: int | None = None
     max_inflight_kv_blocks: int | None = None
+    max_unprefilled_prompt_tokens: int | None = None
     ttft_slo_s: float | None = None
     queue_policy: str | None = None
     mode: str | None = None
