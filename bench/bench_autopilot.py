@@ -36,7 +36,7 @@ from llmtop.core.derive.percentiles import percentile_linear as percentile  # no
 from llmtop.core.derive.signals import signals  # noqa: E402
 from llmtop.core.vllm.scrape import EngineScrape  # noqa: E402
 from llmtop.gateway.admission import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
-from llmtop.gateway.controller import Autopilot, drive  # noqa: E402
+from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive  # noqa: E402
 from llmtop.gateway.footprint import FootprintModel, PromptShape  # noqa: E402
 from llmtop.gateway.pilot import read_scrape  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
@@ -55,8 +55,13 @@ LONG: Shape = (4000, 256)
 Mix = tuple[tuple[float, Shape], ...]
 
 
+PROFILE = ["seed"]
+"""The sim profile every run uses (--profile: a name or a JSON file, e.g. one fitted to the
+real vLLM by bench/bench_vllm_serve.py)."""
+
+
 def engine() -> Engine:
-    return Engine(EngineConfig.from_profile(get_profile("seed")))
+    return Engine(EngineConfig.from_profile(get_profile(PROFILE[0])))
 
 
 @dataclass(frozen=True)
@@ -366,7 +371,10 @@ async def simulate(w: Workload, policy: Policy) -> Result:
         ctl = AdmissionController(policy.limits, clock=clock, wall_clock=clock)
     if policy.autopilot and ctl is not None:
         ctl.footprint = FootprintModel(eng.config.block_size)
-        pilot = Autopilot()
+        try:  # as `llmtop gateway --autopilot --ttft-slo-s 5 --itl-slo-s 0.1` starts it
+            pilot = Autopilot(AutopilotConfig(ttft_slo_s=TTFT_SLO_S, itl_slo_s=ITL_SLO_S))
+        except TypeError:  # a tree whose config has other fields
+            pilot = Autopilot()
         renderer = MetricsRenderer(eng, "llmtop-sim", 0.0)
     pending: dict[Ticket, Rec] = {}
     tickets: dict[int, Ticket] = {}
@@ -599,18 +607,23 @@ def draw(folder: Path, runs: list[tuple[Workload, list[Result]]]) -> list[str]:
     return names
 
 
-GRID_SHAPE: Shape = (500, 350)
+GRID_SHAPE: list[Shape] = [(500, 350)]
 GRID_LOADS = (0.5, 0.7, 1.0, 1.3, 2.0, 3.0)
 GRID_S = 120.0
+GRID_REQUESTS = 240
 
 
 def grid() -> list[str]:
     """The judge's grid in virtual time: Poisson 500/350 (what `vllm bench serve` sends the
-    `seed` sim in bench/bench_vllm_serve.py) at 0.5x..3x capacity for 2 minutes of arrivals;
+    `seed` sim in bench/bench_vllm_serve.py) at 0.5x..3x capacity, 2 minutes of arrivals or
+    240 requests, whichever is longer;
     no gateway, every static cap, the autopilot. Prints one table and the issue's targets."""
-    mix: Mix = ((1.0, GRID_SHAPE),)
+    shape = GRID_SHAPE[0]
+    mix: Mix = ((1.0, shape),)
     cap = capacity(mix)
-    print(f"#### Grid: Poisson {GRID_SHAPE[0]}/{GRID_SHAPE[1]}, capacity {cap:.2f} req/s\n")
+    print(
+        f"#### Grid: Poisson {shape[0]}/{shape[1]} on `{PROFILE[0]}`, capacity {cap:.2f} req/s\n"
+    )
     print(
         "| load | policy | goodput | output tok/s | TTFT p50 | TTFT p95 served | 429s |"
         " preemptions |"
@@ -619,7 +632,9 @@ def grid() -> list[str]:
     lines: list[str] = []
     for load in GRID_LOADS:
         rng = random.Random(SEED + int(load * 10))
-        reqs = poisson(rng, lambda t, x=load: x * cap, load * cap, GRID_S, mix)
+        rate = load * cap
+        span = max(GRID_S, GRID_REQUESTS / rate)  # a steady state's worth at a slow engine too
+        reqs = poisson(rng, lambda t: rate, rate, span, mix)  # noqa: B023  # used at once
         w = Workload(f"{load:g}x", f"{load:g}x", reqs, min(1.0, 1 / load))
         results = [run(w, p) for p in POLICIES]
         by = {r.policy.key: r for r in results}
@@ -679,7 +694,12 @@ def main() -> None:
     parser.add_argument("--plots", default=str(ROOT / "bench" / "plots"), help="PNG folder")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--grid", action="store_true", help="only the judge's load grid")
+    parser.add_argument("--profile", default="seed", help="sim profile: a name or a JSON file")
+    parser.add_argument("--shape", default="500/350", help="the grid's prompt/output tokens")
     args = parser.parse_args()
+    PROFILE[0] = args.profile
+    p_in, _, p_out = args.shape.partition("/")
+    GRID_SHAPE[0] = (int(p_in), int(p_out))
     t0 = time.process_time()
     if args.grid:
         for line in grid():

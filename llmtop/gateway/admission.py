@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from llmtop.errors import Rejected
+from llmtop.gateway.admission_stats import stats_doc
 from llmtop.gateway.budgets import Budgets
 from llmtop.gateway.estimates import Estimates
 from llmtop.gateway.footprint import FootprintModel, PromptShape
@@ -111,6 +112,14 @@ class AdmissionController:
     @property
     def limits(self) -> Limits:
         return self._limits
+
+    def now(self) -> float:
+        """The controller's clock (monotonic; a fake one in tests and virtual time)."""
+        return self._clock()
+
+    def wall(self) -> float:
+        """Wall-clock time, for what people read (events, /admin/stats' time)."""
+        return self._wall()
 
     @property
     def queued(self) -> int:
@@ -307,7 +316,7 @@ class AdmissionController:
 
     def _start(self, ticket: Ticket, now: float) -> None:
         budgets = self._budgets
-        self.estimates.prefill.advance(now, budgets.unprefilled_tokens)
+        self.estimates.prefill.pass_time(now, budgets.unprefilled_tokens)
         ticket.admit(now)
         budgets.take(ticket)
         if ticket.shape is not None and not ticket.shape.stream:
@@ -366,7 +375,7 @@ class AdmissionController:
         if ticket.state != IN_FLIGHT or not ticket.prefilling:
             return
         now = self._clock()
-        self.estimates.prefill.advance(now, self._budgets.unprefilled_tokens)
+        self.estimates.prefill.pass_time(now, self._budgets.unprefilled_tokens)
         self._budgets.prefilled(ticket)
         ticket.prefilling = False
         self.estimates.prefill.prefilled(ticket.prompt_tokens)
@@ -380,12 +389,13 @@ class AdmissionController:
             raise ValueError(f"not an outcome of an admitted request: {outcome!r}")
         now = self._clock()
         if ticket.prefilling:
-            self.estimates.prefill.advance(now, self._budgets.unprefilled_tokens)
+            self.estimates.prefill.pass_time(now, self._budgets.unprefilled_tokens)
         ticket.end()
         self._budgets.give(ticket)
         ticket.prefilling = False
         self.outcomes[outcome] += 1
-        self.estimates.finished(now, ticket.kv_blocks)
+        queue = self._queue
+        self.estimates.finished(now, ticket.kv_blocks, queue.busy_s(now), queue.count)
         slo, first = self._limits.ttft_slo_s, ticket.first_token_at
         good = outcome == "completed" and slo is not None and first is not None
         if good and first - ticket.enqueued_at <= slo:  # type: ignore[operator]
@@ -500,32 +510,5 @@ class AdmissionController:
         return self._queue.ages(now, QUEUED_AGES_LISTED)
 
     def stats(self) -> dict[str, Any]:
-        """The /admin/stats object, less the upstream (the app knows that)."""
-        now = self._clock()
-        w50, w95 = self.queue_wait.quantiles(now, (0.5, 0.95))
-        t50, t95 = self.ttft.quantiles(now, (0.5, 0.95))
-        return {
-            "time": self._wall(),
-            "in_flight": self.in_flight,
-            "queued": self.queued,
-            "queued_by_priority": self.queued_by_priority(),
-            "queued_ages_s": self.queued_ages_s(now),
-            "in_flight_prompt_tokens": self.in_flight_prompt_tokens,
-            "unprefilled_prompt_tokens": self.unprefilled_tokens,
-            "prefill_tok_per_s": self.prefill_tok_per_s(),
-            "binding": self.binding(),
-            "offered": self.offered,
-            "outcomes": dict(self.outcomes),
-            "rejections": dict(self.rejections),
-            "queue_wait_s": {"p50": w50, "p95": w95},
-            "ttft_s": {"p50": t50, "p95": t95},
-            "window_s": self.window_s,
-            "paused": self.paused,
-            "in_flight_kv_blocks": self.in_flight_kv_blocks,
-            "share_slots": self.share_slots,
-            "share_kv_blocks": self.share_kv_blocks,
-            "engine_ttft_s": self.engine_ttft_s,
-            "mode": self._limits.mode,
-            "autopilot": self.autopilot,
-            "limits": self._limits.to_dict(),
-        }
+        """The /admin/stats object, less the upstream (gateway/admission_stats.py)."""
+        return stats_doc(self)

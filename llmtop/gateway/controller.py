@@ -33,6 +33,7 @@ from typing import Any
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
+from llmtop.gateway.autopilot_status import autopilot_status, blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
 """In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
@@ -61,12 +62,13 @@ class AutopilotConfig:
     """The probe's step past the safe level, a share of the cache (at least one request)."""
     probe_every_s: float = 3.0
     """Seconds between probe steps: long enough for the step's effect to show."""
-    good_drop: float = 0.9
-    """A probe level serving fewer requests within the SLO per second than this share of the
-    best lately is left for the level of the best."""
-    best_forget: float = 0.999
-    """The best served-within-SLO rate is forgotten by this factor a step (half in ~12 min), so a
-    lighter load later does not read as a failed probe for ever."""
+    good_rise: float = 1.02
+    """A probe step is kept only if the level serves at least this multiple of the requests
+    within the SLO per second that the level before it served: a step that does not help is
+    taken back (on a plateau the lower level wins: the same goodput with less in the engine)."""
+    period_finished: int = 10
+    """A level is judged over at least this many finished requests (and probe_every_s): fewer
+    are noise, whatever the engine's speed."""
     thrash: float = 0.5
     """Preemptions per request finished above which the engine is thrashing: back off."""
     cut: float = 0.9
@@ -112,8 +114,7 @@ def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
     return max(float(cap), x * x)
 
 
-def _blocks(n: float) -> str:
-    return f"{n:,.0f}"
+_blocks = blocks_text
 
 
 Figures = tuple[float, float, float]
@@ -148,11 +149,11 @@ class Autopilot:
         self._rebase = False
         self.gain = 1.0
         """The KV budget's aim as a multiple of the safe overcommit, moved by the probe."""
-        self._best = (0.0, 1.0)
-        """The most served within the SLO per second lately (forgotten slowly), and the gain
-        it was served at."""
-        self._probe: tuple[float, float, float] | None = None
-        """The last probe step: (when, the gain before it, good per second before it)."""
+        self._period: tuple[float, float, float] | None = None
+        """The level being judged since: (when, requests finished, served within SLO)."""
+        self._probe: tuple[float, float] | None = None
+        """The last probe step not yet judged: (the gain before it, served within SLO per
+        second at that gain)."""
         self.prefill_applied: int | None = None
         self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
@@ -164,7 +165,7 @@ class Autopilot:
         """Take over from a limit set by someone else (mode switched to auto)."""
         self.applied = applied
         self.target = float(applied) if applied is not None else None
-        self._probe = None
+        self._probe = self._period = None
         self.gain = 1.0
         self._rebase = applied is not None
         """The gain is re-read from the budget taken over at the next step."""
@@ -217,14 +218,14 @@ class Autopilot:
         if why is not None:  # an SLO missed inside the engine: ease, the ceiling here
             self.ceiling = t
             self.target = t * c.ease
-            self._probe = None
+            self._probe = self._period = None
             return why
         if preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1):
             done = finished_per_s or 0.0
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
             self.target = self.ceiling * c.cut
-            self._probe = None
+            self._probe = self._period = None
         return why
 
     def _full(self, figures: Figures, sig: EngineSignals, in_flight_blocks: int) -> str | None:
@@ -240,7 +241,7 @@ class Autopilot:
         level = max(float(in_flight_blocks), c.min_share * (self.capacity or 1))
         self.ceiling = level if self.ceiling is None else min(self.ceiling, level)
         self.target = min(self.target, level)
-        self._probe = None
+        self._probe = self._period = None
         return f"{waiting:.0f} waiting in the engine at KV {kv:.0%}: holding at what it runs"
 
     def step(
@@ -252,14 +253,16 @@ class Autopilot:
         queued: int,
         in_flight: int = 0,
         turned_over: bool = True,
-        good_per_s: float = 0.0,
         finished_per_s: float | None = None,
+        finished_total: float = 0.0,
+        served_total: float = 0.0,
     ) -> Move | None:
         """One control step of the KV budget; a Move when the applied budget changes.
         `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
         request finished lately) says the held ratio comes from requests at all stages of
-        their lives, not a burst's newcomers: no overcommit before it. `good_per_s`: requests
-        served within the TTFT SLO per second lately, what the probe must not lower."""
+        their lives, not a burst's newcomers: no overcommit before it. `finished_total` and
+        `served_total` count the requests finished, and served within the TTFT SLO, so far:
+        what a probe step must not lower."""
         c = self.config
         cap = sig.kv_capacity_blocks
         if cap is None:
@@ -301,7 +304,15 @@ class Autopilot:
         if now < self._hold_until:
             return None
         return self._seek(
-            now, cap, lo, hi, in_flight_blocks, queued, in_flight, turned_over, good_per_s
+            now,
+            cap,
+            lo,
+            hi,
+            in_flight_blocks,
+            queued,
+            in_flight,
+            turned_over,
+            (finished_total, served_total),
         )
 
     def _learn_held(self, sig: EngineSignals, cap: int, in_flight_blocks: int) -> None:
@@ -333,7 +344,7 @@ class Autopilot:
         queued: int,
         in_flight: int,
         turned_over: bool,
-        good: float,
+        counts: tuple[float, float],
     ) -> Move | None:
         """No trouble: toward `gain` x the safe overcommit (up by a step at a time, down at
         once: a heavier mix is followed), and the gain probed upward while served within the
@@ -351,29 +362,24 @@ class Autopilot:
         demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
         band = self._band(cap, in_flight_blocks, in_flight)
         step = max(c.grow * cap, per or 0.0)
-        probe, why = self._probe, ""
-        best_good, best_gain = self._best
-        if good > best_good:
-            self._best = best_good, best_gain = good, self.gain
-        else:
-            self._best = best_good * c.best_forget, best_gain
-        if probe is not None and now - probe[0] >= c.probe_every_s:
-            self._probe = None
-            if good < c.good_drop * best_good and self.gain > best_gain:
-                # served fewer than at a lower level: back there, and a ceiling here
+        why = ""
+        rate = self._judge(now, counts)
+        if rate is not None:
+            probe, self._probe = self._probe, None
+            if probe is not None and rate < c.good_rise * probe[1]:
+                # this level served no more within the SLO than the one before: back there
                 self.ceiling = self.gain * safe
-                self.gain = best_gain
-                why = f"probe taken back: served within SLO {good:.2f}/s < {best_good:.2f}/s"
-        elif (
-            probe is None
-            and demand
-            and good > 0  # nothing served within the SLO lately: no evidence a step helps
-            and self.target >= self.gain * safe - band
-            and self.gain * safe + step <= top
-        ):
-            self._probe = (now, self.gain, good)
-            self.gain += step / safe
-            why = f"probing up: {queued} queued, served within SLO {good:.2f}/s"
+                self.gain = probe[0]
+                why = f"probe taken back: served within SLO {rate:.2f}/s, {probe[1]:.2f}/s before"
+            elif (
+                demand
+                and rate > 0  # nothing served within the SLO: no evidence a step helps
+                and self.target >= self.gain * safe - band
+                and self.gain * safe + step <= top
+            ):
+                self._probe = (self.gain, rate)
+                self.gain += step / safe
+                why = f"probing up: {queued} queued, served within SLO {rate:.2f}/s"
         want = max(lo, min(self.gain * safe, top))
         if want < self.target:
             self.target = want  # heavier mix, a probe taken back, or under a ceiling
@@ -388,6 +394,21 @@ class Autopilot:
             return self._apply(new, why)
         return None
 
+    def _judge(self, now: float, counts: tuple[float, float]) -> float | None:
+        """Served within the SLO per second at the level in force, once it has been held long
+        enough to tell (probe_every_s and period_finished requests); a new period starts."""
+        c = self.config
+        finished, served = counts
+        period = self._period
+        if period is None:
+            self._period = (now, finished, served)
+            return None
+        t0, finished0, served0 = period
+        if now - t0 < c.probe_every_s or finished - finished0 < c.period_finished:
+            return None
+        self._period = (now, finished, served)
+        return (served - served0) / (now - t0)
+
     def _apply(self, new: int, why: str) -> Move:
         old = self.applied
         self.applied = new
@@ -397,47 +418,8 @@ class Autopilot:
         return self.last_move
 
     def status(self, ctl: AdmissionController) -> dict[str, Any]:
-        """The autopilot's part of /admin/stats: every budget in force, which one binds, the
-        budget also as requests of the recent mix, and the reasons."""
-        per = ctl.in_flight_kv_blocks / ctl.in_flight if ctl.in_flight else None
-        binding = ctl.binding()
-        return {
-            "budget_blocks": self.applied,
-            "capacity_blocks": self.capacity,
-            "budget_requests": round(self.applied / per) if per and self.applied else None,
-            "prefill_budget_tokens": self.prefill_applied,
-            "prefill_tok_per_s": ctl.prefill_tok_per_s(),
-            "served_within_slo_per_s": ctl.good_per_s(),
-            "binding": binding,
-            "binding_reason": binding_reason(ctl, binding),
-            "prefill_reason": self.prefill_reason,
-            "reason": self.last_reason
-            + (
-                f" ({len(self.unread)} replica(s) unread: {', '.join(self.unread)})"
-                if self.unread
-                else ""
-            ),
-        }
-
-
-def binding_reason(ctl: AdmissionController, binding: str | None) -> str | None:
-    """What holds the queue's head, in words with the arithmetic."""
-    lim = ctl.limits
-    if binding == "max_unprefilled_prompt_tokens":
-        return (
-            f"prefill backlog {_blocks(ctl.unprefilled_tokens)} tokens, budget"
-            f" {_blocks(lim.max_unprefilled_prompt_tokens or 0)}: holding new prompts"
-        )
-    if binding == "max_inflight_kv_blocks":
-        return (
-            f"KV footprint in flight {_blocks(ctl.in_flight_kv_blocks)} blocks, budget"
-            f" {_blocks(lim.max_inflight_kv_blocks or 0)}: holding until some finish"
-        )
-    if binding == "max_concurrency":
-        return f"{ctl.in_flight} in flight, max_concurrency {lim.max_concurrency}"
-    if binding is not None:
-        return f"held by {binding}"
-    return None
+        """The autopilot's part of /admin/stats (gateway/autopilot_status.py)."""
+        return autopilot_status(self, ctl)
 
 
 def drive(
@@ -490,8 +472,9 @@ def drive(
         queued=ctl.queued,
         in_flight=ctl.in_flight,
         turned_over=bool(finished),
-        good_per_s=ctl.good_per_s(),
         finished_per_s=finished,
+        finished_total=ctl.estimates.finished_total,
+        served_total=ctl.estimates.served_total,
     )
     if move is not None:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)

@@ -29,68 +29,115 @@ MIN_BUSY_S = 0.02
 """Busy time below which no prefill rate is claimed."""
 
 
-class PrefillRate:
-    """Prompt tokens the engine prefills per second while it has this gateway's prompts to
-    prefill, measured at the gateway: the prompt tokens whose first token came, over the time
-    some admitted prompt was waiting for one (both decayed over PREFILL_WINDOW_S).
+class BusyRate:
+    """Work done per second of busy time, both decayed over PREFILL_WINDOW_S: a rate of what
+    the engine can do, not of what it was given (an idle engine does little because it is given
+    little). The caller says how much of the time that passed was busy."""
 
-    Counting only busy time makes it the engine's prefill capacity, not the offered prompt rate
-    (an idle engine prefills little because it is given little), and counting tokens over the
-    engine's whole busy time, not per request, is what batching does not fool: ten prompts
-    prefilled together in one step count ten prompts in that step's time. When the engine is
-    slowed by something else (a full cache: admitted prompts wait inside it) the rate falls
-    with it, which is right: it is the rate at which a new prompt would get its first token."""
-
-    __slots__ = ("_busy_s", "_t", "_tokens")
+    __slots__ = ("_busy_s", "_t", "_work")
 
     def __init__(self) -> None:
         self._t: float | None = None
         self._busy_s = 0.0
-        self._tokens = 0.0
+        self._work = 0.0
 
-    def advance(self, now: float, backlog: int) -> None:
-        """Time passes up to `now` with `backlog` prompt tokens (> 0: busy) waiting all along."""
+    def advance(self, now: float, busy_s: float) -> None:
+        """Time passes up to `now`, `busy_s` of it busy."""
         t = self._t
         self._t = now
         if t is None or now <= t:
+            self._busy_s += max(0.0, busy_s)
             return
         keep = math.exp(-(now - t) / PREFILL_WINDOW_S)
-        self._tokens *= keep
-        self._busy_s = self._busy_s * keep + ((now - t) if backlog > 0 else 0.0)
+        self._work *= keep
+        self._busy_s = self._busy_s * keep + max(0.0, busy_s)
 
-    def prefilled(self, tokens: int) -> None:
-        """A prompt of `tokens` got its first token (call `advance` first)."""
-        self._tokens += tokens
+    def add(self, work: float) -> None:
+        """Work finished (call `advance` first)."""
+        self._work += work
 
     def rate(self) -> float | None:
-        """Prompt tokens per busy second; None before enough has been measured."""
-        if self._busy_s < MIN_BUSY_S or self._tokens <= 0:
+        """Work per busy second; None before enough has been measured."""
+        if self._busy_s < MIN_BUSY_S or self._work <= 0:
             return None
-        return self._tokens / self._busy_s
+        return self._work / self._busy_s
+
+
+class PrefillRate(BusyRate):
+    """Prompt tokens the engine prefills per second while it has this gateway's prompts to
+    prefill, measured at the gateway: the prompt tokens whose first token came, over the time
+    some admitted prompt was waiting for one.
+
+    Counting tokens over the engine's whole busy time, not per request, is what batching does
+    not fool: ten prompts prefilled together in one step count ten prompts in that step's time.
+    When the engine is slowed by something else (a full cache: admitted prompts wait inside
+    it) the rate falls with it, which is right: it is the rate at which a new prompt would get
+    its first token."""
+
+    __slots__ = ()
+
+    def pass_time(self, now: float, backlog: int) -> None:
+        """Time passes up to `now` with `backlog` prompt tokens (> 0: busy) waiting all along."""
+        t = self._t
+        self.advance(now, (now - t) if t is not None and backlog > 0 else 0.0)
+
+    def prefilled(self, tokens: int) -> None:
+        """A prompt of `tokens` got its first token (call `pass_time` first)."""
+        self.add(tokens)
 
 
 class Estimates:
     """The recent drain rates and the engine-side TTFT, updated as requests finish."""
 
-    __slots__ = ("_drain", "_drain_blocks", "_good", "engine_ttft_s", "prefill")
+    __slots__ = (
+        "_busy_seen",
+        "_drain",
+        "_drain_blocks",
+        "_full_drain",
+        "_full_drain_blocks",
+        "_good",
+        "engine_ttft_s",
+        "finished_total",
+        "prefill",
+        "served_total",
+    )
 
     def __init__(self) -> None:
         self._drain = RateWindow(DRAIN_WINDOW_S)
         self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
+        self._full_drain = BusyRate()
+        self._full_drain_blocks = BusyRate()
+        """Requests and blocks freed per second while a queue waited (room was the limit):
+        what a newcomer's wait depends on, unlike the plain drain rate, which at a light load
+        is only the arrival rate."""
+        self._busy_seen = 0.0
         self._good = RateWindow(DRAIN_WINDOW_S)
+        self.finished_total = 0
+        """Admitted requests ended so far (the autopilot judges a level over enough of them)."""
+        self.served_total = 0
+        """...of them completed with their first token within the TTFT SLO."""
         self.prefill = PrefillRate()
         """Prompt tokens prefilled per busy second (the prefill budget's and wait's rate)."""
         self.engine_ttft_s = 0.0
         """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
 
-    def finished(self, now: float, kv_blocks: int) -> None:
-        """An admitted request ended (whatever its outcome): its slot and blocks are free."""
+    def finished(self, now: float, kv_blocks: int, queued_s: float = 0.0, queued: int = 0) -> None:
+        """An admitted request ended (whatever its outcome): its slot and blocks are free.
+        `queued_s`: the queue's total time non-empty so far; `queued`: waiting now."""
         self._drain.add(now)
         self._drain_blocks.add(now, kv_blocks)
+        self.finished_total += 1
+        busy, self._busy_seen = queued_s - self._busy_seen, queued_s
+        self._full_drain.advance(now, busy)
+        self._full_drain_blocks.advance(now, busy)
+        if queued:
+            self._full_drain.add(1.0)
+            self._full_drain_blocks.add(kv_blocks)
 
     def served_within_slo(self, now: float) -> None:
         """A request completed whose first token came within the TTFT SLO."""
         self._good.add(now)
+        self.served_total += 1
 
     def good_per_s(self, now: float) -> float:
         """Requests served within the TTFT SLO per second lately (the autopilot's objective)."""
@@ -123,8 +170,9 @@ class Estimates:
     ) -> float | None:
         """When the work beyond the free room has drained: `requests_over` requests,
         `kv_blocks_over` KV blocks and `tokens_over` prompt tokens to prefill more than the
-        limits have free, over the measured drain and prefill rates (0 when nothing is over).
-        None when a rate it needs is unknown."""
+        limits have free, over the rates measured while room was the limit (a queue waited)
+        and the prefill rate (0 when nothing is over). None when a rate it needs is unknown:
+        the request then waits rather than being refused on a guess."""
         waits = [0.0]
         if tokens_over > 0:
             rate_t = self.prefill.rate()
@@ -132,12 +180,12 @@ class Estimates:
                 return None
             waits.append(tokens_over / rate_t)
         if requests_over > 0:
-            rate = self._drain.rate(now)
+            rate = self._full_drain.rate()
             if not rate:
                 return None
             waits.append(requests_over / rate)
         if kv_blocks_over > 0:
-            rate_b = self._drain_blocks.rate(now)
+            rate_b = self._full_drain_blocks.rate()
             if not rate_b:
                 return None
             waits.append(kv_blocks_over / rate_b)

@@ -13,7 +13,7 @@ import pytest
 
 from llmtop.core.derive.signals import EngineSignals, fleet_signals, signals
 from llmtop.core.vllm.scrape import Histogram
-from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected
+from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected, Ticket
 from llmtop.gateway.controller import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
 from llmtop.gateway.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
 from llmtop.gateway.pilot import read_scrape
@@ -186,6 +186,27 @@ def test_a_full_replica_with_a_queue_cuts_even_when_the_mean_is_low() -> None:
 # -- KV budget and the deadline queue ---------------------------------------------------------
 
 
+def drain_while_queued(
+    ctl: AdmissionController,
+    clock: FakeClock,
+    slots: int,
+    every_s: float,
+    tenant: str | None = None,
+) -> list[Ticket]:
+    """Fill `slots`, and release one every `every_s` with a request waiting each time: a drain
+    rate measured while room was the limit (what a wait is predicted from). The slots' holders
+    at the end, the queue empty."""
+    held = [ctl.enter(tenant=tenant) for _ in range(slots)]
+    for _ in range(slots):
+        waiter = ctl.enter(tenant=tenant)
+        assert waiter.queued
+        clock.advance(every_s)
+        held.pop(0).release()
+        assert waiter.admitted
+        held.append(waiter)
+    return held
+
+
 async def test_eight_long_prompts_and_eighty_short_chats_both_fit_the_cache() -> None:
     clock = FakeClock()
     fm = FootprintModel(16)
@@ -203,11 +224,7 @@ async def test_eight_long_prompts_and_eighty_short_chats_both_fit_the_cache() ->
 async def test_deadline_queue_refuses_at_once_with_when_capacity_is_expected() -> None:
     clock = FakeClock()
     ctl = make(clock, max_concurrency=2, ttft_slo_s=5.0, queue_policy="deadline")
-    running = [ctl.enter(), ctl.enter()]
-    for t in running:  # a drain rate: 2 completions over 2 s
-        clock.advance(1.0)
-        t.release()
-    running = [ctl.enter(), ctl.enter()]
+    running = drain_while_queued(ctl, clock, slots=2, every_s=0.5)  # 2 a second, room the limit
     queued = []
     refused: Rejected | None = None
     for _ in range(20):
@@ -395,17 +412,20 @@ def served(budget: int, best: int = 2200) -> float:
 def test_probes_up_while_served_within_slo_rises_and_takes_a_step_back_when_it_falls() -> None:
     pilot = Autopilot()
     budgets, reasons = [], []
+    done = 0.0
     for t in range(400):
         b = pilot.applied or 1000
         in_flight, use = plant(b, held=0.5)  # the safe overcommit: ~1,690 blocks
+        done += served(b)
         move = pilot.step(
             float(t),
             sig(kv_usage_frac=use),
             in_flight_blocks=in_flight,
             queued=5,
             in_flight=b // 50,
-            good_per_s=served(b),
             finished_per_s=served(b),
+            finished_total=done,
+            served_total=done,
         )
         budgets.append(pilot.applied or 0)
         if move is not None:
@@ -429,7 +449,8 @@ def test_no_probe_without_requests_served_within_the_slo() -> None:
             in_flight_blocks=in_flight,
             queued=5,
             in_flight=b // 50,
-            good_per_s=0.0,
+            finished_total=float(t * 10),
+            served_total=0.0,
         )
     assert pilot.applied == 1000
 
@@ -503,10 +524,7 @@ async def test_a_tenants_own_budget_refuses_sooner() -> None:
     clock = FakeClock()
     ctl = make(clock, max_concurrency=1, ttft_slo_s=30.0, queue_policy="deadline")
     ctl.tenant_ttft_slo_s = {"chat": 2.0}
-    first = ctl.enter(tenant="batch")
-    clock.advance(1.0)
-    first.release()  # a drain rate: one a second
-    running = ctl.enter(tenant="batch")
+    (running,) = drain_while_queued(ctl, clock, slots=1, every_s=1.0, tenant="batch")
     waiting = [ctl.enter(tenant="batch") for _ in range(3)]  # 3 ahead: ~4 s to start
     with pytest.raises(Rejected) as e:
         ctl.enter(tenant="chat")  # its own 2 s budget

@@ -8,10 +8,21 @@ from llmtop.core.base import format as fmt
 from llmtop.tui.present import View, deadline_text, limit_text, scaleout_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
+HELD_BY = {
+    "max_concurrency": "cap",
+    "max_inflight_kv_blocks": "KV budget",
+    "max_unprefilled_prompt_tokens": "prefill budget",
+    "max_inflight_prompt_tokens": "token budget",
+    "share_slots": "share",
+    "share_kv_blocks": "share",
+}
+"""The limit holding the queue's head, in the panel's words."""
+
 
 class GatewayPanel(Panel):
     """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
-    the mode in the title, in auto mode the KV budget and the cause of the last move, and with
+    the mode in the title, in auto mode the KV and prefill budgets and what holds the queue now
+    (else the cause of the last move), in manual mode the limit holding the queue, and with
     a deadline queue what a request may wait of the SLO (admission's overrides named)."""
 
     TITLE = "Gateway"
@@ -49,9 +60,18 @@ class GatewayPanel(Panel):
         if auto:
             # The full move ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s") is in the event
             # log; here the budget and the cause of the last move, cut to the panel's width.
+            # What holds the queue now, when something does; else the cause of the last move.
             cause = (g.autopilot_reason or "waiting for the engine's KV size").split(": ", 1)[-1]
+            held = g.binding_reason if g.binding else None
             budget = limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)
-            limits = line(label("budget "), value(f"{budget} blk"), label(f"  {cause}"))
+            prefill = limit_text("max_unprefilled_prompt_tokens", g.max_unprefilled_prompt_tokens)
+            limits = line(
+                label("budget "),
+                value(f"{budget} blk"),
+                label(" prefill "),
+                value(f"{prefill} tok"),
+                Text(f"  {held}", style="bold yellow") if held else label(f"  {cause}"),
+            )
             limits.truncate(max(10, self.content_size.width), overflow="ellipsis")
         else:
             limits = line(
@@ -61,6 +81,11 @@ class GatewayPanel(Panel):
                 value(limit_text("rate_limit_rpm", g.rate_limit_rpm)),
                 "  ",
                 state,
+                *(
+                    (label("  held by "), value(HELD_BY.get(g.binding, g.binding), "yellow"))
+                    if g.binding
+                    else ()
+                ),
             )
         extra = []
         pieces = deadline_text(g, view.ttft_slo_s)
