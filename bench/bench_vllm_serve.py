@@ -51,7 +51,9 @@ MODEL_DIR = REAL_DIR / "model"
 SERVED = "tinyllm"
 MAX_SEQS, BATCHED, BLOCKS, BLOCK, MODEL_LEN = 8, 2048, 32, 128, 2048
 """scripts/real-vllm's engine: the sim gets the same limits."""
-ARMS = ("straight", "defaults", "autopilot")
+ARMS = ("straight", "defaults", "autopilot", "autopilot-before")
+"""autopilot-before: the autopilot of another tree (--before-tree), side by side in one run."""
+BEFORE_TREE: list[Path] = []
 TIE = 0.05
 """Arms whose goodput per offered request is within this are tied in the ordering."""
 _groups: list[subprocess.Popen[bytes]] = []
@@ -64,9 +66,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """A child in its own process group (so it and its children can be ended together)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start(cmd: list[str], log: Path, tree: Path = ROOT) -> subprocess.Popen[bytes]:
+    """A child in its own process group (so it and its children can be ended together), run
+    from `tree`'s llmtop."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     with log.open("ab") as f:
         proc = subprocess.Popen(
             cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
@@ -295,7 +298,11 @@ def write_profile(whatif_json: Path, path: Path) -> None:
     path.write_text(json.dumps(dataclasses.asdict(prof), indent=1))
 
 
-def start_gateway(arm: str, upstream: str, out: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def start_gateway(
+    arm: str, upstream: str, out: Path, args: argparse.Namespace
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """A gateway told the judge's SLO (--ttft-slo-s, --itl-slo-s: what a user sets), at its
+    defaults or with --autopilot (this tree's, or --before-tree's)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -306,13 +313,20 @@ def start_gateway(arm: str, upstream: str, out: Path) -> tuple[str, subprocess.P
         upstream,
         "--listen",
         f"127.0.0.1:{port}",
-    ] + (["--autopilot"] if arm == "autopilot" else [])
-    proc = start(cmd, out / f"gateway-{arm}.log")
+        "--ttft-slo-s",
+        f"{args.ttft_slo_ms / 1000:g}",
+        "--itl-slo-s",
+        f"{args.tpot_slo_ms / 1000:g}",
+    ] + (["--autopilot"] if arm.startswith("autopilot") else [])
+    tree = BEFORE_TREE[0] if arm == "autopilot-before" else ROOT
+    proc = start(cmd, out / f"gateway-{arm}.log", tree)
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
         s = httpx.get(f"{url}/admin/stats", timeout=2).json()
-        return arm != "autopilot" or bool((s.get("autopilot") or {}).get("budget_blocks"))
+        return not arm.startswith("autopilot") or bool(
+            (s.get("autopilot") or {}).get("budget_blocks")
+        )
 
     wait_for(f"gateway {arm}", ready, 60, proc)
     return url, proc
@@ -332,7 +346,7 @@ def one_run(
     name = f"{engine.kind}-{load:g}x-{arm}-r{rep}"
     target, gw = engine.url, None
     if arm != "straight":
-        target, gw = start_gateway(arm, engine.url, out)
+        target, gw = start_gateway(arm, engine.url, out, args)
     try:
         wait_for("engine idle", lambda: idle(engine.url), 300, engine.proc)
         before, load_avg0, t0 = counters(engine.url), os.getloadavg()[0], time.monotonic()
@@ -526,6 +540,12 @@ def main() -> int:
     p.add_argument("--vllm-url", help="use a running real vLLM (scripts/real-vllm serve)")
     p.add_argument("--profile", type=Path, help="the sim's profile JSON (skip the calibration)")
     p.add_argument("--budget-min", type=float, default=180.0, help="stop starting runs after")
+    p.add_argument(
+        "--before-tree",
+        type=Path,
+        help="a checkout whose autopilot is the arm"
+        " autopilot-before (say, `git worktree add /tmp/before <commit>`)",
+    )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     p.add_argument("--out", type=Path, default=REAL_DIR.parent / f"bench-vllm-serve/{stamp}")
     args = p.parse_args()
@@ -534,6 +554,11 @@ def main() -> int:
         return 2
     loads = [float(x) for x in args.loads.split(",")]
     arms = [a for a in args.arms.split(",") if a in ARMS]
+    if "autopilot-before" in arms:
+        if args.before_tree is None:
+            print("bench_vllm_serve: autopilot-before needs --before-tree", file=sys.stderr)
+            return 2
+        BEFORE_TREE.append(args.before_tree.resolve())
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + 60 * args.budget_min
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT: even when inherited
