@@ -115,7 +115,9 @@ def _limits(d: dict[str, object] | None, notes: list[str]) -> Limits | None:
         notes.append("the gateway's per-tenant rate limit is not modelled (left off)")
         limits = replace(limits, rate_limit_rpm=None)
     if limits.mode == "auto":
-        notes.append("autopilot on: its KV budget is held where it is now, not moved")
+        notes.append(
+            "autopilot on: its KV and prefill budgets are held where they are now, not moved"
+        )
     return limits
 
 
