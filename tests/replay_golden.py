@@ -21,7 +21,11 @@ The golden was produced by 31930be's tree, the one before the reader and cost wo
 
 and rewritten once from this tree when the gateway's stats gained `queued_ages_s` (the
 gateway-queue-over-slo finding, issue 29): before rewriting, every digest was checked equal to
-31930be's with that one new field taken out of the repr, so nothing else had moved.
+31930be's with that one new field taken out of the repr, so nothing else had moved; and again
+when they gained the SLO's fields (slo_ttft_s, queue_budget_s, engine_ttft_s,
+tenant_ttft_slo_s: issue 28) and the prefill budget's (max_unprefilled_prompt_tokens, binding,
+binding_reason, unprefilled_prompt_tokens: issue 27), checked the same way: every digest equal
+with those fields, all None in these recordings, taken out.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
@@ -115,7 +119,7 @@ def replay(name: str) -> dict[str, Any]:
         snaps,
         source.events,
         source=f"{name}.jsonl.gz",
-        ttft_slo_s=health.ttft_slo_s,
+        ttft_slo_s=health.slo.ttft_s if hasattr(health, "slo") else health.ttft_slo_s,
         live_findings=[recording.findings(i) for i in range(len(recording))],
     )
     pipeline_class = FleetPipeline if is_fleet(recording) else Pipeline
