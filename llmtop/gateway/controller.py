@@ -48,8 +48,9 @@ class AutopilotConfig:
     prefill_horizon_s: float = 0.4
     """The prefill budget is this many seconds of the engine's measured prefill rate: a newly
     admitted prompt waits at most about this long behind the others' prefill."""
-    prefill_deadband: float = 0.1
-    """The prefill budget moves only when its target drifted by this share (no event spam)."""
+    prefill_deadband: float = 0.25
+    """The prefill budget moves only when its target drifted by this share: the rate swings
+    with every batch, and each move is an event in the log people read."""
     kv_target: float = 0.92
     """The KV use the safe overcommit aims at (see `overcommit`)."""
     held_gain: float = 0.2

@@ -62,7 +62,7 @@ class GatewayPanel(Panel):
             # log; here the budget and the cause of the last move, cut to the panel's width.
             # What holds the queue now, when something does; else the cause of the last move.
             cause = (g.autopilot_reason or "waiting for the engine's KV size").split(": ", 1)[-1]
-            held = g.binding_reason if g.binding else None
+            held = f"held by {HELD_BY.get(g.binding, g.binding)}" if g.binding else None
             budget = limit_text("max_inflight_kv_blocks", g.max_inflight_kv_blocks)
             prefill = limit_text("max_unprefilled_prompt_tokens", g.max_unprefilled_prompt_tokens)
             limits = line(
