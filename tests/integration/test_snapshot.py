@@ -203,15 +203,15 @@ def test_dcgm_gpus_in_the_json(
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--window", "0"], "--window"),
-        (["--window", "301"], "--window"),  # the pipeline keeps 10 minutes; half of it at most
-        (["--window", "5", "--interval", "0"], "--interval"),
+        (["--window-s", "0"], "--window-s"),
+        (["--window-s", "301"], "--window-s"),  # the pipeline keeps 10 minutes; half at most
+        (["--window-s", "5", "--interval-s", "0"], "--interval-s"),
     ],
 )
 def test_bad_window_or_interval_is_a_usage_error(
     flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["snapshot", *flags, "--gateway", "off"]) == 2
+    assert main(["snapshot", *flags, "--gateway", "off"]) == 64
     captured = capsys.readouterr()
     assert named in captured.err
     assert captured.out == ""

@@ -138,7 +138,7 @@ def test_durations() -> None:
         (["--gateway-selector", '{job="gw"'], "--gateway-selector '{job=\"gw\"' is not a PromQL"),
         (["--replica-label", "le"], "--replica-label 'le': llmtop uses that name"),
         (["--replica-label", "9pod"], "--replica-label '9pod' is not a Prometheus label name"),
-        (["--interval", "0"], "--interval must be between 0.1 and 3600 seconds, got 0"),
+        (["--interval-s", "0"], "--interval-s must be between 0.1 and 3600 seconds, got 0"),
         (["--ttft-slo", "fast"], "argument --ttft-slo: invalid float value: 'fast'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
