@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rewrite the docs' tables that the code's own tables can make: the keys (llmtop.tui.keyhelp),
-the `:` words and the limits (llmtop.core.base.admin_api.LIMITS), `llmtop snapshot --json`'s
-keys (to_json of a recorded run) and every command's flags (the argparse parsers).
+the `:` words and the limits (llmtop.core.base.admin_api.LIMITS) and every command's flags
+(the argparse parsers); and `llmtop snapshot --json`'s keys as a recorded run has them, which
+tests/unit/test_docs.py holds the annotated schema in docs/snapshot.md to.
 
 Each lives in a marked block of README.md or docs/*.md:
 
@@ -90,7 +91,9 @@ def snapshot_schema() -> dict[str, Any]:
 
 def _merge(into: dict[str, Any], doc: dict[str, Any]) -> None:
     for k, v in doc.items():
-        if isinstance(v, list):
+        if k == "rejected_per_s":  # keyed by reason, as many as there are
+            into.setdefault(k, {})
+        elif isinstance(v, list):
             have = into.setdefault(k, [])
             for item in v:
                 if isinstance(item, dict):
@@ -103,41 +106,6 @@ def _merge(into: dict[str, Any], doc: dict[str, Any]) -> None:
             _merge(into[k], v)
         else:
             into.setdefault(k, v)
-
-
-HINTS = {"time": '"2026-11-29T18:16:17Z"', "status": '"ok|degraded|critical|unknown"', "gpu_error": '"no NVIDIA GPU visible" | null'}
-NULLABLE = {"gateway"}
-
-
-def _wrap(prefix: str, keys: list[str], close: str, indent: int) -> list[str]:
-    """`prefix{"a", "b", ...}close` wrapped at 96 columns, continuation under the first key."""
-    lines, line = [], prefix
-    pad = " " * (len(prefix))
-    for i, k in enumerate(keys):
-        piece = f'"{k}"' + ("," if i < len(keys) - 1 else close)
-        if len(line) + len(piece) + 1 > 96 and line.strip() not in ("", prefix.strip()):
-            lines.append(line.rstrip())
-            line = pad
-        line += piece + " "
-    lines.append(line.rstrip())
-    return [" " * indent + x for x in lines]
-
-
-def snapshot_block() -> str:
-    doc = snapshot_schema()
-    out = ["```jsonc", "{"]
-    items = list(doc.items())
-    for i, (k, v) in enumerate(items):
-        comma = "," if i < len(items) - 1 else ""
-        if isinstance(v, dict):
-            tail = "} | null" if k in NULLABLE else "}"
-            out += _wrap(f'"{k}": {{', list(v), tail + comma, 2)
-        elif isinstance(v, list):
-            out += _wrap(f'"{k}": [{{', list(v[0]), "}]" + comma, 2)
-        else:
-            out.append(f'  "{k}": {HINTS.get(k, "...")}{comma}')
-    out += ["}", "```"]
-    return "\n".join(out)
 
 
 def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
@@ -163,11 +131,16 @@ def current_flags() -> dict[str, set[str]]:
 
 
 def old_flags() -> dict[str, dict[str, str]]:
-    """Every command's old spellings: {old: new}."""
+    """Every command's old spellings and hidden flags: {flag: its new name or "(hidden)"}."""
     from llmtop.commands._common import Renamed
 
     return {
-        name: {o: a.new for a in p._actions if isinstance(a, Renamed) for o in a.option_strings}
+        name: {
+            o: a.new if isinstance(a, Renamed) else "(hidden)"
+            for a in p._actions
+            if a.help == argparse.SUPPRESS
+            for o in a.option_strings
+        }
         for name, p in _parsers()
     }
 
@@ -195,9 +168,11 @@ def flags_block() -> str:
             ("flag", "value", "what (default; variable; config key)"), rows
         )
         if old:
-            text += "\n\nOld spellings, still taken with a one-line warning: " + ", ".join(
-                f"{o} (now {n})" for o, n in old
-            ) + "."
+            text += (
+                "\n\nOld spellings, still taken with a one-line warning: "
+                + ", ".join(f"{o} (now {n})" for o, n in old)
+                + "."
+            )
         parts.append(text)
     return "\n\n".join(parts)
 
@@ -206,7 +181,6 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "keys": keys_block,
     "words": words_block,
     "limits": limits_block,
-    "snapshot-json": snapshot_block,
     "flags": flags_block,
 }
 FILES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -221,9 +195,11 @@ def rewrite(text: str, made: dict[str, str]) -> str:
             made[name] = BLOCKS[name]()
         return f"{BEGIN.format(name=name)}\n{made[name]}\n{END.format(name=name)}"
 
-    pattern = re.escape(BEGIN).replace(r"\{name\}", r"([\w-]+)") + r".*?" + re.escape(
-        END
-    ).replace(r"\{name\}", r"\1")
+    pattern = (
+        re.escape(BEGIN).replace(r"\{name\}", r"([\w-]+)")
+        + r".*?"
+        + re.escape(END).replace(r"\{name\}", r"\1")
+    )
     return re.sub(pattern, one, text, flags=re.S)
 
 

@@ -32,8 +32,10 @@ def limit_word_usage(spec: LimitSpec) -> str:
     return f"{spec.word} {arg}{'|off' if spec.may_be_off else ''}"
 
 
-WORDS: str = ", ".join(f"`{limit_word_usage(s)}`" for s in LIMITS) + ", " + ", ".join(
-    f"`{a}`" for a in ACTIONS
+WORDS: str = (
+    ", ".join(f"`{limit_word_usage(s)}`" for s in LIMITS)
+    + ", "
+    + ", ".join(f"`{a}`" for a in ACTIONS)
 )
 """Every `:` word with its argument, in the table of limits' order."""
 

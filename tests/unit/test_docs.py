@@ -26,10 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 @cache
 def tables() -> ModuleType:
     spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "scripts/docs_tables.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+LEADS = {"docs/autopilot.md", "docs/sim.md"}
+"""Pages being rewritten with the autopilot and the sim (issue 31 left them to the lead): the
+flag checks skip them until they are back; every other check reads them."""
 
 
 @cache
@@ -37,14 +43,24 @@ def docs() -> dict[str, str]:
     return {f: (ROOT / f).read_text() for f in tables().FILES}
 
 
-def code_spans(text: str) -> list[str]:
-    """Inline code and the lines of fenced blocks (a line ending in \\ joined to the next)."""
-    spans: list[str] = []
+def checked_docs() -> dict[str, str]:
+    return {f: text for f, text in docs().items() if f not in LEADS}
+
+
+def code_spans(text: str) -> list[tuple[str, str]]:
+    """(its line, the span) for inline code and the lines of fenced blocks (a line ending in
+    \\ joined to the next)."""
+    spans: list[tuple[str, str]] = []
     fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
     for block in fenced.findall(text):
-        spans += block.replace("\\\n", " ").splitlines()
-    spans += re.findall(r"`([^`\n]+)`", fenced.sub("", text))
+        spans += [(line, line) for line in block.replace("\\\n", " ").splitlines()]
+    for line in fenced.sub("", text).splitlines():
+        spans += [(line, span) for span in re.findall(r"`([^`]+)`", line)]
     return spans
+
+
+SAYS_OLD = re.compile(r"\b(old|deprecated|was|now|hidden|renamed)\b")
+"""A line that names an old spelling as such."""
 
 
 FOREIGN_FLAGS = {
@@ -53,9 +69,11 @@ FOREIGN_FLAGS = {
     "--gpu-memory-utilization", "--scheduling-policy", "--disable-log-stats",
     "--enable-chunked-prefill", "--tensor-parallel-size", "--kv-cache-dtype", "--dtype",
     "--block-size", "--enforce-eager", "--served-model-name", "--data-parallel-size",
-    "--host", "--port", "--model",
+    "--host", "--port", "--model", "--num-gpu-blocks-override", "--api-key",
+    "--max-num-queued-tokens",
     # other tools the docs show: pytest, promtool, curl, pip, ssh
     "--collect-only", "--strict-markers", "--run-real", "--dist", "--no-cache", "--fix",
+    "--snapshot-update", "--extra-index-url",
 }  # fmt: skip
 """Flags of other programs that the docs name as theirs."""
 
@@ -95,33 +113,38 @@ def test_every_generated_table_is_used() -> None:
 def test_every_flag_a_doc_gives_an_llmtop_command_is_that_commands() -> None:
     current, old = tables().current_flags(), tables().old_flags()
     wrong = []
-    for f, text in docs().items():
-        for span in code_spans(text):
+    for f, text in checked_docs().items():
+        for line, span in code_spans(text):
             for command, flags in llmtop_invocations(span):
                 for flag in flags:
                     if flag in current[command]:
                         continue
+                    new = old[command].get(flag, "")
+                    if new and (SAYS_OLD.search(line) or new in line):
+                        continue  # named as the old spelling it is
                     if command == "serve" and flag in FOREIGN_FLAGS:
                         continue  # passed on to `vllm serve`
                     why = f"old, now {old[command][flag]}" if flag in old[command] else "unknown"
                     wrong.append(f"{f}: llmtop {command} {flag} ({why})")
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_every_flag_the_docs_name_exists_and_old_names_only_as_old() -> None:
     current = set().union(*tables().current_flags().values())
-    old = set().union(*tables().old_flags().values()) - current
+    old = {o: n for m in tables().old_flags().values() for o, n in m.items() if o not in current}
     known = current | FOREIGN_FLAGS | script_flags()
     wrong = []
-    for f, text in docs().items():
+    for f, text in checked_docs().items():
         for n, line in enumerate(text.splitlines(), 1):
             for span in re.findall(r"`([^`]+)`", line) or ([line] if "--" in line else []):
-                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", span):
-                    if flag in old and not re.search(r"old|deprecated|was|now", line):
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])", span):
+                    if flag in known:
+                        continue  # an llmtop command's own: the test above checks whose
+                    if flag in old and not SAYS_OLD.search(line) and old[flag] not in line:
                         wrong.append(f"{f}:{n}: {flag} is an old spelling")
-                    elif flag not in known and flag not in old:
+                    elif flag not in old:
                         wrong.append(f"{f}:{n}: {flag} is no flag of llmtop or of what it shows")
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_every_flag_of_every_command_is_documented() -> None:
@@ -129,10 +152,10 @@ def test_every_flag_of_every_command_is_documented() -> None:
     missing = [
         f"llmtop {command} {flag}"
         for command, flags in tables().current_flags().items()
-        for flag in sorted(flags)
+        for flag in sorted(flags - {"--help"})
         if f"`{flag}" not in reference
     ]
-    assert missing == []
+    assert missing == [], "\n".join(missing)
 
 
 def test_every_colon_word_the_docs_name_exists_and_every_one_is_documented() -> None:
@@ -143,11 +166,11 @@ def test_every_colon_word_the_docs_name_exists_and_every_one_is_documented() -> 
         for w in re.findall(r"`:([a-z_]+)", text)
         if w not in words
     ]
-    assert wrong == []
-    readme = docs()["README.md"]
+    assert wrong == [], "\n".join(wrong)
+    readme = docs()["README.md"].replace("\\|", "|")  # a table cell's escaped pipes
     missing = [s.word for s in LIMITS if f"`{limit_word_usage(s)}`" not in readme]
     missing += [a for a in ACTIONS if f"`{a}`" not in readme]
-    assert missing == []
+    assert missing == [], "\n".join(missing)
     tui = docs()["docs/tui.md"]
     assert [w for w in words if f"`{w}" not in tui] == []
 
@@ -155,17 +178,19 @@ def test_every_colon_word_the_docs_name_exists_and_every_one_is_documented() -> 
 def test_the_limits_the_docs_list_are_the_gateways() -> None:
     wrong = []
     for f, text in docs().items():
-        for span in code_spans(text) + text.splitlines():
+        for span in [s for _, s in code_spans(text)] + text.splitlines():
             if "/admin/limits" not in span:
                 continue
-            named = set(re.findall(r'"([a-z_]+)"(?=\s*[:,}])', span))
-            if named - {"mode", "auto", "manual"} and not named <= set(LIMIT_FIELDS):
+            named = set(re.findall(r'"([a-z_]+)"\s*:', span)) or set(
+                re.findall(r'[{,]\s*"([a-z_]+)"(?=\s*[,}])', span)
+            )
+            if not named <= set(LIMIT_FIELDS):
                 wrong.append(f"{f}: {sorted(named - set(LIMIT_FIELDS))} are no limits")
             if span.startswith("| `GET /admin/limits`") and named & set(LIMIT_FIELDS) != set(
                 LIMIT_FIELDS
             ):
                 wrong.append(f"{f}: GET /admin/limits lists {sorted(named)}")
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
     gateway_md = docs()["docs/gateway.md"]
     assert [s.field for s in LIMITS if f"| `{s.field}` | `:{s.word}`" not in gateway_md] == []
 
@@ -186,9 +211,9 @@ def schema_keys() -> set[str]:
     return keys
 
 
-def test_snapshot_json_is_documented_in_one_place_made_from_a_run() -> None:
-    """One jsonc block of `llmtop snapshot --json`, the generated one (a second, hand-kept
-    copy drifted: README's lacked the gateway's limits); every key of a real run is in it."""
+def test_snapshot_json_is_documented_in_one_place_as_a_run_has_it() -> None:
+    """One annotated schema of `llmtop snapshot --json` (a second copy in README drifted: it
+    lacked the gateway's limits), with every key a recorded run has and none it lacks."""
     blocks = [
         (f, b)
         for f, text in docs().items()
@@ -196,26 +221,25 @@ def test_snapshot_json_is_documented_in_one_place_made_from_a_run() -> None:
         if '"engines"' in b
     ]
     assert [f for f, _ in blocks] == ["docs/snapshot.md"]
-    listed = set(re.findall(r'"([a-z_0-9]+)"', blocks[0][1]))
-    assert schema_keys() <= listed
-
-
-def test_the_snapshot_keys_the_docs_name_exist() -> None:
-    """A key named in docs/snapshot.md's prose as `engines[].key`, `gateway.key` and the like
-    is one a real run has."""
-    text = docs()["docs/snapshot.md"]
-    named = re.findall(r"`(?:engines\[\]|gateway|gpus\[\]|window|findings\[\])\.([a-z_0-9]+)`", text)
-    assert sorted(set(named) - schema_keys()) == []
+    text = re.sub(r'("rejected_per_s": )\{[^}]*\}', r"\1{}", blocks[0][1])
+    listed = set(re.findall(r'"([a-z_0-9]+)"\s*:', text))
+    assert sorted(schema_keys() - listed) == [], "missing"
+    assert sorted(listed - schema_keys()) == [], "no such key"
 
 
 def findings_rows(text: str) -> dict[str, str]:
-    """{finding id: its bottleneck cell} from the markdown tables headed `| id | bottleneck`."""
+    """{finding id: its bottleneck cell} from the markdown tables whose header starts with
+    `| id |` and has a bottleneck column."""
     rows: dict[str, str] = {}
-    for table in re.findall(r"^\| id \| bottleneck \|.*?(?=^[^|]|\Z)", text, re.S | re.M):
-        for line in table.splitlines()[2:]:
+    for table in re.findall(r"^\| id \|.*?(?=^[^|]|\Z)", text, re.S | re.M):
+        lines = table.splitlines()
+        head = [c.strip() for c in lines[0].strip("|").split("|")]
+        if "bottleneck" not in head:
+            continue
+        for line in lines[2:]:
             cells = [c.strip() for c in line.strip("|").split("|")]
             for finding in re.findall(r"`([a-z0-9-]+)`", cells[0]):
-                rows[finding] = cells[1]
+                rows[finding] = cells[head.index("bottleneck")]
     return rows
 
 
