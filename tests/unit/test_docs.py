@@ -276,3 +276,22 @@ def test_the_quick_start_is_the_ci_line() -> None:
     readme = docs()["README.md"]
     assert f"{line}\n" in readme
     assert line.replace("&& pytest", "&& llmtop demo") in readme
+
+
+def test_the_real_vllm_page_counts_and_names_what_pytest_collects() -> None:
+    """docs/real-vllm.md says how many tests `tests/real` holds and has a row for each file,
+    as `pytest --collect-only -m real_vllm tests/real` counts them."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-n", "0", "-m", "real_vllm", "tests/real"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    ids = [line for line in out.stdout.splitlines() if line.startswith("tests/real/")]
+    assert ids, out.stdout + out.stderr
+    page = docs()["docs/real-vllm.md"]
+    assert f"{len(ids)} tests, as" in page
+    files = {i.split("::")[0].removeprefix("tests/real/") for i in ids}
+    assert sorted(f for f in files if f"`{f}" not in page) == []
