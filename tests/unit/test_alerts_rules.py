@@ -165,7 +165,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
 def test_out_replaces_the_file_whole(tmp_path: Path) -> None:
     out = tmp_path / "llmtop.rules.yml"
     out.write_text("the old file\n")
-    assert main(["rules", "--interval", "1", "--out", str(out)]) == 0
+    assert main(["rules", "--interval-s", "1", "--out", str(out)]) == 0
     assert out.read_text() == render(AlertSpec(interval_s=1.0))
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
 
