@@ -18,4 +18,4 @@ def test_every_binding_of_the_dashboard_is_in_the_key_table_and_only_those() -> 
 
 def test_the_help_screen_shows_the_key_table() -> None:
     for k in KEYS:
-        assert f"- {k.keys}: {k.does}" in HELP_TEXT
+        assert f"- {k.keys} — {k.does}" in HELP_TEXT

@@ -12,7 +12,7 @@ from textual.widgets import Markdown
 
 from llmtop.tui.keyhelp import KEYS
 
-KEY_LINES = "\n".join(f"- {k.keys}: {k.does}" for k in KEYS)
+KEY_LINES = "\n".join(f"- {k.keys} — {k.does}" for k in KEYS)
 
 HELP_TEXT = f"""\
 ## Keys
