@@ -15,7 +15,7 @@ from llmtop.commands._common import flag, load, renamed, slo_flags
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
-HELP = "one-shot health check: poll across a window, print the verdict (exit 0/1/2/3)"
+HELP = "one-shot health check: poll across a window, print the verdict (exit 0/1/2/3; 64 usage)"
 
 USAGE_EXIT_CODE = 64
 """Bad usage or config: apart from the verdicts 0..3 (EX_USAGE of sysexits.h)."""

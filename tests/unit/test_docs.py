@@ -295,3 +295,24 @@ def test_the_real_vllm_page_counts_and_names_what_pytest_collects() -> None:
     assert f"{len(ids)} tests, as" in page
     files = {i.split("::")[0].removeprefix("tests/real/") for i in ids}
     assert sorted(f for f in files if f"`{f}" not in page) == []
+
+
+def test_every_relative_link_leads_to_a_file_and_heading() -> None:
+    """README's first screen links its detail away: each link must land."""
+
+    def anchors(path: Path) -> set[str]:
+        heads = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+        return {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in heads}
+
+    wrong = []
+    for f, text in docs().items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (ROOT / f).parent / path if path else ROOT / f
+            if not file.exists():
+                wrong.append(f"{f}: {target}")
+            elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+                wrong.append(f"{f}: {target} (no such heading)")
+    assert wrong == [], "\n".join(wrong)
