@@ -39,6 +39,16 @@ flag checks skip them until they are back; every other check reads them."""
 
 
 @cache
+def current_flags() -> dict[str, set[str]]:
+    return dict(tables().current_flags())
+
+
+@cache
+def old_flags() -> dict[str, dict[str, str]]:
+    return dict(tables().old_flags())
+
+
+@cache
 def docs() -> dict[str, str]:
     return {f: (ROOT / f).read_text() for f in tables().FILES}
 
@@ -90,7 +100,7 @@ def script_flags() -> set[str]:
 
 def llmtop_invocations(span: str) -> list[tuple[str, list[str]]]:
     """(command, its flags) for each `llmtop ...` in a span, up to a pipe, && or comment."""
-    names = tables().current_flags()
+    names = current_flags()
     found = []
     for m in re.finditer(r"(?<![\w/.-])llmtop((?:\s+[^\s|&;#]+)*)", span):
         words = m.group(1).split()
@@ -111,7 +121,7 @@ def test_every_generated_table_is_used() -> None:
 
 
 def test_every_flag_a_doc_gives_an_llmtop_command_is_that_commands() -> None:
-    current, old = tables().current_flags(), tables().old_flags()
+    current, old = current_flags(), old_flags()
     wrong = []
     for f, text in checked_docs().items():
         for line, span in code_spans(text):
@@ -130,8 +140,8 @@ def test_every_flag_a_doc_gives_an_llmtop_command_is_that_commands() -> None:
 
 
 def test_every_flag_the_docs_name_exists_and_old_names_only_as_old() -> None:
-    current = set().union(*tables().current_flags().values())
-    old = {o: n for m in tables().old_flags().values() for o, n in m.items() if o not in current}
+    current = set().union(*current_flags().values())
+    old = {o: n for m in old_flags().values() for o, n in m.items() if o not in current}
     known = current | FOREIGN_FLAGS | script_flags()
     wrong = []
     for f, text in checked_docs().items():
@@ -151,7 +161,7 @@ def test_every_flag_of_every_command_is_documented() -> None:
     reference = docs()["docs/cli.md"]
     missing = [
         f"llmtop {command} {flag}"
-        for command, flags in tables().current_flags().items()
+        for command, flags in current_flags().items()
         for flag in sorted(flags - {"--help"})
         if f"`{flag}" not in reference
     ]
