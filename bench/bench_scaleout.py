@@ -141,7 +141,7 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         ),
     ]
-    common = ["--upstream", sim_url, "--max-concurrency", "4", "--max-queue", "256"]
+    common = ["--vllm", sim_url, "--max-concurrency", "4", "--max-queue", "256"]
     procs.append(
         subprocess.Popen(
             [*py, "gateway", "--listen", f"127.0.0.1:{lport}", *common],

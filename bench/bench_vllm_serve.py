@@ -242,7 +242,7 @@ def measure_capacity(engine: Engine, args: argparse.Namespace, out: Path) -> dic
     whatif, fitted = None, None
     if engine.kind == "real" and not args.profile:
         cmd = [sys.executable, "-m", "llmtop", "whatif", "--vllm", engine.url, "--json"]
-        cmd += f"--window {args.calibrate_s:g} --max-num-seqs {MAX_SEQS}".split()
+        cmd += f"--window-s {args.calibrate_s:g} --max-num-seqs {MAX_SEQS}".split()
         cmd += f"--max-num-batched-tokens {BATCHED}".split()
         script = f"sleep 20; exec {shlex.join(cmd)} > {shlex.quote(str(out / 'whatif.json'))}"
         whatif = start(["sh", "-c", script], out / "whatif.log")
@@ -309,7 +309,7 @@ def start_gateway(
         "-m",
         "llmtop",
         "gateway",
-        "--upstream",
+        "--upstream" if arm == "autopilot-before" else "--vllm",  # a tree before the rename
         upstream,
         "--listen",
         f"127.0.0.1:{port}",

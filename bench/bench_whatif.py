@@ -290,7 +290,7 @@ def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
 
     phases = Phases(**phases_kw)
     traffic = Traffic(sc.rate_per_s, sc.prompt_tokens, sc.output_tokens, seed=1)
-    gw_args = ["--max-concurrency", str(sc.start_cap), "--queue-timeout", str(sc.queue_timeout_s)]
+    gw_args = ["--max-concurrency", str(sc.start_cap), "--queue-timeout-s", str(sc.queue_timeout_s)]
     with serve_stack(sc.sim_args(), gw_args) as (sim, gw):
         t0 = time.monotonic()
         analysis, rows = asyncio.run(verify(sim, gw, sc.caps, traffic, phases, Options()))

@@ -92,9 +92,9 @@ class Gateway:
 
     def __init__(self, upstream_url: str, n: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llmtop", "gateway", "--upstream", upstream_url,
+            [sys.executable, "-m", "llmtop", "gateway", "--vllm", upstream_url,
              "--listen", "127.0.0.1:0", "--max-concurrency", "1", "--max-queue", str(n),
-             "--queue-timeout", "3600"],
+             "--queue-timeout-s", "3600"],
             stdout=subprocess.PIPE, text=True, cwd=ROOT,
             env={**os.environ, "XDG_CONFIG_HOME": "/nonexistent"},
         )  # fmt: skip

@@ -18,15 +18,17 @@ from types import ModuleType
 
 from llmtop import __version__
 from llmtop.commands import NAMES
-from llmtop.errors import LlmtopError
+from llmtop.errors import LlmtopError, TargetError, UsageError
 
 EPILOG = """\
 Settings: flags > LLMTOP_* environment > config file (--config, default
-$XDG_CONFIG_HOME/llmtop/config.toml) > defaults. Each flag's help names its default and variable.
+$XDG_CONFIG_HOME/llmtop/config.toml) > defaults. A flag backed by a setting names its
+default, variable and config key in its help.
 
-Exit codes: 0 ok; 1 error (snapshot: degraded); 2 bad usage or config (snapshot: critical);
-3 target unreachable (snapshot: unknown); 4 a server could not start; 5 admin API refused;
-6 bad recording; 130 interrupted.
+Exit codes: 0 ok; 1 error; 2 bad usage or config; 3 target unreachable; 4 a server could
+not start; 5 admin API refused; 6 bad recording; 130 interrupted. `llmtop snapshot` exits
+with its verdict: 0 ok, 1 degraded, 2 critical, 3 unknown (unreachable included); 64 bad
+usage or config; 70 any other error.
 """
 
 
@@ -50,11 +52,24 @@ def tune_gc() -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 2."""
+    """argparse that reports usage errors as one line and exit code 2 (or the command's own
+    `USAGE_EXIT_CODE`)."""
+
+    usage_exit_code = 2
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"llmtop: {message} (see '{self.prog} --help')\n")
-        raise SystemExit(2)
+        raise SystemExit(self.usage_exit_code)
+
+
+def exit_code(mod: ModuleType | None, error: LlmtopError) -> int:
+    """The exit code of `error` in the command `mod`: its own, or the command's
+    `USAGE_EXIT_CODE` / `ERROR_EXIT_CODE` where its verdicts use the usual codes (snapshot)."""
+    if isinstance(error, UsageError):
+        return int(getattr(mod, "USAGE_EXIT_CODE", error.exit_code))
+    if isinstance(error, TargetError):
+        return error.exit_code
+    return int(getattr(mod, "ERROR_EXIT_CODE", error.exit_code))
 
 
 def _module(name: str) -> ModuleType:
@@ -85,6 +100,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             epilog=EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        p.usage_exit_code = getattr(mod, "USAGE_EXIT_CODE", 2)
         mod.add_arguments(p)
     return parser
 
@@ -113,7 +129,8 @@ def _with_default_command(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `llmtop` console script; returns the exit code."""
     args_list = _with_default_command(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser(args_list[0] if args_list and args_list[0] in NAMES else None)
+    command = args_list[0] if args_list and args_list[0] in NAMES else None
+    parser = build_parser(command)
     try:
         args, extra = parser.parse_known_args(args_list)
         if extra:  # named by the subcommand's parser, so the pointer is to its own --help
@@ -125,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("LLMTOP_DEBUG"):
             raise
         sys.stderr.write(f"llmtop: {e}\n")
-        return e.exit_code
+        return exit_code(_module(command) if command else None, e)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `llmtop snapshot | head`

@@ -164,7 +164,7 @@ class GatewaySettings:
     """The admission gateway in front of the engine's OpenAI API."""
 
     upstream: str = "http://127.0.0.1:8000"
-    """Base URL of the engine; several replicas comma-separated (or --upstream repeated)."""
+    """Base URL of the engine; several replicas comma-separated (or --vllm repeated)."""
     replica_max_concurrency: int | None = None
     """Requests allowed at each replica at once; off when unset (max_concurrency is the whole)."""
     eject_s: float = 5.0

@@ -46,7 +46,7 @@ def load_command(url: str, burst: Burst) -> list[str]:
         sys.executable, "-m", "llmtop", "load", "--url", url,
         "--concurrency", str(burst.requests), "--requests", str(burst.requests),
         "--prompt-tokens", str(burst.prompt), "--output-tokens", str(burst.output),
-        "--duration", f"{burst.duration_s:g}", "--json",
+        "--duration-s", f"{burst.duration_s:g}", "--json",
     ]  # fmt: skip
 
 
@@ -156,7 +156,7 @@ class Stack:
         )
         self.procs.append(
             subprocess.Popen(
-                [*llmtop, "gateway", "--upstream", self.sim_url, "--listen",
+                [*llmtop, "gateway", "--vllm", self.sim_url, "--listen",
                  f"127.0.0.1:{self.gw_port}", *self.gateway_args],
                 **quiet,
             )

@@ -25,7 +25,9 @@ gateway-queue-over-slo finding, issue 29): before rewriting, every digest was ch
 when they gained the SLO's fields (slo_ttft_s, queue_budget_s, engine_ttft_s,
 tenant_ttft_slo_s: issue 28) and the prefill budget's (max_unprefilled_prompt_tokens, binding,
 binding_reason, unprefilled_prompt_tokens: issue 27), checked the same way: every digest equal
-with those fields, all None in these recordings, taken out.
+with those fields, all None in these recordings, taken out; and when gateway-down's action
+named the gateway's flag by its new name (`--vllm`, was `--upstream`: issue 31), checked equal
+with the old name put back.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 

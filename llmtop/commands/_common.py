@@ -17,12 +17,16 @@ def flag(
     name: str,
     *names: str,
     help: str,
+    old: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """Add a flag backed by a settings field; its help shows the default and the variable."""
+    """Add a flag backed by a settings field; its help shows the default and the variable.
+    `old`: the flag's former name, still taken with a one-line warning (`renamed`)."""
     parser.add_argument(
         *names, dest=name, default=None, help=f"{help} {settings.describe(cls, name)}", **kwargs
     )
+    if old is not None:
+        renamed(parser, old, names[0], dest=name, **kwargs)
 
 
 Flag = tuple[str, str, str, dict[str, Any]]
@@ -32,16 +36,20 @@ Flag = tuple[str, str, str, dict[str, Any]]
 def flags(parser: argparse.ArgumentParser, cls: type[Any], table: Iterable[Flag]) -> None:
     """Add a table of settings-backed flags (see `flag`)."""
     for name, option, help, kwargs in table:
-        flag(parser, cls, name, option, help=help, **kwargs)
+        flag(parser, cls, name, option, help=help, **kwargs)  # kwargs may name its `old` flag
 
 
 class Renamed(argparse.Action):
     """An old flag name kept working: it sets what the new one sets, and says the new name in
     one line on stderr (its help is hidden, so --help shows only the new name)."""
 
-    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+    def __init__(
+        self, option_strings: list[str], dest: str, *, new: str, append: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(option_strings, dest, **kwargs)
         self.new = new
+        self.append = append
+        """Each use adds to a list (the new flag's action is "append")."""
 
     def __call__(
         self,
@@ -51,7 +59,35 @@ class Renamed(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         settings.deprecated(option_string or self.option_strings[0], self.new)
+        if self.const is not None and values == []:  # a switch: no value of its own
+            values = self.const
+        if self.append:
+            values = [*(getattr(namespace, self.dest, None) or []), values]
         setattr(namespace, self.dest, values)
+
+
+def renamed(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    old: str,
+    new: str,
+    *,
+    dest: str,
+    **kwargs: Any,
+) -> None:
+    """Keep `old` working as `new` (same dest and type), hidden from --help, with a warning.
+
+    `kwargs` are the new flag's: its type, choices and default carry over; "append" appends;
+    a switch (store_true/store_const) takes no value."""
+    action = kwargs.get("action")
+    keep: dict[str, Any] = {k: kwargs[k] for k in ("type", "choices", "default") if k in kwargs}
+    if action in ("store_true", "store_const"):
+        keep = {"nargs": 0, "const": kwargs.get("const", True)} | (
+            {"default": kwargs["default"]} if "default" in kwargs else {}
+        )
+    parser.add_argument(
+        old, dest=dest, help=argparse.SUPPRESS, action=Renamed, new=new,
+        append=action == "append", **keep,
+    )  # fmt: skip
 
 
 SLO_FLAGS: tuple[tuple[str, str, str, str], ...] = (
@@ -65,10 +101,8 @@ def slo_flags(parser: argparse.ArgumentParser) -> None:
     """--ttft-slo-s and --itl-slo-s (the one [slo]: what every judge in llmtop reads), and
     their old names --ttft-slo and --itl-slo, which still work with a warning."""
     for name, option, old, help in SLO_FLAGS:
-        flag(parser, settings.SloSettings, name, option, metavar="S", type=float, help=help)
-        parser.add_argument(
-            old, dest=name, type=float, help=argparse.SUPPRESS, action=Renamed, new=option
-        )
+        flag(parser, settings.SloSettings, name, option, metavar="S", type=float, help=help,
+             old=old)  # fmt: skip
 
 
 def slo_rows() -> tuple[tuple[str, str, dict[str, Any]], ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import slo_flags
+from llmtop.commands._common import renamed, slo_flags
 from llmtop.errors import UsageError
 
 HELP = "the whole story on any laptop: simulated engine, gateway, load and the TUI"
@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--headless", action="store_true", help="no screen: print the timeline")
     p.add_argument(
-        "--duration",
+        "--duration-s",
+        dest="duration",
         type=float,
         metavar="S",
         help="stop after S seconds (headless default: one pass of the scenario)",
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the load (default 0)")
     p.add_argument("--record", metavar="FILE", help="record every poll to FILE")
     slo_flags(p)
+    renamed(p, "--duration", "--duration-s", dest="duration", type=float)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless and (args.json or args.apply_cap):
         raise UsageError("--json and --apply-cap need --headless")
     if args.duration is not None and not args.duration > 0:
-        raise UsageError("--duration must be > 0")
+        raise UsageError("--duration-s must be > 0")
     cap = parse_cap(args.apply_cap, scenario) if args.apply_cap else None
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("llmtop demo needs a terminal; use --headless for a timeline")

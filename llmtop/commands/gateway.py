@@ -12,9 +12,9 @@ HELP = "admission gateway in front of the engine: bounded concurrency, visible q
 
 ON = {"action": "store_const", "const": True}
 UPSTREAM_FLAGS: tuple[Flag, ...] = (
-    ("upstream", "--upstream",
-     "engine base URL; repeat it (or comma-separate) for several replicas",
-     {"metavar": "URL", "action": "append"}),
+    ("upstream", "--vllm",
+     "engine (vLLM) base URL; repeat it (or comma-separate) for several replicas",
+     {"metavar": "URL", "action": "append", "old": "--upstream"}),
     ("replica_max_concurrency", "--replica-max-concurrency",
      "requests allowed at each replica at once", {"metavar": "N", "type": int}),
     ("eject_s", "--eject-s", "a failed replica's time out", {"metavar": "S", "type": float}),
@@ -48,7 +48,8 @@ def _limit_flags() -> tuple[Flag, ...]:
     kinds = {"int": int, "float": float, "choice": str}
     return tuple(
         (s.field, s.option, s.help, {"metavar": s.metavar, "type": kinds[s.kind]}
-         | ({"choices": s.choices} if s.choices else {}))
+         | ({"choices": s.choices} if s.choices else {})
+         | ({"old": s.old_option} if s.old_option else {}))
         for s in LIMITS if s.field in at_start
     )  # fmt: skip
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hash_key:
         print(hash_key_from(sys.stdin.read()))
         return 0
-    if isinstance(args.upstream, list):  # --upstream repeated: one comma-separated setting
+    if isinstance(args.upstream, list):  # --vllm repeated: one comma-separated setting
         args.upstream = ",".join(args.upstream)
     run_gateway(load(GatewaySettings, args))
     return 0

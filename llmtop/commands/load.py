@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import slo_flags
+from llmtop.commands._common import renamed, slo_flags
 
 HELP = "bounded streaming load against any OpenAI-compatible endpoint; TTFT, ITL, goodput"
 
@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--requests", type=int, default=100, metavar="N", help="stop after N requests (default 100)"
     )
     p.add_argument(
-        "--duration",
+        "--duration-s",
+        dest="duration",
         type=float,
         default=60.0,
         metavar="S",
@@ -50,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--priority", choices=("high", "normal", "low"), help="x-llmtop-priority")
     slo_flags(p)  # goodput: the requests that ended 200 within both
+    renamed(p, "--duration", "--duration-s", dest="duration", type=float, default=60.0)
     p.add_argument(
         "--e2e-slo-s",
         type=float,

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from llmtop.commands._common import load, slo_rows
+from llmtop.commands._common import load, renamed, slo_rows
 from llmtop.settings import HealthSettings, MonitorSettings
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 HELP = (
     "start vLLM right-sized for the model, the memory and the expected request, behind the "
-    "gateway, with the TUI (needs the vllm extra; --dry-run prints the arithmetic)"
+    "gateway, with the TUI (needs vLLM installed; --dry-run prints the arithmetic)"
 )
 
 OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -33,8 +33,8 @@ OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--dry-run", "print the arithmetic and the commands, start nothing", {"action": "store_true"}),
     ("--no-tui", "run without the TUI until Ctrl-C", {"action": "store_true"}),
     ("--vllm-bin", "the vllm executable (default: vllm on PATH)", {"metavar": "PATH"}),
-    ("--ready-timeout", "seconds to wait for vLLM's /health (default 600)",
-     {"metavar": "S", "type": float}),
+    ("--ready-timeout-s", "seconds to wait for vLLM's /health (default 600)",
+     {"metavar": "S", "type": float, "dest": "ready_timeout"}),
     ("--log-dir", "where the engine's and gateway's logs go (default ~/.cache/llmtop/serve)",
      {"metavar": "DIR"}),
     ("--admin-token-file", "the gateway's admin token file (needed to listen beyond loopback)",
@@ -49,6 +49,8 @@ OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 def _own_flags(p: argparse.ArgumentParser) -> None:
     for option, help, kwargs in OWN_FLAGS:
         p.add_argument(option, default=argparse.SUPPRESS, help=help, **kwargs)
+    renamed(p, "--ready-timeout", "--ready-timeout-s", dest="ready_timeout", type=float,
+            default=argparse.SUPPRESS)  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,33 +2,43 @@
 
 Polls every target at the monitor interval across the window, then prints the last poll's
 figures and verdict, with any finding that held only earlier (or one JSON object with --json).
-Exit status: 0 ok, 1 degraded, 2 critical, 3 unknown or unreachable.
+Exit status: 0 ok, 1 degraded, 2 critical, 3 unknown or unreachable (the verdicts, as
+monitoring plugins use them); 64 bad usage or config (sysexits' EX_USAGE), 70 any other
+error (EX_SOFTWARE), so a cron job or a check tells a verdict from a mistake.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag, load, slo_flags
+from llmtop.commands._common import flag, load, renamed, slo_flags
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
-HELP = "one-shot health check: poll across a window, print the verdict (exit 0/1/2/3)"
+HELP = "one-shot health check: poll across a window, print the verdict (exit 0/1/2/3; 64 usage)"
+
+USAGE_EXIT_CODE = 64
+"""Bad usage or config: apart from the verdicts 0..3 (EX_USAGE of sysexits.h)."""
+ERROR_EXIT_CODE = 70
+"""Any other error before a verdict (EX_SOFTWARE); an unreachable target is the verdict 3."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_monitor_arguments(p)
     p.add_argument(
-        "--window", type=float, default=5.0, metavar="S", help="seconds to watch (default: 5)"
-    )
+        "--window-s", dest="window", type=float, default=5.0, metavar="S",
+        help="seconds to watch (default: 5)",
+    )  # fmt: skip
+    renamed(p, "--window", "--window-s", dest="window", type=float)
     flag(
         p,
         MonitorSettings,
         "interval_s",
-        "--interval",
+        "--interval-s",
         metavar="S",
         type=float,
         help="seconds between polls",
+        old="--interval",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     slo_flags(p)
@@ -48,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     monitor = load(MonitorSettings, args)
     window = float(args.window)
     if not 0.5 <= window <= MAX_WINDOW_S:
-        raise UsageError(f"--window must be between 0.5 and {MAX_WINDOW_S:g} seconds")
+        raise UsageError(f"--window-s must be between 0.5 and {MAX_WINDOW_S:g} seconds")
     if not 0.1 <= monitor.interval_s <= MAX_WINDOW_S:
-        raise UsageError(f"--interval must be between 0.1 and {MAX_WINDOW_S:g} seconds")
+        raise UsageError(f"--interval-s must be between 0.1 and {MAX_WINDOW_S:g} seconds")
     health = load(HealthSettings, args)
     if is_fleet(monitor):  # several engines: each replica's figures and findings too
         report, fleet = asyncio.run(take_fleet_snapshot(monitor, health, window))

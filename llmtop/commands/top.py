@@ -25,8 +25,9 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("prometheus_selector", "--selector",
      "with --prometheus: PromQL matchers of the vLLM series, e.g. '{job=\"vllm\"}'",
      {"metavar": "SEL"}),
-    ("prometheus_window_s", "--prometheus-window",
-     "with --prometheus: range of rates and quantiles", {"metavar": "S", "type": float}),
+    ("prometheus_window_s", "--prometheus-window-s",
+     "with --prometheus: range of rates and quantiles, seconds",
+     {"metavar": "S", "type": float, "old": "--prometheus-window"}),
     ("prometheus_replica_label", "--replica-label",
      "with --prometheus: the label that names a replica (one row per value)",
      {"metavar": "NAME"}),
@@ -35,7 +36,8 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
      "?name[]= sends only the series llmtop reads)", {"action": "store_const", "const": False}),
 )  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
-    ("interval_s", "--interval", "seconds between polls", {"metavar": "S", "type": float}),
+    ("interval_s", "--interval-s", "seconds between polls",
+     {"metavar": "S", "type": float, "old": "--interval"}),
     ("read_only", "--read-only", "disable every key that changes something",
      {"action": "store_const", "const": True}),
     ("record", "--record", "append every poll to a recording", {"metavar": "FILE"}),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import slo_flags
+from llmtop.commands._common import renamed, slo_flags
 from llmtop.settings import HealthSettings
 
 HELP = "predict TTFT, goodput and throughput for candidate caps, from the live /metrics"
@@ -23,15 +23,16 @@ def _caps(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm", metavar="URL", required=True, help="engine base URL")
     p.add_argument("--gateway", metavar="URL", help="llmtop gateway base URL (optional)")
-    p.add_argument("--window", type=float, default=30.0, metavar="S",
+    p.add_argument("--window-s", dest="window", type=float, default=30.0, metavar="S",
                    help="seconds of live metrics to calibrate on (default: 30)")  # fmt: skip
-    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+    p.add_argument("--interval-s", dest="interval", type=float, default=1.0, metavar="S",
                    help="seconds between scrapes (default: 1)")  # fmt: skip
     p.add_argument("--cap", type=_caps, default=(), metavar="N,N,..",
                    help="candidate max_concurrency values, e.g. 4,8,16")  # fmt: skip
     p.add_argument("--max-queue", type=int, metavar="N", help="candidate max_queue")
-    p.add_argument("--queue-timeout", type=float, metavar="S", help="candidate queue timeout")
-    p.add_argument("--horizon", type=float, default=60.0, metavar="S",
+    p.add_argument("--queue-timeout-s", dest="queue_timeout", type=float, metavar="S",
+                   help="candidate queue timeout, seconds")  # fmt: skip
+    p.add_argument("--horizon-s", dest="horizon", type=float, default=60.0, metavar="S",
                    help="seconds each prediction covers from the change (default: 60)")  # fmt: skip
     p.add_argument("--steady", action="store_true",
                    help="predict the steady state (empty, 30 s warm-up), not from now")  # fmt: skip
@@ -43,6 +44,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
+    for old, new, dest in RENAMED:
+        renamed(p, old, new, dest=dest, type=float)
+
+
+RENAMED = (
+    ("--window", "--window-s", "window"),
+    ("--interval", "--interval-s", "interval"),
+    ("--queue-timeout", "--queue-timeout-s", "queue_timeout"),
+    ("--horizon", "--horizon-s", "horizon"),
+)
+"""(old flag, new flag, dest): the seconds flags before they carried their unit."""
 
 
 def run(args: argparse.Namespace) -> int:

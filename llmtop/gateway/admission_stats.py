@@ -3,13 +3,51 @@ what it counted. Apart from admission.py so the controller keeps to its decision
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from llmtop.gateway.admission import AdmissionController
+from llmtop.gateway.limits import Limits
+from llmtop.gateway.window import SampleWindow
 
 
-def stats_doc(ctl: AdmissionController) -> dict[str, Any]:
+class Stated(Protocol):
+    """What the stats read of the controller (gateway/admission.py's AdmissionController)."""
+
+    queue_wait: SampleWindow
+    ttft: SampleWindow
+    offered: int
+    outcomes: dict[str, int]
+    rejections: dict[str, int]
+    window_s: int
+    paused: bool
+    autopilot: dict[str, Any] | None
+
+    def now(self) -> float: ...
+    def wall(self) -> float: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def in_flight_prompt_tokens(self) -> int: ...
+    @property
+    def in_flight_kv_blocks(self) -> int: ...
+    @property
+    def unprefilled_tokens(self) -> int: ...
+    @property
+    def share_slots(self) -> int | None: ...
+    @property
+    def share_kv_blocks(self) -> int | None: ...
+    @property
+    def engine_ttft_s(self) -> float: ...
+    def queued_by_priority(self) -> dict[str, int]: ...
+    def queued_ages_s(self, now: float) -> list[float]: ...
+    def prefill_tok_per_s(self) -> float | None: ...
+    def binding(self) -> str | None: ...
+
+
+def stats_doc(ctl: Stated) -> dict[str, Any]:
     """The /admin/stats object, less the upstream (the app knows that)."""
     now = ctl.now()
     w50, w95 = ctl.queue_wait.quantiles(now, (0.5, 0.95))

@@ -4,11 +4,36 @@ holding new prompts")."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from llmtop.gateway.admission import AdmissionController
-    from llmtop.gateway.controller import Autopilot
+from llmtop.gateway.limits import Limits
+
+
+class Pilot(Protocol):
+    """What the status reads of the autopilot (gateway/controller.py's Autopilot)."""
+
+    applied: int | None
+    capacity: int | None
+    prefill_applied: int | None
+    prefill_reason: str
+    last_reason: str
+    unread: tuple[str, ...]
+
+
+class Admission(Protocol):
+    """...and of admission (gateway/admission.py's AdmissionController)."""
+
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def in_flight_kv_blocks(self) -> int: ...
+    @property
+    def unprefilled_tokens(self) -> int: ...
+    def binding(self) -> str | None: ...
+    def prefill_tok_per_s(self) -> float | None: ...
+    def good_per_s(self) -> float: ...
 
 
 def blocks_text(n: float) -> str:
@@ -16,7 +41,7 @@ def blocks_text(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def autopilot_status(pilot: Autopilot, ctl: AdmissionController) -> dict[str, Any]:
+def autopilot_status(pilot: Pilot, ctl: Admission) -> dict[str, Any]:
     """The budgets, the binding one and the reasons; the KV budget also as requests of the
     recent mix."""
     per = ctl.in_flight_kv_blocks / ctl.in_flight if ctl.in_flight else None
@@ -37,7 +62,7 @@ def autopilot_status(pilot: Autopilot, ctl: AdmissionController) -> dict[str, An
     }
 
 
-def binding_reason(ctl: AdmissionController, binding: str | None) -> str | None:
+def binding_reason(ctl: Admission, binding: str | None) -> str | None:
     """What holds the queue's head, in words with the arithmetic."""
     lim = ctl.limits
     if binding == "max_unprefilled_prompt_tokens":

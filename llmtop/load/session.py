@@ -57,7 +57,7 @@ def _check(opts: LoadOptions) -> None:
     if opts.requests < 1:
         raise UsageError("--requests must be at least 1")
     if not opts.duration > 0:
-        raise UsageError("--duration must be > 0")
+        raise UsageError("--duration-s must be > 0")
     if opts.output_tokens < 1:
         raise UsageError("--output-tokens must be at least 1")
     if opts.rate is not None and (not opts.rate > 0 or not opts.burstiness > 0):

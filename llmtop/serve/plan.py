@@ -323,7 +323,10 @@ def make_plan(
             f"--max-num-seqs {seqs:,}  = {tokens:,} KV tokens // {request:,} per request"
             f"{capped} (more at once would preempt)"
         )
-    lines.append(f"gateway      --max-concurrency {seqs:,} (the excess waits in the gateway)")
+    lines.append(
+        f"gateway      --max-concurrency {seqs:,} (its cap without the autopilot; with it,"
+        " where it starts)"
+    )
     return Plan(
         kv_bytes_per_token=per_token,
         kv_budget_bytes=budget,

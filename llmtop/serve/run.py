@@ -188,7 +188,7 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
         "-m",
         "llmtop",
         "gateway",
-        "--upstream",
+        "--vllm",
         engine_url,
         "--listen",
         opts.listen,
@@ -226,7 +226,8 @@ def describe(plan: Plan, cmds: Commands) -> str:
 def _check_engine(cmds: Commands, opts: ServeOptions) -> None:
     if opts.engine_cmd is None and shutil.which(cmds.engine[0]) is None:
         raise UsageError(
-            f"vLLM not found ({cmds.engine[0]}): install it (pip install 'llmtop[vllm]') "
+            f"vLLM not found ({cmds.engine[0]}): install it"
+            " (pip install 'llmtop-console[vllm]') "
             "or name its executable with --vllm-bin PATH"
         )
 

@@ -171,15 +171,15 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
 def validate(opts: Options, *, window_s: float, interval_s: float) -> None:
     """UsageError (one line) for values the what-if cannot work with."""
     if not 2.0 <= window_s <= 3600.0:
-        raise UsageError("--window must be between 2 and 3600 seconds")
+        raise UsageError("--window-s must be between 2 and 3600 seconds")
     if not 0.2 <= interval_s <= window_s / 2:
-        raise UsageError("--interval must be at least 0.2 s and at most half the window")
+        raise UsageError("--interval-s must be at least 0.2 s and at most half the window")
     if not 5.0 <= opts.horizon_s <= 3600.0:
-        raise UsageError("--horizon must be between 5 and 3600 seconds")
+        raise UsageError("--horizon-s must be between 5 and 3600 seconds")
     if opts.max_queue is not None and opts.max_queue < 0:
         raise UsageError("--max-queue must be at least 0")
     if opts.queue_timeout_s is not None and not opts.queue_timeout_s > 0:
-        raise UsageError("--queue-timeout must be above 0")
+        raise UsageError("--queue-timeout-s must be above 0")
     if opts.max_num_seqs < 1:
         raise UsageError("--max-num-seqs must be at least 1")
     if opts.max_num_batched_tokens is not None and opts.max_num_batched_tokens < 1:

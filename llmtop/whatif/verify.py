@@ -225,7 +225,7 @@ def serve_gateway(upstream: str, gateway_args: Sequence[str]) -> Iterator[str]:
     URL; stopped on exit."""
     port = _free_port()
     listen = f"127.0.0.1:{port}"
-    with _llmtop("gateway", "--upstream", upstream, "--listen", listen, *gateway_args) as proc:
+    with _llmtop("gateway", "--vllm", upstream, "--listen", listen, *gateway_args) as proc:
         url = f"http://{listen}"
         _wait_http(url + "/admin/stats", proc)
         yield url

@@ -173,7 +173,7 @@ def test_the_alerts_reach_alertmanager_and_resolve(
     rules = tmp_path / "llmtop.rules.yml"
     env = {**os.environ, "LLMTOP_SCHEDULER_STUCK_AFTER_S": f"{STUCK_AFTER_S:g}"}
     made = subprocess.run(
-        llmtop("rules", "--interval", f"{EVAL_S:g}", "--vllm-selector", '{job="vllm"}',
+        llmtop("rules", "--interval-s", f"{EVAL_S:g}", "--vllm-selector", '{job="vllm"}',
                "--gateway-selector", '{job="gateway"}', "--out", str(rules)),
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -200,7 +200,7 @@ def test_the_alerts_reach_alertmanager_and_resolve(
         _until("Prometheus scraping the three targets", all_up, 30)
         _start(
             llmtop("load", "--url", stuck, "--concurrency", "3", "--requests", "3",
-                   "--prompt-tokens", "64", "--output-tokens", "16", "--duration", "90"),
+                   "--prompt-tokens", "64", "--output-tokens", "16", "--duration-s", "90"),
             procs,
         )  # fmt: skip
         stuck_since = time.time()

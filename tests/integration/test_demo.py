@@ -48,7 +48,7 @@ def test_headless_quick_story_applies_the_cap_the_finding_suggests(tmp_path: Pat
     out = subprocess.run(
         [
             sys.executable, "-m", "llmtop", "demo", "--headless", "--scenario", "quick",
-            "--duration", "38", "--apply-cap", f"auto@{cap_at:g}", "--json",
+            "--duration-s", "38", "--apply-cap", f"auto@{cap_at:g}", "--json",
             "--record", str(path),
         ],
         capture_output=True,

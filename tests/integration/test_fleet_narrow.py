@@ -217,7 +217,7 @@ def test_snapshot_json_says_how_each_replica_was_scraped(
     """`snapshot --json` of two sims: "scrape" is "narrow" (they answer /metrics/?name[]= as
     vLLM does), "full" with --full-scrape."""
     sims = [start_sim(profile="fast") for _ in range(2)]
-    args = ["snapshot", "--window", "1.5", "--gateway", "off", "--json", *flags]
+    args = ["snapshot", "--window-s", "1.5", "--gateway", "off", "--json", *flags]
     for sim in sims:
         args += ["--vllm", sim.url]
     main(args)

@@ -30,7 +30,7 @@ def test_serves_with_token_from_env_and_stops_on_ctrl_c(
 ) -> None:
     sim = start_sim(profile="fast")
     env = {**os.environ, "LLMTOP_ADMIN_TOKEN": "tok-123", "LLMTOP_QUEUE_TIMEOUT": "7"}
-    cmd = [sys.executable, "-m", "llmtop", "gateway", "--upstream", sim.url]
+    cmd = [sys.executable, "-m", "llmtop", "gateway", "--vllm", sim.url]
     cmd += ["--listen", f"127.0.0.1:{free_port()}", "--max-concurrency", "3"]
     with subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

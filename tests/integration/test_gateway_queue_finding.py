@@ -50,7 +50,7 @@ async def snapshot_after_onset(
 
     await asyncio.sleep(max(0.0, onset + 2.0 - time.time()))
     proc = await asyncio.create_subprocess_exec(
-        *llmtop("snapshot", "--window", "3", "--vllm", sim, "--gateway", gw, "--json"),
+        *llmtop("snapshot", "--window-s", "3", "--vllm", sim, "--gateway", gw, "--json"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -164,7 +164,7 @@ def test_a_stuck_scheduler_is_found_end_to_end() -> None:
         assert "fault scheduler-stuck@0" in banner
         load = subprocess.Popen(
             llmtop("load", "--url", url, "--concurrency", "3", "--requests", "3",
-                   "--prompt-tokens", "64", "--output-tokens", "16", "--duration", "30"),
+                   "--prompt-tokens", "64", "--output-tokens", "16", "--duration-s", "30"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -178,7 +178,7 @@ def test_a_stuck_scheduler_is_found_end_to_end() -> None:
                 raise AssertionError("the three requests never waited")
             assert c.get("/health").status_code == 200
         done = subprocess.run(
-            llmtop("snapshot", "--vllm", url, "--gateway", "off", "--window", "8", "--json"),
+            llmtop("snapshot", "--vllm", url, "--gateway", "off", "--window-s", "8", "--json"),
             capture_output=True,
             text=True,
             env=env,

@@ -215,7 +215,7 @@ def test_prometheus_source_matches_direct_scrapes(
         wait_ready(url + "/metrics", 20)
     hot = ["--concurrency", "24", "--prompt-tokens", "1500", "--output-tokens", "500"]
     for url, shape in zip(sims, (hot, ["--concurrency", "2"], ["--concurrency", "2"]), strict=True):
-        load = ["--url", url, "--duration", "50", "--requests", "5000", *shape]
+        load = ["--url", url, "--duration-s", "50", "--requests", "5000", *shape]
         start([sys.executable, "-m", "llmtop", "load", *load], procs)
     targets = [u.removeprefix("http://") for u in sims]
     prom_url = start_prometheus(binary, targets, tmp_path, procs)

@@ -102,7 +102,7 @@ def gateway_app() -> Starlette:
 
 
 def snapshot(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    code = main(["snapshot", "--window", "0.6", *args])
+    code = main(["snapshot", "--window-s", "0.6", *args])
     return code, capsys.readouterr().out
 
 
@@ -203,15 +203,15 @@ def test_dcgm_gpus_in_the_json(
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--window", "0"], "--window"),
-        (["--window", "301"], "--window"),  # the pipeline keeps 10 minutes; half of it at most
-        (["--window", "5", "--interval", "0"], "--interval"),
+        (["--window-s", "0"], "--window-s"),
+        (["--window-s", "301"], "--window-s"),  # the pipeline keeps 10 minutes; half at most
+        (["--window-s", "5", "--interval-s", "0"], "--interval-s"),
     ],
 )
 def test_bad_window_or_interval_is_a_usage_error(
     flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["snapshot", *flags, "--gateway", "off"]) == 2
+    assert main(["snapshot", *flags, "--gateway", "off"]) == 64
     captured = capsys.readouterr()
     assert named in captured.err
     assert captured.out == ""
@@ -246,7 +246,7 @@ def growing_queue(start_sim: Callable[..., ServerThread]) -> Iterator[str]:
     load = subprocess.Popen(
         [
             sys.executable, "-m", "llmtop", "load", "--url", sim.url, "--rate", "2",
-            "--burstiness", "100", "--requests", "90", "--duration", "45",
+            "--burstiness", "100", "--requests", "90", "--duration-s", "45",
             "--prompt-tokens", "64", "--output-tokens", "300",
         ],
         stdout=subprocess.DEVNULL,
@@ -277,12 +277,12 @@ def waiting(url: str) -> float:
 def test_growing_queue_with_flat_decode_is_a_batching_cliff(
     growing_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window", "15"])
+    code = main(["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window-s", "15"])
     text = capsys.readouterr().out
     assert "batching-cliff [queue]" in text, text
     assert code in (1, 2), text
     code = main(
-        ["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window", "15", "--json"]
+        ["snapshot", "--vllm", growing_queue, "--gateway", "off", "--window-s", "15", "--json"]
     )
     data = json.loads(capsys.readouterr().out)
     assert code == EXIT_CODES[data["status"]] != 0

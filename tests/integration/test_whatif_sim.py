@@ -32,7 +32,7 @@ def _whatif(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[st
 @pytest.fixture(scope="module")
 def h100_stack() -> Iterator[tuple[str, str]]:
     with serve_stack(
-        ["--profile", "h100-8b"], ["--max-concurrency", "8", "--queue-timeout", "5"]
+        ["--profile", "h100-8b"], ["--max-concurrency", "8", "--queue-timeout-s", "5"]
     ) as urls:
         yield urls
 
@@ -47,10 +47,10 @@ async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str,
         load = asyncio.ensure_future(OpenLoop(runner, shape, 4.0, 1.0, seed=5).run())
         try:
             await asyncio.sleep(3.0)
-            args = ("--vllm", sim, "--gateway", gw, "--window", "4", "--interval", "0.5")
+            args = ("--vllm", sim, "--gateway", gw, "--window-s", "4", "--interval-s", "0.5")
             text, as_json = await asyncio.gather(
-                asyncio.to_thread(_whatif, *args, "--cap", "2,16", "--horizon", "20"),
-                asyncio.to_thread(_whatif, *args, "--cap", "4", "--horizon", "20", "--json"),
+                asyncio.to_thread(_whatif, *args, "--cap", "2,16", "--horizon-s", "20"),
+                asyncio.to_thread(_whatif, *args, "--cap", "4", "--horizon-s", "20", "--json"),
             )
         finally:
             runner.stop()
@@ -70,12 +70,12 @@ async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str,
 
 @pytest.mark.xdist_group("realtime-load")  # h100_stack's module: keep it on one worker
 def test_unreachable_target_and_bad_input_are_one_line() -> None:
-    down = _whatif("--vllm", "http://127.0.0.1:1", "--window", "2", "--interval", "0.5")
+    down = _whatif("--vllm", "http://127.0.0.1:1", "--window-s", "2", "--interval-s", "0.5")
     assert down.returncode == 3
     assert down.stderr.count("\n") == 1
     assert "cannot connect" in down.stderr
     assert "Traceback" not in down.stderr
-    for bad in (["--cap", "x"], ["--cap", "0"], ["--window", "1"], ["--horizon", "1"]):
+    for bad in (["--cap", "x"], ["--cap", "0"], ["--window-s", "1"], ["--horizon-s", "1"]):
         r = _whatif("--vllm", "http://127.0.0.1:1", *bad)
         assert r.returncode == 2, (bad, r.stderr)
         assert r.stderr.count("\n") == 1
@@ -94,7 +94,7 @@ async def test_predictions_hold_when_each_cap_is_applied() -> None:
     traffic = Traffic(4.0, (256, 1536), 128, seed=7)
     phases = Phases(warmup_s=8.0, window_s=25.0, settle_s=6.0, measure_s=20.0, tail_s=7.0)
     with serve_stack(
-        ["--profile", "h100-8b"], ["--max-concurrency", "8", "--queue-timeout", "5"]
+        ["--profile", "h100-8b"], ["--max-concurrency", "8", "--queue-timeout-s", "5"]
     ) as (sim, gw):
         analysis, rows = await verify(sim, gw, (2, 4, 16), traffic, phases, Options())
     obs = analysis.observed

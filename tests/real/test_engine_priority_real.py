@@ -27,7 +27,7 @@ def start_serve(vllm: Path, listen: str, logs: Path, policy: str) -> subprocess.
     argv = [
         sys.executable, "-m", "llmtop", "serve", str(DIR / "model"),
         "--no-tui", "--listen", listen, "--vllm-bin", str(vllm), "--log-dir", str(logs),
-        "--ready-timeout", "400",
+        "--ready-timeout-s", "400",
         "--served-model-name", "tinyllm", "--dtype", "bfloat16", "--enforce-eager",
         "--max-num-batched-tokens", "2048", "--num-gpu-blocks-override", "32",
         "--gpu-memory-utilization", "0.3",

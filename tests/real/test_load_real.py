@@ -31,7 +31,7 @@ def _load(url: str, *extra: str) -> dict[str, Any]:
 def test_load_figures_match_vllm_counters(idle_vllm: str, chat: bool) -> None:
     before = scrape(idle_vllm)
     args = ["--concurrency", "4", "--requests", "8", "--prompt-tokens", "200"]
-    args += ["--output-tokens", "50", "--duration", "200"]
+    args += ["--output-tokens", "50", "--duration-s", "200"]
     out = _load(idle_vllm, *args, *(["--chat"] if chat else []))
     after = wait_idle(idle_vllm)
 

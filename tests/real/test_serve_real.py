@@ -46,7 +46,8 @@ def test_serve_starts_a_right_sized_vllm_and_stops_it(tmp_path: Path) -> None:
     argv = [
         sys.executable, "-m", "llmtop", "serve", str(DIR / "model"),
         "--no-tui", "--listen", listen, "--vllm-bin", str(vllm), "--log-dir", str(tmp_path),
-        "--expect-prompt-tokens", "700", "--expect-output-tokens", "300", "--ready-timeout", "400",
+        "--expect-prompt-tokens", "700", "--expect-output-tokens", "300",
+        "--ready-timeout-s", "400",
         # the script's server, less the flags the plan works out (--max-model-len, --max-num-seqs)
         "--served-model-name", "tinyllm", "--dtype", "bfloat16", "--enforce-eager",
         "--max-num-batched-tokens", "2048", "--num-gpu-blocks-override", "32",

@@ -137,7 +137,7 @@ def _snapshot_cli(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
             url,
             "--gateway",
             "off",
-            "--window",
+            "--window-s",
             str(window_s),
             "--json",
         ],

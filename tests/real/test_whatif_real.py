@@ -84,7 +84,7 @@ def table(load: str, rows: list[Row]) -> str:
 @pytest.mark.parametrize("load", sorted(LOADS))
 async def test_whatif_predictions_hold_on_the_real_engine(vllm_url: str, load: str) -> None:
     wait_idle(vllm_url)
-    with gateway(vllm_url, "--max-concurrency", "3", "--queue-timeout", "10") as gw:
+    with gateway(vllm_url, "--max-concurrency", "3", "--queue-timeout-s", "10") as gw:
         analysis, rows = await verify(vllm_url, gw, CAPS, LOADS[load], PHASES, OPTS)
     dump = os.environ.get("LLMTOP_WHATIF_DUMP")
     if dump:  # the window's scrapes, to replay the calibration offline

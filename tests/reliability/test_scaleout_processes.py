@@ -116,9 +116,9 @@ def stack() -> Iterator[Stack]:
         port = free_port()
         cmd = [sys.executable, "-m", "llmtop", "gateway", "--listen", f"127.0.0.1:{port}"]
         for s in sims:
-            cmd += ["--upstream", s.url]
+            cmd += ["--vllm", s.url]
         cmd += ["--redis", server.url, "--lease-ttl-s", str(TTL_S), "--eject-s", "1"]
-        cmd += ["--max-concurrency", str(CAP), "--max-queue", "200", "--queue-timeout", "8"]
+        cmd += ["--max-concurrency", str(CAP), "--max-queue", "200", "--queue-timeout-s", "8"]
         gateways.append(Proc(cmd, f"http://127.0.0.1:{port}"))
     procs = [*sims, *gateways]
     try:

@@ -141,7 +141,7 @@ def test_every_admin_route_needs_the_token_fuzzed(monkeypatch: pytest.MonkeyPatc
 def gateway_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LLMTOP_")}
     return subprocess.run(
-        [sys.executable, "-m", "llmtop", "gateway", "--upstream", "http://127.0.0.1:9", *args],
+        [sys.executable, "-m", "llmtop", "gateway", "--vllm", "http://127.0.0.1:9", *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -239,7 +239,7 @@ def test_no_secret_in_a_gateway_process_output(
 ) -> None:
     up = fault_upstream(refuse)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", "gateway", "--upstream", up.url,
+        [sys.executable, "-m", "llmtop", "gateway", "--vllm", up.url,
          "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -52,7 +52,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def gateway(sim: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("gateway")
-    args = ["gateway", "--upstream", sim.url, "--listen", "127.0.0.1:0"]
+    args = ["gateway", "--vllm", sim.url, "--listen", "127.0.0.1:0"]
     args += ["--max-concurrency", str(CAP), "--max-queue", str(QUEUE)]
     server = Server(args, clean_env(tmp), tmp / "gateway.log")
     yield server
@@ -142,7 +142,7 @@ def start_tui(
             sim.url,
             "--gateway",
             gateway.url,
-            "--interval",
+            "--interval-s",
             "0.5",
             *flags,
         ]

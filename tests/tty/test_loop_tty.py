@@ -47,7 +47,7 @@ def kv_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def open_gateway(kv_sim: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A cap wide open: everything the clients send reaches the engine."""
     tmp = tmp_path_factory.mktemp("open-gateway")
-    args = ["gateway", "--upstream", kv_sim.url, "--listen", "127.0.0.1:0"]
+    args = ["gateway", "--vllm", kv_sim.url, "--listen", "127.0.0.1:0"]
     server = Server([*args, "--max-concurrency", "64"], clean_env(tmp), tmp / "gateway.log")
     yield server
     server.stop()
@@ -58,7 +58,7 @@ def load(open_gateway: Server, tmp_path: Path) -> Iterator[None]:
     """`llmtop load` through the gateway, bounded in time and count; stopped at the end."""
     args = ["load", "--url", open_gateway.url, "--concurrency", str(CLIENTS)]
     args += ["--prompt-tokens", str(PROMPT), "--output-tokens", str(OUTPUT)]
-    args += ["--duration", "90", "--requests", "3000"]
+    args += ["--duration-s", "90", "--requests", "3000"]
     runner = Process(args, clean_env(tmp_path), tmp_path / "load.log")
     yield
     runner.stop()
@@ -84,7 +84,7 @@ def test_the_kv_finding_then_the_cap_it_suggests_moves_the_queue_and_clears_it(
     term = make_terminal((120, 36))
     health = {f"LLMTOP_{k.upper()}": str(v) for k, v in QUICK.health.items()}
     argv = [*llmtop_command(), "--vllm", kv_sim.url, "--gateway", open_gateway.url]
-    term.start([*argv, "--interval", "0.5"], clean_env(tmp_path, **health))
+    term.start([*argv, "--interval-s", "0.5"], clean_env(tmp_path, **health))
     tui = Tui(term, open_gateway.url)
     # the KV finding, and the cap it suggests, read off the screen as the person reads it
     screen = term.wait_for(

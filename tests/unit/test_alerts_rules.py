@@ -138,7 +138,7 @@ def test_durations() -> None:
         (["--gateway-selector", '{job="gw"'], "--gateway-selector '{job=\"gw\"' is not a PromQL"),
         (["--replica-label", "le"], "--replica-label 'le': llmtop uses that name"),
         (["--replica-label", "9pod"], "--replica-label '9pod' is not a Prometheus label name"),
-        (["--interval", "0"], "--interval must be between 0.1 and 3600 seconds, got 0"),
+        (["--interval-s", "0"], "--interval-s must be between 0.1 and 3600 seconds, got 0"),
         (["--ttft-slo", "fast"], "argument --ttft-slo: invalid float value: 'fast'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
@@ -165,7 +165,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
 def test_out_replaces_the_file_whole(tmp_path: Path) -> None:
     out = tmp_path / "llmtop.rules.yml"
     out.write_text("the old file\n")
-    assert main(["rules", "--interval", "1", "--out", str(out)]) == 0
+    assert main(["rules", "--interval-s", "1", "--out", str(out)]) == 0
     assert out.read_text() == render(AlertSpec(interval_s=1.0))
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
 

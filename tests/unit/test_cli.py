@@ -67,7 +67,7 @@ def test_unknown_flag_points_at_its_subcommands_help() -> None:
 
 def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     out = run_cli("snapshot", "--config", str(tmp_path / "nope.toml"), "--vllm", "http://x")
-    assert out.returncode == 2
+    assert out.returncode == 64  # snapshot: bad usage apart from its verdicts
     assert "config file not found" in out.stderr
     assert "Traceback" not in out.stderr
 
@@ -159,7 +159,7 @@ def test_the_replica_label_is_a_monitor_flag_and_a_bad_one_is_one_line() -> None
     s = settings.load(MonitorSettings, environ={"LLMTOP_PROMETHEUS_REPLICA_LABEL": "pod"})
     assert s.prometheus_replica_label == "pod"
     out = run_cli("snapshot", "--prometheus", "http://127.0.0.1:9", "--replica-label", "k8s-pod")
-    assert out.returncode == 2
+    assert out.returncode == 64
     assert out.stderr == "llmtop: --replica-label 'k8s-pod' is not a Prometheus label name\n"
 
 

@@ -169,7 +169,7 @@ def test_report_json_on_a_scripted_recording(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_scripted(tmp_path / "incident.jsonl.gz")
-    assert main(["report", str(path), "--format", "json"]) == 0
+    assert main(["report", str(path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["start"] == T0
     assert d["end"] == T0 + 179
@@ -244,7 +244,7 @@ def test_report_on_the_recorded_demo_story(
 ) -> None:
     """tests/fixtures/recording-story.jsonl.gz: `llmtop demo --headless --apply-cap 8 --record`."""
     path = fixtures_dir / "recording-story.jsonl.gz"
-    assert main(["report", str(path), "--format", "json"]) == 0
+    assert main(["report", str(path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["polls"] == 300
     (change,) = d["limit_changes"]
@@ -271,7 +271,7 @@ def test_report_json_and_charts_into_a_directory(
 ) -> None:
     path = write_scripted(tmp_path / "incident.jsonl.gz", n=150)
     out = tmp_path / "deep" / "out"
-    assert main(["report", str(path), "--format", "json", "--out", str(out)]) == 0
+    assert main(["report", str(path), "--json", "--out", str(out)]) == 0
     assert {Path(p).name for p in capsys.readouterr().out.split()} == {
         "report.json",
         "ttft_p95.png",

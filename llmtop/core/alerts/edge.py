@@ -172,7 +172,7 @@ def gateway_down(spec: AlertSpec) -> Alert:
         "gateway-down",
         expr,
         f"llmtop gateway at {replica(spec)} not answering its /metrics (up == 0)",
-        "start it (llmtop gateway --upstream <vLLM URL>) or stop watching it",
+        "start it (llmtop gateway --vllm <vLLM URL>) or stop watching it",
         open_gateway(spec),
         "up == 0 for the gateway's targets (without a gateway selector: targets that "
         "exported llmtop_gateway_in_flight in the last hour)",

@@ -67,7 +67,7 @@ class AlertSpec:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.interval_s) and 0.1 <= self.interval_s <= 3600):
             raise UsageError(
-                f"--interval must be between 0.1 and 3600 seconds, got {self.interval_s:g}"
+                f"--interval-s must be between 0.1 and 3600 seconds, got {self.interval_s:g}"
             )
         _ = self.queries  # checks the replica label, naming the flag
 

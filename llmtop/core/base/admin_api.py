@@ -39,8 +39,16 @@ class LimitSpec:
 
     @property
     def option(self) -> str:
-        """The `llmtop gateway` flag: --max-concurrency, --queue-timeout."""
-        return "--" + self.field.removesuffix("_s").replace("_", "-")
+        """The `llmtop gateway` flag: --max-concurrency, --queue-timeout-s (units in the name,
+        as in the field)."""
+        return "--" + self.field.replace("_", "-")
+
+    @property
+    def old_option(self) -> str | None:
+        """The flag's name before it carried its unit (--queue-timeout), still taken with a
+        warning; None when it never differed."""
+        old = "--" + self.field.removesuffix("_s").replace("_", "-")
+        return old if old != self.option else None
 
     @property
     def metavar(self) -> str:

@@ -18,7 +18,7 @@ def gateway_down(ctx: Context) -> Verdict | None:
         return None
     return Verdict(
         f"llmtop gateway at {g.url} not answering: {g.error or 'no answer'}",
-        "start it (llmtop gateway --upstream <vLLM URL>) or pass --gateway off",
+        "start it (llmtop gateway --vllm <vLLM URL>) or pass --gateway off",
     )
 
 

@@ -52,6 +52,9 @@ GATEWAY_KEYS = (
     "in_flight",
     "queued",
     *LIMIT_FIELDS,  # the one table of the gateway's limits
+    "binding",
+    "binding_reason",
+    "unprefilled_prompt_tokens",
     "paused",
     "rejected_per_s",
     "queue_wait_p50_s",

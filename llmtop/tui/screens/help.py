@@ -10,26 +10,15 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from llmtop.tui.commands import QUEUE_STEP
+from llmtop.tui.keyhelp import KEYS
+
+KEY_LINES = "\n".join(f"- {k.keys} — {k.does}" for k in KEYS)
 
 HELP_TEXT = f"""\
 ## Keys
-- `+` / `-`: gateway max concurrency +1 / -1 up to 16, double / halve above (at least 1)
-- `]` / `[`: gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP} (at least 0)
-- `:`: a command line for exact values: `cap 8`, `queue 64`, `timeout 20`, `rpm 600`,
-  `rpm off`, `tokens 32000`, `tokens off`, `pause`, `resume` (Enter runs, Esc closes;
-  a paste goes into the line, and opens it when it is closed: only Enter runs it)
-- `p`: pause / resume admission (asks first)
-- `w`: what-if: PREDICTED TTFT, goodput, tok/s and 429s for caps around the findings'
-  suggestion, from the live engine's metrics, with the fit's own error (Esc closes). Typing
-  `:cap N` shows the prediction for N beside the measured figures before Enter applies it
-- `a`: autopilot on / off: in auto the gateway moves its KV budget itself to hold the TTFT SLO
-  (the gateway panel shows the budget and the cause of its last move); any manual change of a
-  limit switches back to manual and says so
-- With several engines (a fleet): up / down (or `k` / `j`) select a replica in the table, Enter
-  opens its own panels and charts, Esc goes back
-- `r`: start / stop recording (when started with a recorder)
-- `?`: this help (Esc closes); `q` or ctrl+c: quit
+{KEY_LINES}
+- Typing `:cap N` shows the what-if prediction for N beside the measured figures before Enter
+  applies it; any limit set by hand switches the autopilot back to manual, and says so
 - In `llmtop replay`: space play/pause, `,` / `.` step one poll, left/right seek, Home/End,
   `<` / `>` speed x1..x60; the keys above that change limits only say "read-only"
 
@@ -51,8 +40,11 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
   p50/p95/p99 over the last window; p95 is red above its SLO.
 - **Throughput**: prefill (prompt) and decode (generated) tokens per second, decode speed per
   sequence (what one user sees stream) and finished requests per second.
-- **Gateway**: the admission limits (cap, queue, timeout, rpm), in flight/cap, queued/max,
-  429s per second by reason, queue wait p95, paused.
+- **Gateway**: the mode in its title (manual / auto, PAUSED), in flight/cap, queued/max,
+  429s per second by reason, queue wait p95; in manual mode the queue timeout and rpm limit,
+  in auto mode the KV budget (blocks) and the cause of the autopilot's last move; and, when
+  the gateway's SLO differs from this screen's, admission overrides it, a deadline queue or
+  tenant budgets are set, one SLO line (`slo 2.00s  wait ≤1.60s (engine 400ms)`).
 - **GPU**: per device utilisation, memory used/total, memory-bandwidth utilisation, power,
   temperature and throttle reasons; or why no GPU is visible.
 - **Events**: the incident timeline: findings firing and clearing, limit changes (by anyone),
