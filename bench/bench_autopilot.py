@@ -621,9 +621,7 @@ def grid() -> list[str]:
     shape = GRID_SHAPE[0]
     mix: Mix = ((1.0, shape),)
     cap = capacity(mix)
-    print(
-        f"#### Grid: Poisson {shape[0]}/{shape[1]} on `{PROFILE[0]}`, capacity {cap:.2f} req/s\n"
-    )
+    print(f"#### Grid: Poisson {shape[0]}/{shape[1]} on `{PROFILE[0]}`, capacity {cap:.2f} req/s\n")
     print(
         "| load | policy | goodput | output tok/s | TTFT p50 | TTFT p95 served | 429s |"
         " preemptions |"
