@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.core.base.slo import SloSettings
+from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.errors import UsageError
 
 Outcome = Literal["ok", "http_error", "rejected", "error", "cut"]

@@ -14,8 +14,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.core.base.slo import SloSettings
+from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration
 from llmtop.whatif.simulate import Change, Observer, Span, SpanRun, State, simulate
