@@ -28,6 +28,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # so every server here binds port 0 and every file goes under tmp_path.
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist (3.x) hands out the groups largest first by their number of tests unless told
+    not to: the order below (longest first by `slow(seconds)`) would be lost, and the
+    what-if accuracy test (one test, ~140 s) would start last and be the run's tail."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A module's tests share one worker (its module-scoped servers start once) unless a test

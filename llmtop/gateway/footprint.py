@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.core.derive.signals import add_histograms
 from llmtop.core.vllm.scrape import Histogram
 from llmtop.gateway.limits import Limits

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.whatif.calibrate import Calibration
 from llmtop.whatif.predict import Prediction
 from llmtop.whatif.window import Observed

@@ -19,7 +19,7 @@ from typing import Any
 
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.derive import NO_GAUGES
-from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.core.derive.signals import histogram_increase, increase, mean
 from llmtop.core.vllm import engines, names
 from llmtop.core.vllm.names import ITERATION_TOKENS

@@ -141,6 +141,7 @@ async def _queue_run(stack: Stack, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.xdist_group("stuck-scheduler")  # shares nothing with the test above: may run beside it
 def test_a_stuck_scheduler_is_found_end_to_end() -> None:
     """`llmtop sim --fault scheduler-stuck`: /health 200, requests wait, nothing runs, no
     token; `llmtop snapshot` says scheduler-stuck (threshold lowered to 3 s by its variable)."""

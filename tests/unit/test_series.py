@@ -1,4 +1,4 @@
-"""series: reset-aware counter windows and PromQL histogram_quantile semantics."""
+"""series and histogram: reset-aware counter windows and PromQL histogram_quantile semantics."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from llmtop.core.derive.series import (
+from llmtop.core.derive.histogram import (
     Buckets,
-    CounterWindow,
     histogram_quantile,
     quantile_lands_in_first_bucket,
 )
+from llmtop.core.derive.series import CounterWindow
 
 INF = math.inf
 K = ("tokens", None)

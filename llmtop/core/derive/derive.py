@@ -1,7 +1,7 @@
 """One engine's scrapes over a window -> `EngineStats`: rates, quantiles, KV arithmetic.
 
 Rates are reset-aware increments over the window divided by the time they span. Quantiles come
-from the window's bucket increments (`series.histogram_quantile`). ITL caveat (vLLM's metrics docs):
+from the window's bucket increments (`histogram.Buckets`). ITL caveat (vLLM's metrics docs):
 at a few ms per token every observation lands in the first bucket (le=0.01) and interpolation
 would report 0.005 s whatever the truth (the same for the request-phase histograms below 0.3 s);
 when a quantile falls in the first bucket the window mean (Δsum/Δcount) is reported instead,
@@ -16,7 +16,8 @@ import operator
 from collections.abc import Callable, Iterable
 
 from llmtop.core.base.snapshot import EngineStats
-from llmtop.core.derive.series import Buckets, CounterWindow, Key
+from llmtop.core.derive.histogram import Buckets
+from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.vllm.scrape import EngineScrape
 
 NO_GAUGES = (

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmtop.core.derive.series import histogram_quantile
+from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
 
 
