@@ -29,9 +29,6 @@ from collections.abc import Callable, Hashable, Mapping
 
 from llmtop.core.derive.histogram import Buckets
 
-# re-exported for gateway/footprint.py, whose import moves with the gateway's rewrite
-from llmtop.core.derive.histogram import histogram_quantile as histogram_quantile
-
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
 
