@@ -42,7 +42,9 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
   sequence (what one user sees stream) and finished requests per second.
 - **Gateway**: the mode in its title (manual / auto, PAUSED), in flight/cap, queued/max,
   429s per second by reason, queue wait p95; in manual mode the queue timeout and rpm limit,
-  in auto mode the KV budget (blocks) and the cause of the autopilot's last move; and, when
+  in auto mode the KV budget (blocks), the prefill budget (tokens) and which one holds the
+  queue now (else the cause of the autopilot's last move), in manual mode the limit holding
+  the queue; and, when
   the gateway's SLO differs from this screen's, admission overrides it, a deadline queue or
   tenant budgets are set, one SLO line (`slo 2.00s  wait ≤1.60s (engine 400ms)`).
 - **GPU**: per device utilisation, memory used/total, memory-bandwidth utilisation, power,
