@@ -30,65 +30,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission import AUTOPILOT, AdmissionController
+from llmtop.gateway.autopilot_config import AutopilotConfig
 from llmtop.gateway.autopilot_status import autopilot_status, blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
 """In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
-
-
-@dataclass(frozen=True)
-class AutopilotConfig:
-    """Defaults are the product: the benchmark runs them on every workload untuned."""
-
-    ttft_slo_s: float = SloSettings.ttft_s
-    itl_slo_s: float = SloSettings.itl_s
-    prefill_horizon_s: float = 0.4
-    """The prefill budget is this many seconds of the engine's measured prefill rate: a newly
-    admitted prompt waits at most about this long behind the others' prefill."""
-    prefill_deadband: float = 0.25
-    """The prefill budget moves only when its target drifted by this share: the rate swings
-    with every batch, and each move is an event in the log people read."""
-    kv_target: float = 0.92
-    """The KV use the safe overcommit aims at (see `overcommit`)."""
-    held_gain: float = 0.2
-    """Smoothing per step of blocks held per footprint block when it rises (the mix got
-    heavier: be careful at once)..."""
-    held_gain_down: float = 0.04
-    """...and when it falls (lighter: allow more only slowly); the gauge swings with every
-    prefill and finish."""
-    grow: float = 0.02
-    """The probe's step past the safe level, a share of the cache (at least one request)."""
-    probe_every_s: float = 3.0
-    """Seconds between probe steps: long enough for the step's effect to show."""
-    good_rise: float = 1.02
-    """A probe step is kept only if the level serves at least this multiple of the requests
-    within the SLO per second that the level before it served: a step that does not help is
-    taken back (on a plateau the lower level wins: the same goodput with less in the engine)."""
-    period_finished: int = 10
-    """A level is judged over at least this many finished requests (and probe_every_s): fewer
-    are noise, whatever the engine's speed."""
-    thrash: float = 0.5
-    """Preemptions per request finished above which the engine is thrashing: back off."""
-    cut: float = 0.9
-    """On thrashing: this share of what was in flight, and a ceiling there..."""
-    ease: float = 0.95
-    """...on a mean ITL or engine TTFT over its SLO: this share of the budget, a ceiling at
-    the budget."""
-    ceiling_margin: float = 0.97
-    ceiling_forget: float = 0.002
-    """The ceiling rises by this share of the cache a step without trouble (~50 s for 10 %)."""
-    min_share: float = 0.1
-    max_share: float = 3.0
-    hold_s: float = 5.0
-    waiting_ticks: int = 3
-    """Scrapes a queue inside the engine at a full cache, or a mean ITL over the SLO, must last
-    to count: a long prompt's prefill stalls the decodes for a scrape or two by itself."""
-    engine_ttft_share: float = 0.8
-    deadband: float = 0.02
-    """Moves smaller than this share of the cache, or half a request of the mix, are not made."""
 
 
 @dataclass(frozen=True)
