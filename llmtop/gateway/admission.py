@@ -397,8 +397,8 @@ class AdmissionController:
         queue = self._queue
         self.estimates.finished(now, ticket.kv_blocks, queue.busy_s(now), queue.count)
         slo, first = self._limits.ttft_slo_s, ticket.first_token_at
-        good = outcome == "completed" and slo is not None and first is not None
-        if good and first - ticket.enqueued_at <= slo:  # type: ignore[operator]
+        to_first = None if first is None else first - ticket.enqueued_at
+        if outcome == "completed" and slo is not None and to_first is not None and to_first <= slo:
             self.estimates.served_within_slo(now)
         self._dispatch(now)
         if self.on_demand is not None:

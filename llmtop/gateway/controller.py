@@ -158,10 +158,11 @@ class Autopilot:
         preempt_per_s = figures[0]
         why = None
         limit = c.engine_ttft_share * c.ttft_slo_s
-        slow = sig.itl_mean_s is not None and sig.itl_mean_s > c.itl_slo_s
+        itl = sig.itl_mean_s if sig.itl_mean_s is not None else 0.0
+        slow = itl > c.itl_slo_s
         self._slow_ticks = self._slow_ticks + 1 if slow else 0
         if slow and self._slow_ticks >= c.waiting_ticks:  # not one prefill's stall: sustained
-            why = f"mean ITL {sig.itl_mean_s * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"  # type: ignore[operator]
+            why = f"mean ITL {itl * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
         elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
             why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
         if why is not None:  # an SLO missed inside the engine: ease, the ceiling here
@@ -390,8 +391,6 @@ def drive(
         ctl.autopilot = pilot.status(ctl)
         return
     pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
-    if pilot.prefill_applied != lim.max_unprefilled_prompt_tokens and pre is None:
-        pre = pilot.prefill_applied  # someone else set it: put ours back
     if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
         ctl.set_limits(
             {"max_unprefilled_prompt_tokens": pre},
