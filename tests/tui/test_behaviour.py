@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.panel import Panel
 from tests.tui import story
-from tests.tui.conftest import SilentSource, down_snapshot, log_texts, make_app, settle
+from tests.tui.conftest import SilentSource, down_snapshot, log_texts, make_app, settle, until
 
 SIZE = (80, 24)
 
@@ -34,18 +33,11 @@ def header_text(app: LlmtopApp) -> str:
     return str(app.query_one("#header").render().plain)  # type: ignore[union-attr]
 
 
-async def wait_for(pilot: Any, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
-
-
 async def test_a_source_that_never_answers_does_not_freeze_the_keys() -> None:
     source = SilentSource()
     app = make_app(source, history=[])
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: source.started == 1)
+        assert await until(pilot, lambda: source.started == 1)
         assert "waiting for the first poll" in header_text(app)
         await pilot.press("question_mark")
         assert type(app.screen).__name__ == "HelpScreen"
@@ -73,8 +65,8 @@ async def test_a_failing_source_is_shown_and_the_data_marked_stale() -> None:
     source = FailingSource()
     app = make_app(source, history=[], interval_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: source.polls >= 3)
-        await wait_for(pilot, lambda: "STALE" in header_text(app))
+        assert await until(pilot, lambda: source.polls >= 3)
+        assert await until(pilot, lambda: "STALE" in header_text(app))
         findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
         assert "POLL  failed: http://10.0.0.7:8000/metrics: not Prometheus text" in findings
         assert any(
@@ -95,7 +87,7 @@ async def test_old_data_is_marked_stale_after_two_intervals() -> None:
         assert " OK " in header_text(app)
         assert "STALE" not in header_text(app)
         now[0] = 0.5
-        await wait_for(pilot, lambda: "STALE" in header_text(app))
+        assert await until(pilot, lambda: "STALE" in header_text(app))
         assert "DEGRADED" in header_text(app)
 
 
@@ -147,6 +139,7 @@ async def test_charts_use_the_space_at_200x50() -> None:
         assert app.query_one("#charts").display
         ttft = app.query_one("#ttft-chart", TimeChart)
         assert ttft.region.height >= 10
+        assert await until(pilot, lambda: ttft.data is not None)  # mounted after the first frame
         assert ttft.data is not None
         assert ttft.data.hline == HealthSettings().slo.ttft_s
         # thinned to what the chart can show (two braille dots a cell), the newest kept
@@ -202,7 +195,9 @@ async def test_the_real_collector_and_gateway_drive_the_screen(
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()
         # on a loaded machine a scrape may miss its deadline (0.8 x interval): wait for one
-        await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.engines[0].up, 30.0)
+        assert await until(
+            pilot, lambda: app.snapshot is not None and app.snapshot.engines[0].up, 30.0
+        )
         assert "tinyllm" in header_text(app)
         await pilot.press("plus")
         await settle(app, pilot)
@@ -211,10 +206,10 @@ async def test_the_real_collector_and_gateway_drive_the_screen(
             s = app.snapshot
             return s is not None and s.gateway is not None and s.gateway.max_concurrency == 9
 
-        await wait_for(pilot, shows_cap_9, 30.0)
+        assert await until(pilot, shows_cap_9, 30.0)
         # the next polls keep the new limit (no flapping back)
         polls = len(app.history)
-        await wait_for(pilot, lambda: len(app.history) >= polls + 2, 30.0)
+        assert await until(pilot, lambda: len(app.history) >= polls + 2, 30.0)
         assert shows_cap_9()
         gateway_panel = app.query_one("#gateway", Panel).render().plain  # type: ignore[union-attr]
         assert "/9" in gateway_panel
