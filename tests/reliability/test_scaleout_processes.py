@@ -276,9 +276,15 @@ async def test_a_killed_replica_fails_its_requests_then_returns(stack: Stack) ->
     dead = stack.sims[1]
     before = await totals([gw])
     work = asyncio.ensure_future(load([gw], 12, 12, 200))
-    await asyncio.sleep(0.4)
-    async with httpx.AsyncClient() as c:
-        on_dead = next(r for r in (await stats(c, gw))["replicas"] if r["url"] == dead.url)
+    on_dead: dict[str, Any] = {}
+
+    async def at_dead() -> bool:  # some of them at the replica about to die (not a fixed sleep)
+        nonlocal on_dead
+        async with httpx.AsyncClient() as c:
+            on_dead = next(r for r in (await stats(c, gw))["replicas"] if r["url"] == dead.url)
+        return bool(on_dead["in_flight"])
+
+    await until(at_dead, 5.0)
     dead.kill()
     codes = await work
     after = await totals([gw])
