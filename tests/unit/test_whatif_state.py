@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.vllm.scrape import EngineScrape
-from llmtop.gateway.admission import QUEUED_AGES_LISTED, AdmissionController
+from llmtop.gateway.admission import AdmissionController
+from llmtop.gateway.admission_state import QUEUED_AGES_LISTED
 from llmtop.gateway.limits import Limits
 from llmtop.sim.config import EngineConfig
 from llmtop.sim.engine import RUNNING, WAITING, Engine
