@@ -23,8 +23,8 @@ from llmtop.sim.engine import RUNNING, WAITING, Engine
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.calibrate import calibrate, frontend_overhead
 from llmtop.whatif.predict import Candidate, predict, spread
+from llmtop.whatif.scenario import State, queued_ages
 from llmtop.whatif.service import state_of
-from llmtop.whatif.simulate import State, queued_ages
 from llmtop.whatif.truth import scrape_run
 from llmtop.whatif.window import Point, observe
 from tests.whatif_truths import H100
