@@ -39,6 +39,24 @@ def flags(parser: argparse.ArgumentParser, cls: type[Any], table: Iterable[Flag]
         flag(parser, cls, name, option, help=help, **kwargs)  # kwargs may name its `old` flag
 
 
+Row = tuple[str, str, dict[str, Any]]
+"""(option, help, argparse keywords): one row of a command's table of flags that no settings
+field backs (`rows`)."""
+
+
+def rows(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, table: Iterable[Row], **common: Any
+) -> None:
+    """Add a table of plain flags, each with the `common` keywords under its own; a row's `old`
+    keyword names its former spelling, still taken with a warning (`renamed`), as in `flags`."""
+    for option, help, kwargs in table:
+        given = common | kwargs
+        old = given.pop("old", None)
+        action = parser.add_argument(option, help=help, **given)
+        if old is not None:
+            renamed(parser, old, option, **(given | {"dest": action.dest}))
+
+
 class Renamed(argparse.Action):
     """An old flag name kept working: it sets what the new one sets, and says the new name in
     one line on stderr (its help is hidden, so --help shows only the new name)."""
@@ -105,7 +123,7 @@ def slo_flags(parser: argparse.ArgumentParser) -> None:
              old=old)  # fmt: skip
 
 
-def slo_rows() -> tuple[tuple[str, str, dict[str, Any]], ...]:
+def slo_rows() -> tuple[Row, ...]:
     """The SLO flags as (option, help, argparse keywords) rows, for a command with a flag
     table of its own (`serve`): the same names, help and settings as `slo_flags`."""
     return tuple(

@@ -70,13 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import fields
-
     from llmtop.commands._common import load
-    from llmtop.load.session import LoadOptions, run_load
+    from llmtop.load.session import options_from, run_load
     from llmtop.settings import SloSettings, deprecated
 
     if args.slo is not None:  # the old flag works as it did: the bounds it names, no others
         deprecated("--slo", "--ttft-slo-s S, --itl-slo-s S and --e2e-slo-s S")
-    given = {f.name: getattr(args, f.name) for f in fields(LoadOptions) if f.name != "slo_settings"}
-    return run_load(LoadOptions(**given, slo_settings=load(SloSettings, args)))
+    return run_load(options_from(vars(args), load(SloSettings, args)))

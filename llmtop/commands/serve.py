@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from llmtop.commands._common import load, renamed, slo_rows
+from llmtop.commands._common import Row, load, rows, slo_rows
 from llmtop.settings import HealthSettings, MonitorSettings
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ HELP = (
     "gateway, with the TUI (needs vLLM installed; --dry-run prints the arithmetic)"
 )
 
-OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+OWN_FLAGS: tuple[Row, ...] = (
     ("--listen", "the gateway's (public) address (default 127.0.0.1:9000)",
      {"metavar": "HOST:PORT"}),
     ("--expect-prompt-tokens", "prompt tokens of a typical request (default 1000)",
@@ -34,7 +34,7 @@ OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--no-tui", "run without the TUI until Ctrl-C", {"action": "store_true"}),
     ("--vllm-bin", "the vllm executable (default: vllm on PATH)", {"metavar": "PATH"}),
     ("--ready-timeout-s", "seconds to wait for vLLM's /health (default 600)",
-     {"metavar": "S", "type": float, "dest": "ready_timeout"}),
+     {"metavar": "S", "type": float, "dest": "ready_timeout", "old": "--ready-timeout"}),
     ("--log-dir", "where the engine's and gateway's logs go (default ~/.cache/llmtop/serve)",
      {"metavar": "DIR"}),
     ("--admin-token-file", "the gateway's admin token file (needed to listen beyond loopback)",
@@ -46,15 +46,8 @@ OWN_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 """llmtop's own flags; they may come before MODEL or anywhere among the vLLM arguments."""
 
 
-def _own_flags(p: argparse.ArgumentParser) -> None:
-    for option, help, kwargs in OWN_FLAGS:
-        p.add_argument(option, default=argparse.SUPPRESS, help=help, **kwargs)
-    renamed(p, "--ready-timeout", "--ready-timeout-s", dest="ready_timeout", type=float,
-            default=argparse.SUPPRESS)  # fmt: skip
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    _own_flags(p)
+    rows(p, OWN_FLAGS, default=argparse.SUPPRESS)
     p.add_argument("model", metavar="MODEL", help="local model directory (with config.json)")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, metavar="vLLM args",
                    help="passed to `vllm serve` as given (yours win over the plan's)")  # fmt: skip
@@ -64,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.serve.run import options_from, serve, split_args
 
     own = argparse.ArgumentParser(add_help=False)
-    _own_flags(own)
+    rows(own, OWN_FLAGS, default=argparse.SUPPRESS)
     late, vllm_args = own.parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))

@@ -59,22 +59,9 @@ RENAMED = (
 
 def run(args: argparse.Namespace) -> int:
     from llmtop.commands._common import load
-    from llmtop.whatif.service import Options, run_whatif, validate
+    from llmtop.whatif.service import options_from, run_whatif, validate
 
-    health = load(HealthSettings, args)
-    opts = Options(
-        caps=args.cap,
-        max_queue=args.max_queue,
-        queue_timeout_s=args.queue_timeout,
-        horizon_s=args.horizon,
-        from_now=not args.steady,
-        warmup_s=30.0 if args.steady else 0.0,
-        seed=args.seed,
-        ttft_slo_s=health.slo.ttft_s,
-        itl_slo_s=health.slo.itl_s,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-    )
+    opts = options_from(vars(args), load(HealthSettings, args).slo)
     validate(opts, window_s=args.window, interval_s=args.interval)
     result = run_whatif(
         args.vllm, args.gateway, opts, window_s=args.window, interval_s=args.interval,

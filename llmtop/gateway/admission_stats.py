@@ -10,7 +10,7 @@ from llmtop.gateway.window import SampleWindow
 
 
 class Stated(Protocol):
-    """What the stats read of the controller (gateway/admission.py's AdmissionController)."""
+    """What the stats read of the controller (gateway/admission_state.py's AdmissionState)."""
 
     queue_wait: SampleWindow
     ttft: SampleWindow

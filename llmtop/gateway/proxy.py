@@ -9,7 +9,8 @@ leaves frees its slot and closes the upstream request (vLLM then aborts it) at o
 
 A request's state travels as one `Exchange`: entered into admission, waited, sent to a replica
 (once more elsewhere if the first refused the connection), relayed. The bytes on the wire
-(headers dropped, error bodies, the bounded body read) are gateway/wire.py.
+(headers dropped, error bodies, an upstream's 5xx wrapped, the bounded body read) are
+gateway/wire.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from llmtop.gateway.engine_priority import stamp
 from llmtop.gateway.footprint import footprint_of
 from llmtop.gateway.prompt import prompt_tokens
 from llmtop.gateway.state import GatewayState
-from llmtop.gateway.upstream_errors import REFUSALS, classify
+from llmtop.gateway.upstream_errors import classify
 from llmtop.gateway.wire import (
     DROP_REQUEST,
     DROP_RESPONSE,
@@ -39,6 +40,7 @@ from llmtop.gateway.wire import (
     read_body,
     send_error,
     until_disconnect,
+    wrap_5xx,
 )
 
 GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
@@ -351,7 +353,7 @@ class Proxy:
             status = response.status
             failed = f"upstream returned {status}" if status >= 500 else None
             if failed is not None and x.ticket is not None:
-                if await self._wrap_5xx(response, send):
+                if await wrap_5xx(response, send, state.upstream_errors):
                     # vLLM refused by its own queue limit: a busy engine, not a broken one, so
                     # it is neither marked unhealthy nor ejected from the replicas
                     return "upstream_error", None
@@ -427,36 +429,3 @@ class Proxy:
                 await send({"type": "http.response.body", "body": tail})
             return upstream_s, reason
         return upstream_s, None
-
-    async def _wrap_5xx(self, response: aiohttp.ClientResponse, send: Send) -> bool:
-        """A generation request the upstream failed: an OpenAI-shaped 502 naming its status, or
-        a 503 passed on when vLLM refused by its own queue limit (True: a refusal, not a fault)."""
-        snippet = b""
-        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-            async for chunk in response.content.iter_any():
-                snippet += chunk
-                if len(snippet) > 2048:
-                    break
-        text = snippet[:500].decode("utf-8", "replace").strip()
-        why = classify(response.status, snippet)
-        self.state.upstream_errors.record(why, response.status)
-        if why in REFUSALS:  # vLLM shed load: retryable, as vLLM meant it, not a fault
-            await send_error(
-                send,
-                503,
-                f"the engine refused the request ({REFUSALS[why]}): {text}",
-                "engine_overloaded",
-                headers=[(b"retry-after", b"1")],
-                reason=why,
-                upstream_status=response.status,
-            )
-            return True
-        await send_error(
-            send,
-            502,
-            f"upstream returned {response.status}: {text}",
-            "upstream_error",
-            upstream_status=response.status,
-            reason=why,
-        )
-        return False

@@ -16,7 +16,7 @@ import hashlib
 from typing import NamedTuple
 
 from llmtop.gateway.admission import PRIORITIES
-from llmtop.settings import ApiKey
+from llmtop.tenants import ApiKey
 
 ANONYMOUS = "anonymous"
 """The tenant of requests that carry no API key: one shared bucket."""

@@ -1,16 +1,20 @@
-"""The proxy's side of the wire: which headers pass each way, OpenAI-shaped error answers,
-reading a bounded request body, and an upstream failure named the same whichever aiohttp call
-raised it. Shared by the proxy, the app's /health probe and the replicas' watcher.
+"""The proxy's side of the wire: which headers pass each way, OpenAI-shaped error answers (an
+upstream's 5xx wrapped into one), reading a bounded request body, and an upstream failure named
+the same whichever aiohttp call raised it. Shared by the proxy, the app's /health probe and the
+replicas' watcher.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
 import aiohttp
 from starlette.types import Receive, Send
+
+from llmtop.gateway.upstream_errors import REFUSALS, UpstreamErrors, classify
 
 HOP_BY_HOP = frozenset(
     {
@@ -117,3 +121,38 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, aiohttp.ClientResponseError):
         return "BadResponse"  # not HTTP, or over the header limits
     return type(e).__name__
+
+
+async def wrap_5xx(response: aiohttp.ClientResponse, send: Send, errors: UpstreamErrors) -> bool:
+    """A generation request the upstream failed: an OpenAI-shaped 502 naming its status, or
+    a 503 passed on when vLLM refused by its own queue limit (True: a refusal, not a fault);
+    counted in `errors` by reason."""
+    snippet = b""
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+        async for chunk in response.content.iter_any():
+            snippet += chunk
+            if len(snippet) > 2048:
+                break
+    text = snippet[:500].decode("utf-8", "replace").strip()
+    why = classify(response.status, snippet)
+    errors.record(why, response.status)
+    if why in REFUSALS:  # vLLM shed load: retryable, as vLLM meant it, not a fault
+        await send_error(
+            send,
+            503,
+            f"the engine refused the request ({REFUSALS[why]}): {text}",
+            "engine_overloaded",
+            headers=[(b"retry-after", b"1")],
+            reason=why,
+            upstream_status=response.status,
+        )
+        return True
+    await send_error(
+        send,
+        502,
+        f"upstream returned {response.status}: {text}",
+        "upstream_error",
+        upstream_status=response.status,
+        reason=why,
+    )
+    return False

@@ -3,8 +3,9 @@ terminal, stop on Ctrl-C with a summary of the requests so far, print the table 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
@@ -49,6 +50,12 @@ class LoadOptions:
         if self.slo is not None:
             return parse_slo(self.slo)
         return Slo(self.slo_settings.ttft_s, self.slo_settings.itl_s, self.e2e_slo_s)
+
+
+def options_from(flags: Mapping[str, Any], slo_settings: SloSettings) -> LoadOptions:
+    """The options from `llmtop load`'s parsed flags (by the same names) and the SLO."""
+    given = {f.name: flags[f.name] for f in fields(LoadOptions) if f.name != "slo_settings"}
+    return LoadOptions(**given, slo_settings=slo_settings)
 
 
 def _check(opts: LoadOptions) -> None:

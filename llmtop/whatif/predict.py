@@ -18,7 +18,8 @@ from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.limits import Limits
 from llmtop.whatif.calibrate import Calibration
-from llmtop.whatif.simulate import Change, Observer, Span, SpanRun, State, simulate
+from llmtop.whatif.scenario import Change, Span, State
+from llmtop.whatif.simulate import Observer, SpanRun, simulate
 
 __all__ = [
     "Candidate",

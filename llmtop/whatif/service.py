@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
@@ -166,6 +167,25 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
         bands = [(run(c, half, low, few), run(c, half, high, few)) for c in cands]
     # The fit's own error: the current setting, replayed (preds[0]), against the window.
     return Analysis(obs, cal, fit_checks(obs, preds[0]), preds, opts, bands, tuple(points))
+
+
+def options_from(flags: Mapping[str, Any], slo: SloSettings) -> Options:
+    """The options from `llmtop whatif`'s parsed flags (by their dests) and the SLO: --steady
+    predicts from an empty system after a 30 s warm-up, not from now."""
+    steady = flags["steady"]
+    return Options(
+        caps=flags["cap"],
+        max_queue=flags["max_queue"],
+        queue_timeout_s=flags["queue_timeout"],
+        horizon_s=flags["horizon"],
+        from_now=not steady,
+        warmup_s=30.0 if steady else 0.0,
+        seed=flags["seed"],
+        ttft_slo_s=slo.ttft_s,
+        itl_slo_s=slo.itl_s,
+        max_num_seqs=flags["max_num_seqs"],
+        max_num_batched_tokens=flags["max_num_batched_tokens"],
+    )
 
 
 def validate(opts: Options, *, window_s: float, interval_s: float) -> None:

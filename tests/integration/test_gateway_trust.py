@@ -16,7 +16,7 @@ import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.gateway.trust import hash_key
-from llmtop.settings import ApiKey
+from llmtop.tenants import ApiKey
 from tests.integration.test_gateway_fakes import accounted, wait_stats
 from tests.integration.test_gateway_sim import body
 

@@ -13,7 +13,8 @@ from llmtop.errors import ConfigError, UsageError
 from llmtop.gateway.admission import PRIORITIES
 from llmtop.gateway.serve import hash_key_from
 from llmtop.gateway.trust import ANONYMOUS, Identity, Trust, bearer_key, hash_key
-from llmtop.settings import GATEWAY_PRIORITIES, ApiKey, GatewaySettings, load, read_config
+from llmtop.settings import GatewaySettings, load, read_config
+from llmtop.tenants import GATEWAY_PRIORITIES, ApiKey
 
 KEY = "sk-live-abc"
 DIGEST = hashlib.sha256(KEY.encode()).hexdigest()
