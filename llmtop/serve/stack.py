@@ -154,9 +154,15 @@ class Stack:
     children: list[Child] = field(default_factory=list)
 
     def start(
-        self, name: str, argv: Sequence[str], log: Path, ready_url: str, timeout_s: float
+        self,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        ready_url: str,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
     ) -> Child:
-        child = spawn(name, argv, log)
+        child = spawn(name, argv, log, env)
         self.children.append(child)
         wait_ready(child, ready_url, timeout_s)
         return child

@@ -13,18 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
-import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import httpx
 
 from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.load.drivers import OpenLoop
 from llmtop.load.runner import Runner, Shape
+from llmtop.serve.stack import Stack, free_port
 from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.whatif.collect import collect_window, scrape_once
@@ -178,66 +178,38 @@ async def verify(
     return analysis, rows
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up in {timeout_s:.0f} s")
-
-
-@contextlib.contextmanager
-def _llmtop(*args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`llmtop ARGS` as a child process (this interpreter, this import path); stopped on exit."""
+def _llmtop(stack: Stack, name: str, argv: Sequence[str], logs: str, ready: str) -> None:
+    """`llmtop ARGV` as a child of `stack` (this interpreter and import path), once `ready`
+    answers 200 (serve.stack's children: their own process group, a log each)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmtop", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    command = (sys.executable, "-m", "llmtop", *argv)
+    stack.start(name, command, Path(logs, f"{name}.log"), ready, 30.0, env=env)
 
 
 @contextlib.contextmanager
 def serve_gateway(upstream: str, gateway_args: Sequence[str]) -> Iterator[str]:
     """`llmtop gateway` in front of `upstream` on a free 127.0.0.1 port, once it answers; its
     URL; stopped on exit."""
-    port = _free_port()
-    listen = f"127.0.0.1:{port}"
-    with _llmtop("gateway", "--vllm", upstream, "--listen", listen, *gateway_args) as proc:
-        url = f"http://{listen}"
-        _wait_http(url + "/admin/stats", proc)
-        yield url
+    listen, stack = f"127.0.0.1:{free_port()}", Stack()
+    with tempfile.TemporaryDirectory(prefix="llmtop-verify-") as logs:
+        try:
+            argv = ("gateway", "--vllm", upstream, "--listen", listen, *gateway_args)
+            _llmtop(stack, "gateway", argv, logs, f"http://{listen}/admin/stats")
+            yield f"http://{listen}"
+        finally:
+            stack.stop_all()
 
 
 @contextlib.contextmanager
 def serve_stack(sim_args: Sequence[str], gateway_args: Sequence[str]) -> Iterator[tuple[str, str]]:
     """`llmtop sim` and `llmtop gateway` in front of it, as child processes on free 127.0.0.1
-    ports; (sim URL, gateway URL); both terminated on exit."""
-    port = _free_port()
-    with _llmtop("sim", "--port", str(port), *sim_args) as proc:
-        sim = f"http://127.0.0.1:{port}"
-        _wait_http(sim + "/health", proc)
-        with serve_gateway(sim, gateway_args) as gw:
-            yield sim, gw
+    ports; (sim URL, gateway URL); both stopped on exit."""
+    port, stack = free_port(), Stack()
+    sim = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="llmtop-verify-") as logs:
+        try:
+            _llmtop(stack, "sim", ("sim", "--port", str(port), *sim_args), logs, sim + "/health")
+            with serve_gateway(sim, gateway_args) as gw:
+                yield sim, gw
+        finally:
+            stack.stop_all()
