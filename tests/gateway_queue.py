@@ -15,6 +15,7 @@ from pathlib import Path
 
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.recording.writer import Recorder, RecordingSource
+from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gateway import AdminClient
@@ -111,14 +112,6 @@ async def watch_burst(
         await admin.aclose()
         await source.aclose()
     return seen
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(url: str, deadline_s: float = 30.0) -> None:

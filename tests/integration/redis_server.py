@@ -11,14 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from llmtop.serve.stack import free_port
 from tests.system_tools import system_binary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def redis_binary() -> str:

@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway_queue import Burst, Stack, free_port, load_command, wait_ready
+from llmtop.serve.stack import free_port
+from tests.gateway_queue import Burst, Stack, load_command, wait_ready
 from tests.system_tools import system_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -16,13 +16,7 @@ import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from llmtop.serve.stack import free_port
 
 
 def test_serves_with_token_from_env_and_stops_on_ctrl_c(

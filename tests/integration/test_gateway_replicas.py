@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.integration.redis_server import free_port
+from llmtop.serve.stack import free_port
 from tests.integration.test_gateway_sim import accounted, engine_of, reached, wait_for
 
 Start = Callable[..., ServerThread]

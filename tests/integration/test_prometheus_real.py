@@ -30,6 +30,7 @@ from llmtop.recording.postmortem import build_report
 from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.recording.writer import Recorder, RecordingSource
+from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
@@ -48,14 +49,6 @@ WINDOW_S = 10.0
 def find_prometheus() -> str:
     """The prometheus binary, installed when missing (tests/system_tools.py); else skip."""
     return system_binary("prometheus")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(args: list[str], procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:

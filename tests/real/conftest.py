@@ -10,7 +10,6 @@ blocks of 128 tokens, --max-num-seqs 8): the burst sizes below are chosen agains
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from tests.real.vllm_client import TeeTransport, wait_idle
@@ -35,12 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_vllm)
             if not enabled:
                 item.add_marker(skip)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _healthy(url: str) -> bool:
@@ -67,7 +61,7 @@ def vllm_url() -> Iterator[str]:
         yield running.stdout.strip()  # started by hand: leave it running
         return
     started = subprocess.run(
-        [str(SCRIPT), "serve", "--port", str(_free_port())],
+        [str(SCRIPT), "serve", "--port", str(free_port())],
         capture_output=True,
         text=True,
         check=False,

@@ -14,11 +14,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.panel import Panel
-from tests.integration.redis_server import free_port, redis_server
+from tests.integration.redis_server import redis_server
 
 
 def _engine(text: str) -> Starlette:
