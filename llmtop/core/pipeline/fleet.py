@@ -33,14 +33,13 @@ from llmtop.core.base.snapshot import (
     Snapshot,
     Status,
 )
-from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
-from llmtop.core.derive.series import CounterWindow, Key
+from llmtop.core.derive.series import Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
 from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.pipeline.pipeline import EngineTrack, Pipeline
 from llmtop.core.pipeline.targets import default_name
 from llmtop.core.vllm import engines
 from llmtop.core.vllm.scrape import EngineScrape
@@ -51,19 +50,17 @@ REPLICA_HISTORY_S = 120.0
 two minutes, not ten, so that a hundred replicas stay cheap; the fleet's Snapshots keep ten."""
 
 
-class _Track:
+class _Track(EngineTrack):
     """What the fleet remembers about one row: its window, rules and own history."""
 
     def __init__(self, settings: HealthSettings) -> None:
         # derive reads one window: keeping ten minutes of increments for each of a hundred
         # replicas would hold ~0.5 GB of dicts for nothing
-        self.window = CounterWindow(keep_s=max(2 * settings.window_s, 60.0))
+        super().__init__(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
         self.lookbacks = Lookbacks(settings.window_s, REPLICA_HISTORY_S)
         """Its rules' KV look-backs over `snapshots`."""
-        self.last_progress: float | None = None
-        self.progress_total: float | None = None
         self.counters: dict[Key, float] | None = None
         self.restarts: float | None = None
 
@@ -265,17 +262,7 @@ class FleetPipeline(Pipeline):
             what, before, now = back
             self._restart(t, name, f"{what.replace('_', ' ')} {before:,.0f} -> {now:,.0f}")
         track.counters = values
-        track.window.add_columns(t, *counter_columns(scrape))
-        total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
-            "prompt_tokens", 0.0
-        )
-        if track.progress_total is None or total != track.progress_total:
-            track.last_progress = t
-        track.progress_total = total
-        stats = derive_engine(raw.url, scrape, track.window, self.window_s, version=raw.version)
-        if stats.model is None and raw.model is not None:
-            stats = replace(stats, model=raw.model)
-        return self._judge(t, key, name, stats)
+        return self._judge(t, key, name, track.fold(t, raw, scrape, self.window_s))
 
     def _derived(self, t: float, d: DerivedReplica) -> Replica:
         track = self._track(d.key)

@@ -22,17 +22,33 @@ from llmtop.core.health.health import Context, HealthState
 from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm import engines
+from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
 
 
-class _EngineTrack:
-    """What the pipeline remembers about one engine URL."""
+class EngineTrack:
+    """What a pipeline remembers about one engine: its counters' window and when its token
+    counters last moved (the one engine's pipeline and each of a fleet's rows)."""
 
-    def __init__(self) -> None:
-        self.window = CounterWindow(keep_s=HISTORY_S)
+    def __init__(self, keep_s: float = HISTORY_S) -> None:
+        self.window = CounterWindow(keep_s=keep_s)
         self.last_progress: float | None = None
         self.progress_total: float | None = None
+
+    def fold(self, t: float, raw: RawEngine, scrape: EngineScrape, window_s: float) -> EngineStats:
+        """One scrape into the window, derived into the engine's figures."""
+        self.window.add_columns(t, *counter_columns(scrape))
+        total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
+            "prompt_tokens", 0.0
+        )
+        if self.progress_total is None or total != self.progress_total:
+            self.last_progress = t
+        self.progress_total = total
+        stats = derive_engine(raw.url, scrape, self.window, window_s, version=raw.version)
+        if stats.model is None and raw.model is not None:
+            stats = replace(stats, model=raw.model)
+        return stats
 
 
 class Pipeline:
@@ -49,7 +65,7 @@ class Pipeline:
         self.window_s = self.settings.window_s
         self.max_num_seqs = max_num_seqs
         self.health = HealthState(self.settings)
-        self._engines: dict[str, _EngineTrack] = {}
+        self._engines: dict[str, EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
         self._lookbacks = Lookbacks(self.settings.window_s, HISTORY_S)
@@ -101,19 +117,8 @@ class Pipeline:
             )
         track = self._engines.get(raw.url)
         if track is None:
-            track = self._engines[raw.url] = _EngineTrack()
-        scrape = engines.extract(raw.samples)
-        track.window.add_columns(t, *counter_columns(scrape))
-        total = scrape.counters.get("generation_tokens", 0.0) + scrape.counters.get(
-            "prompt_tokens", 0.0
-        )
-        if track.progress_total is None or total != track.progress_total:
-            track.last_progress = t
-        track.progress_total = total
-        stats = derive_engine(raw.url, scrape, track.window, self.window_s, version=raw.version)
-        if stats.model is None and raw.model is not None:
-            stats = replace(stats, model=raw.model)
-        return stats
+            track = self._engines[raw.url] = EngineTrack()
+        return track.fold(t, raw, engines.extract(raw.samples), self.window_s)
 
     def _gateway_stats(self, raw: RawPoll) -> GatewayStats | None:
         if raw.gateway_url is None:
