@@ -10,13 +10,15 @@ by `promtext` and folded by a `FleetPipeline`, all before any measurement. The T
 to escape codes and the terminal write do not, see --terminal), with a source that hands it the
 next FleetSnapshot each poll at the production 1 s interval, 2 minutes of history preloaded.
 
+The garbage collector's threshold is raised as `llmtop top` raises it (llmtop.cli.tune_gc): at
+Python's default, a full collection over the history lands in some windows (~120 ms each).
 Measured: `time.process_time()` of this process over `--seconds` of wall time after a warm-up,
 side by side with the same app on the same history receiving nothing (the idle baseline: its
 timers, the age in the header), alternating idle/fleet windows to spread the machine's load.
 The fleet's own cost is the difference. `--terminal` runs the same windows in a real terminal
 (a tmux pane, 120x36 / 200x50), where escape codes and writes count too.
 
-Usage: python bench/bench_tui_fleet.py [--seconds 30] [--runs 3] [--terminal]
+Usage: python bench/bench_tui_fleet.py [--seconds 30] [--runs 3] [--terminal] [--windows]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from fleet_targets import FIXTURE, Payload  # bench/, beside this file
 
+from llmtop.cli import tune_gc
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import FleetSnapshot, Snapshot
 from llmtop.core.exposition import promtext
@@ -245,10 +248,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--terminal", action="store_true", help="also in a real terminal (tmux)")
+    ap.add_argument("--windows", action="store_true", help="also each window's %% of a core")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--snaps", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    tune_gc()  # as `llmtop top` runs (llmtop.cli): the default threshold's full collections
+    # over two minutes of a hundred replicas' history cost ~120 ms a window they fall in
     if args.child:
         history, feed = pickle.loads(args.snaps.read_bytes())
         seconds, out = args.seconds, args.child
@@ -272,7 +278,8 @@ def main() -> int:
     print("## TUI with 100 rows\n")
     print(
         f"`python bench/bench_tui_fleet.py --seconds {args.seconds:g} --runs {args.runs}"
-        f"{' --terminal' if args.terminal else ''}`, commit {commit}, "
+        f"{' --terminal' if args.terminal else ''}{' --windows' if args.windows else ''}`, "
+        f"commit {commit}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load "
         f"average {os.getloadavg()[0]:.2f} at the start. {REPLICAS} replicas of the real capture "
         f"through FleetPipeline ({HISTORY + len(feed)} polls built in {built_s:.0f} s, before any "
@@ -307,6 +314,10 @@ def main() -> int:
                 f"{statistics.median(diff):.2f}% | {statistics.median(per):.1f} ms |",
                 flush=True,
             )
+            if args.windows:  # one window in a few costs ~1 point more (in every tree)
+                each = zip(idle, busy, strict=True)
+                pairs = " ".join(f"{i.core_pct:.2f}/{b.core_pct:.2f}" for i, b in each)
+                print(f"|   | windows, idle/fleet % | {pairs} | | | |", flush=True)
     print(
         f"\nGoal: the fleet at 1 Hz in <= 5% of one core. Load average "
         f"{os.getloadavg()[0]:.2f} at the end."
