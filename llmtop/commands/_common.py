@@ -39,22 +39,23 @@ def flags(parser: argparse.ArgumentParser, cls: type[Any], table: Iterable[Flag]
         flag(parser, cls, name, option, help=help, **kwargs)  # kwargs may name its `old` flag
 
 
+P = TypeVar("P", argparse.ArgumentParser, argparse._ArgumentGroup)
 Row = tuple[str, str, dict[str, Any]]
 """(option, help, argparse keywords): one row of a command's table of flags that no settings
 field backs (`rows`)."""
 
 
-def rows(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, table: Iterable[Row], **common: Any
-) -> None:
+def rows(parser: P, table: Iterable[Row], **common: Any) -> P:
     """Add a table of plain flags, each with the `common` keywords under its own; a row's `old`
-    keyword names its former spelling, still taken with a warning (`renamed`), as in `flags`."""
+    keyword names its former spelling, still taken with a warning (`renamed`), as in `flags`.
+    Returns `parser`."""
     for option, help, kwargs in table:
         given = common | kwargs
         old = given.pop("old", None)
         action = parser.add_argument(option, help=help, **given)
         if old is not None:
             renamed(parser, old, option, **(given | {"dest": action.dest}))
+    return parser
 
 
 class Renamed(argparse.Action):

@@ -46,8 +46,12 @@ OWN_FLAGS: tuple[Row, ...] = (
 """llmtop's own flags; they may come before MODEL or anywhere among the vLLM arguments."""
 
 
+def own_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    return rows(p, OWN_FLAGS, default=argparse.SUPPRESS)  # not given: the plan's default
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    rows(p, OWN_FLAGS, default=argparse.SUPPRESS)
+    own_flags(p)
     p.add_argument("model", metavar="MODEL", help="local model directory (with config.json)")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, metavar="vLLM args",
                    help="passed to `vllm serve` as given (yours win over the plan's)")  # fmt: skip
@@ -56,8 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmtop.serve.run import options_from, serve, split_args
 
-    own = argparse.ArgumentParser(add_help=False)
-    rows(own, OWN_FLAGS, default=argparse.SUPPRESS)
+    own = own_flags(argparse.ArgumentParser(add_help=False))
     late, vllm_args = own.parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))

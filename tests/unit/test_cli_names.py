@@ -67,12 +67,10 @@ def test_the_gateways_old_upstream_flag_still_repeats(monkeypatch: pytest.Monkey
 def test_serve_takes_the_old_ready_timeout_anywhere_among_vllms_flags(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llmtop.commands._common import rows
-    from llmtop.commands.serve import OWN_FLAGS
+    from llmtop.commands.serve import own_flags
 
     monkeypatch.setattr(settings, "_warned", set())
-    own = argparse.ArgumentParser(add_help=False)
-    rows(own, OWN_FLAGS, default=argparse.SUPPRESS)  # as `serve` parses them among vLLM's
+    own = own_flags(argparse.ArgumentParser(add_help=False))  # as `serve` parses them
     late, rest = own.parse_known_args(["--dtype", "half", "--ready-timeout", "9"])
     assert (vars(late), rest) == ({"ready_timeout": 9.0}, ["--dtype", "half"])
     assert "--ready-timeout is deprecated; use --ready-timeout-s" in capsys.readouterr().err
