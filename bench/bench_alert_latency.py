@@ -161,7 +161,7 @@ async def run_sockets(w: Workload, burst_at: float, duration_s: float) -> tuple[
     import httpx
 
     from llmtop.asgi.uvicorn_runner import ServerThread
-    from llmtop.gateway.app import create_app as gateway_app
+    from llmtop.gateway.server.app import create_app as gateway_app
     from llmtop.settings import GatewaySettings, MonitorSettings, SimSettings
     from llmtop.sim.server import create_app as sim_app
     from llmtop.sources.collector import Collector

@@ -2,7 +2,7 @@
 
 The simulated `seed` engine (llmtop/sim/engine.py) runs its steps back to back; the gateway is
 the real AdmissionController on the engine's clock, and in autopilot mode the real controller
-(llmtop/gateway/controller.py) reads the sim's real /metrics text once a simulated second
+(llmtop/gateway/autopilot/autopilot.py) reads the sim's real /metrics text once a simulated second
 (MetricsRenderer -> gateway.pilot.read_scrape, core's reader), exactly as the app does over HTTP.
 
 Workloads: W1 32 x 4,000-token prompts (256 out) at once; W2 512/256 chat, Poisson arrivals
@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.core.derive.signals import signals  # noqa: E402
 from llmtop.core.vllm.scrape import EngineScrape  # noqa: E402
-from llmtop.gateway.admission import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
-from llmtop.gateway.controller import Autopilot, AutopilotConfig, drive  # noqa: E402
-from llmtop.gateway.footprint import FootprintModel, PromptShape  # noqa: E402
-from llmtop.gateway.pilot import read_scrape  # noqa: E402
+from llmtop.gateway.admission.controller import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
+from llmtop.gateway.admission.footprint import FootprintModel, PromptShape  # noqa: E402
+from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig, drive  # noqa: E402
+from llmtop.gateway.server.autopilot_loop import read_scrape  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402

@@ -41,7 +41,7 @@ def _serve(kind: str, upstream: str | None, conn: Any) -> None:
 
         server = ServerThread(sim_app(SimSettings(port=0))).start()
     else:
-        from llmtop.gateway.app import create_app as gateway_app
+        from llmtop.gateway.server.app import create_app as gateway_app
         from llmtop.settings import GatewaySettings
 
         assert upstream is not None

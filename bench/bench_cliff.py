@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
-from llmtop.sim.virtual import Burst, run_burst  # noqa: E402
+from tests.support.sim_virtual import Burst, run_burst  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 64, 128)
 SLOS_S = (10.0, 30.0)
@@ -226,7 +226,7 @@ def cap_sweep() -> list[BurstResult]:
 def _serve(engine_seqs: int | None, gateway_cap: int | None, conn: Any) -> None:
     """Child process: the sim (and a gateway in front), URL sent back; runs until told."""
     from llmtop.asgi.uvicorn_runner import ServerThread
-    from llmtop.gateway.app import create_app as gateway_app
+    from llmtop.gateway.server.app import create_app as gateway_app
     from llmtop.settings import GatewaySettings, SimSettings
     from llmtop.sim.server import create_app as sim_app
 

@@ -23,7 +23,7 @@ with --no-name-filter the targets have no such answer (an exporter without prome
 mount) and llmtop, finding so, scrapes them in full both times.
 
 "clients": each second, the N bodies are read once over an aiohttp session (as the fleet read
-them before llmtop/sources/lean_http.py) and once over the lean client, alternating in the same
+them before llmtop/sources/http/lean_http.py) and once over the lean client, alternating in the same
 process; CPU per round of N GETs, median.
 
 `--against PATH` (a checkout of another commit, say `git worktree add ../base REV`): both
@@ -55,7 +55,7 @@ from typing import Any
 import httpx
 
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.fleet import FleetCollector
+from llmtop.sources.fleet_collector import FleetCollector
 
 HERE = Path(__file__).resolve().parent
 
@@ -160,7 +160,7 @@ async def measure_clients(urls: tuple[str, ...], polls: int, warmup: int) -> dic
     """CPU of N GETs a second over aiohttp and over the lean client, alternating; medians."""
     import aiohttp
 
-    from llmtop.sources.lean_http import LeanClient
+    from llmtop.sources.http.lean_http import LeanClient
 
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0),

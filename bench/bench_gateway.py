@@ -3,7 +3,7 @@
 In one run: an instant upstream (streams four SSE chunks at once) and the gateway each in their
 own process on 127.0.0.1; the same client then measures TTFT and E2E direct and through the
 gateway, in alternating blocks, at several concurrencies; the difference is what the gateway
-adds, printed beside the gateway's own handler time (llmtop/gateway/handler_time.py). Then
+adds, printed beside the gateway's own handler time (llmtop/gateway/server/handler_time.py). Then
 429s per second with the queue full (over HTTP, and the admission decision alone), and memory
 per queued request (the controller alone, and the gateway process over HTTP).
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from llmtop.gateway.admission import AdmissionController, Limits, Rejected  # noqa: E402
+from llmtop.gateway.admission.controller import AdmissionController, Limits, Rejected  # noqa: E402
 
 BODY = b'{"model": "m", "prompt": "hello", "max_tokens": 4, "stream": true}'
 CHUNKS = [b'data: {"choices": [{"text": "t%d"}]}\n\n' % i for i in range(4)] + [b"data: [DONE]\n\n"]
@@ -70,7 +70,7 @@ def _serve(kind: str, upstream: str | None, overrides: dict[str, Any], q: Any) -
     if kind == "upstream":
         app: Any = instant_upstream
     else:
-        from llmtop.gateway.app import create_app
+        from llmtop.gateway.server.app import create_app
         from llmtop.settings import GatewaySettings
 
         app = create_app(GatewaySettings(upstream=upstream or "", **overrides))

@@ -29,7 +29,7 @@ import httpx  # noqa: E402
 
 from llmtop.sim.engine import Engine, EngineConfig  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
-from llmtop.sim.virtual import run_concurrent  # noqa: E402
+from tests.support.sim_virtual import run_concurrent  # noqa: E402
 
 
 def virtual_run(sim_seconds: float) -> tuple[float, int, int]:

@@ -34,7 +34,7 @@ def serve(engine_port: int, gateway_port: int) -> None:
     from starlette.routing import Route
 
     from llmtop.asgi.uvicorn_runner import ServerThread
-    from llmtop.gateway.app import create_app
+    from llmtop.gateway.server.app import create_app
     from llmtop.settings import GatewaySettings
 
     text = FIXTURE.read_text()

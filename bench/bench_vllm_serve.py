@@ -11,7 +11,7 @@ the drain left out), then for each load and arm start a fresh gateway (its own p
 wait for the engine to be idle, and run `vllm bench serve` (Poisson, random dataset, the same
 seed for the three arms of a load, `--goodput ttft:SLO tpot:SLO`, `--save-result`). The arms'
 order rotates from load to load. The sim's profile is fitted from the real engine's /metrics by
-`llmtop whatif` during the real capacity run (llmtop/whatif/calibrate.py), written as a profile
+`llmtop whatif` during the real capacity run (whatif/model/calibrate.py), written as a profile
 JSON. Bounded: every run has a timeout, the whole a `--budget-min`; every process group this
 starts is ended on exit, Ctrl-C or failure. Results: vllm bench's JSON per run and summary.json
 in DIR (default ~/.cache/llmtop/bench-vllm-serve/<UTC time>).
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmtop.sim.profiles import get_profile  # noqa: E402
-from llmtop.whatif.calibrate import StepFit, synthetic_profile  # noqa: E402
+from llmtop.whatif.model.calibrate import StepFit, synthetic_profile  # noqa: E402
 
 REAL_DIR = Path(os.environ.get("LLMTOP_REAL_VLLM_DIR", Path.home() / ".cache/llmtop/real-vllm"))
 VLLM = REAL_DIR / "venv/bin/vllm"

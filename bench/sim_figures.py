@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import PROFILES, get_profile  # noqa: E402
-from llmtop.sim.virtual import Burst, run_burst  # noqa: E402
+from tests.support.sim_virtual import Burst, run_burst  # noqa: E402
 
 
 def engine(profile: str) -> Engine:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrite the docs' tables that the code's own tables can make: the keys (llmtop.tui.keyhelp),
+"""Rewrite the docs' tables that the code's own tables can make: the keys (llmtop.tui.view.keyhelp),
 the `:` words and the limits (llmtop.core.base.admin_api.LIMITS) and every command's flags
 (the argparse parsers); and `llmtop snapshot --json`'s keys as a recorded run has them, which
 tests/unit/test_docs.py holds the annotated schema in docs/snapshot.md to.
@@ -37,13 +37,13 @@ def md_table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def keys_block() -> str:
-    from llmtop.tui.keyhelp import KEYS
+    from llmtop.tui.view.keyhelp import KEYS
 
     return md_table(("key", "does"), [(k.keys, k.does) for k in KEYS])
 
 
 def words_block() -> str:
-    from llmtop.tui.keyhelp import words_table
+    from llmtop.tui.view.keyhelp import words_table
 
     rows = [(f"`{w}`", field, what) for w, field, what in words_table()]
     return md_table(("`:` word", "sets", "what"), rows)

@@ -93,7 +93,7 @@ class _Series:
 
 
 def _gateway(s: _Series, k: int, labels: dict[str, str], d: dict[str, Any]) -> None:
-    """/admin/stats -> the gateway's exported series (gateway/metrics.py), where it says."""
+    """/admin/stats -> the gateway's exported series (gateway/server/metrics.py), where it says."""
     p = "llmtop_gateway_"
 
     def num(v: Any) -> float | None:

@@ -128,7 +128,7 @@ def start_gateway(serve_app: Callable[[Any], ServerThread]) -> Callable[..., Ser
     """Start `llmtop gateway` in-process: start_gateway(upstream_url, max_concurrency=2, ...)."""
 
     def start(upstream: str, **overrides: Any) -> ServerThread:
-        from llmtop.gateway.app import create_app
+        from llmtop.gateway.server.app import create_app
         from llmtop.settings import GatewaySettings
 
         return serve_app(create_app(GatewaySettings(upstream=upstream, **overrides)))

@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmtop.gateway.serve import hash_key_from, run_gateway
+    from llmtop.gateway.server.serve import hash_key_from, run_gateway
 
     if args.hash_key:
         print(hash_key_from(sys.stdin.read()))

@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.core.pipeline.lookback import MAX_WINDOW_S
     from llmtop.errors import UsageError
     from llmtop.sources.collector import is_fleet
-    from llmtop.sources.fleet import take_fleet_snapshot
-    from llmtop.sources.snapshot import take_snapshot
+    from llmtop.sources.fleet_collector import take_fleet_snapshot
+    from llmtop.sources.window_reader import take_snapshot
 
     monitor = load(MonitorSettings, args)
     window = float(args.window)

@@ -67,7 +67,7 @@ class Stack:
 
 def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | None = None) -> Stack:
     """Start the sim (the scenario's profile) and an uncapped gateway on free ports."""
-    from llmtop.gateway.app import create_app as gateway_app
+    from llmtop.gateway.server.app import create_app as gateway_app
     from llmtop.sim.profiles import get_profile
     from llmtop.sim.server import create_app as sim_app
 

@@ -83,7 +83,7 @@ def device_memory(
 
 def _nvml_gpus() -> list[tuple[str, int]]:
     """(name, total memory bytes) of each NVIDIA GPU; empty without a driver."""
-    from llmtop.sources.nvml import NvmlReader, NvmlUnavailable
+    from llmtop.sources.gpu.nvml import NvmlReader, NvmlUnavailable
 
     reader = NvmlReader()
     try:

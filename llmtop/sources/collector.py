@@ -19,10 +19,10 @@ from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import GpuStats, Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.clients import http_client
-from llmtop.sources.dcgm import DcgmBackend
 from llmtop.sources.gateway import GatewayReader
-from llmtop.sources.gpu import CombinedGpuBackend, GpuBackend, NvmlBackend
+from llmtop.sources.gpu.backend import CombinedGpuBackend, GpuBackend, NvmlBackend
+from llmtop.sources.gpu.dcgm import DcgmBackend
+from llmtop.sources.http.clients import http_client
 from llmtop.sources.vllm import scrape_engine
 
 DEFAULT_GATEWAY = MonitorSettings().gateway_url
@@ -34,7 +34,7 @@ def target_timeout(interval_s: float) -> float:
 
 
 def is_fleet(monitor: MonitorSettings) -> bool:
-    """Whether the settings name a fleet rather than one engine (sources/fleet.py reads that;
+    """Whether the settings name a fleet rather than one engine (fleet_collector.py reads that;
     one engine needs no more than this module, so the TUI's start imports no fleet)."""
     return bool(monitor.targets_file or monitor.prometheus_url or len(monitor.vllm_urls) > 1)
 

@@ -20,7 +20,7 @@ import httpx
 from llmtop.core.base.admin_api import LimitsDoc, StatsDoc, event_key, parse_events
 from llmtop.errors import AdminError, GatewayReadError
 from llmtop.settings import MonitorSettings
-from llmtop.sources.clients import http_client
+from llmtop.sources.http.clients import http_client
 from llmtop.sources.vllm import describe_error
 
 __all__ = ["SOURCE_HEADER", "AdminClient", "GatewayReadError", "GatewayReader"]

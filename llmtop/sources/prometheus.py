@@ -24,7 +24,7 @@ from llmtop.core.base.snapshot import DerivedReplica
 from llmtop.core.promql import promql, promql_answers
 from llmtop.core.promql.promql_answers import Answer
 from llmtop.errors import TargetError
-from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient
+from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient
 
 Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 """POST one query to an endpoint: (HTTP status, body). Injected by tests."""

@@ -31,10 +31,11 @@ from textual.widgets import Footer
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.tui import replicas
+from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.controls import Recorder, one_line
 from llmtop.tui.messages import PollFailed, SnapshotArrived
-from llmtop.tui.present import (
+from llmtop.tui.view import replicas
+from llmtop.tui.view.present import (
     CombinedEngines,
     LogEvent,
     View,
@@ -43,9 +44,8 @@ from llmtop.tui.present import (
     throughput_chart,
     ttft_chart,
 )
-from llmtop.tui.source import SnapshotSource
+from llmtop.tui.view.source import SnapshotSource
 from llmtop.tui.whatif import WhatIfControls
-from llmtop.tui.whatif_feed import WhatIfFeed
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.findings import FindingsPanel

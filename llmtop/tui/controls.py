@@ -19,10 +19,10 @@ from llmtop.core.base.snapshot import GatewayStats, Snapshot
 from llmtop.errors import LlmtopError
 from llmtop.settings import MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.tui import commands
 from llmtop.tui.keys import KeyRouter
-from llmtop.tui.present import LogEvent, limit_text
 from llmtop.tui.screens.confirm import ConfirmScreen
+from llmtop.tui.view import commands
+from llmtop.tui.view.present import LogEvent, limit_text
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.work import start_worker
 

@@ -13,8 +13,8 @@ from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.gateway import AdminClient
+from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.whatif_feed import WhatIfFeed
 
 
 def run_live(
@@ -30,7 +30,7 @@ def run_live(
     recorder, which writes when --record or the `r` key opened it. Returns the exit code.
     `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
     if is_fleet(monitor):
-        from llmtop.sources.fleet import FleetCollector
+        from llmtop.sources.fleet_collector import FleetCollector
 
         collector: Collector = FleetCollector(monitor, health, max_num_seqs=max_num_seqs)
     else:

@@ -25,7 +25,7 @@ from llmtop.recording.replay import SEEK_S, ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui import app as app_module
 from llmtop.tui.app import HISTORY_S, LlmtopApp
-from llmtop.tui.present import diff_events
+from llmtop.tui.view.present import diff_events
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.timeline import Timeline
 

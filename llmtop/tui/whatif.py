@@ -18,9 +18,9 @@ from llmtop.core.health.kvsize import kv_fit
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.errors import LlmtopError
-from llmtop.tui import commands
+from llmtop.sources.whatif_feed import HORIZON_S, WhatIfFeed
 from llmtop.tui.controls import AdminControls
-from llmtop.tui.whatif_feed import HORIZON_S, WhatIfFeed
+from llmtop.tui.view import commands
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.work import start_worker
 
@@ -49,7 +49,7 @@ class WhatIfControls(AdminControls):
     def candidate_caps(self) -> tuple[int, ...]:
         """Caps around the findings' suggestion (else the same KV fit the rules compute) and the
         current cap, from the latest snapshot."""
-        from llmtop.whatif.render import caps_around  # the what-if loads when first used
+        from llmtop.whatif.model.render import caps_around  # the what-if loads when first used
 
         snap = self.snapshot
         current = snap.gateway.max_concurrency if snap and snap.gateway else None
@@ -104,7 +104,7 @@ class WhatIfControls(AdminControls):
         replaces this worker): "collecting metrics (n s of 30)" counts up instead of standing
         still, and a prediction follows the traffic while the person thinks."""
         from llmtop.tui.screens.whatif import REFRESH_S
-        from llmtop.whatif.render import preview_line
+        from llmtop.whatif.model.render import preview_line
 
         feed = self.whatif
         assert feed is not None

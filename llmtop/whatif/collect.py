@@ -14,10 +14,10 @@ import httpx
 
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError, TargetError
-from llmtop.sources.clients import http_client
 from llmtop.sources.gateway import GatewayReader
+from llmtop.sources.http.clients import http_client
 from llmtop.sources.vllm import describe_error, fetch_text, metrics_url
-from llmtop.whatif.window import Point, point, sample_names
+from llmtop.whatif.model.window import Point, point, sample_names
 
 KEEP = promtext.keep_names(sample_names())
 MAX_BYTES = 8 * 1024 * 1024

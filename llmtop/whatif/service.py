@@ -14,11 +14,11 @@ from typing import Any
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
-from llmtop.gateway.limits import Limits
-from llmtop.whatif.calibrate import Calibration, calibrate
-from llmtop.whatif.predict import Candidate, Prediction, State, candidates_for_caps, predict
-from llmtop.whatif.render import FitCheck, fit_checks, to_json, to_text
-from llmtop.whatif.window import Observed, Point, observe
+from llmtop.gateway.admission.limits import Limits
+from llmtop.whatif.model.calibrate import Calibration, calibrate
+from llmtop.whatif.model.predict import Candidate, Prediction, State, candidates_for_caps, predict
+from llmtop.whatif.model.render import FitCheck, fit_checks, to_json, to_text
+from llmtop.whatif.model.window import Observed, Point, observe
 
 
 @dataclass(frozen=True)

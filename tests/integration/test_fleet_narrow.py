@@ -20,7 +20,7 @@ import pytest
 from llmtop.cli import main
 from llmtop.core.exposition import narrow, promtext
 from llmtop.sim.exposition import restrict
-from llmtop.sources.scrape import FleetScraper
+from llmtop.sources.direct import FleetScraper
 from llmtop.sources.vllm import VLLM_KEEP
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_text()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.fleet import FleetCollector
-from llmtop.sources.scrape import FleetScraper
+from llmtop.sources.direct import FleetScraper
+from llmtop.sources.fleet_collector import FleetCollector
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
 ANSWERS = {

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from llmtop.gateway.engine_priority import stamp
+from llmtop.gateway.server.engine_priority import stamp
 from tests.integration.test_gateway_sim import Start
 
 

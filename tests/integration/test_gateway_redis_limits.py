@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from llmtop.gateway.admission import AdmissionController, Limits
-from llmtop.gateway.shared import RedisLimits
+from llmtop.gateway.admission.controller import AdmissionController, Limits
+from llmtop.gateway.upstreams.shared import RedisLimits
 
 from .redis_server import redis_server
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.gateway.trust import hash_key
+from llmtop.gateway.admission.callers import hash_key
 from llmtop.tenants import ApiKey
 from tests.integration.test_gateway_fakes import accounted, wait_stats
 from tests.integration.test_gateway_sim import body

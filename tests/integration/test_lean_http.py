@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from llmtop.sources.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
+from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 
 BODY = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
 

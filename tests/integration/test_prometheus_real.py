@@ -32,7 +32,7 @@ from llmtop.recording.replay import ReplaySource
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.fleet import FleetCollector
+from llmtop.sources.fleet_collector import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
 from tests.system_tools import system_binary
 

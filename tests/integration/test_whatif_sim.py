@@ -17,7 +17,7 @@ import pytest
 from llmtop.load.drivers import OpenLoop
 from llmtop.load.runner import Runner, Shape
 from llmtop.whatif.service import Options
-from llmtop.whatif.verify import Phases, Traffic, serve_stack, verify
+from tests.support.whatif_verify import Phases, Traffic, serve_stack, verify
 
 
 def _whatif(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

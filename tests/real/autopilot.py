@@ -159,7 +159,7 @@ def markdown(r: Run, prompt: int, output: int, slo: float) -> str:
 
 
 async def _main(argv: list[str]) -> int:
-    from llmtop.gateway.app import create_app
+    from llmtop.gateway.server.app import create_app
     from llmtop.settings import GatewaySettings
 
     p = argparse.ArgumentParser(description="the autopilot in front of a real vLLM")

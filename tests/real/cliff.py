@@ -301,7 +301,7 @@ async def _main(argv: list[str]) -> int:
     import os
 
     from llmtop.asgi.uvicorn_runner import ServerThread
-    from llmtop.gateway.app import create_app
+    from llmtop.gateway.server.app import create_app
     from llmtop.settings import GatewaySettings
 
     p = argparse.ArgumentParser(description="the cliff and its fix on a real vLLM")

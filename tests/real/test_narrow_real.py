@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from llmtop.core.exposition import promtext
-from llmtop.sources.scrape import FleetScraper
+from llmtop.sources.direct import FleetScraper
 from llmtop.sources.vllm import VLLM_KEEP
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(120)]

@@ -2,7 +2,7 @@
 /admin/stats only, predict caps 2, 3 and 8, then apply each cap and measure what happens.
 
 `llmtop gateway` (started here, cap 3, queue timeout 10 s) fronts the script's vLLM (32 x 128 KV
-tokens, --max-num-seqs 8, --max-num-batched-tokens 2048); `llmtop.whatif.verify` offers
+tokens, --max-num-seqs 8, --max-num-batched-tokens 2048); `tests.support.whatif_verify` offers
 open-loop traffic through it (prompts 200-600 tokens, 128 out, 3 req/s) on two loads: steady
 (Poisson gaps) and bursty (gamma gaps of shape 0.25: the gaps' CV is 2, requests come in
 clumps). The what-if is told the engine's --max-num-seqs and --max-num-batched-tokens (not in
@@ -16,7 +16,7 @@ queue-bound caps (measured p95 >= 5 s: the gateway queue fills toward its 10 s t
 ordering wherever the prediction separates two caps by more than 20 % (caps that all queue to the
 timeout tie, and a tie has no order). Printed per cap: the +-35 % verdict, and whether the
 measurement lies inside the 10-90 % range of one measurement from the same state (traffic and
-rate drawn; `llmtop.whatif.predict.spread`). With LLMTOP_WHATIF_DUMP=DIR the window's scrapes are
+rate drawn; `predict.spread`). With LLMTOP_WHATIF_DUMP=DIR the window's scrapes are
 written there, to replay the calibration offline.
 """
 
@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from llmtop.whatif.service import Options
-from llmtop.whatif.verify import Phases, Row, Traffic, serve_gateway, verify
 from tests.real.vllm_client import wait_idle
+from tests.support.whatif_verify import Phases, Row, Traffic, serve_gateway, verify
 
 CAPS = (2, 3, 8)
 PHASES = Phases(warmup_s=10.0, window_s=60.0, settle_s=8.0, measure_s=30.0, tail_s=10.0)

@@ -35,7 +35,7 @@ def gateway(serve_app: Callable[[Any], ServerThread]) -> Callable[..., Gateway]:
     """gateway(upstream_url, **GatewaySettings fields) -> a running, probed gateway."""
 
     def start(upstream: str, **overrides: Any) -> Gateway:
-        from llmtop.gateway.app import create_app
+        from llmtop.gateway.server.app import create_app
         from llmtop.settings import GatewaySettings
 
         probe = LoopProbe(create_app(GatewaySettings(upstream=upstream, **overrides)))

@@ -18,8 +18,8 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmtop.gateway.admission import Limits
-from llmtop.gateway.app import create_app
+from llmtop.gateway.admission.controller import Limits
+from llmtop.gateway.server.app import create_app
 from llmtop.settings import GatewaySettings
 from tests.reliability._support import FIGURES
 

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from llmtop.gateway.admission import AdmissionController, Limits, Rejected, Ticket
+from llmtop.gateway.admission.controller import AdmissionController, Limits, Rejected, Ticket
 from tests.reliability._support import FIGURES
 
 N = 10_000

@@ -29,7 +29,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.snapshot import GpuStats
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from llmtop.sources.gpu import NvmlBackend
+from llmtop.sources.gpu.backend import NvmlBackend
 from llmtop.tui.app import LlmtopApp
 from tests.reliability._support import FIGURES
 

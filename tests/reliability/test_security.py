@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.errors import AdminError
-from llmtop.gateway.app import create_app
+from llmtop.gateway.server.app import create_app
 from llmtop.recording.writer import Recorder
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector

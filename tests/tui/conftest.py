@@ -18,11 +18,11 @@ from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
+from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.source import SnapshotSource
-from llmtop.tui.whatif_feed import WhatIfFeed
-from llmtop.whatif.truth import scrape_run
-from llmtop.whatif.window import Point
+from llmtop.tui.view.source import SnapshotSource
+from llmtop.whatif.model.window import Point
+from tests.support.whatif_truth import scrape_run
 from tests.tui import story
 from tests.whatif_truths import H100
 

@@ -1,4 +1,4 @@
-"""The key table (llmtop.tui.keyhelp: the `?` screen, README and docs/tui.md are made from it)
+"""The key table (llmtop.tui.view.keyhelp: the `?` screen, README and docs/tui.md are made from it)
 explains every binding the dashboard has, and nothing it lacks."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual.binding import Binding
 
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.keyhelp import KEYS
 from llmtop.tui.screens.help import HELP_TEXT
+from llmtop.tui.view.keyhelp import KEYS
 
 
 def test_every_binding_of_the_dashboard_is_in_the_key_table_and_only_those() -> None:

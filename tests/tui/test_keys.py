@@ -9,8 +9,8 @@ import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.sources.gateway import AdminClient
-from llmtop.tui.commands import QUEUE_STEP
 from llmtop.tui.screens.confirm import ConfirmScreen
+from llmtop.tui.view.commands import QUEUE_STEP
 from llmtop.tui.widgets.commandline import CommandLine
 from tests.tui.conftest import SilentSource, log_texts, make_app, notes, settle
 

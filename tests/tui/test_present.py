@@ -12,14 +12,14 @@ from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapsh
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import kv_fit
 from llmtop.errors import UsageError
-from llmtop.tui.commands import (
+from llmtop.tui.view.commands import (
     QUEUE_STEP,
     describe_change,
     parse_command,
     step_concurrency,
     step_queue,
 )
-from llmtop.tui.present import (
+from llmtop.tui.view.present import (
     badge,
     diff_events,
     is_stale,
@@ -193,7 +193,7 @@ def test_key_steps() -> None:
 
 
 def test_chart_ticks_are_round() -> None:
-    from llmtop.tui.present import nice_step, x_ticks, y_ticks
+    from llmtop.tui.view.present import nice_step, x_ticks, y_ticks
 
     assert nice_step(55) == 20
     assert nice_step(3.3) == 1
@@ -209,7 +209,7 @@ def test_chart_ticks_are_round() -> None:
 
 
 def test_thin_keeps_the_newest_and_the_span() -> None:
-    from llmtop.tui.present import thin
+    from llmtop.tui.view.present import thin
 
     snaps = list(story.snapshots())
     few = thin(snaps, 40)

@@ -11,7 +11,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.recording.writer import Recorder, RecordingSource, read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from llmtop.sources.gpu import FakeGpuBackend
+from llmtop.sources.gpu.backend import FakeGpuBackend
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.header import StatusHeader
 

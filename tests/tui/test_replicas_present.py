@@ -1,4 +1,4 @@
-"""The replica table's pure layout (tui/replicas.py): column widths per terminal width, cuts
+"""The replica table's pure layout (tui/view/replicas.py): column widths per terminal width, cuts
 with an ellipsis, which rows fit a height, sub-rows, and a restart in the event log."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import FleetSnapshot
 from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings
-from llmtop.tui import replicas as rp
-from llmtop.tui.present import diff_events
+from llmtop.tui.view import replicas as rp
+from llmtop.tui.view.present import diff_events
 from tests.unit.test_fleet import raw, scrape, url
 
 

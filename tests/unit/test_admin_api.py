@@ -9,9 +9,9 @@ import pytest
 from llmtop.core.base.admin_api import LIMIT_FIELDS, LIMITS, check_changes, limit_spec
 from llmtop.core.base.snapshot import GatewayStats
 from llmtop.errors import LimitError, UsageError
-from llmtop.gateway.limits import Limits
+from llmtop.gateway.admission.limits import Limits
 from llmtop.settings import GatewaySettings
-from llmtop.tui.commands import COMMANDS, parse_command
+from llmtop.tui.view.commands import COMMANDS, parse_command
 
 
 def test_the_table_matches_the_gateway_the_settings_and_the_snapshot() -> None:
@@ -70,7 +70,7 @@ async def test_the_gateway_produces_the_typed_documents() -> None:
     import httpx
 
     from llmtop.core.base.admin_api import EventDoc, LimitsDoc, StatsDoc
-    from llmtop.gateway.app import create_app
+    from llmtop.gateway.server.app import create_app
 
     app = create_app(GatewaySettings(upstream="http://127.0.0.1:9"))
     transport = httpx.ASGITransport(app=app)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from llmtop.gateway.admission import (
+from llmtop.gateway.admission.controller import (
     OUTCOMES,
     AdmissionController,
     LimitError,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llmtop.gateway.admission import AdmissionController, Limits
-from llmtop.gateway.shared import LocalLimits, fallback_share
+from llmtop.gateway.admission.controller import AdmissionController, Limits
+from llmtop.gateway.upstreams.shared import LocalLimits, fallback_share
 
 from .test_admission import FakeClock, accounted, make, settle
 

@@ -13,10 +13,16 @@ import pytest
 
 from llmtop.core.derive.signals import EngineSignals, fleet_signals, signals
 from llmtop.core.vllm.scrape import Histogram
-from llmtop.gateway.admission import AUTOPILOT, AdmissionController, Limits, Rejected, Ticket
-from llmtop.gateway.controller import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
-from llmtop.gateway.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
-from llmtop.gateway.pilot import read_scrape
+from llmtop.gateway.admission.controller import (
+    AUTOPILOT,
+    AdmissionController,
+    Limits,
+    Rejected,
+    Ticket,
+)
+from llmtop.gateway.admission.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
+from llmtop.gateway.autopilot.autopilot import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
+from llmtop.gateway.server.autopilot_loop import read_scrape
 from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import get_profile

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.gateway.balancer import EJECTED, OK, PROBING, Balancer
+from llmtop.gateway.upstreams.balancer import EJECTED, OK, PROBING, Balancer
 
 
 class Clock:

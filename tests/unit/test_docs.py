@@ -17,8 +17,8 @@ import pytest
 from llmtop.core.base.admin_api import LIMIT_FIELDS, LIMITS
 from llmtop.core.health.health import RULES
 from llmtop.core.health.rules_fleet import FLEET_RULES
-from llmtop.tui.commands import ACTIONS, ALIASES
-from llmtop.tui.keyhelp import limit_word_usage
+from llmtop.tui.view.commands import ACTIONS, ALIASES
+from llmtop.tui.view.keyhelp import limit_word_usage
 
 ROOT = Path(__file__).resolve().parents[2]
 

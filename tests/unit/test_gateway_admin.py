@@ -9,9 +9,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.errors import ConfigError, UsageError
-from llmtop.gateway.app import create_app
-from llmtop.gateway.prompt import prompt_tokens
-from llmtop.gateway.serve import check_exposure, is_loopback
+from llmtop.gateway.admission.prompt import prompt_tokens
+from llmtop.gateway.server.app import create_app
+from llmtop.gateway.server.serve import check_exposure, is_loopback
 from llmtop.settings import GatewaySettings
 from tests.promtool import check_metrics
 

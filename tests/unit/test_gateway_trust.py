@@ -1,4 +1,4 @@
-"""Trust for tenant and priority (pure), the key table's settings, and `--hash-key`."""
+"""CallerRules for tenant and priority (pure), the key table's settings, and `--hash-key`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from llmtop.errors import ConfigError, UsageError
-from llmtop.gateway.admission import PRIORITIES
-from llmtop.gateway.serve import hash_key_from
-from llmtop.gateway.trust import ANONYMOUS, Identity, Trust, bearer_key, hash_key
+from llmtop.gateway.admission.callers import ANONYMOUS, Caller, CallerRules, bearer_key, hash_key
+from llmtop.gateway.admission.controller import PRIORITIES
+from llmtop.gateway.server.serve import hash_key_from
 from llmtop.settings import GatewaySettings, load, read_config
 from llmtop.tenants import GATEWAY_PRIORITIES, ApiKey
 
@@ -32,35 +32,35 @@ def test_bearer_key_is_the_token_not_the_scheme() -> None:
 
 
 def test_untrusted_headers_ignored_and_claims_clamped() -> None:
-    trust = Trust((ApiKey(DIGEST, "team-a", "high"), ApiKey("b" * 64, "batch", "low")))
+    trust = CallerRules((ApiKey(DIGEST, "team-a", "high"), ApiKey("b" * 64, "batch", "low")))
     auth = f"Bearer {KEY}".encode()
     # a key in the table: its tenant, whatever the header says; up to its highest priority
-    assert trust.identify(auth, "high", b"other") == Identity("team-a", "high", False)
-    assert trust.identify(auth, None, None) == Identity("team-a", "normal", False)
-    assert trust.identify(auth, "low", None) == Identity("team-a", "low", False)
+    assert trust.caller(auth, "high", b"other") == Caller("team-a", "high", False)
+    assert trust.caller(auth, None, None) == Caller("team-a", "normal", False)
+    assert trust.caller(auth, "low", None) == Caller("team-a", "low", False)
     # a key not in the table: a hash of it, never the key; normal at most
-    unknown = trust.identify(b"Bearer sk-other", "high", b"spoof")
-    assert unknown == Identity("key:" + hash_key("sk-other")[:16], "normal", True)
+    unknown = trust.caller(b"Bearer sk-other", "high", b"spoof")
+    assert unknown == Caller("key:" + hash_key("sk-other")[:16], "normal", True)
     assert "sk-other" not in unknown.tenant
     # no key: the shared anonymous bucket
-    assert trust.identify(None, "high", b"spoof") == Identity(ANONYMOUS, "normal", True)
+    assert trust.caller(None, "high", b"spoof") == Caller(ANONYMOUS, "normal", True)
     assert trust.clamped == 2
 
 
 def test_a_low_key_runs_low_without_asking() -> None:
-    trust = Trust((ApiKey(hash_key("sk-batch"), "batch", "low"),))
-    assert trust.identify(b"Bearer sk-batch", None, None) == Identity("batch", "low", False)
-    assert trust.identify(b"Bearer sk-batch", "high", None) == Identity("batch", "low", True)
+    trust = CallerRules((ApiKey(hash_key("sk-batch"), "batch", "low"),))
+    assert trust.caller(b"Bearer sk-batch", None, None) == Caller("batch", "low", False)
+    assert trust.caller(b"Bearer sk-batch", "high", None) == Caller("batch", "low", True)
     assert trust.clamped == 1  # only a claim counts, not the default
 
 
 def test_trusted_headers_win() -> None:
-    trust = Trust((ApiKey(DIGEST, "team-a", "low"),), trust_headers=True)
+    trust = CallerRules((ApiKey(DIGEST, "team-a", "low"),), trust_headers=True)
     auth = f"Bearer {KEY}".encode()
-    assert trust.identify(auth, "high", b"proxy-set") == Identity("proxy-set", "high", False)
+    assert trust.caller(auth, "high", b"proxy-set") == Caller("proxy-set", "high", False)
     # no header: the key table still names the tenant; priority normal
-    assert trust.identify(auth, None, None) == Identity("team-a", "normal", False)
-    assert trust.identify(None, None, b"") == Identity(ANONYMOUS, "normal", False)
+    assert trust.caller(auth, None, None) == Caller("team-a", "normal", False)
+    assert trust.caller(None, None, b"") == Caller(ANONYMOUS, "normal", False)
 
 
 def test_key_table_from_the_config_file(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import pytest
 
 from llmtop.core.base.snapshot import GpuStats
 from llmtop.core.exposition import promtext
-from llmtop.sources.dcgm import DCGM_KEEP, DcgmBackend, parse_dcgm
-from llmtop.sources.gpu import CombinedGpuBackend, FakeGpuBackend, NvmlBackend
-from llmtop.sources.nvml import NvmlReader, decode_throttle_reasons
+from llmtop.sources.gpu.backend import CombinedGpuBackend, FakeGpuBackend, NvmlBackend
+from llmtop.sources.gpu.dcgm import DCGM_KEEP, DcgmBackend, parse_dcgm
+from llmtop.sources.gpu.nvml import NvmlReader, decode_throttle_reasons
 
 
 class NVMLError(Exception):

@@ -38,7 +38,7 @@ LATER = (
     "llmtop.recording.replay",
     "llmtop.recording.report",
     "llmtop.recording.charts",
-    "llmtop.sources.fleet",
+    "llmtop.sources.fleet_collector",
     "llmtop.core.pipeline.fleet",
     "llmtop.core.promql",
     "llmtop.core.alerts",

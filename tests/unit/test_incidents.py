@@ -10,7 +10,7 @@ from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapsh
 from llmtop.core.output.incidents import GATEWAY, gateway_changes, incidents, timeline
 from llmtop.demo.headless import finding_events
 from llmtop.recording.report import finding_spans
-from llmtop.tui.present import diff_events
+from llmtop.tui.view.present import diff_events
 
 KV = Finding("kv-pressure", "warning", "kv", "KV cache 97%", "lower the cap")
 DOWN = Finding("target-down", "critical", "engine", "engine down", "check it")

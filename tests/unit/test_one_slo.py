@@ -21,9 +21,9 @@ from llmtop.commands._common import load
 from llmtop.core.alerts.rulesfile import render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.health.health import Context, HealthState
-from llmtop.gateway.app import create_app
-from llmtop.gateway.pilot import attach
-from llmtop.gateway.state import GatewayState, limits_of
+from llmtop.gateway.server.app import create_app
+from llmtop.gateway.server.autopilot_loop import attach
+from llmtop.gateway.server.context import GatewayContext, limits_of
 from llmtop.load.session import LoadOptions
 from llmtop.load.stats import RequestResult, verdict
 from llmtop.settings import GatewaySettings, HealthSettings, SloSettings
@@ -71,12 +71,12 @@ def the_judges(slo_s: float) -> dict[str, object]:
     opts = LoadOptions(url="http://x", slo_settings=load(SloSettings, args))
     answered = RequestResult(0.0, "ok", status=200, ttft_s=3.0, e2e_s=4.0, itl_s=(0.05,) * 9)
     auto = GatewaySettings(slo=gateway.slo, autopilot=True)
-    ctl = create_app(auto).state.gateway.controller
+    ctl = create_app(auto).state.gateway.admission
     return {
         "degraded": "degraded-200" in found,
         "load": verdict(answered, opts.goodput_slo()),
         "deadline": limits_of(auto).ttft_slo_s,
-        "autopilot": attach(GatewayState(auto, ctl, None)).config.ttft_slo_s,
+        "autopilot": attach(GatewayContext(auto, ctl, None)).config.ttft_slo_s,
         "rules": f"llmtop:vllm_ttft_p95_seconds > {slo_s:g}" in render(AlertSpec(health=health)),
     }
 
@@ -173,7 +173,7 @@ def test_a_bad_slo_is_one_line_naming_the_flag(
 
 def test_the_gateway_panel_names_the_deadline_and_every_override() -> None:
     from llmtop.core.base.snapshot import GatewayStats
-    from llmtop.tui.present import deadline_text
+    from llmtop.tui.view.present import deadline_text
 
     def line(slo: float = 2.0, **kw: object) -> tuple[str, list[str]]:
         given: dict[str, object] = {"slo_ttft_s": 2.0, "ttft_slo_s": 2.0, **kw}

@@ -19,7 +19,7 @@ from llmtop.sim.dcgm import DcgmTelemetry
 from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import get_profile
-from llmtop.sources.dcgm import DCGM_KEEP, parse_dcgm
+from llmtop.sources.gpu.dcgm import DCGM_KEEP, parse_dcgm
 from llmtop.sources.vllm import VLLM_KEEP
 
 URL = "http://sim"

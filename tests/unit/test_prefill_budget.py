@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmtop.gateway.admission import AdmissionController, Limits
-from llmtop.gateway.controller import Autopilot, drive
-from llmtop.gateway.estimates import BusyRate, PrefillRate
-from llmtop.gateway.footprint import FootprintModel, PromptShape
+from llmtop.gateway.admission.controller import AdmissionController, Limits
+from llmtop.gateway.admission.estimates import BusyRate, PrefillRate
+from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
+from llmtop.gateway.autopilot.autopilot import Autopilot, drive
 from tests.unit.test_admission import FakeClock, accounted
 from tests.unit.test_autopilot import sig
 

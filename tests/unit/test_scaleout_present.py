@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmtop.core.derive.series import CounterWindow
 from llmtop.core.pipeline.pipeline import gateway_stats
-from llmtop.tui.present import scaleout_text
+from llmtop.tui.view.present import scaleout_text
 
 STATS = {
     "in_flight": 5,

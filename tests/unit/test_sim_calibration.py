@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmtop.sim.engine import Engine, EngineConfig, Sequence
 from llmtop.sim.profiles import get_profile
-from llmtop.sim.virtual import Burst, run_burst
+from tests.support.sim_virtual import Burst, run_burst
 
 
 def seed_engine() -> Engine:

@@ -9,7 +9,7 @@ import pytest
 from llmtop.errors import UsageError
 from llmtop.sim.engine import FINISHED, RUNNING, WAITING, Engine, EngineConfig, RequestRejected
 from llmtop.sim.profiles import PROFILES, get_profile
-from llmtop.sim.virtual import run_concurrent
+from tests.support.sim_virtual import run_concurrent
 
 
 def engine(**overrides: int) -> Engine:

@@ -19,7 +19,7 @@ from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.core.pipeline.lookback import assess, window_settings
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings, SloSettings
-from llmtop.sources.snapshot import read_window
+from llmtop.sources.window_reader import read_window
 
 URL = "http://e"
 T0 = 1_796_000_000.0

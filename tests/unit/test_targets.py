@@ -9,7 +9,7 @@ import pytest
 
 from llmtop.core.pipeline.targets import Target, default_name, parse_targets, targets_from_urls
 from llmtop.errors import ConfigError
-from llmtop.sources.targets import TargetsFile
+from llmtop.sources.targets_file import TargetsFile
 
 
 def test_urls_names_and_comments() -> None:

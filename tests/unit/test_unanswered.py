@@ -6,7 +6,7 @@ from llmtop.core.base.snapshot import EngineStats, GatewayStats
 from llmtop.core.health.health import HealthState
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.rules_engine import degraded_200
-from llmtop.gateway.unanswered import Unanswered
+from llmtop.gateway.server.unanswered import Unanswered
 from llmtop.settings import HealthSettings
 
 

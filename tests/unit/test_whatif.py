@@ -1,7 +1,7 @@
 """The what-if's pure parts: length distributions, the window, the fit, the predictor, the report.
 
 Ground truth is a known sim profile driven in virtual time and scraped as /metrics would be
-(llmtop/whatif/truth.py); the what-if sees only those scrapes.
+(tests/support/whatif_truth.py); the what-if sees only those scrapes.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from dataclasses import replace
 import pytest
 
 from llmtop.errors import UsageError
-from llmtop.gateway.limits import Limits
+from llmtop.gateway.admission.limits import Limits
 from llmtop.sim.profiles import get_profile
-from llmtop.whatif.calibrate import calibrate
-from llmtop.whatif.lengths import LengthDist, from_histogram
-from llmtop.whatif.predict import Candidate, State, candidates_for_caps, predict
-from llmtop.whatif.render import bucketed_p95
+from llmtop.whatif.model.calibrate import calibrate
+from llmtop.whatif.model.lengths import LengthDist, from_histogram
+from llmtop.whatif.model.predict import Candidate, State, candidates_for_caps, predict
+from llmtop.whatif.model.render import bucketed_p95
+from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import Options, analyse, state_of
-from llmtop.whatif.truth import measure, scrape_run
-from llmtop.whatif.window import Point, observe
+from tests.support.whatif_truth import measure, scrape_run
 from tests.whatif_truths import H100
 
 # -- lengths ----------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_nothing_arriving_is_a_usage_error(h100_points: list[Point]) -> None:
 
 
 def test_caps_around_steps_from_the_current_cap_before_the_suggestions_multiples() -> None:
-    from llmtop.whatif.render import caps_around
+    from llmtop.whatif.model.render import caps_around
 
     assert caps_around(4, 352) == (3, 5, 8, 352)
     assert caps_around(8, 3) == (3, 7, 9, 16)

@@ -15,18 +15,18 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.vllm.scrape import EngineScrape
-from llmtop.gateway.admission import AdmissionController
-from llmtop.gateway.admission_state import QUEUED_AGES_LISTED
-from llmtop.gateway.limits import Limits
+from llmtop.gateway.admission.controller import AdmissionController
+from llmtop.gateway.admission.limits import Limits
+from llmtop.gateway.admission.state import QUEUED_AGES_LISTED
 from llmtop.sim.config import EngineConfig
 from llmtop.sim.engine import RUNNING, WAITING, Engine
 from llmtop.sim.profiles import get_profile
-from llmtop.whatif.calibrate import calibrate, frontend_overhead
-from llmtop.whatif.predict import Candidate, predict, spread
-from llmtop.whatif.scenario import State, queued_ages
+from llmtop.whatif.model.calibrate import calibrate, frontend_overhead
+from llmtop.whatif.model.predict import Candidate, predict, spread
+from llmtop.whatif.model.scenario import State, queued_ages
+from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import state_of
-from llmtop.whatif.truth import scrape_run
-from llmtop.whatif.window import Point, observe
+from tests.support.whatif_truth import scrape_run
 from tests.whatif_truths import H100
 
 

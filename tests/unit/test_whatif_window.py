@@ -9,7 +9,7 @@ import pytest
 
 from llmtop.core.exposition import promtext
 from llmtop.errors import UsageError
-from llmtop.whatif.window import Point, observe, point, sample_names
+from llmtop.whatif.model.window import Point, observe, point, sample_names
 
 KEEP = promtext.keep_names(sample_names())
 TEXT = (Path(__file__).parents[1] / "fixtures" / "sim-metrics-load.txt").read_text()

@@ -182,7 +182,7 @@ class UpstreamDoc(TypedDict):
 
 
 class ReplicaDoc(TypedDict):
-    """One upstream replica as the gateway's balancer sees it (gateway/balancer.py)."""
+    """One upstream replica as the gateway's balancer sees it (gateway/upstreams/balancer.py)."""
 
     url: str
     state: str
@@ -200,7 +200,7 @@ class ReplicaDoc(TypedDict):
 
 
 class SharedDoc(TypedDict, total=False):
-    """Limits shared by several gateways (gateway/shared.py); backend local when alone."""
+    """Limits shared by several gateways (gateway/upstreams/shared.py); backend local when alone."""
 
     backend: str
     status: str

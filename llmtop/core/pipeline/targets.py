@@ -4,7 +4,7 @@
     http://10.0.0.7:8000  gpu7-a
     http://10.0.0.8:8000            <- named 10.0.0.8:8000
 
-`sources/targets.py` re-reads the file when it changes; a bad line is an error that names it.
+`sources/targets_file.py` re-reads the file when it changes; a bad line is an error that names it.
 """
 
 from __future__ import annotations

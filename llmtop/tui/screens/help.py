@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from llmtop.tui.keyhelp import KEYS
+from llmtop.tui.view.keyhelp import KEYS
 
 KEY_LINES = "\n".join(f"- {k.keys} — {k.does}" for k in KEYS)
 

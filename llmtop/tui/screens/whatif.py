@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from llmtop.errors import LlmtopError
-from llmtop.tui.whatif_feed import WhatIfFeed
+from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.work import start_worker
 
 REFRESH_S = 5.0

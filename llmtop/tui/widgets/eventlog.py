@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.present import LogEvent
+from llmtop.tui.view.present import LogEvent
 
 KIND_STYLE = {
     "fired": "yellow",

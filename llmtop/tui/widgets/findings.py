@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmtop.tui.present import View, badge, shown_findings
+from llmtop.tui.view.present import View, badge, shown_findings
 from llmtop.tui.widgets.panel import Panel
 
 SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold black on yellow"}

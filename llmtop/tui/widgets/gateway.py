@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.present import View, deadline_text, limit_text, scaleout_text
+from llmtop.tui.view.present import View, deadline_text, limit_text, scaleout_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 HELD_BY = {

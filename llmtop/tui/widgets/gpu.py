@@ -6,7 +6,7 @@ from rich.text import Text
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import GpuStats
-from llmtop.tui.present import View
+from llmtop.tui.view.present import View
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 

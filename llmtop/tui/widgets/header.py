@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.present import View, badge, header_target
+from llmtop.tui.view.present import View, badge, header_target
 
 BADGE_STYLE = {
     "OK": "bold black on green",

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from llmtop.core.base import format as fmt
 from llmtop.core.health.kvsize import kv_size
-from llmtop.tui.present import View
+from llmtop.tui.view.present import View
 from llmtop.tui.widgets.panel import Panel, bar, label, line, value
 
 

@@ -13,7 +13,7 @@ from textual.events import Resize
 from textual.reactive import var
 from textual.widget import Widget
 
-from llmtop.tui.present import View
+from llmtop.tui.view.present import View
 
 WAITING = Text("waiting for the first poll…", style="dim")
 

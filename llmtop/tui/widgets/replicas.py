@@ -6,8 +6,8 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.reactive import var
 
-from llmtop.tui import replicas as rp
-from llmtop.tui.present import View
+from llmtop.tui.view import replicas as rp
+from llmtop.tui.view.present import View
 from llmtop.tui.widgets.panel import Panel
 
 MARK = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.present import View, queue_location
+from llmtop.tui.view.present import View, queue_location
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 

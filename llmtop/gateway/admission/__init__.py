@@ -1,0 +1,1 @@
+"""Admission: who may start now, who waits, who is refused; pure, on an injected clock."""

@@ -1,0 +1,192 @@
+"""What admission predicts from: how fast the admitted work drains (requests and KV blocks
+finished per second, prompt tokens prefilled per second) and how long the engine takes to a
+first token once a request reaches it.
+
+These feed the Retry-After of a 429, the deadline queue's predicted start, the TTFT budget a
+request may spend queued, the autopilot's "turned over" signal and its prefill budget. A new
+estimator goes here: fed from the controller where a request starts, first answers
+(`first_token`, `prefilled`) or ends (`finished`), and read where the controller predicts a
+wait (`wait_s`).
+
+Pure: every method takes `now` from the controller's clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmtop.gateway.admission.window import RateWindow
+
+DRAIN_WINDOW_S = 10
+"""Seconds of completions the drain rates (requests, KV blocks freed per second) span."""
+ENGINE_TTFT_GAIN = 0.1
+"""Smoothing of the engine-side TTFT estimate per sample (about the last 10 first tokens)."""
+UNKNOWN_DRAIN_RETRY_S = 5.0
+"""Retry-After when no request has completed recently (no drain rate to estimate from)."""
+PREFILL_WINDOW_S = 20.0
+"""Time constant of the prefill rate: older busy time and tokens weigh e^-1 after this long."""
+MIN_BUSY_S = 0.02
+"""Busy time below which no prefill rate is claimed."""
+
+
+class BusyRate:
+    """Work done per second of busy time, both decayed over PREFILL_WINDOW_S: a rate of what
+    the engine can do, not of what it was given (an idle engine does little because it is given
+    little). The caller says how much of the time that passed was busy."""
+
+    __slots__ = ("_busy_s", "_t", "_work")
+
+    def __init__(self) -> None:
+        self._t: float | None = None
+        self._busy_s = 0.0
+        self._work = 0.0
+
+    def advance(self, now: float, busy_s: float) -> None:
+        """Time passes up to `now`, `busy_s` of it busy."""
+        t = self._t
+        self._t = now
+        if t is None or now <= t:
+            self._busy_s += max(0.0, busy_s)
+            return
+        keep = math.exp(-(now - t) / PREFILL_WINDOW_S)
+        self._work *= keep
+        self._busy_s = self._busy_s * keep + max(0.0, busy_s)
+
+    def add(self, work: float) -> None:
+        """Work finished (call `advance` first)."""
+        self._work += work
+
+    def rate(self) -> float | None:
+        """Work per busy second; None before enough has been measured."""
+        if self._busy_s < MIN_BUSY_S or self._work <= 0:
+            return None
+        return self._work / self._busy_s
+
+
+class PrefillRate(BusyRate):
+    """Prompt tokens the engine prefills per second while it has this gateway's prompts to
+    prefill, measured at the gateway: the prompt tokens whose first token came, over the time
+    some admitted prompt was waiting for one.
+
+    Counting tokens over the engine's whole busy time, not per request, is what batching does
+    not fool: ten prompts prefilled together in one step count ten prompts in that step's time.
+    When the engine is slowed by something else (a full cache: admitted prompts wait inside
+    it) the rate falls with it, which is right: it is the rate at which a new prompt would get
+    its first token."""
+
+    __slots__ = ()
+
+    def pass_time(self, now: float, backlog: int) -> None:
+        """Time passes up to `now` with `backlog` prompt tokens (> 0: busy) waiting all along."""
+        t = self._t
+        self.advance(now, (now - t) if t is not None and backlog > 0 else 0.0)
+
+    def prefilled(self, tokens: int) -> None:
+        """A prompt of `tokens` got its first token (call `pass_time` first)."""
+        self.add(tokens)
+
+
+class Estimates:
+    """The recent drain rates and the engine-side TTFT, updated as requests finish."""
+
+    __slots__ = (
+        "_busy_seen",
+        "_drain",
+        "_drain_blocks",
+        "_full_drain",
+        "_full_drain_blocks",
+        "_good",
+        "engine_ttft_s",
+        "finished_total",
+        "prefill",
+        "served_total",
+    )
+
+    def __init__(self) -> None:
+        self._drain = RateWindow(DRAIN_WINDOW_S)
+        self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
+        self._full_drain = BusyRate()
+        self._full_drain_blocks = BusyRate()
+        """Requests and blocks freed per second while a queue waited (room was the limit):
+        what a newcomer's wait depends on, unlike the plain drain rate, which at a light load
+        is only the arrival rate."""
+        self._busy_seen = 0.0
+        self._good = RateWindow(DRAIN_WINDOW_S)
+        self.finished_total = 0
+        """Admitted requests ended so far (the autopilot judges a level over enough of them)."""
+        self.served_total = 0
+        """...of them completed with their first token within the TTFT SLO."""
+        self.prefill = PrefillRate()
+        """Prompt tokens prefilled per busy second (the prefill budget's and wait's rate)."""
+        self.engine_ttft_s = 0.0
+        """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
+
+    def finished(self, now: float, kv_blocks: int, queued_s: float = 0.0, queued: int = 0) -> None:
+        """An admitted request ended (whatever its outcome): its slot and blocks are free.
+        `queued_s`: the queue's total time non-empty so far; `queued`: waiting now."""
+        self._drain.add(now)
+        self._drain_blocks.add(now, kv_blocks)
+        self.finished_total += 1
+        busy, self._busy_seen = queued_s - self._busy_seen, queued_s
+        self._full_drain.advance(now, busy)
+        self._full_drain_blocks.advance(now, busy)
+        if queued:
+            self._full_drain.add(1.0)
+            self._full_drain_blocks.add(kv_blocks)
+
+    def served_within_slo(self, now: float) -> None:
+        """A request completed whose first token came within the TTFT SLO."""
+        self._good.add(now)
+        self.served_total += 1
+
+    def good_per_s(self, now: float) -> float:
+        """Requests served within the TTFT SLO per second lately (the autopilot's objective)."""
+        return self._good.rate(now) or 0.0
+
+    def first_token(self, seconds: float, queue_s: float) -> None:
+        """A first token `seconds` after arrival, `queue_s` of them queued in the gateway."""
+        engine_s = max(0.0, seconds - queue_s)
+        self.engine_ttft_s += ENGINE_TTFT_GAIN * (engine_s - self.engine_ttft_s)
+
+    def drain_rate(self, now: float) -> float | None:
+        """Requests finished per second lately (None before the first)."""
+        return self._drain.rate(now)
+
+    def queue_budget_s(self, slo_s: float) -> float:
+        """Seconds a request may wait in the queue and still meet a TTFT of `slo_s`."""
+        return max(0.0, slo_s - self.engine_ttft_s)
+
+    def retry_after_s(self, now: float, backlog: int, queue_timeout_s: float) -> float:
+        """Seconds until `backlog` requests have drained at the recent completion rate."""
+        rate = self._drain.rate(now)
+        if not rate:
+            # Nothing has completed recently, so there is no rate to go by: a short guess keeps
+            # well-behaved clients from sleeping a whole queue_timeout on an idle-then-busy gateway.
+            return max(1.0, min(queue_timeout_s, UNKNOWN_DRAIN_RETRY_S))
+        return max(1.0, min(backlog / rate, 3600.0))
+
+    def wait_s(
+        self, now: float, requests_over: int, kv_blocks_over: int, tokens_over: int = 0
+    ) -> float | None:
+        """When the work beyond the free room has drained: `requests_over` requests,
+        `kv_blocks_over` KV blocks and `tokens_over` prompt tokens to prefill more than the
+        limits have free, over the rates measured while room was the limit (a queue waited)
+        and the prefill rate (0 when nothing is over). None when a rate it needs is unknown:
+        the request then waits rather than being refused on a guess."""
+        waits = [0.0]
+        if tokens_over > 0:
+            rate_t = self.prefill.rate()
+            if not rate_t:
+                return None
+            waits.append(tokens_over / rate_t)
+        if requests_over > 0:
+            rate = self._full_drain.rate()
+            if not rate:
+                return None
+            waits.append(requests_over / rate)
+        if kv_blocks_over > 0:
+            rate_b = self._full_drain_blocks.rate()
+            if not rate_b:
+                return None
+            waits.append(kv_blocks_over / rate_b)
+        return max(waits)

@@ -1,0 +1,1 @@
+"""The autopilot: moves the admission budgets from the engine's signals; pure."""

@@ -1,0 +1,438 @@
+"""The autopilot: moves the gateway's two budgets about once a second, to serve the most
+requests within the SLO.
+
+Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
+(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
+gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
+yet, or no replica could be read) holds the budgets where they are, and the reason on
+/admin/stats says which.
+
+* The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
+  prefilled, counted by admission request by request (no scrape lag), bounded to what the
+  engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
+  what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
+  a time, the rest wait in the gateway where they can be seen and refused early.
+* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: it starts at the
+  cache, goes at once to the overcommit that is safe for the mix (`overcommit`), and past it
+  probes upward while there is demand and what users get holds: requests served within the
+  TTFT SLO per second not falling, the engine's mean ITL and TTFT p95 inside the SLO, and the
+  engine not queueing at a full cache. vLLM may then overcommit its cache and preempt a little,
+  when that serves more. It backs off on real trouble (an SLO missed inside the engine, or
+  preemptions thrashing: more than `thrash` per request finished), holds at what the engine
+  runs when it queues at a full cache, and keeps the level that failed as a ceiling it forgets
+  slowly, so the probe comes back (docs/autopilot.md says why these and not a latency
+  gradient).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llmtop.core.derive.signals import EngineSignals
+from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController
+from llmtop.gateway.autopilot.config import AutopilotConfig
+from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
+
+AUTO_MAX_CONCURRENCY = 1024
+"""In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """One change of the budget and why."""
+
+    old: int | None
+    new: int
+    reason: str
+
+
+def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
+    """The largest budget whose KV blocks held stay under `use` x the cache with two standard
+    deviations to spare, never below the cache.
+
+    n requests of footprint f at independent, uniform stages of their lives hold on average
+    held x n f blocks, with a standard deviation of about f (1 - held) / sqrt(3) x sqrt(n)
+    (a uniform spread of the held share over [2 held - 1, 1]). Many small requests may go well
+    past the cache (200/150 chat: ~1.13x); a few large ones may not (2 of 13 blocks in 32)."""
+    h = max(held, 0.2)
+    k = use * cap
+    c = 2.0 * math.sqrt(per_request) * (1.0 - h) / math.sqrt(3.0)
+    x = (-c + math.sqrt(c * c + 4.0 * h * k)) / (2.0 * h)  # x = sqrt(budget)
+    return max(float(cap), x * x)
+
+
+_blocks = blocks_text
+
+
+Figures = tuple[float, float, float]
+"""(preemptions per second, requests waiting, KV use 0..1): what every step reads."""
+
+
+def required(sig: EngineSignals) -> tuple[Figures | None, list[str]]:
+    """The figures every step reads, or None and the names of those unknown."""
+    preempt, waiting, kv = sig.preemptions_per_s, sig.waiting, sig.kv_usage_frac
+    if preempt is None or waiting is None or kv is None:
+        named = (("preemptions", preempt), ("waiting", waiting), ("KV use", kv))
+        return None, [name for name, v in named if v is None]
+    return (preempt, waiting, kv), []
+
+
+class Autopilot:
+    """The budgets' state: the KV budget's float target and applied limit, the level that last
+    failed (a ceiling it forgets slowly), a hold after cuts, the probe's last step and the
+    served-within-SLO rate before it, the measured ratio of KV blocks held to footprint blocks
+    in flight, and the prefill budget applied."""
+
+    def __init__(self, config: AutopilotConfig | None = None) -> None:
+        self.config = config or AutopilotConfig()
+        self.target: float | None = None
+        self.applied: int | None = None
+        self.capacity: int | None = None
+        self.ceiling: float | None = None
+        self.held: float | None = None
+        self._waiting_ticks = 0
+        self._slow_ticks = 0
+        self._hold_until = -math.inf
+        self._rebase = False
+        self.gain = 1.0
+        """The KV budget's aim as a multiple of the safe overcommit, moved by the probe."""
+        self._period: tuple[float, float, float] | None = None
+        """The level being judged since: (when, requests finished, served within SLO)."""
+        self._probe: tuple[float, float] | None = None
+        """The last probe step not yet judged: (the gain before it, served within SLO per
+        second at that gain)."""
+        self.prefill_applied: int | None = None
+        self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
+        self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
+        self.last_move: Move | None = None
+        self.unread: tuple[str, ...] = ()
+        """Replicas whose /metrics could not be read this tick (left out of the sums)."""
+
+    def reset(self, applied: int | None) -> None:
+        """Take over from a limit set by someone else (mode switched to auto)."""
+        self.applied = applied
+        self.target = float(applied) if applied is not None else None
+        self._probe = self._period = None
+        self.gain = 1.0
+        self._rebase = applied is not None
+        """The gain is re-read from the budget taken over at the next step."""
+
+    # -- the prefill budget ----------------------------------------------------------------------
+
+    def prefill_budget(self, rate: float | None, backlog: int) -> int | None:
+        """The prefill budget for the measured rate (prompt tokens per busy second); a new
+        value only when it drifted past the deadband. Before a rate: 1 token, which admits a
+        prompt only when nothing is left to prefill (one at a time until the first answers)."""
+        c = self.config
+        if rate is None:
+            want = 1
+            self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
+        else:
+            want = max(1, round(rate * c.prefill_horizon_s))
+            self.prefill_reason = (
+                f"{_blocks(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
+                f" {_blocks(backlog)} tokens not yet prefilled"
+            )
+        old = self.prefill_applied
+        if old is not None and abs(want - old) <= c.prefill_deadband * max(old, 1):
+            return None
+        self.prefill_applied = want
+        return want
+
+    # -- the KV budget ---------------------------------------------------------------------------
+
+    def _trouble(
+        self,
+        sig: EngineSignals,
+        figures: Figures,
+        in_flight_blocks: int,
+        lo: float,
+        finished_per_s: float | None,
+    ) -> str | None:
+        """Cut the target on real trouble; the reason, or None when all is well."""
+        c = self.config
+        assert self.target is not None
+        t = self.target
+        preempt_per_s = figures[0]
+        why = None
+        limit = c.engine_ttft_share * c.ttft_slo_s
+        itl = sig.itl_mean_s if sig.itl_mean_s is not None else 0.0
+        slow = itl > c.itl_slo_s
+        self._slow_ticks = self._slow_ticks + 1 if slow else 0
+        if slow and self._slow_ticks >= c.waiting_ticks:  # not one prefill's stall: sustained
+            why = f"mean ITL {itl * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
+        elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
+            why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
+        if why is not None:  # an SLO missed inside the engine: ease, the ceiling here
+            self.ceiling = t
+            self.target = t * c.ease
+            self._probe = self._period = None
+            return why
+        if preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1):
+            done = finished_per_s or 0.0
+            why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
+            self.ceiling = float(max(lo, min(t, in_flight_blocks)))
+            self.target = self.ceiling * c.cut
+            self._probe = self._period = None
+        return why
+
+    def _full(self, figures: Figures, sig: EngineSignals, in_flight_blocks: int) -> str | None:
+        """The engine queues inside at a full cache (3 scrapes): more admitted would only wait
+        there, out of sight. Hold at what it runs (a ceiling), without a cut."""
+        c = self.config
+        _, waiting, kv_usage = figures
+        self._waiting_ticks = self._waiting_ticks + 1 if waiting >= 1 else 0
+        kv = kv_usage if sig.kv_usage_frac_waiting is None else sig.kv_usage_frac_waiting
+        if self._waiting_ticks < c.waiting_ticks or kv < 0.95:
+            return None
+        assert self.target is not None
+        level = max(float(in_flight_blocks), c.min_share * (self.capacity or 1))
+        self.ceiling = level if self.ceiling is None else min(self.ceiling, level)
+        self.target = min(self.target, level)
+        self._probe = self._period = None
+        return f"{waiting:.0f} waiting in the engine at KV {kv:.0%}: holding at what it runs"
+
+    def step(
+        self,
+        now: float,
+        sig: EngineSignals,
+        *,
+        in_flight_blocks: int,
+        queued: int,
+        in_flight: int = 0,
+        turned_over: bool = True,
+        finished_per_s: float | None = None,
+        finished_total: float = 0.0,
+        served_total: float = 0.0,
+    ) -> Move | None:
+        """One control step of the KV budget; a Move when the applied budget changes.
+        `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
+        request finished lately) says the held ratio comes from requests at all stages of
+        their lives, not a burst's newcomers: no overcommit before it. `finished_total` and
+        `served_total` count the requests finished, and served within the TTFT SLO, so far:
+        what a probe step must not lower."""
+        c = self.config
+        cap = sig.kv_capacity_blocks
+        if cap is None:
+            self.last_reason = "no KV capacity in the upstream's /metrics: holding"
+            return None
+        self.capacity = cap
+        lo, hi = max(1.0, c.min_share * cap), c.max_share * cap
+        self._learn_held(sig, cap, in_flight_blocks)
+        if self.target is None or self.applied is None:
+            self.target = float(cap)
+            return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
+        figures, unknown = required(sig)
+        if figures is None:
+            self.last_reason = (
+                f"holding at {_blocks(self.applied)} blocks: {', '.join(unknown)} unknown "
+                "(not in the upstream's /metrics, or no interval yet)"
+            )
+            return None
+        why = self._trouble(sig, figures, in_flight_blocks, lo, finished_per_s)
+        if why is not None:
+            self.target = max(lo, self.target)
+            self._hold_until = now + c.hold_s
+            new = round(self.target)
+            if new < self.applied:
+                return self._apply(new, why)
+            self.last_reason = f"holding: {why}"
+            return None
+        full = self._full(figures, sig, in_flight_blocks)
+        if self.ceiling is not None:
+            self.ceiling += c.ceiling_forget * cap
+            if self.ceiling >= hi:
+                self.ceiling = None
+        if full is not None:
+            new = round(max(lo, self.target))
+            if new < self.applied - self._band(cap, in_flight_blocks, in_flight):
+                return self._apply(new, full)
+            self.last_reason = f"KV budget {_blocks(self.applied)} blocks: {full}"
+            return None
+        if now < self._hold_until:
+            return None
+        return self._seek(
+            now,
+            cap,
+            lo,
+            hi,
+            in_flight_blocks,
+            queued,
+            in_flight,
+            turned_over,
+            (finished_total, served_total),
+        )
+
+    def _learn_held(self, sig: EngineSignals, cap: int, in_flight_blocks: int) -> None:
+        if sig.kv_usage_frac is None or in_flight_blocks < 0.2 * cap:
+            return
+        ratio = min(1.0, sig.kv_usage_frac * cap / in_flight_blocks)
+        prev = self.held
+        if sig.kv_usage_frac >= 0.99 and prev is not None and ratio < prev:
+            return  # a full cache says only "at least this much held": a heavier mix, never lighter
+        if prev is None:
+            self.held = ratio
+        else:
+            gain = self.config.held_gain if ratio > prev else self.config.held_gain_down
+            self.held = prev + gain * (ratio - prev)
+
+    def _band(self, cap: int, in_flight_blocks: int, in_flight: int) -> float:
+        """A move smaller than this changes nothing that fits: 2 % of the cache or half a
+        request of the current mix."""
+        per = in_flight_blocks / in_flight if in_flight else None
+        return max(self.config.deadband * cap, 0.5 * per) if per else self.config.deadband * cap
+
+    def _seek(
+        self,
+        now: float,
+        cap: int,
+        lo: float,
+        hi: float,
+        in_flight_blocks: int,
+        queued: int,
+        in_flight: int,
+        turned_over: bool,
+        counts: tuple[float, float],
+    ) -> Move | None:
+        """No trouble: toward `gain` x the safe overcommit (up by a step at a time, down at
+        once: a heavier mix is followed), and the gain probed upward while served within the
+        SLO does not fall; a probe step that lowered it is taken back."""
+        c = self.config
+        assert self.target is not None
+        assert self.applied is not None
+        held = self.held if self.held is not None else 1.0
+        per = in_flight_blocks / in_flight if in_flight else None
+        safe = overcommit(cap, held, per, c.kv_target) if turned_over and per else float(cap)
+        top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
+        if self._rebase:
+            self._rebase = False
+            self.gain = max(1.0, self.target / safe)
+        demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
+        band = self._band(cap, in_flight_blocks, in_flight)
+        step = max(c.grow * cap, per or 0.0)
+        why = ""
+        rate = self._judge(now, counts)
+        if rate is not None:
+            probe, self._probe = self._probe, None
+            if probe is not None and rate < c.good_rise * probe[1]:
+                # this level served no more within the SLO than the one before: back there
+                self.ceiling = self.gain * safe
+                self.gain = probe[0]
+                why = f"probe taken back: served within SLO {rate:.2f}/s, {probe[1]:.2f}/s before"
+            elif (
+                demand
+                and rate > 0  # nothing served within the SLO: no evidence a step helps
+                and self.target >= self.gain * safe - band
+                and self.gain * safe + step <= top
+            ):
+                self._probe = (self.gain, rate)
+                self.gain += step / safe
+                why = f"probing up: {queued} queued, served within SLO {rate:.2f}/s"
+        want = max(lo, min(self.gain * safe, top))
+        if want < self.target:
+            self.target = want  # heavier mix, a probe taken back, or under a ceiling
+            why = why or f"heavier mix: {held:.0%} of the footprint held"
+        elif demand and want > self.target:
+            self.target = min(want, self.target + step)
+            why = why or f"headroom: {held:.0%} of the footprint held, {queued} queued"
+        new = round(self.target)
+        back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
+        moved = abs(new - self.applied) >= band or why.startswith("prob") or back_to_safe
+        if new != self.applied and moved:
+            return self._apply(new, why)
+        return None
+
+    def _judge(self, now: float, counts: tuple[float, float]) -> float | None:
+        """Served within the SLO per second at the level in force, once it has been held long
+        enough to tell (probe_every_s and period_finished requests); a new period starts."""
+        c = self.config
+        finished, served = counts
+        period = self._period
+        if period is None:
+            self._period = (now, finished, served)
+            return None
+        t0, finished0, served0 = period
+        if now - t0 < c.probe_every_s or finished - finished0 < c.period_finished:
+            return None
+        self._period = (now, finished, served)
+        return (served - served0) / (now - t0)
+
+    def _apply(self, new: int, why: str) -> Move:
+        old = self.applied
+        self.applied = new
+        shown = "none" if old is None else _blocks(old)
+        self.last_reason = f"KV budget {shown} -> {_blocks(new)} blocks: {why}"
+        self.last_move = Move(old, new, self.last_reason)
+        return self.last_move
+
+    def status(self, ctl: AdmissionController) -> dict[str, Any]:
+        """The autopilot's part of /admin/stats (gateway/autopilot/status.py)."""
+        return autopilot_status(self, ctl)
+
+
+def drive(
+    ctl: AdmissionController,
+    pilot: Autopilot,
+    sig: EngineSignals | None,
+    now: float,
+    *,
+    unread: str = "no replica",
+) -> None:
+    """One tick: learn the footprint, and in auto mode step the controller and apply its moves.
+    `sig` None: no replica's /metrics could be read (`unread` says why); the KV budget holds
+    (the prefill budget is the gateway's own count and keeps moving)."""
+    lim = ctl.limits
+    if lim.mode != "auto":
+        pilot.reset(None)
+        pilot.prefill_applied = None
+        pilot.last_reason = "manual: the autopilot is off"
+        ctl.autopilot = pilot.status(ctl)
+        return
+    pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
+    if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
+        ctl.set_limits(
+            {"max_unprefilled_prompt_tokens": pre},
+            source=AUTOPILOT,
+            reason=f"prefill budget {_blocks(pre)} tokens: {pilot.prefill_reason}",
+        )
+    if sig is None:
+        pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
+        ctl.autopilot = pilot.status(ctl)
+        return
+    if ctl.footprint is not None:
+        ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
+    lim = ctl.limits
+    if pilot.applied != lim.max_inflight_kv_blocks:
+        pilot.reset(lim.max_inflight_kv_blocks)  # someone else set it while auto: start there
+    if lim.max_concurrency < AUTO_MAX_CONCURRENCY:
+        ctl.set_limits(
+            {"max_concurrency": AUTO_MAX_CONCURRENCY},
+            source=AUTOPILOT,
+            reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
+        )
+    finished = ctl.drain_rate()
+    move = pilot.step(
+        now,
+        sig,
+        in_flight_blocks=ctl.in_flight_kv_blocks,
+        queued=ctl.queued,
+        in_flight=ctl.in_flight,
+        turned_over=bool(finished),
+        finished_per_s=finished,
+        finished_total=ctl.estimates.finished_total,
+        served_total=ctl.estimates.served_total,
+    )
+    if move is not None:
+        ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
+    ctl.autopilot = pilot.status(ctl)
+
+
+__all__ = [
+    "AUTO_MAX_CONCURRENCY",
+    "Autopilot",
+    "AutopilotConfig",
+    "Move",
+    "drive",
+]

@@ -1,0 +1,1 @@
+"""The running gateway: Starlette app, proxy, admin API, metrics, the lifespan's loops."""

@@ -1,0 +1,97 @@
+"""The admin API under /admin: read and change the limits live, stats, events, pause/resume.
+
+When a token is configured every admin call needs `Authorization: Bearer <token>` (compared in
+constant time); the token is never echoed in a response, an event or a log line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from llmtop.core.base.admin_api import EventDoc, EventsDoc
+from llmtop.gateway.admission.controller import LimitError
+from llmtop.gateway.server.context import GatewayContext
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _error(status: int, message: str, type_: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, **extra}}, status)
+
+
+def _source(request: Request) -> str:
+    """Who made a change, for the events list: x-llmtop-source, else "admin"."""
+    source = request.headers.get("x-llmtop-source", "admin").strip()
+    return source[:64] or "admin"
+
+
+def admin_routes(state: GatewayContext) -> list[BaseRoute]:
+    """The /admin routes bound to one gateway's state."""
+    token = state.admin_token.encode() if state.admin_token else None
+
+    def guarded(handler: Handler) -> Handler:
+        async def checked(request: Request) -> Response:
+            if token is not None:
+                given = request.headers.get("authorization", "")
+                scheme, _, value = given.partition(" ")
+                if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    value.strip().encode(), token
+                ):
+                    response = _error(401, "admin token required", "authentication_error")
+                    response.headers["www-authenticate"] = "Bearer"
+                    return response
+            return await handler(request)
+
+        return checked
+
+    ctl = state.admission
+
+    async def get_limits(request: Request) -> Response:
+        return JSONResponse(ctl.limits.to_dict())
+
+    async def patch_limits(request: Request) -> Response:
+        try:
+            changes = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "body must be a JSON object of limits", "invalid_request_error")
+        if not isinstance(changes, dict):
+            return _error(400, "body must be a JSON object of limits", "invalid_request_error")
+        try:
+            limits = ctl.set_limits(changes, source=_source(request))
+        except LimitError as e:
+            return _error(400, e.message, "invalid_request_error", field=e.field)
+        await state.shared.publish(ctl)  # the other gateways follow (gateway/upstreams/shared.py)
+        return JSONResponse(limits.to_dict())
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(state.stats())
+
+    async def events(request: Request) -> Response:
+        doc: EventsDoc = {"events": [cast(EventDoc, e) for e in ctl.events]}
+        return JSONResponse(doc)
+
+    async def pause(request: Request) -> Response:
+        ctl.set_paused(True, source=_source(request))
+        await state.shared.publish(ctl)
+        return JSONResponse({"paused": True})
+
+    async def resume(request: Request) -> Response:
+        ctl.set_paused(False, source=_source(request))
+        await state.shared.publish(ctl)
+        return JSONResponse({"paused": False})
+
+    return [
+        Route("/limits", guarded(get_limits), methods=["GET"]),
+        Route("/limits", guarded(patch_limits), methods=["PATCH"]),
+        Route("/stats", guarded(stats), methods=["GET"]),
+        Route("/events", guarded(events), methods=["GET"]),
+        Route("/pause", guarded(pause), methods=["POST"]),
+        Route("/resume", guarded(resume), methods=["POST"]),
+    ]

@@ -1,0 +1,113 @@
+"""The autopilot's IO: read every replica's /metrics about once a second and drive the controller.
+
+Runs as one task in the app's lifespan. It reads only while the gateway is in auto mode or has a
+KV budget (so a plain gateway never touches the engine's /metrics). With several replicas the
+budget covers them all (the balancer spreads it), so their figures are read concurrently and
+summed (`core.derive.signals.fleet_signals`); ejected replicas are left out, as the balancer
+leaves them out. A replica whose read fails is left out of that tick and named; when none can
+be read the budget holds where it is and /admin/stats says why. The text is read by core's
+vLLM reader (`core.exposition.promtext`, `core.vllm.engines`), as the monitor reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from llmtop.core.derive.signals import fleet_signals
+from llmtop.core.exposition import promtext
+from llmtop.core.vllm import engines
+from llmtop.core.vllm.names import sample_names
+from llmtop.core.vllm.scrape import EngineScrape
+from llmtop.errors import ScrapeError
+from llmtop.gateway.admission.footprint import FootprintModel
+from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig, drive
+from llmtop.gateway.server.context import GatewayContext
+from llmtop.gateway.upstreams.balancer import OK
+
+INTERVAL_S = 1.0
+SCRAPE_TIMEOUT_S = 2.0
+KEEP = promtext.keep_names(sample_names(bucketed=("generation_len",)))
+"""The monitor's names, and the output-length buckets the footprint learns from."""
+
+
+def read_scrape(text: str) -> EngineScrape:
+    """An upstream's /metrics body as core reads it; ScrapeError when it is not a vLLM's."""
+    scrape = engines.extract(promtext.parse(text, KEEP))
+    if not scrape.has_vllm:
+        raise ScrapeError("no vLLM series in the upstream's /metrics (is it vLLM?)")
+    return scrape
+
+
+def attach(state: GatewayContext) -> Autopilot:
+    """Give the gateway's admission a footprint model; the controller for `run`, working to
+    the SLO ([slo])."""
+    state.admission.footprint = FootprintModel()
+    slo = state.settings.slo
+    return Autopilot(AutopilotConfig(ttft_slo_s=slo.ttft_s, itl_slo_s=slo.itl_s))
+
+
+async def _read(state: GatewayContext, url: str) -> EngineScrape:
+    assert state.session is not None
+    async with state.session.get(
+        url + "/metrics",
+        timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
+        allow_redirects=False,
+    ) as r:
+        if r.status != 200:
+            raise ScrapeError(f"/metrics returned {r.status}")
+        return read_scrape(await r.text())
+
+
+_FAILS = (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError)
+
+
+async def _read_all(state: GatewayContext) -> tuple[dict[str, EngineScrape], dict[str, str]]:
+    """Every replica in service read at once: the scrapes, and why each other one failed."""
+    urls = [r.url for r in state.balancer.replicas if r.state == OK] or [
+        r.url for r in state.balancer.replicas
+    ]
+    got = await asyncio.gather(*(_read(state, u) for u in urls), return_exceptions=True)
+    scrapes: dict[str, EngineScrape] = {}
+    failed: dict[str, str] = {}
+    for url, res in zip(urls, got, strict=True):
+        if isinstance(res, EngineScrape):
+            scrapes[url] = res
+        elif isinstance(res, _FAILS):
+            failed[url] = type(res).__name__
+        else:
+            raise res  # a bug, not a replica's fault
+    return scrapes, failed
+
+
+async def run(state: GatewayContext, pilot: Autopilot) -> None:
+    """Scrape, derive, drive; forever (cancelled by the lifespan)."""
+    ctl = state.admission
+    prev: dict[str, EngineScrape] = {}
+    prev_t = time.monotonic()
+    while True:
+        lim = ctl.limits
+        if lim.mode == "auto" or lim.max_inflight_kv_blocks is not None:
+            scrapes, failed = await _read_all(state)
+            if not scrapes:
+                pilot.unread = ()
+                why = ", ".join(sorted(set(failed.values()))) or "no replica"
+                drive(ctl, pilot, None, time.monotonic(), unread=why)
+                prev = {}
+            else:
+                now = time.monotonic()
+                pairs = [(s, prev.get(url)) for url, s in scrapes.items()]
+                pilot.unread = tuple(sorted(failed))
+                drive(ctl, pilot, fleet_signals(pairs, now - prev_t), now)
+                prev, prev_t = scrapes, now
+        else:
+            prev = {}
+            pilot.reset(None)
+            pilot.last_reason = "manual: the autopilot is off"
+            ctl.autopilot = pilot.status(ctl)
+        await asyncio.sleep(INTERVAL_S)
+
+
+__all__ = ["attach", "run"]

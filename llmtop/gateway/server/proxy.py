@@ -1,0 +1,431 @@
+"""The proxy: a raw ASGI app that forwards every path to the upstream, generation endpoints
+through admission, and streams the answer back chunk by chunk.
+
+Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
+only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
+as they arrive (aiohttp's `readany`, content encoding left alone). A watcher task waits for
+the client's http.disconnect while the request is queued or streaming, so a client that
+leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
+
+A request's state travels as one `Exchange`: entered into admission, waited, sent to a replica
+(once more elsewhere if the first refused the connection), relayed. The bytes on the wire
+(headers dropped, error bodies, an upstream's 5xx wrapped, the bounded body read) are
+gateway/server/wire.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+from starlette.types import Receive, Scope, Send
+from yarl import URL
+
+from llmtop.gateway.admission.controller import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.admission.footprint import footprint_of
+from llmtop.gateway.admission.prompt import prompt_tokens
+from llmtop.gateway.server.context import GatewayContext
+from llmtop.gateway.server.engine_priority import stamp
+from llmtop.gateway.server.upstream_errors import classify
+from llmtop.gateway.server.wire import (
+    DROP_REQUEST,
+    DROP_RESPONSE,
+    ClientGone,
+    TooLarge,
+    describe_error,
+    error_body,
+    is_utf8,
+    read_body,
+    send_error,
+    until_disconnect,
+    wrap_5xx,
+)
+from llmtop.gateway.upstreams.balancer import Replica
+
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
+"""POST to these goes through admission; everything else is forwarded at once."""
+_RETRY = "retry"
+"""An attempt that failed to connect: nothing was sent, another replica may take it."""
+# an OpenAI stream's last event: a client may close as soon as it has read it
+_DONE = b"data: [DONE]"
+
+
+class Exchange:
+    """One proxied request, from its head to the end of its answer: what each step of the
+    forward (admission, the retry over replicas, one attempt) reads and updates."""
+
+    __slots__ = (
+        "body",
+        "done_relayed",
+        "headers",
+        "method",
+        "queue_s",
+        "send",
+        "t0",
+        "target",
+        "ticket",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        target: tuple[bytes, bytes],
+        headers: list[tuple[str, str]],
+        body: bytes,
+        t0: float,
+        send: Send,
+    ) -> None:
+        self.method = method
+        self.target = target
+        """(raw path, query string), forwarded as the client sent them."""
+        self.headers = headers
+        """The headers to forward, decoded as aiohttp writes them."""
+        self.body = body
+        self.t0 = t0
+        """When the request reached the gateway (the clock's seconds)."""
+        self.send = send
+        self.ticket: Ticket | None = None
+        """Its place in admission (generation requests only)."""
+        self.queue_s = 0.0
+        """Seconds it waited in the admission queue."""
+        self.done_relayed = False
+        """The stream's `data: [DONE]` reached the client, so a client that closes right after
+        it (before the upstream's body ends, as with vLLM) counts as completed, not cancelled."""
+
+
+class Proxy:
+    """The catch-all ASGI endpoint of the gateway."""
+
+    def __init__(self, state: GatewayContext) -> None:
+        self.state = state
+        self._urls: dict[tuple[str, bytes, bytes], URL] = {}
+
+    def _url(self, base: str, path: bytes, query: bytes) -> URL:
+        """The upstream URL of a path, parsed once: a few paths carry nearly all the traffic."""
+        key = (base, path, query)
+        url = self._urls.get(key)
+        if url is None:
+            text = base + path.decode("latin-1")
+            if query:
+                text += "?" + query.decode("latin-1")
+            url = URL(text, encoded=True)  # forwarded as the client sent it
+            if url.host is None:
+                raise ValueError(f"no host in {text!r}")
+            if len(self._urls) < 256:
+                self._urls[key] = url
+        return url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self.state
+        t0 = state.clock()
+        settings = state.settings
+        forward: list[tuple[bytes, bytes]] = []
+        priority = tenant = authorization = None
+        drop = DROP_REQUEST
+        header_bytes = 0
+        for name, value in scope["headers"]:
+            header_bytes += len(name) + len(value) + 4
+            if name == b"x-llmtop-priority":
+                priority = value.strip().lower()
+            elif name == b"x-llmtop-tenant":
+                tenant = value
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"connection":
+                drop = drop | {t.strip().lower() for t in value.split(b",")}
+            elif (
+                name == b"content-length"
+                and value.isdigit()
+                and int(value) > settings.max_body_bytes
+            ):
+                await self._too_large(send)
+                return
+            forward.append((name, value))
+        if header_bytes > settings.max_header_bytes:
+            await send_error(
+                send,
+                431,
+                f"request headers over {settings.max_header_bytes} bytes (max_header_bytes)",
+                "invalid_request_error",
+            )
+            return
+        try:
+            body = await read_body(receive, settings.max_body_bytes)
+        except TooLarge:
+            await self._too_large(send)
+            return
+        except ClientGone:
+            return
+        target = (scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
+        try:
+            self._url(state.base_url, *target)
+        except ValueError as e:
+            await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
+            return
+        generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
+        prio = None if priority is None else priority.decode("latin-1")
+        if generation and prio is not None and prio not in PRIORITIES:
+            await send_error(
+                send,
+                400,
+                f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
+                "invalid_request_error",
+            )
+            return
+        try:
+            # aiohttp writes header values as UTF-8: decoded so, they go out byte for byte
+            headers = [(n.decode("latin-1"), v.decode()) for n, v in forward if n not in drop]
+        except UnicodeDecodeError:
+            bad = next(n for n, v in forward if n not in drop and not is_utf8(v))
+            bad_name = bad.decode("latin-1")
+            await send_error(
+                send, 400, f"header {bad_name!r} is not valid UTF-8", "invalid_request_error"
+            )
+            return
+        x = Exchange(scope["method"], target, headers, body, t0, send)
+        if generation and not await self._enter(x, authorization, prio, tenant):
+            return
+        work = asyncio.ensure_future(self._admit_and_forward(x))
+        watcher = asyncio.ensure_future(until_disconnect(receive))
+        try:
+            await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+            if x.ticket is not None:
+                x.ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
+        if not work.cancelled():
+            work.result()  # a bug in the handler surfaces instead of vanishing
+
+    async def _enter(
+        self, x: Exchange, authorization: bytes | None, prio: str | None, tenant: bytes | None
+    ) -> bool:
+        """Enter a generation request into admission (`x.ticket`); False when it was refused
+        (the 429 is sent)."""
+        state = self.state
+        ctl = state.admission
+        body = x.body
+        who = state.callers.caller(authorization, prio, tenant)
+        kv_blocks, shape = footprint_of(ctl, body)
+        lim = ctl.limits
+        if shape is not None and ctl.footprint is not None:
+            tokens = ctl.footprint.prompt_tokens(shape)
+        elif lim.max_inflight_prompt_tokens or lim.max_unprefilled_prompt_tokens:
+            tokens = prompt_tokens(body)
+        else:
+            tokens = 0  # no budget counts prompts: the body is not read for them
+        rpm = lim.rate_limit_rpm
+        shared_rate = None  # the rate limit held in Redis, when there is one that answers
+        if rpm is not None and state.shared.backend == "redis":
+            shared_rate = await state.shared.rate_check(who.tenant or "", rpm)
+        try:
+            if shared_rate:
+                msg = f"rate limited: over {rpm:g} requests/min (rate_limit_rpm, all gateways)"
+                raise ctl.refuse("rate_limited", msg, shared_rate)
+            ticket = ctl.enter(
+                who.priority,
+                tenant=who.tenant,
+                prompt_tokens=tokens,
+                kv_blocks=kv_blocks,
+                shape=shape,
+                rate_checked=shared_rate is not None,
+            )
+        except Rejected as r:
+            await self._reject(x.send, r)
+            return False
+        x.ticket = ticket
+        if state.settings.engine_priority:
+            x.body = stamp(body, ticket.priority)
+        return True
+
+    async def _too_large(self, send: Send) -> None:
+        limit = self.state.settings.max_body_bytes
+        await send_error(
+            send,
+            413,
+            f"request body over {limit} bytes (max_body_bytes)",
+            "invalid_request_error",
+        )
+
+    async def _reject(self, send: Send, r: Rejected, queue_s: float = 0.0) -> None:
+        headers = [
+            (b"retry-after", r.retry_after_header.encode()),
+            (b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()),
+        ]
+        await send_error(send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason)
+
+    async def _admit_and_forward(self, x: Exchange) -> None:
+        """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
+        waiting = self.state.unanswered
+        ticket = x.ticket
+        key = id(ticket)
+        try:
+            if ticket is not None and not ticket.admitted:
+                waiting.queued(key, x.t0)
+                try:
+                    await ticket.wait()
+                except Rejected as r:
+                    await self._reject(x.send, r, ticket.queue_wait_s)
+                    return
+                x.queue_s = ticket.queue_wait_s
+            if ticket is not None:
+                # the engine's part only: time queued in the gateway is not the engine's delay
+                waiting.admitted(key, x.t0 + x.queue_s)
+            outcome = "upstream_error"
+            try:
+                outcome = await self._forward(x)
+            except (asyncio.CancelledError, OSError):
+                outcome = "completed" if x.done_relayed else "cancelled"
+                raise
+            finally:
+                if ticket is not None:
+                    ticket.release(outcome)
+        finally:
+            waiting.answered(key)
+
+    async def _forward(self, x: Exchange) -> str:
+        """Send to the replica the balancer picks (once more elsewhere if it refused the
+        connection: nothing was sent), stream the answer; the outcome of an admitted request."""
+        state = self.state
+        bal = state.balancer
+        kv = x.ticket.kv_blocks if x.ticket is not None else 0
+        tried: list[Replica] = []
+        while True:
+            replica = bal.pick(kv, exclude=tried)
+            if replica is None:
+                await send_error(x.send, 502, "no upstream replica can take it", "upstream_error")
+                return "upstream_error"
+            bal.start(replica, kv)
+            error: str | None = "cancelled"
+            try:
+                outcome, error = await self._forward_to(x, replica, not tried)
+            finally:
+                bal.done(replica, kv, None if error == "cancelled" else error)
+                state.apply_shares()
+            if outcome != _RETRY:
+                return outcome
+            tried.append(replica)
+
+    async def _forward_to(
+        self, x: Exchange, replica: Replica, may_retry: bool
+    ) -> tuple[str, str | None]:
+        """One attempt at one replica: (outcome or _RETRY, the error that ejects it or None)."""
+        state = self.state
+        session = state.session
+        assert session is not None, "the upstream session is opened by the app's lifespan"
+        clock = state.clock
+        send = x.send
+        url = self._url(replica.url, *x.target)
+        t_send = clock()
+        try:
+            response = await session.request(
+                x.method,
+                url,
+                headers=x.headers,
+                data=x.body or None,
+                allow_redirects=False,
+            )
+        except asyncio.TimeoutError as e:
+            reason = f"upstream timed out: {describe_error(e)}"
+            state.upstream.failed(reason)
+            state.upstream_errors.record("timeout")
+            await send_error(send, 504, "upstream timed out", "upstream_timeout")
+            return "upstream_error", reason
+        except aiohttp.ClientError as e:
+            reason = f"upstream unreachable: {describe_error(e)}"
+            state.upstream.failed(reason)
+            if may_retry and isinstance(e, aiohttp.ClientConnectorError):
+                return _RETRY, reason  # nothing was sent: another replica may take it
+            state.upstream_errors.record("unreachable")
+            await send_error(send, 502, reason, "upstream_error")
+            return "upstream_error", reason
+        # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
+        # building and writing the request are ours (TimedResponse times only the wait)
+        upstream_s = getattr(response, "headers_wait_s", None)
+        if upstream_s is None:  # a session without TimedResponse (never the app's own)
+            upstream_s = clock() - t_send
+        whole = False  # the body read to its end: the connection may go back to the pool
+        try:
+            status = response.status
+            failed = f"upstream returned {status}" if status >= 500 else None
+            if failed is not None and x.ticket is not None:
+                if await wrap_5xx(response, send, state.upstream_errors):
+                    # vLLM refused by its own queue limit: a busy engine, not a broken one, so
+                    # it is neither marked unhealthy nor ejected from the replicas
+                    return "upstream_error", None
+                state.upstream.failed(failed)
+                return "upstream_error", failed
+            if failed is not None:
+                state.upstream.failed(failed)
+                state.upstream_errors.record(classify(status, b""), status)
+            else:
+                state.upstream.ok()
+            upstream_s, cut = await self._relay(x, response, upstream_s)
+            if cut is not None:
+                return "upstream_error", cut
+            whole = True
+            await send({"type": "http.response.body", "body": b""})
+            end = clock()
+            state.handler_time.observe(end, end - x.t0 - x.queue_s - upstream_s)
+            return ("upstream_error" if status >= 500 else "completed"), failed
+        finally:
+            # close, not release, unless the body was read to its end: a request cut short
+            # (client gone, upstream fault) must drop the connection, so vLLM aborts it
+            if whole:
+                response.release()
+            else:
+                response.close()
+
+    async def _relay(
+        self, x: Exchange, response: aiohttp.ClientResponse, upstream_s: float
+    ) -> tuple[float, str | None]:
+        """Pass the answer's head and its body back as they arrive, all but the body's end:
+        (seconds spent awaiting the upstream, the error that cut the body or None)."""
+        state = self.state
+        clock = state.clock
+        send = x.send
+        t0, queue_s, ticket = x.t0, x.queue_s, x.ticket
+        status = response.status
+        out = [(n, v) for n, v in response.raw_headers if n.lower() not in DROP_RESPONSE]
+        out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
+        if ticket is not None:
+            out.append((b"x-llmtop-priority", ticket.priority.encode()))
+        so_far = clock() - t0 - queue_s - upstream_s
+        out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        sse = response.content_type == "text/event-stream"
+        first = ticket is not None and status == 200
+        watch_done = sse and status == 200
+        tail = b""
+        content = response.content
+        try:
+            while True:
+                t_wait = clock()
+                chunk = await content.readany()
+                now = clock()
+                upstream_s += now - t_wait
+                if not chunk:
+                    break
+                if first and ticket is not None:
+                    ticket.first_token()  # unstreamed: its last byte too (prefill_due came first)
+                    state.admission.record_ttft(now - t0, queue_s)
+                    state.unanswered.answered(id(ticket))
+                    first = False
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if watch_done and not x.done_relayed:  # [DONE] may straddle two chunks
+                    x.done_relayed = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
+                    tail = chunk[-len(_DONE) :]
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            reason = f"upstream failed mid-response: {describe_error(e)}"
+            state.upstream.failed(reason)
+            state.upstream_errors.record("mid_response")
+            if sse:  # a cut body must not look whole: a plain one ends without its last chunk
+                err = error_body(502, reason, "upstream_error").decode()
+                tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
+                await send({"type": "http.response.body", "body": tail})
+            return upstream_s, reason
+        return upstream_s, None

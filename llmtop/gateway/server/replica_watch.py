@@ -1,0 +1,91 @@
+"""The balancer's IO: probe ejected replicas' /health, read each replica's KV capacity and queue
+from its /metrics (read as the autopilot reads it: `pilot.read_scrape`) so the choice knows its
+headroom.
+
+One task in the app's lifespan; each probe or read is bounded by a short timeout and runs on
+its own task, so a hung replica never stalls the others or the queue's timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+
+from llmtop.errors import ScrapeError
+from llmtop.gateway.server.autopilot_loop import read_scrape
+from llmtop.gateway.server.context import GatewayContext
+from llmtop.gateway.server.wire import describe_error
+from llmtop.gateway.upstreams.balancer import Replica
+
+TICK_S = 0.25
+"""How often ejected replicas whose time is over are probed."""
+SCRAPE_EVERY_S = 2.0
+"""How often each replica's /metrics is read (only with several replicas)."""
+TIMEOUT = aiohttp.ClientTimeout(total=1.0)
+
+
+async def _probe(state: GatewayContext, r: Replica) -> None:
+    assert state.session is not None
+    error: str | None = None
+    try:
+        async with state.session.get(
+            r.url + "/health", timeout=TIMEOUT, allow_redirects=False
+        ) as resp:
+            if resp.status >= 500:
+                error = f"/health returned {resp.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        error = f"unreachable: {describe_error(e)}"
+    state.balancer.probed(r, error)
+    state.apply_shares()
+
+
+async def _scrape(state: GatewayContext, r: Replica) -> None:
+    assert state.session is not None
+    try:
+        async with state.session.get(
+            r.url + "/metrics", timeout=TIMEOUT, allow_redirects=False
+        ) as resp:
+            if resp.status != 200:
+                return
+            scrape = read_scrape(await resp.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError):
+        return  # headroom stays as last read; failures on traffic eject, not this
+    tokens, size = scrape.kv_capacity_tokens, scrape.kv_block_size
+    r.capacity_blocks = tokens // size if tokens is not None and size else None
+    waiting = scrape.gauges.get("waiting")
+    if waiting is not None:  # unknown: the last reading stands, not an empty queue
+        r.waiting = waiting
+
+
+async def watch(state: GatewayContext) -> None:
+    """Probe and read forever (cancelled by the lifespan)."""
+    bal = state.balancer
+    tasks: dict[tuple[str, str], asyncio.Future[None]] = {}
+    loop = asyncio.get_running_loop()
+    next_scrape = 0.0
+    try:
+        while True:
+            for r in bal.to_probe():
+                key = ("probe", r.url)
+                if key not in tasks or tasks[key].done():
+                    tasks[key] = asyncio.ensure_future(_probe(state, r))
+            now = loop.time()
+            if len(bal.replicas) > 1 and now >= next_scrape:
+                next_scrape = now + SCRAPE_EVERY_S
+                for r in bal.replicas:
+                    key = ("scrape", r.url)
+                    if key not in tasks or tasks[key].done():
+                        tasks[key] = asyncio.ensure_future(_scrape(state, r))
+            state.apply_shares()
+            await asyncio.sleep(TICK_S)
+    finally:
+        for t in tasks.values():
+            t.cancel()
+        for t in tasks.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
+__all__ = ["watch"]

@@ -1,0 +1,62 @@
+"""Run the gateway in the foreground for `llmtop gateway`."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from llmtop.errors import UsageError
+from llmtop.settings import GatewaySettings, resolve_token
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost; a wildcard or any other address is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Refuse an admin API reachable from the network without a token."""
+    if token is None and not is_loopback(host):
+        raise UsageError(
+            f"refusing to listen on {host} without an admin token: set LLMTOP_ADMIN_TOKEN "
+            "or --admin-token-file, or listen on 127.0.0.1"
+        )
+
+
+def hash_key_from(text: str) -> str:
+    """The key table's hash of a key typed or piped in (its line ending is not part of it)."""
+    key = text.strip()
+    if not key:
+        raise UsageError(
+            '--hash-key: no key on stdin (printf %s "$KEY" | llmtop gateway --hash-key)'
+        )
+    from llmtop.gateway.admission.callers import hash_key
+
+    return hash_key(key)
+
+
+def run_gateway(settings: GatewaySettings) -> None:
+    """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
+    from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
+    from llmtop.gateway.server.app import create_app
+
+    host, port = parse_listen(settings.listen)
+    settings = resolve_token(settings)  # read by settings.load already: no second read
+    token = settings.admin_token
+    check_exposure(host, token)
+    app = create_app(settings)
+    auth = "token required" if token else "no token (loopback only)"
+    serve_forever(
+        app,
+        host,
+        port,
+        banner=(
+            f"llmtop gateway on {{url}} -> {settings.upstream}  "
+            f"(max_concurrency {settings.max_concurrency}, max_queue {settings.max_queue}; "
+            f"admin API: {auth})"
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Where a request goes (the balancer) and the limits several gateways share (Redis)."""

@@ -1,0 +1,174 @@
+"""The fleet collector: many targets (or one Prometheus) through the per-replica pipeline.
+
+`make_collector` picks it when there is more than one engine to watch (several `--vllm`,
+`--targets FILE`, `--prometheus URL`); one engine keeps the plain `Collector`. The gateway and
+the GPUs are read as the plain collector reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
+from llmtop.core.output.fleet_json import fleet_json
+from llmtop.core.pipeline.fleet import FleetPipeline
+from llmtop.core.pipeline.lookback import assess
+from llmtop.core.pipeline.targets import Target, targets_from_urls
+from llmtop.core.promql.promql_answers import prometheus_replicas
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.collector import Collector, is_fleet
+from llmtop.sources.direct import FleetScraper
+from llmtop.sources.prometheus import PrometheusSource
+from llmtop.sources.targets_file import TargetsFile
+
+
+class FleetCollector(Collector):
+    """A Collector whose engines are a fleet: per-replica rows in `fleet`, one Snapshot a poll."""
+
+    def __init__(self, monitor: MonitorSettings, health: HealthSettings, **kwargs: Any) -> None:
+        super().__init__(monitor, health, **kwargs)
+        self.pipeline: FleetPipeline = FleetPipeline(
+            health, window_s=kwargs.get("window_s"), max_num_seqs=kwargs.get("max_num_seqs")
+        )
+        self._file = TargetsFile(monitor.targets_file) if monitor.targets_file else None
+        self._static = targets_from_urls(monitor.vllm_urls)
+        if self._file is not None:
+            self._file.current()  # a bad file is an error at start, naming the line
+        self._scraper = FleetScraper(
+            timeout_s=self.timeout_s,
+            max_bytes=monitor.max_scrape_bytes,
+            narrow=monitor.narrow_scrape,
+        )
+        self.prometheus: PrometheusSource | None = None
+        if monitor.prometheus_url:
+            self.prometheus = PrometheusSource(
+                monitor.prometheus_url,
+                selector=monitor.prometheus_selector,
+                window_s=monitor.prometheus_window_s,
+                replica_label=monitor.prometheus_replica_label,
+                timeout_s=self.timeout_s,
+            )
+
+    @property
+    def fleet(self) -> Fleet | None:
+        """The last poll's replicas, totals and fleet findings."""
+        return self.pipeline.fleet
+
+    @property
+    def targets_error(self) -> str | None:
+        """Why the targets file's last edit was not taken, when it was not."""
+        return self._file.error if self._file is not None else None
+
+    def targets(self) -> tuple[Target, ...]:
+        """The engines scraped directly now (none when reading Prometheus)."""
+        if self.prometheus is not None:
+            return ()
+        return self._file.current() if self._file is not None else self._static
+
+    async def read(self) -> RawPoll:
+        """Every target at once, with the gateway and the GPUs; never raises for a target."""
+        t = self.clock()
+        targets = self.targets()
+        self.pipeline.names = {x.url: x.name for x in targets}
+        engines, gateway, gpus = await asyncio.gather(
+            self._scraper.scrape_all([x.url for x in targets]),
+            self._read_gateway(),
+            self._gpus(),
+        )
+        stats, gw_error, events, present = gateway
+        return RawPoll(
+            time=t,
+            engines=engines,
+            gateway_url=self._gateway.url if self._gateway is not None and present else None,
+            gateway=stats,
+            gateway_error=gw_error,
+            gpus=gpus[0],
+            gpu_error=gpus[1],
+            events=events,
+        )
+
+    async def poll(self) -> Snapshot:
+        """read() (and Prometheus' answers, kept in the RawPoll for --record) through the fleet
+        pipeline."""
+        if self.prometheus is None:
+            raw = await self.read()
+        else:
+            raw, answers = await asyncio.gather(self.read(), self.prometheus.read_answers())
+            raw = replace(raw, prometheus=answers)
+        self.last_raw = raw
+        return self.pipeline.update(raw, prometheus_replicas(raw))
+
+    async def aclose(self) -> None:
+        """Close the scraper, the Prometheus client and what the plain collector holds."""
+        await self._scraper.aclose()
+        if self.prometheus is not None:
+            await self.prometheus.aclose()
+        await super().aclose()
+
+
+def make_collector(monitor: MonitorSettings, health: HealthSettings, **kwargs: Any) -> Collector:
+    """A FleetCollector for a fleet, the plain Collector for one engine."""
+    if is_fleet(monitor):
+        return FleetCollector(monitor, health, **kwargs)
+    return Collector(monitor, health, **kwargs)
+
+
+async def take_fleet_snapshot(
+    monitor: MonitorSettings, health: HealthSettings, window_s: float
+) -> tuple[WindowSnapshot, dict[str, Any]]:
+    """`llmtop snapshot` of a fleet: poll at the interval across the window, then the window's
+    verdict (as for one engine) and {"fleet": every replica with its figures and findings}.
+
+    Through Prometheus there are no scraped engines to judge: the verdict is the fleet's own
+    last Snapshot (servers as engines, fleet and replica findings).
+    """
+    judged = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window_s)
+    collector = FleetCollector(monitor, judged, timeout_s=min(5.0, max(1.0, window_s * 0.8)))
+    polls: list[RawPoll] = []
+    try:
+        start = time.monotonic()
+        while True:
+            snap = await collector.poll()
+            assert collector.last_raw is not None
+            polls.append(collector.last_raw)
+            elapsed = time.monotonic() - start
+            if elapsed >= window_s or (len(polls) == 1 and not any(e.up for e in snap.engines)):
+                break
+            await asyncio.sleep(min(monitor.interval_s, window_s - elapsed))
+    finally:
+        await collector.aclose()
+    fleet = collector.fleet
+    if collector.prometheus is not None:
+        report = WindowSnapshot(
+            last=snap, start=polls[0].time, polls=len(polls), interval_s=monitor.interval_s
+        )
+    else:  # the window judged per replica and across them: status and exit code included
+        report = assess(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
+        if isinstance(report.last, FleetSnapshot) and report.last.fleet is not None:
+            fleet = report.last.fleet  # the verdict's own poll, as the top-level figures
+    if fleet is None:
+        return report, {}
+    return report, {"fleet": _with_scrapes(fleet_json(fleet), collector)}
+
+
+def fleet_json_of(collector: Collector) -> dict[str, Any]:
+    """{"fleet": <the last poll's fleet>} for `snapshot --json`; {} for one engine."""
+    if isinstance(collector, FleetCollector) and collector.fleet is not None:
+        return {"fleet": _with_scrapes(fleet_json(collector.fleet), collector)}
+    return {}
+
+
+def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:
+    """Each replica's "scrape": "narrow" when its server is asked for only the series llmtop
+    reads (`core.exposition.narrow`), "full" when it is read whole; null through Prometheus."""
+    for row in doc["replicas"]:
+        url = row["parent"] or row["key"]
+        if collector.prometheus is not None:
+            row["scrape"] = None
+        else:
+            row["scrape"] = "full" if collector._scraper.narrow_url(url) is None else "narrow"
+    return doc

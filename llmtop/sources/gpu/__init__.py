@@ -1,0 +1,1 @@
+"""GPU readings: NVML for local GPUs, dcgm-exporter for remote ones."""

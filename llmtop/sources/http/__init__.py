@@ -1,0 +1,1 @@
+"""The HTTP clients llmtop reads its targets with."""

@@ -1,0 +1,82 @@
+"""What each key and `:` word does, in one table: the `?` screen, README's key table and
+docs/tui.md's `:` table are all made from it (scripts/docs-tables), and tests/unit/test_docs.py
+checks that it names every binding of the app and nothing else.
+
+Pure data, no textual: the docs script and the tests read it without a screen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmtop.core.base.admin_api import LIMITS, LimitSpec
+from llmtop.tui.view.commands import ACTIONS, ALIASES, FINE_STEP_BELOW, QUEUE_STEP
+
+
+@dataclass(frozen=True)
+class KeyHelp:
+    """One row of the key table: the app's actions it explains, as a person reads it."""
+
+    actions: tuple[str, ...]
+    """The binding actions (LlmtopApp.BINDINGS, without arguments) this row explains."""
+    keys: str
+    """The keys as shown (markdown)."""
+    does: str
+
+
+def limit_word_usage(spec: LimitSpec) -> str:
+    """`cap N`, `rpm N|off`, `policy fifo|deadline|codel|lifo`: a `:` word and its argument."""
+    if spec.kind == "choice":
+        return f"{spec.word} {'|'.join(spec.choices)}"
+    arg = "S" if spec.unit == "s" else "N"
+    return f"{spec.word} {arg}{'|off' if spec.may_be_off else ''}"
+
+
+WORDS: str = (
+    ", ".join(f"`{limit_word_usage(s)}`" for s in LIMITS)
+    + ", "
+    + ", ".join(f"`{a}`" for a in ACTIONS)
+)
+"""Every `:` word with its argument, in the table of limits' order."""
+
+KEYS: tuple[KeyHelp, ...] = (
+    KeyHelp(
+        ("cap",),
+        "`+` / `-`",
+        f"gateway max concurrency +1 / -1 up to {FINE_STEP_BELOW}, double / halve above"
+        " (256 -> 8 in 12 presses)",
+    ),
+    KeyHelp(("queue",), "`]` / `[`", f"gateway max queue +{QUEUE_STEP} / -{QUEUE_STEP}"),
+    KeyHelp(
+        ("command",),
+        "`:`",
+        f"command line for exact values: {WORDS}; Enter runs, Esc closes; a paste goes into"
+        " it (with the line closed a paste opens it holding the text; only Enter runs it)",
+    ),
+    KeyHelp(("pause",), "`p`", "pause / resume admission (asks to confirm)"),
+    KeyHelp(("autopilot",), "`a`", "autopilot on / off (gateway mode auto / manual)"),
+    KeyHelp(
+        ("whatif",),
+        "`w`",
+        "what-if: predicted TTFT, goodput and 429s for caps around the findings' suggestion",
+    ),
+    KeyHelp(
+        ("select_replica", "open_replica"),
+        "`↑` `↓` (`k` `j`), Enter",
+        "a fleet: select a replica, open its own panels (Esc goes back)",
+    ),
+    KeyHelp(("record",), "`r`", "start / stop recording"),
+    KeyHelp(("help",), "`?`", "help: every key, panel and finding explained"),
+    KeyHelp(("quit",), "`q`, Ctrl-C", "quit"),
+)
+"""The dashboard's keys, in the order the `?` screen and README show them."""
+
+
+def words_table() -> list[tuple[str, str, str]]:
+    """(`:` word with its argument, the limit it sets, what it bounds) for every limit, then
+    the actions and the aliases."""
+    rows = [(limit_word_usage(s), f"`{s.field}`", s.help) for s in LIMITS]
+    said = {"pause": "admit nobody new; the queue holds", "resume": "admit again"}
+    rows += [(a, "", said[a]) for a in ACTIONS]
+    rows += [(alias, "", f"the same as `{word}`") for alias, word in ALIASES.items()]
+    return rows

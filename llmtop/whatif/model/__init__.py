@@ -1,0 +1,1 @@
+"""The what-if's model: window -> calibration -> virtual-time prediction -> words; pure."""

@@ -1,0 +1,264 @@
+"""Predict a limit's effect: the calibrated engine model behind the real admission controller,
+run in virtual time on the workload arriving now (llmtop/whatif/model/simulate.py). Pure and
+deterministic (seeded). Figures are taken over `horizon_s` after a `warmup_s` that lets the
+queue and the batch reach their level, or, from a live state, that covers the change itself.
+
+`predict` runs the simulation on a private event loop (the admission controller makes futures
+for queued tickets; nothing is awaited), so it can run on any worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from llmtop.core.base.slo import SloSettings
+from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
+from llmtop.gateway.admission.limits import Limits
+from llmtop.whatif.model.calibrate import Calibration
+from llmtop.whatif.model.scenario import Change, Span, State
+from llmtop.whatif.model.simulate import Observer, SpanRun, simulate
+
+__all__ = [
+    "Candidate",
+    "Change",
+    "Prediction",
+    "Span",
+    "Spread",
+    "State",
+    "candidates_for_caps",
+    "predict",
+    "predict_spans",
+    "spread",
+]
+
+DEFAULT_MAX_QUEUE = 128
+DEFAULT_QUEUE_TIMEOUT_S = 30.0
+"""The gateway's defaults (GatewaySettings), for a candidate cap when no gateway was read."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting to predict: gateway limits, or None for no gateway (engine only)."""
+
+    label: str
+    limits: Limits | None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model says one setting does, over the horizon (a prediction, not a measurement);
+    counts are pooled over the replicas, shares and quantiles are of the pooled requests."""
+
+    candidate: Candidate
+    offered: int
+    completed: int
+    rejected: int
+    """Refused at the door (queue full) or timed out in the gateway's queue."""
+    ttft_client_p50_s: float | None
+    ttft_client_p95_s: float | None
+    ttft_engine_p50_s: float | None
+    ttft_engine_p95_s: float | None
+    ttft_engine_all: tuple[float, ...]
+    itl_p95_s: float | None
+    tpot_mean_s: float | None
+    queue_wait_p50_s: float | None
+    queue_wait_p95_s: float | None
+    goodput_frac: float | None
+    """Share of the offered requests with client TTFT <= ttft SLO and mean ITL <= itl SLO."""
+    output_tok_per_s: float
+    preemptions_per_min: float
+    step_mean_s: float | None
+
+
+def candidates_for_caps(cal: Calibration, caps: Sequence[int]) -> list[Candidate]:
+    """The current setting first, then one candidate per cap (other limits as they are now)."""
+    base = cal.limits
+    out = [Candidate("current" if base is not None else "current (no gateway)", base)]
+    template = base or Limits(
+        max_concurrency=1, max_queue=DEFAULT_MAX_QUEUE, queue_timeout_s=DEFAULT_QUEUE_TIMEOUT_S
+    )
+    for cap in caps:
+        out.append(Candidate(f"cap {cap}", replace(template, max_concurrency=cap)))
+    return out
+
+
+def predict(
+    cal: Calibration,
+    candidate: Candidate,
+    *,
+    horizon_s: float = 60.0,
+    warmup_s: float = 30.0,
+    seed: int = 0,
+    ttft_slo_s: float = SloSettings.ttft_s,
+    itl_slo_s: float = SloSettings.itl_s,
+    start: State | None = None,
+    replicas: int = 1,
+    expected_count: bool = True,
+    observer: Observer | None = None,
+) -> Prediction:
+    """Run one candidate in virtual time; safe on any thread (a private event loop).
+
+    With `start`, the run begins from that state and the candidate's limits are applied to it
+    at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
+    [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
+    virtual second (tests scrape with it) and such a run stops at the horizon's end.
+    `replicas` runs with different traffic seeds are pooled, and `expected_count` gives each
+    the expected number of arrivals: a prediction is the expected figure, not one draw of the
+    traffic.
+    """
+    end = warmup_s + horizon_s
+    loop = asyncio.new_event_loop()
+    try:
+        runs = [
+            loop.run_until_complete(
+                simulate(
+                    cal, candidate.limits, spans=[Span(warmup_s, end)], arrivals_until_s=end,
+                    seed=seed + 1000 * r, start=start, expected_count=expected_count,
+                    observer=observer, stop_at_s=end if observer is not None else None,
+                )
+            )[0]
+            for r in range(max(1, replicas))
+        ]  # fmt: skip
+    finally:
+        loop.close()
+    return _summarise(candidate, runs, ttft_slo_s, itl_slo_s)
+
+
+def predict_spans(
+    cal: Calibration,
+    limits: Limits | None,
+    spans: Sequence[tuple[Candidate, Span]],
+    *,
+    arrivals_until_s: float,
+    changes: Sequence[Change] = (),
+    seed: int = 0,
+    ttft_slo_s: float = SloSettings.ttft_s,
+    itl_slo_s: float = SloSettings.itl_s,
+    expected_count: bool = False,
+    observer: Observer | None = None,
+) -> list[Prediction]:
+    """One run with limit changes at given times and a figure per measured span: the ground
+    truth of a schedule (start at one cap, then apply others in turn), as one traffic draw."""
+    loop = asyncio.new_event_loop()
+    try:
+        runs = loop.run_until_complete(
+            simulate(
+                cal, limits, spans=[s for _, s in spans], arrivals_until_s=arrivals_until_s,
+                seed=seed, changes=changes, expected_count=expected_count, observer=observer,
+            )
+        )  # fmt: skip
+    finally:
+        loop.close()
+    return [
+        _summarise(cand, [run], ttft_slo_s, itl_slo_s)
+        for (cand, _), run in zip(spans, runs, strict=True)
+    ]
+
+
+def _summarise(
+    cand: Candidate, raws: list[SpanRun], ttft_slo_s: float, itl_slo_s: float
+) -> Prediction:
+    window = [r for raw in raws for r in raw.window]
+    steps = [s for raw in raws for s in raw.steps]
+    tok_per_s = sum(raw.tok_per_s for raw in raws) / len(raws)
+    preempt_per_min = sum(raw.preempt_per_min for raw in raws) / len(raws)
+    client: list[float] = []
+    engine_ttft: list[float] = []
+    waits: list[float] = []
+    tpots: list[float] = []
+    good = 0
+    for r in window:
+        if r.admit_s is not None:
+            waits.append(r.admit_s - r.enter_s)
+        if r.first_s is None or r.engine_arrival_s is None:
+            continue
+        ttft = r.first_s - r.enter_s
+        client.append(ttft)
+        engine_ttft.append(r.first_s - r.engine_arrival_s)
+        tpot = None
+        if r.done_s is not None and r.outputs > 1:
+            tpot = (r.done_s - r.first_s) / (r.outputs - 1)
+            tpots.append(tpot)
+        if ttft <= ttft_slo_s and (tpot is None or tpot <= itl_slo_s):
+            good += 1
+    n = len(window)
+
+    def pct(xs: list[float], q: float) -> float | None:
+        return percentile_linear(xs, q)
+
+    return Prediction(
+        candidate=cand,
+        offered=n,
+        completed=sum(1 for r in window if r.done_s is not None),
+        rejected=sum(1 for r in window if r.rejected),
+        ttft_client_p50_s=pct(client, 50),
+        ttft_client_p95_s=pct(client, 95),
+        ttft_engine_p50_s=pct(engine_ttft, 50),
+        ttft_engine_p95_s=pct(engine_ttft, 95),
+        ttft_engine_all=tuple(engine_ttft),
+        itl_p95_s=percentile_nearest_rank([d for d, _ in steps], 95, [w for _, w in steps]),
+        tpot_mean_s=sum(tpots) / len(tpots) if tpots else None,
+        queue_wait_p50_s=pct(waits, 50),
+        queue_wait_p95_s=pct(waits, 95),
+        goodput_frac=good / n if n else None,
+        output_tok_per_s=tok_per_s,
+        preemptions_per_min=preempt_per_min,
+        step_mean_s=sum(d for d, _ in steps) / len(steps) if steps else None,
+    )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What one measurement over the horizon may show: the 10th and 90th percentiles over
+    traffic draws, each with its own Poisson arrivals and its rate drawn from the estimate's
+    standard error. Near a cliff one 40 s span's TTFT p95 moves by several times: a measurement
+    is judged against this, not only against the expected figure."""
+
+    ttft_p95_s: tuple[float, float] | None
+    tok_per_s: tuple[float, float]
+    draws: int
+
+    def holds_ttft(self, measured: float | None) -> bool | None:
+        """The measured TTFT p95 lies within the 10-90 % range (None: nothing to compare)."""
+        if measured is None or self.ttft_p95_s is None:
+            return None
+        return self.ttft_p95_s[0] <= measured <= self.ttft_p95_s[1]
+
+
+def spread(
+    cal: Calibration,
+    candidate: Candidate,
+    *,
+    rate_error_per_s: float,
+    horizon_s: float,
+    warmup_s: float,
+    start: State | None = None,
+    draws: int = 10,
+    seed: int = 0,
+) -> Spread:
+    """`draws` single runs of the candidate, as a measurement would see them (module docstring
+    of `Spread`); deterministic for a seed."""
+    rng = random.Random(seed + 7919)
+    rate = cal.arrival_per_s
+    ttfts: list[float] = []
+    toks: list[float] = []
+    for k in range(max(2, draws)):
+        drawn = max(0.05 * rate, rng.gauss(rate, rate_error_per_s))
+        p = predict(
+            replace(cal, arrival_per_s=drawn), candidate, horizon_s=horizon_s,
+            warmup_s=warmup_s, seed=seed + 100 + k, start=start, expected_count=False,
+        )  # fmt: skip
+        toks.append(p.output_tok_per_s)
+        if p.ttft_client_p95_s is not None:
+            ttfts.append(p.ttft_client_p95_s)
+
+    def band(xs: list[float]) -> tuple[float, float]:
+        lo, hi = percentile_linear(xs, 10), percentile_linear(xs, 90)
+        assert lo is not None
+        assert hi is not None
+        return lo, hi
+
+    return Spread(band(ttfts) if ttfts else None, band(toks), len(toks))

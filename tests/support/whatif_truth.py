@@ -1,0 +1,155 @@
+"""A ground truth in virtual time: a known sim profile behind the gateway's admission code, driven
+by Poisson traffic and scraped once a virtual second exactly as /metrics and /admin/stats would
+be. Tests and bench/bench_whatif.py calibrate from these scrapes alone and compare the
+prediction with what the known engine then does. Pure (no sockets, no wall clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from llmtop.core.exposition import promtext
+from llmtop.gateway.admission.controller import AdmissionController
+from llmtop.gateway.admission.limits import Limits
+from llmtop.sim.engine import Engine
+from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.profiles import Profile
+from llmtop.whatif.model.calibrate import Calibration, StepFit
+from llmtop.whatif.model.lengths import LengthDist
+from llmtop.whatif.model.predict import Candidate, Change, Prediction, Span, predict, predict_spans
+from llmtop.whatif.model.window import Point, point, sample_names
+
+_KEEP = promtext.keep_names(sample_names())
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The known engine and traffic (what the predictor must not be told)."""
+
+    profile: Profile
+    kv_tokens: int | None
+    arrival_per_s: float
+    prompt_len: LengthDist
+    output_len: LengthDist
+    limits: Limits
+
+    def calibration(self, limits: Limits | None = None) -> Calibration:
+        """The exact inputs: running `predict` on these is the ground truth."""
+        p = self.profile
+        kv = self.kv_tokens if self.kv_tokens is not None else p.derived_kv_tokens()
+        kv -= kv % p.block_size
+        return Calibration(
+            profile=p,
+            kv_tokens=kv,
+            max_num_seqs=p.max_num_seqs,
+            max_num_batched_tokens=p.max_num_batched_tokens,
+            max_model_len=min(p.max_model_len, kv),
+            arrival_per_s=self.arrival_per_s,
+            prompt_len=self.prompt_len,
+            output_len=self.output_len,
+            limits=limits or self.limits,
+            fit=StepFit(0.0, 0.0, 0.0, 0.0, "truth", "truth"),
+        )
+
+
+def scrape_run(truth: Truth, window_s: float, seed: int = 100) -> list[Point]:
+    """Run the truth at its current limits for `window_s` virtual seconds (after a warm-up of
+    the same length); the scrapes of the second half, one a virtual second."""
+    points: list[Point] = []
+    renderer: list[MetricsRenderer] = []
+
+    def observe(t: float, engine: Engine, ctl: AdmissionController | None) -> None:
+        if not renderer:
+            renderer.append(MetricsRenderer(engine, "truth", 0.0))
+        if t < window_s:
+            return
+        samples = promtext.parse(renderer[0].render(), _KEEP)
+        points.append(point(t, samples, ctl.stats() if ctl is not None else None))
+
+    predict(
+        truth.calibration(),
+        Candidate("scrape", truth.limits),
+        horizon_s=window_s,
+        warmup_s=window_s,
+        seed=seed,
+        expected_count=False,
+        observer=observe,
+    )
+    return points
+
+
+def measure(truth: Truth, cap: int, horizon_s: float, warmup_s: float, seed: int) -> Prediction:
+    """What the known engine does at `cap` (the figure a prediction is judged against)."""
+    limits = replace(truth.limits, max_concurrency=cap)
+    return predict(
+        truth.calibration(limits),
+        Candidate(f"cap {cap}", limits),
+        horizon_s=horizon_s,
+        warmup_s=warmup_s,
+        seed=seed,
+        expected_count=False,
+    )
+
+
+@dataclass(frozen=True)
+class CapRun:
+    """One cap of a schedule: the scrape right before it was applied, and what then happened."""
+
+    cap: int
+    before: Point
+    """The last scrape before the change (at most a virtual second before it)."""
+    measured: Prediction
+    """The known engine over the measured span (one traffic draw: a measurement)."""
+
+
+def schedule_run(
+    truth: Truth,
+    caps: tuple[int, ...],
+    *,
+    warmup_s: float,
+    window_s: float,
+    settle_s: float,
+    measure_s: float,
+    tail_s: float,
+    seed: int,
+) -> tuple[list[Point], list[CapRun]]:
+    """What `whatif_verify` does over sockets, in virtual time: the truth at its limits
+    for `warmup_s`, scraped once a second over `window_s`, then each cap in turn: applied,
+    `settle_s` later measured over `measure_s`, then held `tail_s` more before the next.
+    Returns the window's scrapes and, per cap, the scrape before its change and the figures."""
+    step = settle_s + measure_s + tail_s
+    first = warmup_s + window_s
+    at = [first + k * step for k in range(len(caps))]
+    points: list[Point] = []
+    before: dict[int, Point] = {}
+    renderer: list[MetricsRenderer] = []
+
+    def observe(t: float, engine: Engine, ctl: AdmissionController | None) -> None:
+        if not renderer:
+            renderer.append(MetricsRenderer(engine, "truth", 0.0))
+        due = [k for k, c in enumerate(at) if c - 1.0 <= t < c]
+        if not (warmup_s <= t <= first) and not due:
+            return
+        samples = promtext.parse(renderer[0].render(), _KEEP)
+        p = point(t, samples, ctl.stats() if ctl is not None else None)
+        if warmup_s <= t <= first:
+            points.append(p)
+        for k in due:
+            before[k] = p
+
+    limits = [replace(truth.limits, max_concurrency=cap) for cap in caps]
+    spans = [
+        (Candidate(f"cap {cap}", lim), Span(c + settle_s, c + settle_s + measure_s))
+        for cap, lim, c in zip(caps, limits, at, strict=True)
+    ]
+    measured = predict_spans(
+        truth.calibration(),
+        truth.limits,
+        spans,
+        arrivals_until_s=first + len(caps) * step,
+        changes=[Change(c, lim) for c, lim in zip(at, limits, strict=True)],
+        seed=seed,
+        observer=observe,
+    )
+    pairs = enumerate(zip(caps, measured, strict=True))
+    return points, [CapRun(cap, before[k], m) for k, (cap, m) in pairs]
