@@ -88,7 +88,7 @@ def monitors(url: str, port: int, peers: Path) -> list[Monitor]:
     found = [
         Monitor(
             "llmtop",
-            f"{llmtop} --vllm {url} --gateway off --interval 1",
+            f"{llmtop} --vllm {url} --gateway off --interval-s 1",
             "tinyllm",
             version("llmtop", sys.executable),
         )

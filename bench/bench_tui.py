@@ -71,7 +71,7 @@ def one_run(
     session = f"llmtop-bench-{os.getpid()}"
     socket = f"{session}-{size[0]}x{size[1]}-{time.monotonic_ns()}"
     llmtop = shutil.which("llmtop") or f"{sys.executable} -m llmtop"
-    cmd = f"exec {llmtop} --vllm {urls[0]} --gateway {urls[1]} --interval 1"
+    cmd = f"exec {llmtop} --vllm {urls[0]} --gateway {urls[1]} --interval-s 1"
     t0 = time.monotonic()
     tmux(socket, "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), cmd)
     try:

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from llmtop import __version__
 from llmtop.commands import NAMES
@@ -53,9 +54,13 @@ def tune_gc() -> None:
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2 (or the command's own
-    `USAGE_EXIT_CODE`)."""
+    `USAGE_EXIT_CODE`), and takes a flag by its whole name only: a prefix (`--window` for
+    `--window-s`) is a usage error, not a guess that a new flag would make ambiguous."""
 
     usage_exit_code = 2
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"llmtop: {message} (see '{self.prog} --help')\n")

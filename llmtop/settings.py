@@ -7,7 +7,6 @@ config file holds one table per section (``[monitor]``, ``[health]``, ``[slo]``,
 ``[sim]``); a field that is itself a section (`HealthSettings.slo`, `GatewaySettings.slo`) is read
 from that section's table, so every command judges by the one ``[slo]``.
 `describe` renders the default and the variable for --help, so the help text cannot drift.
-Names that moved (`RENAMED`, the old SLO flags) still work and say so in one line on stderr.
 """
 
 from __future__ import annotations
@@ -205,46 +204,6 @@ def read_config(path: str | Path | None) -> dict[str, Any]:
         raise ConfigError(f"config file {p}: {e.strerror}") from None
 
 
-RENAMED: dict[tuple[str, str], tuple[str, str]] = {
-    ("health", "ttft_slo_s"): ("slo", "ttft_s"),
-    ("health", "itl_slo_s"): ("slo", "itl_s"),
-    ("gateway", "ttft_slo_s"): ("slo", "ttft_s"),
-    ("gateway", "itl_slo_s"): ("slo", "itl_s"),
-}
-"""Config keys that moved, [section] key -> [section] key: the old ones still work, with a
-warning (the health rules and the gateway had an SLO each; now both read [slo])."""
-_warned: set[str] = set()
-
-
-def deprecated(old: str, new: str) -> None:
-    """Say once per process, in one line on stderr, that `old` still works but is `new` now.
-    Not `warnings.warn`: a person reads it, and no traceback or filter gets in the way."""
-    if old not in _warned:
-        _warned.add(old)
-        sys.stderr.write(f"llmtop: {old} is deprecated; use {new}\n")
-
-
-def _moved(config: Mapping[str, Any], prefer: str) -> Mapping[str, Any]:
-    """`config` with the RENAMED keys in their new places (a key set there wins; between two
-    old ones, the section being loaded, `prefer`, wins), each warned about once."""
-    found = [(old, new) for old, new in RENAMED.items() if old[1] in _table(config, old[0])]
-    if not found:
-        return config
-    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in config.items()}
-    for (old_section, key), (section, new_key) in sorted(found, key=lambda r: r[0][0] != prefer):
-        deprecated(f"config [{old_section}] {key}", f"[{section}] {new_key}")
-        value = out[old_section].pop(key)
-        out.setdefault(section, {})
-        if isinstance(out[section], dict):
-            out[section].setdefault(new_key, value)
-    return out
-
-
-def _table(config: Mapping[str, Any], section: str) -> Mapping[str, Any]:
-    table = config.get(section, {})
-    return table if isinstance(table, Mapping) else {}
-
-
 def env_name(f: dataclasses.Field[Any]) -> str:
     """The environment variable of a settings field."""
     return str(f.metadata.get("env", f"LLMTOP_{f.name.upper()}"))
@@ -307,7 +266,7 @@ def load(
     """
     environ = os.environ if environ is None else environ
     section = _section_name(cls)
-    config = _moved(config or {}, section)
+    config = config or {}
     table = config.get(section, {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"config: [{section}] must be a table")

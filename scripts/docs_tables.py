@@ -117,7 +117,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
 
 
 def current_flags() -> dict[str, set[str]]:
-    """Every command's flags as --help shows them (hidden old spellings left out)."""
+    """Every command's flags as --help shows them (hidden ones left out)."""
     return {
         name: {
             o
@@ -130,24 +130,15 @@ def current_flags() -> dict[str, set[str]]:
     }
 
 
-def old_flags() -> dict[str, dict[str, str]]:
-    """Every command's old spellings and hidden flags: {flag: its new name or "(hidden)"}."""
-    from llmtop.commands._common import Renamed
-
+def hidden_flags() -> dict[str, set[str]]:
+    """Every command's flags that --help hides (test hooks such as serve's --engine-cmd)."""
     return {
-        name: {
-            o: a.new if isinstance(a, Renamed) else "(hidden)"
-            for a in p._actions
-            if a.help == argparse.SUPPRESS
-            for o in a.option_strings
-        }
+        name: {o for a in p._actions if a.help == argparse.SUPPRESS for o in a.option_strings}
         for name, p in _parsers()
     }
 
 
 def flags_block() -> str:
-    from llmtop.commands._common import Renamed
-
     parts = []
     for name, p in _parsers():
         rows = []
@@ -160,20 +151,12 @@ def flags_block() -> str:
             if a.nargs != 0 and not metavar and not isinstance(a, argparse._StoreConstAction):
                 metavar = a.dest.upper()
             help = " ".join(str(a.help or "").split()).replace("%%", "%")
-            rows.append((f"`{', '.join(a.option_strings)}`", f"`{metavar}`" if metavar else "",
-                         help))  # fmt: skip
-        old = [(f"`{o}`", f"`{a.new}`") for a in p._actions if isinstance(a, Renamed)
-               for o in a.option_strings]  # fmt: skip
-        text = f"### `llmtop {name}`\n\n{p.description}\n\n" + md_table(
-            ("flag", "value", "what (default; variable; config key)"), rows
+            shown = f"`{', '.join(a.option_strings)}`"
+            rows.append((shown, f"`{metavar}`" if metavar else "", help))
+        parts.append(
+            f"### `llmtop {name}`\n\n{p.description}\n\n"
+            + md_table(("flag", "value", "what (default; variable; config key)"), rows)
         )
-        if old:
-            text += (
-                "\n\nOld spellings, still taken with a one-line warning: "
-                + ", ".join(f"{o} (now {n})" for o, n in old)
-                + "."
-            )
-        parts.append(text)
     return "\n\n".join(parts)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import renamed, slo_flags
+from llmtop.commands._common import slo_flags
 from llmtop.errors import UsageError
 
 HELP = "the whole story on any laptop: simulated engine, gateway, load and the TUI"
@@ -39,7 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the load (default 0)")
     p.add_argument("--record", metavar="FILE", help="record every poll to FILE")
     slo_flags(p)
-    renamed(p, "--duration", "--duration-s", dest="duration", type=float)
 
 
 def run(args: argparse.Namespace) -> int:

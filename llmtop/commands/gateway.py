@@ -14,7 +14,7 @@ ON = {"action": "store_const", "const": True}
 UPSTREAM_FLAGS: tuple[Flag, ...] = (
     ("upstream", "--vllm",
      "engine (vLLM) base URL; repeat it (or comma-separate) for several replicas",
-     {"metavar": "URL", "action": "append", "old": "--upstream"}),
+     {"metavar": "URL", "action": "append"}),
     ("replica_max_concurrency", "--replica-max-concurrency",
      "requests allowed at each replica at once", {"metavar": "N", "type": int}),
     ("eject_s", "--eject-s", "a failed replica's time out", {"metavar": "S", "type": float}),
@@ -48,8 +48,7 @@ def _limit_flags() -> tuple[Flag, ...]:
     kinds = {"int": int, "float": float, "choice": str}
     return tuple(
         (s.field, s.option, s.help, {"metavar": s.metavar, "type": kinds[s.kind]}
-         | ({"choices": s.choices} if s.choices else {})
-         | ({"old": s.old_option} if s.old_option else {}))
+         | ({"choices": s.choices} if s.choices else {}))
         for s in LIMITS if s.field in at_start
     )  # fmt: skip
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import renamed, slo_flags
+from llmtop.commands._common import slo_flags
 
 HELP = "bounded streaming load against any OpenAI-compatible endpoint; TTFT, ITL, goodput"
 
@@ -51,14 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--priority", choices=("high", "normal", "low"), help="x-llmtop-priority")
     slo_flags(p)  # goodput: the requests that ended 200 within both
-    renamed(p, "--duration", "--duration-s", dest="duration", type=float, default=60.0)
     p.add_argument(
         "--e2e-slo-s",
         type=float,
         metavar="S",
         help="goodput also needs the whole answer within S seconds (load's own; default off)",
     )
-    p.add_argument("--slo", help=argparse.SUPPRESS)  # the old ttft=S,itl=S[,e2e=S] | none
     p.add_argument(
         "--retry-429",
         action="store_true",
@@ -72,8 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmtop.commands._common import load
     from llmtop.load.session import options_from, run_load
-    from llmtop.settings import SloSettings, deprecated
+    from llmtop.settings import SloSettings
 
-    if args.slo is not None:  # the old flag works as it did: the bounds it names, no others
-        deprecated("--slo", "--ttft-slo-s S, --itl-slo-s S and --e2e-slo-s S")
     return run_load(options_from(vars(args), load(SloSettings, args)))

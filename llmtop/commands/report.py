@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Renamed, slo_flags
+from llmtop.commands._common import slo_flags
 
 HELP = "postmortem summary of a recording: peaks, findings, limit changes, charts"
 
@@ -12,9 +12,6 @@ HELP = "postmortem summary of a recording: peaks, findings, limit changes, chart
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="recording (JSON lines, .gz allowed)")
     p.add_argument("--json", action="store_true", help="JSON instead of markdown")
-    p.add_argument(  # the old spelling: --format json is --json, --format md the default
-        "--format", choices=("md", "json"), help=argparse.SUPPRESS, action=Renamed, new="--json"
-    )
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -31,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.settings import HealthSettings
 
     health = load(HealthSettings, args)
-    fmt = "json" if args.json or args.format == "json" else "md"
+    fmt = "json" if args.json else "md"
     for path in write_report(args.file, health, fmt=fmt, out=args.out):
         sys.stdout.write(f"{path}\n")
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Flag, flags, load, renamed, slo_flags
+from llmtop.commands._common import Flag, flags, load, slo_flags
 from llmtop.settings import HealthSettings, MonitorSettings
 
 HELP = "print llmtop's findings as Prometheus alerting and recording rules (docs/alerts.md)"
@@ -35,7 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Prometheus' scrape and evaluation interval the windows are sized for (default 15)",
     )
     p.add_argument("--out", metavar="FILE", help="write the file here (default: print it)")
-    renamed(p, "--interval", "--interval-s", dest="interval", type=float, default=15.0)
 
 
 def run(args: argparse.Namespace) -> int:

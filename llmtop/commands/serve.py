@@ -34,7 +34,7 @@ OWN_FLAGS: tuple[Row, ...] = (
     ("--no-tui", "run without the TUI until Ctrl-C", {"action": "store_true"}),
     ("--vllm-bin", "the vllm executable (default: vllm on PATH)", {"metavar": "PATH"}),
     ("--ready-timeout-s", "seconds to wait for vLLM's /health (default 600)",
-     {"metavar": "S", "type": float, "dest": "ready_timeout", "old": "--ready-timeout"}),
+     {"metavar": "S", "type": float, "dest": "ready_timeout"}),
     ("--log-dir", "where the engine's and gateway's logs go (default ~/.cache/llmtop/serve)",
      {"metavar": "DIR"}),
     ("--admin-token-file", "the gateway's admin token file (needed to listen beyond loopback)",
@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmtop.serve.run import options_from, serve, split_args
 
-    own = own_flags(argparse.ArgumentParser(add_help=False))
+    # whole names only: a prefix of one of ours among vLLM's arguments is vLLM's
+    own = own_flags(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
     late, vllm_args = own.parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))

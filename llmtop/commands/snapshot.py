@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import flag, load, renamed, slo_flags
+from llmtop.commands._common import flag, load, slo_flags
 from llmtop.commands.top import add_monitor_arguments
 from llmtop.settings import HealthSettings, MonitorSettings
 
@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--window-s", dest="window", type=float, default=5.0, metavar="S",
         help="seconds to watch (default: 5)",
     )  # fmt: skip
-    renamed(p, "--window", "--window-s", dest="window", type=float)
     flag(
         p,
         MonitorSettings,
@@ -38,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         type=float,
         help="seconds between polls",
-        old="--interval",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     slo_flags(p)

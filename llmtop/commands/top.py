@@ -27,7 +27,7 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
      {"metavar": "SEL"}),
     ("prometheus_window_s", "--prometheus-window-s",
      "with --prometheus: range of rates and quantiles, seconds",
-     {"metavar": "S", "type": float, "old": "--prometheus-window"}),
+     {"metavar": "S", "type": float}),
     ("prometheus_replica_label", "--replica-label",
      "with --prometheus: the label that names a replica (one row per value)",
      {"metavar": "NAME"}),
@@ -37,7 +37,7 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
 )  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval-s", "seconds between polls",
-     {"metavar": "S", "type": float, "old": "--interval"}),
+     {"metavar": "S", "type": float}),
     ("read_only", "--read-only", "disable every key that changes something",
      {"action": "store_const", "const": True}),
     ("record", "--record", "append every poll to a recording", {"metavar": "FILE"}),

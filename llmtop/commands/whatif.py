@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import renamed, slo_flags
+from llmtop.commands._common import slo_flags
 from llmtop.settings import HealthSettings
 
 HELP = "predict TTFT, goodput and throughput for candidate caps, from the live /metrics"
@@ -44,17 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
-    for old, new, dest in RENAMED:
-        renamed(p, old, new, dest=dest, type=float)
-
-
-RENAMED = (
-    ("--window", "--window-s", "window"),
-    ("--interval", "--interval-s", "interval"),
-    ("--queue-timeout", "--queue-timeout-s", "queue_timeout"),
-    ("--horizon", "--horizon-s", "horizon"),
-)
-"""(old flag, new flag, dest): the seconds flags before they carried their unit."""
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,20 +35,15 @@ class LoadOptions:
     """Goodput's bounds: the SLO ([slo], --ttft-slo-s, --itl-slo-s)..."""
     e2e_slo_s: float | None = None
     """...and, for load alone, the whole answer within this many seconds (None: no bound)."""
-    slo: str | None = None
-    """The old --slo (ttft=S,itl=S[,e2e=S] or none): when given, its bounds and no others."""
     retry_429: bool = False
     model: str | None = None
     seed: int = 0
     json: bool = False
 
     def goodput_slo(self) -> Slo:
-        """The bounds goodput counts by: the SLO's, with --e2e-slo-s; the old --slo, when
-        given, as it was (the bounds it names, no others)."""
-        from llmtop.load.stats import Slo, parse_slo
+        """The bounds goodput counts by: the SLO's, with --e2e-slo-s."""
+        from llmtop.load.stats import Slo
 
-        if self.slo is not None:
-            return parse_slo(self.slo)
         return Slo(self.slo_settings.ttft_s, self.slo_settings.itl_s, self.e2e_slo_s)
 
 

@@ -16,7 +16,6 @@ Pure (no clock, no IO) so the load generator, the demo and the tests share one d
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -43,33 +42,13 @@ class Slo:
     e2e_s: float | None = None
 
     def describe(self) -> str:
-        """'ttft=2,itl=0.1' (the flag's own syntax)."""
+        """'ttft=2,itl=0.1': the bounds set, for the summary line."""
         parts = [
             f"{k}={v:g}"
             for k, v in (("ttft", self.ttft_s), ("itl", self.itl_s), ("e2e", self.e2e_s))
             if v is not None
         ]
         return ",".join(parts) or "none"
-
-
-def parse_slo(text: str) -> Slo:
-    """'ttft=2,itl=0.1[,e2e=30]' in seconds -> Slo; 'none' means no bound at all."""
-    if text.strip().lower() in ("", "none", "off"):
-        return Slo(None, None, None)
-    values: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, raw = part.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in ("ttft", "itl", "e2e"):
-            raise UsageError(f"bad --slo part {part!r}: expected ttft=S, itl=S or e2e=S")
-        try:
-            v = float(raw.removesuffix("s"))
-        except ValueError:
-            raise UsageError(f"bad --slo value {raw!r} for {key}: expected seconds") from None
-        if not v > 0 or math.isinf(v):
-            raise UsageError(f"bad --slo value {raw!r} for {key}: must be > 0")
-        values[key] = v
-    return Slo(values.get("ttft"), values.get("itl"), values.get("e2e"))
 
 
 def parse_prompt_tokens(text: str) -> tuple[int, int]:

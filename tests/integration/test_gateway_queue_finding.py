@@ -3,7 +3,7 @@
 `llmtop load`. The engine looks healthy (2 running, 0 waiting, KV ~21%) while 30 requests wait
 in the gateway past the TTFT SLO. llmtop names the gateway's queue within 5 s of the first
 request crossing the SLO, before any 429, with the cap the KV cache holds; `llmtop snapshot
---window 3` started 2 s after the onset finds it (it found nothing before); the recording of
+--window-s 3` started 2 s after the onset finds it (it found nothing before); the recording of
 the run replays to the same finding; it clears once the cap is raised and the queue drains.
 And `llmtop sim --fault scheduler-stuck` makes the other new finding, end to end.
 """
@@ -40,7 +40,7 @@ def llmtop(*args: str, env: dict[str, str] | None = None) -> list[str]:
 async def snapshot_after_onset(
     sim: str, gw: str, seen_onset: Callable[[], float | None]
 ) -> dict[str, Any]:
-    """`llmtop snapshot --window 3 --json` started 2 s after the onset."""
+    """`llmtop snapshot --window-s 3 --json` started 2 s after the onset."""
     for _ in range(300):  # the gateway's report of its first queued request, polled
         if seen_onset() is not None:
             break

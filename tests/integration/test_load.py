@@ -203,9 +203,9 @@ def test_cli_dead_url_is_one_line_exit_3() -> None:
 
 
 def test_cli_bad_flags_are_usage_errors() -> None:
-    out = run_cli("--url", "http://127.0.0.1:1", "--slo", "ttft=soon")
+    out = run_cli("--url", "http://127.0.0.1:1", "--e2e-slo-s", "soon")
     assert out.returncode == 2
-    assert "--slo" in out.stderr
+    assert "--e2e-slo-s" in out.stderr
     out = run_cli("--url", "http://127.0.0.1:1", "--concurrency", "2", "--rate", "3")
     assert out.returncode == 2
 

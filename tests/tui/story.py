@@ -1,7 +1,7 @@
 """The demo story, recorded from a real run, replayed at chosen moments: the data of the TUI
 snapshot tests and of scripts/screenshots.
 
-tests/fixtures/demo-story.jsonl.gz is `llmtop demo --headless --scenario story --duration 245
+tests/fixtures/demo-story.jsonl.gz is `llmtop demo --headless --scenario story --duration-s 245
 --apply-cap auto@150 --record FILE`: the simulated engine, the gateway, the load and the Collector,
 each poll's raw inputs recorded. Replaying it runs them through a fresh Pipeline, so every
 number and every finding on a rendered screen is what the product computes at that moment with

@@ -139,7 +139,7 @@ def test_durations() -> None:
         (["--replica-label", "le"], "--replica-label 'le': llmtop uses that name"),
         (["--replica-label", "9pod"], "--replica-label '9pod' is not a Prometheus label name"),
         (["--interval-s", "0"], "--interval-s must be between 0.1 and 3600 seconds, got 0"),
-        (["--ttft-slo", "fast"], "argument --ttft-slo: invalid float value: 'fast'"),
+        (["--ttft-slo-s", "fast"], "argument --ttft-slo-s: invalid float value: 'fast'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

@@ -44,11 +44,6 @@ def current_flags() -> dict[str, set[str]]:
 
 
 @cache
-def old_flags() -> dict[str, dict[str, str]]:
-    return dict(tables().old_flags())
-
-
-@cache
 def docs() -> dict[str, str]:
     return {f: (ROOT / f).read_text() for f in tables().FILES}
 
@@ -69,8 +64,13 @@ def code_spans(text: str) -> list[tuple[str, str]]:
     return spans
 
 
-SAYS_OLD = re.compile(r"\b(old|deprecated|was|now|hidden|renamed)\b")
-"""A line that names an old spelling as such."""
+PENDING = ("README.md", "(old: `--upstream`, `--queue-timeout`, `--window`")
+"""(page, a line's text): the README line on the old spellings, which the lead rewrites (the
+shims are gone); the flag checks skip that one line until then. Delete this with it."""
+
+
+def pending(f: str, line: str) -> bool:
+    return f == PENDING[0] and PENDING[1] in line
 
 
 FOREIGN_FLAGS = {
@@ -121,38 +121,29 @@ def test_every_generated_table_is_used() -> None:
 
 
 def test_every_flag_a_doc_gives_an_llmtop_command_is_that_commands() -> None:
-    current, old = current_flags(), old_flags()
+    current = current_flags()
     wrong = []
     for f, text in checked_docs().items():
         for line, span in code_spans(text):
             for command, flags in llmtop_invocations(span):
                 for flag in flags:
-                    if flag in current[command]:
+                    if flag in current[command] or pending(f, line):
                         continue
-                    new = old[command].get(flag, "")
-                    if new and (SAYS_OLD.search(line) or new in line):
-                        continue  # named as the old spelling it is
                     if command == "serve" and flag in FOREIGN_FLAGS:
                         continue  # passed on to `vllm serve`
-                    why = f"old, now {old[command][flag]}" if flag in old[command] else "unknown"
-                    wrong.append(f"{f}: llmtop {command} {flag} ({why})")
+                    wrong.append(f"{f}: llmtop {command} {flag} (not in its --help)")
     assert wrong == [], "\n".join(wrong)
 
 
-def test_every_flag_the_docs_name_exists_and_old_names_only_as_old() -> None:
-    current = set().union(*current_flags().values())
-    old = {o: n for m in old_flags().values() for o, n in m.items() if o not in current}
-    known = current | FOREIGN_FLAGS | script_flags()
+def test_every_flag_the_docs_name_exists() -> None:
+    hidden = set().union(*tables().hidden_flags().values())  # test hooks (serve's --engine-cmd)
+    known = set().union(*current_flags().values()) | hidden | FOREIGN_FLAGS | script_flags()
     wrong = []
     for f, text in checked_docs().items():
         for n, line in enumerate(text.splitlines(), 1):
             for span in re.findall(r"`([^`]+)`", line) or ([line] if "--" in line else []):
                 for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])", span):
-                    if flag in known:
-                        continue  # an llmtop command's own: the test above checks whose
-                    if flag in old and not SAYS_OLD.search(line) and old[flag] not in line:
-                        wrong.append(f"{f}:{n}: {flag} is an old spelling")
-                    elif flag not in old:
+                    if flag not in known and not pending(f, line):
                         wrong.append(f"{f}:{n}: {flag} is no flag of llmtop or of what it shows")
     assert wrong == [], "\n".join(wrong)
 

@@ -16,7 +16,6 @@ from llmtop.load.stats import (
     format_table,
     interarrivals,
     parse_prompt_tokens,
-    parse_slo,
     summarize,
     to_json,
     verdict,
@@ -37,17 +36,6 @@ def ok(ttft: float, gaps: tuple[float, ...] = (0.03, 0.03), **kw: object) -> Req
         output_tokens=len(gaps) + 1,
         **kw,  # type: ignore[arg-type]
     )
-
-
-def test_parse_slo_and_errors() -> None:
-    assert parse_slo("ttft=2,itl=0.1") == Slo(2.0, 0.1, None)
-    assert parse_slo("ttft=0.5s") == Slo(0.5, None, None)
-    assert parse_slo("e2e=30") == Slo(None, None, 30.0)
-    assert parse_slo("none") == Slo(None, None, None)
-    assert parse_slo("ttft=2,itl=0.1").describe() == "ttft=2,itl=0.1"
-    for bad in ("ttft", "tbt=1", "ttft=fast", "ttft=0", "itl=-1"):
-        with pytest.raises(UsageError, match="--slo"):
-            parse_slo(bad)
 
 
 def test_parse_prompt_tokens() -> None:

@@ -2,7 +2,7 @@
 
 Every command that judges latency shows the same flags, default and variable in --help; one
 change of the setting moves the health rule, the gateway's deadline, load's goodput and the
-rules file together; the old names still work and say so in one line on stderr.
+rules file together; an old name ([health] ttft_slo_s) is an error that names it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from llmtop.commands._common import load
 from llmtop.core.alerts.rulesfile import render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.health.health import Context, HealthState
+from llmtop.errors import ConfigError
 from llmtop.gateway.server.app import create_app
 from llmtop.gateway.server.autopilot_loop import attach
 from llmtop.gateway.server.context import GatewayContext, limits_of
 from llmtop.load.session import LoadOptions
-from llmtop.load.stats import RequestResult, verdict
+from llmtop.load.stats import RequestResult, Slo, verdict
 from llmtop.settings import GatewaySettings, HealthSettings, SloSettings
 from tests.unit.test_health import healthy
 
@@ -54,8 +55,6 @@ def test_every_command_shows_the_same_slo_flags_default_and_variable(
             assert re.search(rf"{flag} S [^-]*{re.escape(shown)}", text), (command, flag)
         else:
             assert flag not in text
-    assert "--ttft-slo " not in text  # the old names work, hidden
-    assert "--itl-slo " not in text
 
 
 def the_judges(slo_s: float) -> dict[str, object]:
@@ -118,42 +117,16 @@ async def test_the_gateway_shows_its_deadline_and_the_overrides_as_admissions() 
     assert after["admission_ttft_s"] == after["queue_budget_s"] == 5.0
 
 
-def test_the_old_flags_still_work_with_one_line_on_stderr(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(settings, "_warned", set())
-    assert main(["rules", "--ttft-slo", "3.5", "--itl-slo", "0.25"]) == 0
-    out, err = capsys.readouterr()
-    assert out == render(AlertSpec(health=HealthSettings(slo=SloSettings(3.5, 0.25))))
-    assert err.splitlines() == [
-        "llmtop: --ttft-slo is deprecated; use --ttft-slo-s",
-        "llmtop: --itl-slo is deprecated; use --itl-slo-s",
-    ]
-
-
-def test_the_old_config_keys_still_work_with_one_line_each(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(settings, "_warned", set())
+def test_an_old_config_key_is_an_error_naming_it(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[health]\nttft_slo_s = 3.5\n[gateway]\nttft_slo_s = 5.0\nitl_slo_s = 0.2\n")
+    cfg.write_text("[health]\nttft_slo_s = 3.5\n")
     config = settings.read_config(cfg)
-    # each command its own old key first (they were two SLOs); [slo] wins over both
-    assert settings.load(HealthSettings, config=config, environ={}).slo == SloSettings(3.5, 0.2)
-    assert settings.load(GatewaySettings, config=config, environ={}).slo == SloSettings(5.0, 0.2)
-    assert sorted(capsys.readouterr().err.splitlines()) == [
-        "llmtop: config [gateway] itl_slo_s is deprecated; use [slo] itl_s",
-        "llmtop: config [gateway] ttft_slo_s is deprecated; use [slo] ttft_s",
-        "llmtop: config [health] ttft_slo_s is deprecated; use [slo] ttft_s",
-    ]
-    cfg.write_text("[slo]\nttft_s = 1.5\n[health]\nttft_slo_s = 3.5\n")
-    config = settings.read_config(cfg)
-    assert settings.load(HealthSettings, config=config, environ={}).slo.ttft_s == 1.5
+    with pytest.raises(ConfigError, match=r"unknown setting \[health\] ttft_slo_s"):
+        settings.load(HealthSettings, config=config, environ={})
 
 
-def test_load_keeps_its_old_slo_flag_as_it_was() -> None:
-    old = LoadOptions(url="http://x", slo="ttft=5")  # one bound named: no ITL bound then
-    assert (old.goodput_slo().ttft_s, old.goodput_slo().itl_s) == (5.0, None)
+def test_load_adds_its_own_e2e_bound_to_the_slo() -> None:
+    assert LoadOptions(url="http://x").goodput_slo() == Slo(2.0, 0.1, None)
     assert LoadOptions(url="http://x", e2e_slo_s=30.0).goodput_slo().e2e_s == 30.0
 
 
