@@ -74,7 +74,7 @@ def snapshot_schema() -> dict[str, Any]:
     """The keys of `llmtop snapshot --json`, from to_json of windows of the recorded demo (a
     real run), lists as one element; the GPU keys from GPU_KEYS when the run had no GPU."""
     from llmtop.core.output.summary import GPU_KEYS, to_json
-    from llmtop.core.pipeline.lookback import fold
+    from llmtop.core.pipeline.verdict import fold
     from llmtop.recording.reader import read_recording
     from llmtop.recording.replay import ReplaySource
     from llmtop.settings import HealthSettings

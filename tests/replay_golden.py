@@ -4,8 +4,8 @@ every figure and finding is still what it was (tests/unit/test_replay_golden.py 
 What is replayed, each recording in turn (tests/fixtures: demo-story, fleet-3-sims,
 recording-story): every poll through `ReplaySource` (the TUI's replay, `llmtop report`'s; the
 fleet pipeline for the fleet), the postmortem report built from those snapshots, and
-`llmtop snapshot`'s verdict (`lookback.assess`) over one-minute windows every 30 polls, and the
-recording played three times back to back (`LOOPS`, later plays shifted in time) through a
+`llmtop snapshot`'s verdict (`verdict.judge_window`) over one-minute windows every 30 polls,
+and the recording played three times back to back (`LOOPS`, later plays shifted in time) through a
 fresh pipeline: longer than the histories the rules look back over (ten minutes for one engine,
 two per replica of a fleet), so the oldest snapshots are let go, and each new play's counters
 start from their first values again, as after a restart. Each
@@ -80,12 +80,12 @@ def _words(snap: Any) -> dict[str, str]:
 def replay(name: str) -> dict[str, Any]:
     """One recording's golden entry: digests and the readable timeline."""
     try:  # this tree: core in homes
-        from llmtop.core.pipeline import lookback
         from llmtop.core.pipeline.fleet import FleetPipeline
         from llmtop.core.pipeline.pipeline import Pipeline
+        from llmtop.core.pipeline.verdict import judge_window
     except ImportError:  # 31930be: core flat (the golden's producer)
-        from llmtop.core import lookback  # type: ignore[no-redef]
         from llmtop.core.fleet import FleetPipeline  # type: ignore[no-redef]
+        from llmtop.core.lookback import assess as judge_window  # type: ignore[no-redef]
         from llmtop.core.pipeline import Pipeline  # type: ignore[no-redef]
     try:
         from llmtop.core.promql.promql_answers import prometheus_replicas
@@ -129,7 +129,7 @@ def replay(name: str) -> dict[str, Any]:
     windows = []
     for end in range(WINDOW_EVERY, len(raws) + 1, WINDOW_EVERY):
         window = raws[max(0, end - WINDOW_POLLS) : end]
-        verdict = lookback.assess(window, health, 1.0, pipeline_class=pipeline_class)
+        verdict = judge_window(window, health, 1.0, pipeline_class=pipeline_class)
         windows.append(_digest(verdict))
     looped = pipeline_class(health)
     span = recording.times[-1] - recording.times[0] + 1.0

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
-    from llmtop.core.pipeline.lookback import MAX_WINDOW_S
+    from llmtop.core.pipeline.verdict import MAX_WINDOW_S
     from llmtop.errors import UsageError
     from llmtop.sources.collector import is_fleet
     from llmtop.sources.fleet_collector import take_fleet_snapshot

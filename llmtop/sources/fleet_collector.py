@@ -16,8 +16,8 @@ from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
 from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.pipeline.fleet import FleetPipeline
-from llmtop.core.pipeline.lookback import assess
 from llmtop.core.pipeline.targets import Target, targets_from_urls
+from llmtop.core.pipeline.verdict import judge_window
 from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, is_fleet
@@ -147,7 +147,7 @@ async def take_fleet_snapshot(
             last=snap, start=polls[0].time, polls=len(polls), interval_s=monitor.interval_s
         )
     else:  # the window judged per replica and across them: status and exit code included
-        report = assess(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
+        report = judge_window(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
         if isinstance(report.last, FleetSnapshot) and report.last.fleet is not None:
             fleet = report.last.fleet  # the verdict's own poll, as the top-level figures
     if fleet is None:

@@ -1,9 +1,9 @@
 """`llmtop snapshot`'s IO: read every target at the monitor interval across the window.
 
 The same `Collector` as the TUI reads the polls (each target bounded below the interval); the
-pure `core.pipeline.lookback.assess` then turns them into the verdict. Polls are due at the first
-poll's time plus whole intervals, the last exactly at the end of the window, on the clock that
-stamps the polls: the last poll is never short of the window (stale-data needs all 15 s of it).
+pure `core.pipeline.verdict.judge_window` then turns them into the verdict. Polls are due at the
+first poll's time plus whole intervals, the last exactly at the end of the window, on the clock
+that stamps the polls: the last poll is never short of the window (stale-data needs all 15 s).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import WindowSnapshot
-from llmtop.core.pipeline.lookback import assess
+from llmtop.core.pipeline.verdict import judge_window
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 
@@ -63,4 +63,4 @@ async def take_snapshot(
         polls = await read_window(collector.read, collector.clock, window_s, monitor.interval_s)
     finally:
         await collector.aclose()
-    return assess(polls, health, monitor.interval_s)
+    return judge_window(polls, health, monitor.interval_s)

@@ -1,4 +1,4 @@
-"""The look-backs kept as polls come in (core/derive/sliding_max.py, core/health/lookbacks.py):
+"""The look-backs kept as polls come in (core/derive/sliding_max.py, core/health/kv_maxima.py):
 what each answers, on a fake clock."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.derive.sliding_max import SlidingMax
-from llmtop.core.health.lookbacks import Lookbacks
+from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rulebase import Context, kv_peak
 from llmtop.core.health.thresholds import HealthSettings
 
@@ -68,10 +68,10 @@ def test_kv_peak_reads_the_window_and_at_least_the_poll_before() -> None:
     now = EngineStats(url="u", up=True, kv_cache_usage_frac=0.5)
     close = [_row(0.0, 0.99), _row(5.0, 0.97), _row(9.0, 0.6)]
     ctx = Context(time=10.0, engines=(now,), gateway=None, gpus=(), settings=settings)
-    kept = Lookbacks(settings.window_s)
+    kept = KvMaxima(settings.window_s)
     for snap in close:
         kept.keep(snap)
-    assert kv_peak(Context(**{**vars(ctx), "lookbacks": kept}), now) == 0.99
+    assert kv_peak(Context(**{**vars(ctx), "kv_maxima": kept}), now) == 0.99
     assert kv_peak(Context(**{**vars(ctx), "history": close}), now) == 0.99  # made from it
     far = [_row(0.0, 0.99), _row(30.0, 0.8)]
     ctx_far = Context(**{**vars(ctx), "time": 60.0, "history": far})
@@ -81,7 +81,7 @@ def test_kv_peak_reads_the_window_and_at_least_the_poll_before() -> None:
 def test_kv_size_holds_the_most_held_of_the_last_minute() -> None:
     """A long prompt's poll 30 s ago held 900 tokens a sequence: that sizes a slot, not the
     short chats running now; past a minute it no longer does."""
-    kept = Lookbacks(10.0)
+    kept = KvMaxima(10.0)
     kept.keep(_row(30.0, 0.9, running=1.0))  # 900 tokens held by one sequence
     kept.keep(_row(50.0, 0.2, running=4.0))  # 50 each
     held = kept.held.most("u", 60.0 - 60.0)

@@ -12,7 +12,7 @@ from llmtop.core.base.snapshot import FleetSnapshot
 from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.core.pipeline.fleet import FleetPipeline
-from llmtop.core.pipeline.lookback import assess
+from llmtop.core.pipeline.verdict import judge_window
 from llmtop.settings import HealthSettings
 from tests.unit.test_fleet import raw, scrape, url
 
@@ -30,9 +30,9 @@ def window(hot: dict[str, float], seconds: int = 6, n: int = 3) -> list[RawPoll]
 
 def test_a_drowning_replica_makes_the_fleet_snapshot_degraded_not_ok() -> None:
     polls = window({"waiting": 40})
-    plain = assess(polls, HealthSettings(), 1.0)
+    plain = judge_window(polls, HealthSettings(), 1.0)
     assert plain.last.status == "ok"  # what a fleet snapshot used to exit with: 0
-    w = assess(polls, HealthSettings(), 1.0, pipeline_class=FleetPipeline)
+    w = judge_window(polls, HealthSettings(), 1.0, pipeline_class=FleetPipeline)
     assert w.last.status == "degraded"
     assert EXIT_CODES[w.last.status] == 1
     ids = [f.finding.id for f in w.findings]
@@ -54,7 +54,7 @@ def test_a_drowning_replica_makes_the_fleet_snapshot_degraded_not_ok() -> None:
 
 
 def test_a_down_replica_is_critical_and_a_healthy_fleet_stays_ok() -> None:
-    healthy = assess(window({}), HealthSettings(), 1.0, pipeline_class=FleetPipeline)
+    healthy = judge_window(window({}), HealthSettings(), 1.0, pipeline_class=FleetPipeline)
     assert healthy.last.status == "ok"
     assert not healthy.findings
     polls = [
@@ -64,7 +64,7 @@ def test_a_down_replica_is_critical_and_a_healthy_fleet_stays_ok() -> None:
         )
         for p in window({})
     ]
-    w = assess(polls, HealthSettings(), 1.0, pipeline_class=FleetPipeline)
+    w = judge_window(polls, HealthSettings(), 1.0, pipeline_class=FleetPipeline)
     assert w.last.status == "critical"
     assert EXIT_CODES[w.last.status] == 2
     assert w.findings[0].finding.id == "replica-down"

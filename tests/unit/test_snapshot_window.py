@@ -16,8 +16,8 @@ from llmtop.core.base import format as fmt
 from llmtop.core.base.raw import RawEngine, RawPoll, Sample
 from llmtop.core.base.snapshot import GpuStats, WindowSnapshot
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
-from llmtop.core.pipeline.lookback import assess, window_settings
 from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.pipeline.verdict import judge_window, window_settings
 from llmtop.settings import HealthSettings, SloSettings
 from llmtop.sources.window_reader import read_window
 
@@ -138,7 +138,7 @@ def test_no_engine_answering_stops_after_one_poll() -> None:
     ft.answers = False
     raws = asyncio.run(read_window(ft.read, ft.clock, 15.0, 1.0, ft.sleep))
     assert len(raws) == 1
-    w = assess(raws, HEALTH, 1.0)
+    w = judge_window(raws, HEALTH, 1.0)
     assert w.status == "unknown"
     assert ids(w) == {"target-down"}
     assert "one poll: no engine answered" in to_text(w)
@@ -155,9 +155,9 @@ def cliff(i: int) -> RawEngine:
 def test_batching_cliff_from_a_window_of_more_than_two_intervals() -> None:
     # The first poll has no rates: the rule compares with the second, and that one must be
     # at least half the window before the last.
-    assert "batching-cliff" not in ids(assess(polls(3, cliff), HEALTH, 1.0))  # 2 s
-    assert "batching-cliff" in ids(assess(polls(4, cliff), HEALTH, 1.0))  # 3 s
-    w = assess(polls(16, cliff), HEALTH, 1.0)  # 15 s
+    assert "batching-cliff" not in ids(judge_window(polls(3, cliff), HEALTH, 1.0))  # 2 s
+    assert "batching-cliff" in ids(judge_window(polls(4, cliff), HEALTH, 1.0))  # 3 s
+    w = judge_window(polls(16, cliff), HEALTH, 1.0)  # 15 s
     f = next(f for f in w.findings if f.finding.id == "batching-cliff")
     e = w.last.engines[0]
     # its figures are the printed ones: the last poll's waiting and decode rate
@@ -171,8 +171,8 @@ def test_stale_data_needs_stale_after_s() -> None:
     def hung(i: int) -> RawEngine:
         return engine(running=4, generated=500.0)  # requests running, no token counted
 
-    assert "stale-data" not in ids(assess(polls(15, hung), HEALTH, 1.0))  # 14 s
-    w = assess(polls(16, hung), HEALTH, 1.0)  # 15 s
+    assert "stale-data" not in ids(judge_window(polls(15, hung), HEALTH, 1.0))  # 14 s
+    w = judge_window(polls(16, hung), HEALTH, 1.0)  # 15 s
     assert "stale-data" in ids(w)
     assert w.status == "critical"
 
@@ -183,8 +183,8 @@ def test_decode_bound_from_three_polls() -> None:
         return engine(running=1 if i < 2 else 128, generated=[0, 34, 34 + 1041 * 4][i])
 
     two = polls(2, make)
-    assert "decode-bound" not in ids(assess(two, HEALTH, 1.0))
-    w = assess([*two, RawPoll(time=T0 + 5.0, engines=(make(2),))], HEALTH, 1.0)
+    assert "decode-bound" not in ids(judge_window(two, HEALTH, 1.0))
+    w = judge_window([*two, RawPoll(time=T0 + 5.0, engines=(make(2),))], HEALTH, 1.0)
     assert "decode-bound" in ids(w)
 
 
@@ -200,7 +200,7 @@ def test_a_finding_that_cleared_stays_apart_with_its_own_poll() -> None:
         return engine(generated=50.0 * i), (gpu,)
 
     raws = polls(11, make)
-    w = assess(raws, HEALTH, 1.0)
+    w = judge_window(raws, HEALTH, 1.0)
     # The verdict: the last poll's, where nothing holds.
     assert w.status == "ok"
     assert w.findings == ()
@@ -254,7 +254,7 @@ def test_kv_exhausted_reads_the_printed_peak() -> None:
     def make(i: int) -> RawEngine:
         return engine(kv=0.95 if i == 1 else 0.6, waiting=3, generated=40.0 * i)
 
-    w = assess(polls(6, make), HEALTH, 1.0)
+    w = judge_window(polls(6, make), HEALTH, 1.0)
     assert "kv-exhausted" in ids(w)
     f = next(f.finding for f in w.findings if f.finding.id == "kv-exhausted")
     assert f"KV cache {fmt.frac(0.95)} full" in f.summary
@@ -306,14 +306,16 @@ def test_kv_exhausted_iff_its_condition_holds_on_the_printed_figures(
                 ),
             )
         )
-    data = to_json(assess(raws, HEALTH, 1.0))
+    data = to_json(judge_window(raws, HEALTH, 1.0))
     fired = any(f["id"] == "kv-exhausted" for f in data["findings"])
     assert fired == kv_pressed_per_json(data["engines"][0], HEALTH.kv_high_frac), data
 
 
 def test_every_finding_names_the_poll_its_figures_are_from() -> None:
     # a cliff that held from +9 s: the JSON says so, and the last poll is the one it shows
-    data = to_json(assess(polls(16, cliff), replace(HEALTH, slo=SloSettings(ttft_s=60.0)), 1.0))
+    data = to_json(
+        judge_window(polls(16, cliff), replace(HEALTH, slo=SloSettings(ttft_s=60.0)), 1.0)
+    )
     f = next(f for f in data["findings"] if f["id"] == "batching-cliff")
     assert f["last_s"] == data["window"]["span_s"] == 15.0
     assert f["first_s"] == 9.0  # the first poll at least half the window after the second

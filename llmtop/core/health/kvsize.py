@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from llmtop.core.base import format as fmt
 from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
-from llmtop.core.health.lookbacks import SIZE_LOOKBACK_S, Lookbacks
+from llmtop.core.health.kv_maxima import SIZE_LOOKBACK_S, KvMaxima
 from llmtop.core.health.thresholds import HealthSettings
 
 KV_TARGET_FRAC = HealthSettings.kv_target_frac
@@ -103,14 +103,14 @@ class KvSize:
         )
 
 
-def _held(e: EngineStats, lookbacks: Lookbacks | None, now: float | None) -> KvHeld | None:
+def _held(e: EngineStats, kv_maxima: KvMaxima | None, now: float | None) -> KvHeld | None:
     """The most KV per running sequence at this poll and the earlier ones of the look-back
     (this poll first, then the newest of equals)."""
     most = e.kv_tokens_per_running
     best = None if most is None else (e.kv_cache_usage_frac or 0.0, e.running or 0.0, 0.0)
     found = None
-    if lookbacks is not None and now is not None:
-        found = lookbacks.held.most(e.url, now - SIZE_LOOKBACK_S)
+    if kv_maxima is not None and now is not None:
+        found = kv_maxima.held.most(e.url, now - SIZE_LOOKBACK_S)
     if found is not None and (most is None or found[1] > most):
         t, most, (usage, running) = found
         best = (usage, running, now - t if now is not None else 0.0)
@@ -125,7 +125,7 @@ def kv_size(
     now: float | None = None,
     target_frac: float = KV_TARGET_FRAC,
     *,
-    lookbacks: Lookbacks | None = None,
+    kv_maxima: KvMaxima | None = None,
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
@@ -151,14 +151,14 @@ def kv_size(
     growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
     kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
     cleared. None when the capacity is unknown or nothing has run or finished. The look-back
-    is `lookbacks`' (the pipeline's), else one made from `history` (`Lookbacks.of_history`).
+    is `kv_maxima` (the pipeline's), else one made from `history` (`KvMaxima.of_history`).
     """
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
         return None
-    if lookbacks is None and history and now is not None:
-        lookbacks = Lookbacks.of_history(history, 0.0)
-    held = _held(e, lookbacks, now)
+    if kv_maxima is None and history and now is not None:
+        kv_maxima = KvMaxima.of_history(history, 0.0)
+    held = _held(e, kv_maxima, now)
     mean = (
         e.mean_prompt_tokens + (e.mean_generation_tokens or 0.0)
         if e.mean_prompt_tokens is not None

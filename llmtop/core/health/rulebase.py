@@ -19,8 +19,8 @@ from llmtop.core.base.snapshot import (
     Severity,
     Snapshot,
 )
+from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.kvsize import KvSize, kv_size
-from llmtop.core.health.lookbacks import Lookbacks
 from llmtop.core.health.thresholds import HealthSettings
 
 X = TypeVar("X")
@@ -42,7 +42,7 @@ class Context:
     last_progress: dict[str, float] = field(default_factory=dict)
     """Engine URL -> last time its token counters moved."""
     max_num_seqs: int | None = None
-    lookbacks: Lookbacks | None = None
+    kv_maxima: KvMaxima | None = None
     """The KV look-backs over `history`, kept by the pipeline (made from `history` without)."""
 
 
@@ -146,14 +146,14 @@ def where(ctx: Context, e: EngineStats) -> str:
 
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
-    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, lookbacks=_of(ctx))
+    return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, kv_maxima=_of(ctx))
 
 
-def _of(ctx: Context) -> Lookbacks:
+def _of(ctx: Context) -> KvMaxima:
     """The pipeline's look-backs, or ones made from the Context's history."""
-    if ctx.lookbacks is not None:
-        return ctx.lookbacks
-    return Lookbacks.of_history(ctx.history, ctx.settings.window_s)
+    if ctx.kv_maxima is not None:
+        return ctx.kv_maxima
+    return KvMaxima.of_history(ctx.history, ctx.settings.window_s)
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
@@ -232,11 +232,11 @@ def kv_peak(ctx: Context, e: EngineStats) -> float | None:
     """Highest KV usage over the window: preemption frees blocks, so a full cache oscillates.
     This poll's, the window's, and at least the previous poll's (its start when polls are a
     window apart)."""
-    lookbacks = _of(ctx)
+    kv_maxima = _of(ctx)
     since = ctx.time - ctx.settings.window_s
-    if lookbacks.latest is not None:
-        since = min(since, lookbacks.latest)
-    found = lookbacks.kv_usage.most(e.url, since)
+    if kv_maxima.latest is not None:
+        since = min(since, kv_maxima.latest)
+    found = kv_maxima.kv_usage.most(e.url, since)
     now = e.kv_cache_usage_frac
     if found is None or now is None:
         return now if found is None else found[1]

@@ -36,7 +36,7 @@ from llmtop.core.base.snapshot import (
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
 from llmtop.core.derive.series import Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
-from llmtop.core.health.lookbacks import Lookbacks
+from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.pipeline.pipeline import EngineTrack, Pipeline
@@ -59,7 +59,7 @@ class _Track(EngineTrack):
         super().__init__(keep_s=max(2 * settings.window_s, 60.0))
         self.health = HealthState(settings, REPLICA_RULES)
         self.snapshots: deque[Snapshot] = deque()
-        self.lookbacks = Lookbacks(settings.window_s, REPLICA_HISTORY_S)
+        self.kv_maxima = KvMaxima(settings.window_s, REPLICA_HISTORY_S)
         """Its rules' KV look-backs over `snapshots`."""
         self.counters: dict[Key, float] | None = None
         self.restarts: float | None = None
@@ -315,13 +315,13 @@ class FleetPipeline(Pipeline):
             history=track.snapshots,
             last_progress={} if last is None else {stats.url: last},
             max_num_seqs=self.max_num_seqs,
-            lookbacks=track.lookbacks,
+            kv_maxima=track.kv_maxima,
         )
         findings = track.health.evaluate(ctx)
         status = replica_status(stats, findings)
         snap = Snapshot(time=t, engines=(stats,), findings=findings, status=status)
         track.snapshots.append(snap)
-        track.lookbacks.keep(snap)
+        track.kv_maxima.keep(snap)
         while track.snapshots and track.snapshots[0].time < t - REPLICA_HISTORY_S:
             track.snapshots.popleft()
         return Replica(key, name, stats, findings, status, engine, parent)

@@ -19,7 +19,7 @@ from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, S
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import Context, HealthState
-from llmtop.core.health.lookbacks import Lookbacks
+from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm import engines
 from llmtop.core.vllm.scrape import EngineScrape
@@ -68,7 +68,7 @@ class Pipeline:
         self._engines: dict[str, EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
-        self._lookbacks = Lookbacks(self.settings.window_s, HISTORY_S)
+        self._kv_maxima = KvMaxima(self.settings.window_s, HISTORY_S)
         """The rules' KV look-backs over `_snapshots`."""
 
     @property
@@ -95,7 +95,7 @@ class Pipeline:
             history=tuple(self._snapshots),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
-            lookbacks=self._lookbacks,
+            kv_maxima=self._kv_maxima,
         )
         findings = self.health.evaluate(ctx)
         snap = Snapshot(
@@ -131,7 +131,7 @@ class Pipeline:
 
     def _remember(self, snap: Snapshot) -> None:
         self._snapshots.append(snap)
-        self._lookbacks.keep(snap)
+        self._kv_maxima.keep(snap)
         while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
             self._snapshots.popleft()
 

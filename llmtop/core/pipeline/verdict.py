@@ -32,7 +32,7 @@ def window_settings(health: HealthSettings, span_s: float) -> HealthSettings:
     return replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=span_s + _EPSILON_S)
 
 
-def assess(
+def judge_window(
     raws: Sequence[RawPoll],
     health: HealthSettings,
     interval_s: float,

@@ -4,7 +4,7 @@
 at the latest kept snapshot (polls a window apart still compare with the one before).
 `kv_size`'s `held`: the most KV tokens a running sequence held over `SIZE_LOOKBACK_S`, with the
 usage and the running count of that row. Both are sliding maxima (`derive.sliding_max`), fed
-with each kept snapshot's up rows; the pipelines keep one `Lookbacks` beside their history, and
+with each kept snapshot's up rows; the pipelines keep one `KvMaxima` beside their history, and
 a reader holding only snapshots (the TUI's KV panel, the what-if) builds one from them
 (`of_history`), so every caller reads the same definition.
 """
@@ -22,7 +22,7 @@ a long prompt's life (its prefill, its answer), so one wave of them finishing do
 few short chats the measure of a slot."""
 
 
-class Lookbacks:
+class KvMaxima:
     """The KV peak and the most KV held per running sequence, per engine URL."""
 
     def __init__(self, window_s: float, history_s: float = float("inf")) -> None:
@@ -48,8 +48,8 @@ class Lookbacks:
         self.latest = t
 
     @classmethod
-    def of_history(cls, history: Sequence[Snapshot], window_s: float) -> Lookbacks:
-        """Lookbacks over snapshots held elsewhere (oldest first): the last `window_s` or
+    def of_history(cls, history: Sequence[Snapshot], window_s: float) -> KvMaxima:
+        """KvMaxima over snapshots held elsewhere (oldest first): the last `window_s` or
         `SIZE_LOOKBACK_S` of them, whichever is longer, and the latest."""
         made = cls(window_s)
         if history:
