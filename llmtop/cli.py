@@ -37,13 +37,9 @@ POLLING_COMMANDS = frozenset({"top", "snapshot"})
 """The commands that poll engines (a fleet of a hundred, say) every second for as long as
 they run: they get `tune_gc`."""
 GC_GEN0_THRESHOLD = 10_000
-"""The garbage collector's youngest-generation threshold for `POLLING_COMMANDS`.
-
-A poll of a hundred replicas allocates ~20,000 container objects (samples, stats, findings,
-snapshots), most of them short-lived; at Python's default (700) the collector ran ~32 young
-and ~3 middle collections a poll, and a full one every few polls while the history filled:
-~25 ms a poll of bench/bench_fleet.py's ~150 (BENCHMARKS.md section 10). At 10,000 it runs
-~2 young collections a poll and rarely more; no figure changes."""
+"""The garbage collector's youngest-generation threshold for `POLLING_COMMANDS`: a poll of a
+hundred replicas allocates ~20,000 short-lived containers, which at Python's default (700)
+cost dozens of collections a poll; at 10,000 about two, and no figure changes."""
 
 
 def tune_gc() -> None:

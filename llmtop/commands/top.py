@@ -58,10 +58,9 @@ def run(args: argparse.Namespace) -> int:
     """Start the TUI; a dead target does not stop it (the screen says DOWN and why)."""
     import sys
 
-    # httpx imports its command line (click, rich's progress and syntax, pygments) when click
-    # is installed, as it is with uvicorn: ~0.08 s before the first frame, for a CLI this
-    # process never runs (bench/bench_first_frame.py). None makes that import fail, and httpx
-    # then goes without it (its own fallback).
+    # httpx imports its command line (click, rich, pygments) when click is installed, as it is
+    # with uvicorn: time before the first frame for a CLI this process never runs. None makes
+    # that import fail, and httpx goes without it (its own fallback).
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from llmtop.commands._common import load
     from llmtop.settings import HealthSettings

@@ -1,6 +1,6 @@
 """Reading recordings: the whole file into memory, checked line by line, decoded lazily.
 
-The format is described in `llmtop.recording.writer` (the writer). A gzip file is read member
+The format: docs/recording.md. A gzip file is read member
 by member with zlib, so a stream cut by a killed writer (no trailer) or appended after such a
 cut still yields every whole line before the cut; that cut is reported in `warnings`, not
 raised. Everything else wrong (missing, not a recording, a bad line in the middle, a delta with

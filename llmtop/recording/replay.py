@@ -4,7 +4,7 @@ The recorded RawPolls go through a fresh `Pipeline` (the `FleetPipeline` when th
 several engines, as the live TUI did: replica rows and fleet findings), so the findings are
 those of the *current* rules, not the ones the live run showed. Snapshots are computed in
 order, once, and kept, so seeking back is free and seeking forward computes up to the target.
-The TUI computes them on a background thread (`start_background`, ~5 ms a poll: an hour takes
+The TUI computes them on a background thread (`start_background`: an hour of polls takes
 tens of seconds) and the playhead stops at the last computed poll meanwhile, so no key waits.
 The playhead moves in recording time: each poll() advances it by the wall time since the last
 one times `speed` (x1..x60) unless paused; step and seek pause nothing but move it at once. No

@@ -1,47 +1,12 @@
 """Recordings: every poll's raw inputs as compact JSON lines, gzip-compressed for a ``.gz`` name.
 
-A recording keeps what llmtop *read* (a `RawPoll` per poll: the filtered samples, the gateway's
-stats, GPU readings, limit changes) and, for reference, the findings the live run showed. Replay
-and report feed the polls to a fresh `Pipeline`, so an improved rule re-runs over an old incident.
-
-Format (version 1), one JSON object per line::
-
-    {"llmtop_recording": 1, "version": "0.1.0", "started": 1764400000.0,
-     "interval_s": 1.0, "targets": {"vllm": [...], "prometheus": null, "gateway": "...",
-                                    "dcgm": null}}
-    {"time": ..., "kf": 1, "engines": [{"url": ..., "samples": [[name, {labels}, value], ...]}],
-     "gateway": {...}, "gpus": [...], "events": [...], "findings": [...]}
-    {"time": ..., "engines": [{"url": ..., "delta": [[index, value], ...]}], ...}
-
-A fleet read through Prometheus (`--prometheus`) has no samples: each line keeps what the queries
-answered instead, decoded (`core.base.raw.PromAnswers`), whole (figures move every poll)::
-
-    {"time": ..., "prometheus": {"url": ..., "first_bounds": {"itl": 0.01, ...}, "error": null,
-     "rows": [[replica, engine, {figure: value}, {finished reason: per s}, model, blocks,
-               block size], ...]}, ...}
-
-Samples are delta-encoded per engine against that engine's previous poll (only changed values,
-by index), with a keyframe (``"kf": 1``, full samples) every `KEYFRAME_EVERY` polls, so a seek
-decodes at most that many lines. An engine whose series set changed is written in full. A new
-header line starts a new segment (appending to an existing file). The gzip stream is flushed
-after every line, so a killed process leaves a file readable up to its last poll.
-
-Secrets are never written: the admin token (and any value in `secrets`) is redacted from each
-line's bytes, keys that name credentials are dropped, and user:password@ is cut from URLs.
-
-Writing, from the TUI, `llmtop --record` or `llmtop demo --headless --record`::
-
-    recorder = Recorder.from_settings(monitor_settings)   # path = settings.record (may be None)
-    recorder.open()                 # or open(path); appends; RecordingError when it cannot
-    recorder.write(raw, findings)   # after each poll: collector.last_raw, snapshot.findings
-    recorder.toggle()               # the `r` key: stop, or start (default name when no path)
-    recorder.close()
-
-or wrap the Collector: ``RecordingSource(collector, recorder)`` is a
-SnapshotSource that records `collector.last_raw` and the findings after every poll.
-
-Reading: ``recording = read_recording(path)``; ``recording.raw(i)``, ``iter(recording)``,
-``recording.times``, ``recording.warnings`` (a truncated tail is tolerated and counted there).
+A recording keeps what llmtop *read* (a `RawPoll` per poll) and, for reference, the findings
+the live run showed, so replay and report re-run today's rules over an old incident. Samples
+are delta-encoded per engine with a keyframe every `KEYFRAME_EVERY` polls (a seek decodes at
+most that many lines); the gzip stream is flushed after every line, so a killed process leaves
+a file readable up to its last poll. Secrets are never written: the admin token and `secrets`
+are redacted, credential keys dropped, user:password@ cut from URLs. The format and the API:
+docs/recording.md.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ Pure: the caller reads config.json, the weight files' sizes and the device memor
 follow vLLM's: a token's KV takes 2 (K and V) x layers x KV heads x head dim x dtype bytes
 (grouped-query attention: KV heads, not query heads); the KV budget is the device memory times
 --gpu-memory-utilization, less the weights and a reserve for activations (vLLM measures that
-one at start-up; here it is an assumption, printed as one); blocks are whole. The flags are the
-seed incident's fix: `--max-model-len` no longer than the KV holds (vLLM refuses to start
-otherwise) and `--max-num-seqs` = how many requests of the expected size fit in KV at once.
+one at start-up; here it is an assumption, printed as one); blocks are whole. The flags:
+`--max-model-len` no longer than the KV holds (vLLM refuses to start otherwise) and
+`--max-num-seqs` = how many requests of the expected size fit in KV at once.
 """
 
 from __future__ import annotations

@@ -19,20 +19,7 @@ Step time (roofline)::
                                    (weight bytes + KV bytes of the decoding sequences)
                                    / effective bandwidth)
 
-Calibration of the `seed` profile (tests/unit/test_sim_calibration.py, all in virtual time;
-figures: 34.0 tok/s, 967 tok/s, 47.8 s, and 1.00x for the requests let in as slots free):
-
-* bandwidth_efficiency (0.81 of 1 TB/s) and step_overhead_s (12 ms) were fitted together to
-  figure 1 (one 512+256-token request decodes at ~34 tok/s: 14 GB of weights per step) and
-  figure 2 (64 such requests: ~1,041 tok/s aggregate = tokens / makespan, where the KV cache
-  of 38,800 tokens overflows and the preempted requests finish in a thin tail); a larger
-  overhead with a higher bandwidth makes the KV reads of a big batch cheaper and lifts figure 2;
-* flops_efficiency (0.80 of 260 TFLOP/s) was fitted to figure 3 (32 requests of 4,000-token
-  prompts: the largest TTFT ~55 s, set by prefills, recomputes and decode waves). Figures 2
-  and 3 pull it in opposite directions (faster prefill lifts 2 and shortens 3): both sit
-  below their reference, inside the tolerance (-7 % of +-10 %, -13 % of +-20 %);
-* reserved_bytes (0.225 GiB) was fitted to the KV capacity of 38,800 tokens (2,425 blocks);
-* figure 4 (8 at a time: no preemption, engine TTFT near one request's) follows without a fit.
+Which profile constant is fitted to which reference figure: docs/sim.md, "Calibration".
 """
 
 from __future__ import annotations

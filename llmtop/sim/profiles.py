@@ -194,7 +194,7 @@ _MAY_BE_ZERO = {"gpu_memory_bytes", "reserved_bytes", "step_overhead_s", "idle_w
 
 def read_profile_file(path: str) -> Profile:
     """A profile from a JSON object of Profile's fields, so the sim can run an engine fitted to a
-    real one (bench/bench_vllm_serve.py writes one from `llmtop whatif --json`'s fit)."""
+    real one (`whatif.model.calibrate.synthetic_profile` of `llmtop whatif --json`'s fit)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:

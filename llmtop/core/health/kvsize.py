@@ -129,29 +129,15 @@ def kv_size(
 ) -> KvSize | None:
     """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
 
-    A slot costs the larger of two figures. The mean prompt + output of the requests that
-    finished in the window counts each request once, but a cap is filled by whatever is running,
-    and long prompts run longest. In the recorded demo story (8 chats beside 24 x 4,000-token
-    prompts) the window's mean fell under 1,000 tokens (a cap of 39) while each running sequence
-    held ~4,200 (9 fit); in `demo --scenario quick` the mean's cap of 11 left the cache at
-    88-93% with a request always waiting for memory. The KV each running sequence actually
-    held (usage x capacity / running, the most over the last `SIZE_LOOKBACK_S` at any poll)
-    weighs requests by how long they stay.
-    The larger wins: a sequence still writing its answer holds less than it will, so neither
-    overstates what the traffic seen costs. (A high quantile of vLLM's request_prompt_tokens
-    histogram was the other way: its buckets go 1-2-5, so 4,000-token prompts land in
-    (2,000, 5,000] and an interpolated p95 says ~4,850, a cap of 7 where 9 fit.) The size used
-    is printed with its inputs (`arithmetic`), so the figures next to a finding give its number.
-    vLLM allocates whole blocks and keeps one back (the null block), so with the block size
-    known the count is (blocks - 1) / ceil(tokens per request / block size): with 128-token
-    blocks and 1,000-token requests the token-only count said 4, and a cap of 4 still preempted
-    on a real vLLM 0.32 while 3 did not. Without a block size: capacity / tokens.
-    Either way the capacity is first taken at `target_frac` (HealthSettings.kv_target_frac):
-    the exact quotient leaves no room for requests longer than the size, answers still
-    growing or vLLM's watermark of free blocks, and in `demo --scenario quick` a cap at it (10)
-    kept a request waiting for blocks at 92-94% KV, so the findings that suggested it never
-    cleared. None when the capacity is unknown or nothing has run or finished. The look-back
-    is `kv_maxima` (the pipeline's), else one made from `history` (`KvMaxima.of_history`).
+    A slot costs the larger of two figures: the mean prompt + output of the requests that
+    finished in the window (each request once) and the most KV a running sequence held over the
+    last `SIZE_LOOKBACK_S` (usage x capacity / running: a cap is filled by what runs longest).
+    With the block size known the count is in whole blocks, one kept back (vLLM's null block):
+    (blocks - 1) / ceil(tokens per request / block size); without it, capacity / tokens. The
+    capacity is first taken at `target_frac`, room for longer requests, growing answers and
+    vLLM's free-block watermark. None when the capacity is unknown or nothing has run or
+    finished. The look-back is `kv_maxima` (the pipeline's), else one made from `history`. The
+    recorded runs behind each choice: docs/snapshot.md, "Why the KV size is what it is".
     """
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:

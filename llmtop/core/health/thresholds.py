@@ -25,10 +25,9 @@ class HealthSettings:
     kv_target_frac: float = 0.9
     """Share of the KV cache a suggested cap may fill (`kv_size`): the rest is headroom for
     what a mean size leaves out (requests longer than it, answers still growing, vLLM's 1%
-    watermark of free blocks). At 1.0 the demo's quick story, capped at the exact quotient
-    (10), kept a request waiting for blocks every few seconds at 90-93% KV and kv-exhausted
-    never cleared; at 0.9 (9) the cache stayed near 82% and its findings cleared. Keep it at
-    or below `kv_high_frac`, or the cap a finding suggests is one it calls exhausted."""
+    watermark of free blocks; docs/snapshot.md shows a cap at the exact quotient never
+    clearing). Keep it at or below `kv_high_frac`, or the cap a finding suggests is one it
+    calls exhausted."""
     error_rate_max: float = 0.01
     """A share of failed requests below this counts as "no errors" for degraded-200."""
     fire_after_s: float = 3.0

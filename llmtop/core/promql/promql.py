@@ -1,30 +1,14 @@
 """The fleet through PromQL: the queries (their answers are read in `promql_answers`). Pure.
 
-What costs llmtop is the number of result series it decodes, not what Prometheus computes, so
-the answers carry one series per replica with every figure as a label. Each figure is
-aggregated `by (<replica label>)` (a gauge, a rate, a window mean, a `histogram_quantile` over
-the window's bucket rates), made a label by `count_values("<figure>", ...)` (Prometheus writes
-the value in Go's shortest round-trip format: nothing is lost) and joined onto the replica's
-`up` with `* on (<replica>) group_left (<figure>)`; a figure a replica lacks is NaN-filled
-(`or NaN * up`) so that the join keeps the replica. Then `label_join` writes every figure's
-value into one label, `FIGURES`, comma-separated in the order of the query's `Packed.names`,
-and `max by (<replica>, FIGURES)` drops the rest: a series is one string to split, not ~36
-labels to decode one by one (half the bytes, and the reading ~0.7x). A poll is two such queries
-asked at once (the quantiles, most of Prometheus' work, and the rest: Prometheus evaluates a
-query on one core): a hundred replicas are two hundred series (with one series per figure,
-~3,200).
-
-The replicas are those of `up` under the selector, so the selector names target labels (job,
-namespace, ...). Slow-changing things come from a third query (`Queries.info`), asked at the start,
-every `INFO_EVERY_S`, and when a replica appears, restarts, or shows a finished reason not known
-yet: KV blocks (cache_config_info), the model, the finished reasons (each one a figure) and the
-histograms' first bucket bounds. A data-parallel server (several `engine` values) gets its
-engines' rows from one more pair of packed queries by (replica, engine), restricted to such
-servers and asked only when one exists; the server's own row keeps its figures by replica (its
-quantiles are the whole server's) and its KV usage is weighted by its engines' KV blocks.
-
-Token means and the cache shares fall back to the totals since start when the window saw
-nothing, as in `derive`. Old and new vLLM names are joined with `or` (the new one wins).
+What costs llmtop is the number of result series it decodes, so each query answers with one
+series per replica: every figure is aggregated `by (<replica label>)`, made a label by
+`count_values` (Go's shortest round-trip format: nothing is lost), joined onto the replica's
+`up` (NaN-filled when a replica lacks it, so the join keeps the replica), and `label_join`
+packs them into one label, `FIGURES`, in the order of the query's `Packed.names`. A poll is
+two such queries asked at once (the quantiles, and the rest: Prometheus evaluates a query on
+one core); slow-changing things (KV blocks, the model, finished reasons, first bucket bounds)
+are a third (`Queries.info`). The replicas are those of `up` under the selector; old and new
+vLLM names are joined with `or` (the new one wins). The whole design: docs/fleet.md.
 """
 
 from __future__ import annotations

@@ -10,12 +10,9 @@ timed_out, cancelled or upstream_error; so offered == sum(outcomes) + in_flight 
 Ordering is strict: the head of the queue (highest priority, then oldest) goes first, and when
 the token or KV budget does not fit the head, nobody behind it jumps ahead (no starvation of long
 prompts). A prompt larger than the whole budget is admitted alone, when nothing is in flight.
-
-The controller keeps the accounting and the order of events; its parts are homes of their own:
-what it holds and every read of it (the figures, what it predicts) in gateway/admission/state.py,
-the queue and its four policies (fifo, deadline, codel, lifo) in gateway/admission/queueing.py, the
-budgets a request must fit in budgets.py, and what it predicts from (drain rates, the
-engine's TTFT) in gateway/admission/estimates.py.
+The controller keeps the accounting and the order of events; what it holds and predicts is in
+`state`, the queue and its policies in `queueing`, the budgets in `budgets`, the drain rates in
+`estimates`.
 """
 
 from __future__ import annotations

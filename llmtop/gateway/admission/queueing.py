@@ -11,8 +11,8 @@
   (CODEL_SHORT) of its budget.
 - lifo: codel, and while congested the newest goes first (adaptive LIFO).
 
-codel and lifo are kept for the comparison in bench/bench_autopilot.py. Pure: no clock of its
-own and no asyncio; the controller (controller.py) owns the queue and calls it.
+Pure: no clock of its own and no asyncio; the controller (controller.py) owns the queue and
+calls it.
 """
 
 from __future__ import annotations

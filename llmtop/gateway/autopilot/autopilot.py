@@ -1,7 +1,7 @@
 """The autopilot: moves the gateway's two budgets about once a second, to serve the most
 requests within the SLO.
 
-Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
+Pure; the gateway's loop calls `drive` with each scrape's signals
 (`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
 gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
 yet, or no replica could be read) holds the budgets where they are, and the reason on

@@ -1,6 +1,6 @@
 """Limits shared by several gateways: one small interface, a local and a Redis implementation.
 
-`LocalLimits` is one gateway on its own (today's behaviour: nothing to share). `RedisLimits`
+`LocalLimits` is one gateway on its own (nothing to share). `RedisLimits`
 holds the global concurrency and KV budget in Redis as leases: each gateway keeps one record
 (slots and blocks held, slots and blocks wanted) that expires `ttl_s` after its last renewal, so
 a gateway that dies gives its room back within the TTL. One Lua script (atomic in Redis) drops
