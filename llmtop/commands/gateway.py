@@ -23,7 +23,7 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
      {"metavar": "URL"}),
     ("lease_ttl_s", "--lease-ttl-s", "Redis lease TTL", {"metavar": "S", "type": float}),
     ("listen", "--listen", "address to listen on", {"metavar": "HOST:PORT"}),
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (
     ("autopilot", "--autopilot",
      "admit by KV footprint, budget moved by the engine's signals, a deadline queue working"
@@ -35,7 +35,7 @@ MODE_FLAGS: tuple[Flag, ...] = (
     ("engine_priority", "--engine-priority",
      "stamp vLLM's priority field from the gateway's (vLLM with --scheduling-policy priority)",
      ON),
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 
 
 def _limit_flags() -> tuple[Flag, ...]:
@@ -47,10 +47,16 @@ def _limit_flags() -> tuple[Flag, ...]:
     at_start = {f.name for f in fields(GatewaySettings)}
     kinds = {"int": int, "float": float, "choice": str}
     return tuple(
-        (s.field, s.option, s.help, {"metavar": s.metavar, "type": kinds[s.kind]}
-         | ({"choices": s.choices} if s.choices else {}))
-        for s in LIMITS if s.field in at_start
-    )  # fmt: skip
+        (
+            s.field,
+            s.option,
+            s.help,
+            {"metavar": s.metavar, "type": kinds[s.kind]}
+            | ({"choices": s.choices} if s.choices else {}),
+        )
+        for s in LIMITS
+        if s.field in at_start
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

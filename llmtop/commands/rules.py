@@ -20,7 +20,7 @@ MONITOR: tuple[Flag, ...] = (
      "PromQL matchers of the llmtop gateway's series", {"metavar": "SEL"}),
     ("prometheus_replica_label", "--replica-label",
      "the label that names a replica (one alert per value)", {"metavar": "NAME"}),
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

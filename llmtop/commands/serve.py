@@ -42,7 +42,7 @@ OWN_FLAGS: tuple[Row, ...] = (
     # a test hook: a command standing in for `vllm serve` (the sim, in the integration test)
     ("--engine-cmd", argparse.SUPPRESS, {}),
     *slo_rows(),  # the SLO, for the gateway and the TUI alike
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 """llmtop's own flags; they may come before MODEL or anywhere among the vLLM arguments."""
 
 
@@ -53,8 +53,12 @@ def own_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     own_flags(p)
     p.add_argument("model", metavar="MODEL", help="local model directory (with config.json)")
-    p.add_argument("vllm_args", nargs=argparse.REMAINDER, metavar="vLLM args",
-                   help="passed to `vllm serve` as given (yours win over the plan's)")  # fmt: skip
+    p.add_argument(
+        "vllm_args",
+        nargs=argparse.REMAINDER,
+        metavar="vLLM args",
+        help="passed to `vllm serve` as given (yours win over the plan's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,9 +26,13 @@ ERROR_EXIT_CODE = 70
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_monitor_arguments(p)
     p.add_argument(
-        "--window-s", dest="window", type=float, default=5.0, metavar="S",
+        "--window-s",
+        dest="window",
+        type=float,
+        default=5.0,
+        metavar="S",
         help="seconds to watch (default: 5)",
-    )  # fmt: skip
+    )
     flag(
         p,
         MonitorSettings,

@@ -34,14 +34,14 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("narrow_scrape", "--full-scrape",
      "scrape a fleet's /metrics in full: narrow_scrape off (on, a target that answers "
      "?name[]= sends only the series llmtop reads)", {"action": "store_const", "const": False}),
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval-s", "seconds between polls",
      {"metavar": "S", "type": float}),
     ("read_only", "--read-only", "disable every key that changes something",
      {"action": "store_const", "const": True}),
     ("record", "--record", "append every poll to a recording", {"metavar": "FILE"}),
-)  # fmt: skip
+)  # a table: one flag a row, read down its options  # fmt: skip
 
 
 def add_monitor_arguments(p: argparse.ArgumentParser) -> None:

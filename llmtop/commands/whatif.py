@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import slo_flags
+from llmtop.commands._common import Row, rows, slo_flags
 from llmtop.settings import HealthSettings
 
 HELP = "predict TTFT, goodput and throughput for candidate caps, from the live /metrics"
@@ -20,28 +20,33 @@ def _caps(text: str) -> tuple[int, ...]:
     return caps
 
 
+FLAGS: tuple[Row, ...] = (
+    ("--vllm", "engine base URL", {"metavar": "URL", "required": True}),
+    ("--gateway", "llmtop gateway base URL (optional)", {"metavar": "URL"}),
+    ("--window-s", "seconds of live metrics to calibrate on (default: 30)",
+     {"dest": "window", "type": float, "default": 30.0, "metavar": "S"}),
+    ("--interval-s", "seconds between scrapes (default: 1)",
+     {"dest": "interval", "type": float, "default": 1.0, "metavar": "S"}),
+    ("--cap", "candidate max_concurrency values, e.g. 4,8,16",
+     {"type": _caps, "default": (), "metavar": "N,N,.."}),
+    ("--max-queue", "candidate max_queue", {"type": int, "metavar": "N"}),
+    ("--queue-timeout-s", "candidate queue timeout, seconds",
+     {"dest": "queue_timeout", "type": float, "metavar": "S"}),
+    ("--horizon-s", "seconds each prediction covers from the change (default: 60)",
+     {"dest": "horizon", "type": float, "default": 60.0, "metavar": "S"}),
+    ("--steady", "predict the steady state (empty, 30 s warm-up), not from now",
+     {"action": "store_true"}),
+    ("--max-num-seqs", "the engine's --max-num-seqs (not in /metrics; default: 256)",
+     {"type": int, "default": 256, "metavar": "N"}),
+    ("--max-num-batched-tokens", "the engine's --max-num-batched-tokens (default: inferred)",
+     {"type": int, "metavar": "N"}),
+    ("--seed", "seed of the simulated traffic", {"type": int, "default": 0}),
+    ("--json", "print one JSON object", {"action": "store_true"}),
+)  # a table: one flag a row, read down its options  # fmt: skip
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vllm", metavar="URL", required=True, help="engine base URL")
-    p.add_argument("--gateway", metavar="URL", help="llmtop gateway base URL (optional)")
-    p.add_argument("--window-s", dest="window", type=float, default=30.0, metavar="S",
-                   help="seconds of live metrics to calibrate on (default: 30)")  # fmt: skip
-    p.add_argument("--interval-s", dest="interval", type=float, default=1.0, metavar="S",
-                   help="seconds between scrapes (default: 1)")  # fmt: skip
-    p.add_argument("--cap", type=_caps, default=(), metavar="N,N,..",
-                   help="candidate max_concurrency values, e.g. 4,8,16")  # fmt: skip
-    p.add_argument("--max-queue", type=int, metavar="N", help="candidate max_queue")
-    p.add_argument("--queue-timeout-s", dest="queue_timeout", type=float, metavar="S",
-                   help="candidate queue timeout, seconds")  # fmt: skip
-    p.add_argument("--horizon-s", dest="horizon", type=float, default=60.0, metavar="S",
-                   help="seconds each prediction covers from the change (default: 60)")  # fmt: skip
-    p.add_argument("--steady", action="store_true",
-                   help="predict the steady state (empty, 30 s warm-up), not from now")  # fmt: skip
-    p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
-                   help="the engine's --max-num-seqs (not in /metrics; default: 256)")  # fmt: skip
-    p.add_argument("--max-num-batched-tokens", type=int, metavar="N",
-                   help="the engine's --max-num-batched-tokens (default: inferred)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated traffic")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    rows(p, FLAGS)
     slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
 
@@ -53,8 +58,12 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from(vars(args), load(HealthSettings, args).slo)
     validate(opts, window_s=args.window, interval_s=args.interval)
     result = run_whatif(
-        args.vllm, args.gateway, opts, window_s=args.window, interval_s=args.interval,
+        args.vllm,
+        args.gateway,
+        opts,
+        window_s=args.window,
+        interval_s=args.interval,
         token_file=args.admin_token_file,
-    )  # fmt: skip
+    )
     print(result.json() if args.json else result.text())
     return 0

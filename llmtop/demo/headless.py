@@ -171,8 +171,8 @@ async def headless(
     start = time.monotonic()
 
     def on_phase(_: float, i: int, p: Phase) -> None:
-        add({"t": round(time.monotonic() - start, 1), "kind": "phase", "index": i,
-             "name": p.name, "note": p.note})  # fmt: skip
+        t = round(time.monotonic() - start, 1)
+        add({"t": t, "kind": "phase", "index": i, "name": p.name, "note": p.note})
 
     driver = ScenarioDriver(stack.scenario, stack.gateway.url, seed=seed, on_phase=on_phase)
     collector = Collector(stack.monitor, stack.health, max_num_seqs=stack.engine_max_num_seqs)

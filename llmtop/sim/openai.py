@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
-FILLER = (
-    " The", " engine", " is", " simulated", ",", " but", " the", " queue", " is", " real", ".",
-    " Each", " token", " costs", " a", " step", " of", " the", " roofline", ";", " every",
-    " step", " reads", " the", " weights", " and", " the", " cache", ".",
-)  # fmt: skip
+FILLER = tuple(
+    re.findall(
+        r" \w+|[,.;]",
+        " The engine is simulated, but the queue is real."
+        " Each token costs a step of the roofline; every step reads the weights and the cache.",
+    )
+)
+"""The sim's answer, one token a word or mark, repeated as long as it must be."""
 _FILLER_JSON = tuple(json.dumps(w) for w in FILLER)
 SYSTEM_FINGERPRINT = "vllm-0.32.0-llmtop-sim"
 DEFAULT_COMPLETION_MAX_TOKENS = 16

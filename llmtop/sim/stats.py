@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
+)  # bounds as a row, the way vLLM lists them  # fmt: skip
 ITL_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
+)  # bounds as a row, the way vLLM lists them  # fmt: skip
 REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
     120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
+)  # bounds as a row, the way vLLM lists them  # fmt: skip
 ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
     1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
-)  # fmt: skip
+)  # bounds as a row, the way vLLM lists them  # fmt: skip
 PREEMPTION_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 10, 20)
 N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
 

@@ -61,21 +61,35 @@ class Analysis:
     def text(self) -> str:
         o = self.options
         return to_text(
-            self.observed, self.calibration, self.checks, self.predictions, self.bands,
-            horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
-            from_now=o.from_now, warmup_s=o.warmup_s,
-        )  # fmt: skip
+            self.observed,
+            self.calibration,
+            self.checks,
+            self.predictions,
+            self.bands,
+            horizon_s=o.horizon_s,
+            ttft_slo_s=o.ttft_slo_s,
+            itl_slo_s=o.itl_slo_s,
+            from_now=o.from_now,
+            warmup_s=o.warmup_s,
+        )
 
     def json(self) -> str:
         o = self.options
         return json.dumps(
             to_json(
-                self.observed, self.calibration, self.checks, self.predictions, self.bands,
-                horizon_s=o.horizon_s, ttft_slo_s=o.ttft_slo_s, itl_slo_s=o.itl_slo_s,
-                from_now=o.from_now, warmup_s=o.warmup_s,
+                self.observed,
+                self.calibration,
+                self.checks,
+                self.predictions,
+                self.bands,
+                horizon_s=o.horizon_s,
+                ttft_slo_s=o.ttft_slo_s,
+                itl_slo_s=o.itl_slo_s,
+                from_now=o.from_now,
+                warmup_s=o.warmup_s,
             ),
             indent=2,
-        )  # fmt: skip
+        )
 
 
 def candidates(cal: Calibration, opts: Options) -> list[Candidate]:
@@ -150,10 +164,16 @@ def analyse(points: Sequence[Point], opts: Options) -> Analysis:
         c: Candidate, horizon_s: float, at: Calibration = cal, replicas: int = opts.replicas
     ) -> Prediction:
         return predict(
-            at, c, horizon_s=horizon_s, warmup_s=opts.warmup_s, seed=opts.seed,
-            ttft_slo_s=opts.ttft_slo_s, itl_slo_s=opts.itl_slo_s, start=start,
+            at,
+            c,
+            horizon_s=horizon_s,
+            warmup_s=opts.warmup_s,
+            seed=opts.seed,
+            ttft_slo_s=opts.ttft_slo_s,
+            itl_slo_s=opts.itl_slo_s,
+            start=start,
             replicas=replicas,
-        )  # fmt: skip
+        )
 
     preds = [run(c, opts.horizon_s) for c in cands]
     bands: list[tuple[Prediction, Prediction]] = []

@@ -74,11 +74,16 @@ def header(spec: AlertSpec, left: dict[str, str], command: str) -> list[str]:
         + [
             f"{k} {getattr(h, k):g}"
             for k in (
-                "queue_wait_slo_s", "kv_high_frac", "kv_target_frac", "error_rate_max",
-                "stale_after_s", "scheduler_stuck_after_s", "critical_slo_factor",
+                "queue_wait_slo_s",
+                "kv_high_frac",
+                "kv_target_frac",
+                "error_rate_max",
+                "stale_after_s",
+                "scheduler_stuck_after_s",
+                "critical_slo_factor",
             )
         ]
-    )  # fmt: skip
+    )
     selectors = (
         f"vLLM {{{spec.vllm_matchers}}}, gateway {{{spec.gateway_matchers}}}, replica label "
         f"{spec.r}"

@@ -12,7 +12,7 @@ from llmtop.core.derive.percentiles import percentile_nearest_rank
 
 DEFAULT_BUCKETS_S: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-)  # fmt: skip
+)  # bounds as a row, as a histogram's are read  # fmt: skip
 
 
 class SampleWindow:

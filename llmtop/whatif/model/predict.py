@@ -115,13 +115,19 @@ def predict(
         runs = [
             loop.run_until_complete(
                 simulate(
-                    cal, candidate.limits, spans=[Span(warmup_s, end)], arrivals_until_s=end,
-                    seed=seed + 1000 * r, start=start, expected_count=expected_count,
-                    observer=observer, stop_at_s=end if observer is not None else None,
+                    cal,
+                    candidate.limits,
+                    spans=[Span(warmup_s, end)],
+                    arrivals_until_s=end,
+                    seed=seed + 1000 * r,
+                    start=start,
+                    expected_count=expected_count,
+                    observer=observer,
+                    stop_at_s=end if observer is not None else None,
                 )
             )[0]
             for r in range(max(1, replicas))
-        ]  # fmt: skip
+        ]
     finally:
         loop.close()
     return _summarise(candidate, runs, ttft_slo_s, itl_slo_s)
@@ -146,10 +152,16 @@ def predict_spans(
     try:
         runs = loop.run_until_complete(
             simulate(
-                cal, limits, spans=[s for _, s in spans], arrivals_until_s=arrivals_until_s,
-                seed=seed, changes=changes, expected_count=expected_count, observer=observer,
+                cal,
+                limits,
+                spans=[s for _, s in spans],
+                arrivals_until_s=arrivals_until_s,
+                seed=seed,
+                changes=changes,
+                expected_count=expected_count,
+                observer=observer,
             )
-        )  # fmt: skip
+        )
     finally:
         loop.close()
     return [
@@ -248,9 +260,14 @@ def spread(
     for k in range(max(2, draws)):
         drawn = max(0.05 * rate, rng.gauss(rate, rate_error_per_s))
         p = predict(
-            replace(cal, arrival_per_s=drawn), candidate, horizon_s=horizon_s,
-            warmup_s=warmup_s, seed=seed + 100 + k, start=start, expected_count=False,
-        )  # fmt: skip
+            replace(cal, arrival_per_s=drawn),
+            candidate,
+            horizon_s=horizon_s,
+            warmup_s=warmup_s,
+            seed=seed + 100 + k,
+            start=start,
+            expected_count=False,
+        )
         toks.append(p.output_tok_per_s)
         if p.ttft_client_p95_s is not None:
             ttfts.append(p.ttft_client_p95_s)

@@ -81,9 +81,17 @@ def _err(v: float | None) -> str:
 
 
 COLUMNS = (
-    "setting", "TTFT p50", "TTFT p95", "engine p95", "ITL p95", "goodput", "tok/s",
-    "queue p95", "rejected", "preempt/min",
-)  # fmt: skip
+    "setting",
+    "TTFT p50",
+    "TTFT p95",
+    "engine p95",
+    "ITL p95",
+    "goodput",
+    "tok/s",
+    "queue p95",
+    "rejected",
+    "preempt/min",
+)
 BAND_COLUMNS = ("TTFT p95 at rate -/+1 se", "tok/s at rate -/+1 se")
 
 
@@ -132,11 +140,20 @@ def to_text(
                 f" (cap {lim.max_concurrency}, queue {lim.max_queue}, {lim.queue_timeout_s:g} s)"
             )
         rejected = f"{p.rejected / p.offered:.0%}" if p.offered else "n/a"
-        rows.append([
-            label, _s(p.ttft_client_p50_s), _s(p.ttft_client_p95_s), _s(p.ttft_engine_p95_s),
-            _s(p.itl_p95_s), _pct(p.goodput_frac), f"{p.output_tok_per_s:,.0f}",
-            _s(p.queue_wait_p95_s), rejected, f"{p.preemptions_per_min:,.0f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _s(p.ttft_client_p50_s),
+                _s(p.ttft_client_p95_s),
+                _s(p.ttft_engine_p95_s),
+                _s(p.itl_p95_s),
+                _pct(p.goodput_frac),
+                f"{p.output_tok_per_s:,.0f}",
+                _s(p.queue_wait_p95_s),
+                rejected,
+                f"{p.preemptions_per_min:,.0f}",
+            ]
+        )
         if bands:
             lo, hi = bands[i]
             rows[-1] += [
