@@ -6,7 +6,6 @@ say, rendered as YAML. Pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 from llmtop import __version__
 from llmtop.core.alerts.alert import ROWS, Alert
@@ -151,7 +150,3 @@ def render(spec: AlertSpec, command: str = "llmtop rules") -> str:
     for a in made:
         lines += _alert(spec, a)
     return "\n".join(lines) + "\n"
-
-
-def finding_ids(made: Iterable[Alert]) -> set[str]:
-    return {a.finding for a in made}

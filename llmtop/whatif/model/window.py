@@ -85,7 +85,6 @@ class Observed:
     arrivals: float
     """Requests counted arriving in the window: the rate's Poisson error is rate / sqrt(this)."""
     running_mean: float
-    waiting_mean: float
     preemptions_per_s: float
     ttft_mean_s: float | None
     ttft_p50_s: float | None
@@ -100,12 +99,9 @@ class Observed:
     """"window" or "since start" (too few requests finished in the window)."""
     max_step_tokens: float | None
     """Upper bound of the highest iteration_tokens bucket used in the window."""
-    max_model_len_hint: int | None
     intervals: tuple[Interval, ...]
     gateway_limits: dict[str, Any] | None = None
     gateway_ttft_p95_s: float | None = None
-    gateway_queue_wait_p95_s: float | None = None
-    gateway_rejected_per_s: float | None = None
     gateway_queued: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -184,7 +180,6 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         )
 
     running = _gauge_mean(points, "running")
-    waiting = _gauge_mean(points, "waiting")
     arrivals, source = _arrivals(points, finished, span)
 
     step_hist = histogram_increase(last.steps, first.steps)
@@ -194,19 +189,8 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         if c > prev and math.isfinite(le):
             max_step = le
         prev = max(prev, c)
-    prompt_hist = b.histograms.get("prompt_len")
-    hint = None
-    if prompt_hist is not None:
-        finite = [le for le, _ in prompt_hist.buckets if math.isfinite(le)]
-        hint = int(max(finite)) if finite else None
 
     gw = last.gateway
-    gw_rejected = None
-    if first.gateway is not None and gw is not None:
-        ra = first.gateway.get("outcomes", {})
-        rb = gw.get("outcomes", {})
-        gone = sum(rb.get(k, 0) - ra.get(k, 0) for k in ("rejected", "timed_out"))
-        gw_rejected = gone / span
     return Observed(
         span_s=span,
         scrapes=len(points),
@@ -219,7 +203,6 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         arrival_source=source,
         arrivals=arrivals * span,
         running_mean=running,
-        waiting_mean=waiting,
         preemptions_per_s=_delta(a, b, "preemptions") / span,
         ttft_mean_s=mean(ttft),
         ttft_p50_s=histogram_quantile(0.5, ttft.buckets) if ttft else None,
@@ -232,12 +215,9 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         output_len=output_len,
         lengths_from=lengths_from,
         max_step_tokens=max_step,
-        max_model_len_hint=hint,
         intervals=tuple(_interval(p, q) for p, q in pairwise(points)),
         gateway_limits=gw.get("limits") if gw is not None else None,
         gateway_ttft_p95_s=_nested(gw, "ttft_s", "p95"),
-        gateway_queue_wait_p95_s=_nested(gw, "queue_wait_s", "p95"),
-        gateway_rejected_per_s=gw_rejected,
         gateway_queued=(
             sum(float(p.gateway.get("queued", 0)) for p in points if p.gateway) / len(points)
             if gw is not None
