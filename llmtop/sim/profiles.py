@@ -8,7 +8,7 @@ head size, dtype). The KV-cache capacity follows from them the way vLLM sizes it
                 rounded down to whole blocks of block_size tokens
 
 unless the profile (or --kv-tokens) pins it. The efficiencies and the fixed step overhead are
-fitted constants: see llmtop/sim/engine.py for which figure fixed which number.
+fitted constants: docs/sim.md says which figure fixed which number.
 """
 
 from __future__ import annotations

@@ -5,10 +5,7 @@ blocks (max_inflight_kv_blocks), and this gateway's share of limits held elsewhe
 grants, the live replicas' room).
 
 `Budgets` counts what the admitted requests hold and `binding` is the one check of a new one:
-the limit that keeps it out, or None when it fits. A new budget: its limit in
-gateway.limits.Limits and core.base.admin_api.LIMITS, a counter here taken in `take` and given
-back in `give`, one term in `binding`, and its drain rate in gateway/admission/estimates.py for the
-predicted wait.
+the limit that keeps it out, or None when it fits (a new budget: ARCHITECTURE.md).
 
 Pure; the controller (controller.py) owns one and passes its limits in.
 """

@@ -3,10 +3,9 @@ finished per second, prompt tokens prefilled per second) and how long the engine
 first token once a request reaches it.
 
 These feed the Retry-After of a 429, the deadline queue's predicted start, the TTFT budget a
-request may spend queued, the autopilot's "turned over" signal and its prefill budget. A new
-estimator goes here: fed from the controller where a request starts, first answers
-(`first_token`, `prefilled`) or ends (`finished`), and read where the controller predicts a
-wait (`wait_s`).
+request may spend queued, the autopilot's "turned over" signal and its prefill budget; each
+is fed where a request starts, first answers (`first_token`, `prefilled`) or ends
+(`finished`), and read where the controller predicts a wait (`wait_s`).
 
 Pure: every method takes `now` from the controller's clock.
 """

@@ -2,26 +2,17 @@
 requests within the SLO.
 
 Pure; the gateway's loop calls `drive` with each scrape's signals
-(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
-gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
-yet, or no replica could be read) holds the budgets where they are, and the reason on
-/admin/stats says which.
+(`core.derive.signals.EngineSignals`) and the gateway's own counts. A figure it steps on that
+is unknown (None) holds the budgets where they are, and the reason on /admin/stats says which.
 
 * The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
-  prefilled, counted by admission request by request (no scrape lag), bounded to what the
-  engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
-  what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
-  a time, the rest wait in the gateway where they can be seen and refused early.
-* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: it starts at the
-  cache, goes at once to the overcommit that is safe for the mix (`overcommit`), and past it
-  probes upward while there is demand and what users get holds: requests served within the
-  TTFT SLO per second not falling, the engine's mean ITL and TTFT p95 inside the SLO, and the
-  engine not queueing at a full cache. vLLM may then overcommit its cache and preempt a little,
-  when that serves more. It backs off on real trouble (an SLO missed inside the engine, or
-  preemptions thrashing: more than `thrash` per request finished), holds at what the engine
-  runs when it queues at a full cache, and keeps the level that failed as a ceiling it forgets
-  slowly, so the probe comes back (docs/autopilot.md says why these and not a latency
-  gradient).
+  prefilled, bounded to what the engine prefills in `prefill_horizon_s` at its measured rate,
+  so a newly admitted request's TTFT stays near a lone one's.
+* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: from the cache to
+  the overcommit safe for the mix (`overcommit`), then probing upward while requests served
+  within the SLO per second do not fall and the engine's ITL and TTFT hold; it backs off on an
+  SLO missed inside the engine or preemptions thrashing, and keeps the level that failed as a
+  ceiling it forgets slowly. Why these signals and not a latency gradient: docs/autopilot.md.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ from typing import Any
 
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController
-from llmtop.gateway.autopilot.config import AutopilotConfig
+from llmtop.gateway.autopilot.config import AutopilotConfig as AutopilotConfig  # re-exported
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -61,9 +52,6 @@ def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
     c = 2.0 * math.sqrt(per_request) * (1.0 - h) / math.sqrt(3.0)
     x = (-c + math.sqrt(c * c + 4.0 * h * k)) / (2.0 * h)  # x = sqrt(budget)
     return max(float(cap), x * x)
-
-
-_blocks = blocks_text
 
 
 Figures = tuple[float, float, float]
@@ -132,8 +120,8 @@ class Autopilot:
         else:
             want = max(1, round(rate * c.prefill_horizon_s))
             self.prefill_reason = (
-                f"{_blocks(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
-                f" {_blocks(backlog)} tokens not yet prefilled"
+                f"{blocks_text(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
+                f" {blocks_text(backlog)} tokens not yet prefilled"
             )
         old = self.prefill_applied
         if old is not None and abs(want - old) <= c.prefill_deadband * max(old, 1):
@@ -223,11 +211,13 @@ class Autopilot:
         self._learn_held(sig, cap, in_flight_blocks)
         if self.target is None or self.applied is None:
             self.target = float(cap)
-            return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
+            return self._apply(
+                round(self.target), f"start at the KV cache: {blocks_text(cap)} blocks"
+            )
         figures, unknown = required(sig)
         if figures is None:
             self.last_reason = (
-                f"holding at {_blocks(self.applied)} blocks: {', '.join(unknown)} unknown "
+                f"holding at {blocks_text(self.applied)} blocks: {', '.join(unknown)} unknown "
                 "(not in the upstream's /metrics, or no interval yet)"
             )
             return None
@@ -249,7 +239,7 @@ class Autopilot:
             new = round(max(lo, self.target))
             if new < self.applied - self._band(cap, in_flight_blocks, in_flight):
                 return self._apply(new, full)
-            self.last_reason = f"KV budget {_blocks(self.applied)} blocks: {full}"
+            self.last_reason = f"KV budget {blocks_text(self.applied)} blocks: {full}"
             return None
         if now < self._hold_until:
             return None
@@ -362,8 +352,8 @@ class Autopilot:
     def _apply(self, new: int, why: str) -> Move:
         old = self.applied
         self.applied = new
-        shown = "none" if old is None else _blocks(old)
-        self.last_reason = f"KV budget {shown} -> {_blocks(new)} blocks: {why}"
+        shown = "none" if old is None else blocks_text(old)
+        self.last_reason = f"KV budget {shown} -> {blocks_text(new)} blocks: {why}"
         self.last_move = Move(old, new, self.last_reason)
         return self.last_move
 
@@ -395,7 +385,7 @@ def drive(
         ctl.set_limits(
             {"max_unprefilled_prompt_tokens": pre},
             source=AUTOPILOT,
-            reason=f"prefill budget {_blocks(pre)} tokens: {pilot.prefill_reason}",
+            reason=f"prefill budget {blocks_text(pre)} tokens: {pilot.prefill_reason}",
         )
     if sig is None:
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
@@ -427,12 +417,3 @@ def drive(
     if move is not None:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
     ctl.autopilot = pilot.status(ctl)
-
-
-__all__ = [
-    "AUTO_MAX_CONCURRENCY",
-    "Autopilot",
-    "AutopilotConfig",
-    "Move",
-    "drive",
-]

@@ -1,15 +1,13 @@
 """Token-length distributions rebuilt from vLLM's `request_prompt_tokens` and
 `request_generation_tokens` histograms (1-2-5 buckets up to max_model_len).
 
-The buckets alone are coarse (a 256-token output lands in (200, 500]), so sampling uniformly
-inside a bucket would get the mean wrong. The histogram's exact mean (sum/count) pins it. The
-lengths are taken uniform inside each bucket, and the range is cut where it most likely ends: at
-the top of the highest bucket when the observed mean is below the buckets' midpoints (prompts of
-256-1,536 tokens fill (1000, 2000] only to ~1,550, and a fixed 256-token output fills (200, 500]
-to ~312), else at the bottom of the lowest; the cut is where the mean comes out exact. The tail
-of the prompts sets the prefill tail and so the TTFT p95. Where one cut cannot reach the mean,
-every sample is drawn as ``lo + (hi - lo) * u ** a`` inside its bucket, with one exponent `a`
-chosen so the mean matches. The bucket shares are kept exactly. Pure.
+The buckets alone are coarse (a 256-token output lands in (200, 500]), so the histogram's
+exact mean (sum/count) pins the distribution: lengths are uniform inside each bucket, and the
+range is cut where it most likely ends (the top of the highest bucket when the mean is below
+the buckets' midpoints, else the bottom of the lowest) at the point where the mean comes out
+exact; the prompts' tail sets the prefill tail and so the TTFT p95. Where one cut cannot reach
+the mean, samples are drawn as ``lo + (hi - lo) * u ** a`` with one exponent `a` chosen so it
+matches. The bucket shares are kept exactly. Pure.
 """
 
 from __future__ import annotations
