@@ -70,7 +70,6 @@ class Prediction:
     """Share of the offered requests with client TTFT <= ttft SLO and mean ITL <= itl SLO."""
     output_tok_per_s: float
     preemptions_per_min: float
-    step_mean_s: float | None
 
 
 def candidates_for_caps(cal: Calibration, caps: Sequence[int]) -> list[Candidate]:
@@ -218,7 +217,6 @@ def _summarise(
         goodput_frac=good / n if n else None,
         output_tok_per_s=tok_per_s,
         preemptions_per_min=preempt_per_min,
-        step_mean_s=sum(d for d, _ in steps) / len(steps) if steps else None,
     )
 
 
