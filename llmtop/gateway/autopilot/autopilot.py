@@ -5,9 +5,8 @@ Pure; the gateway's loop calls `drive` with each scrape's signals
 (`core.derive.signals.EngineSignals`) and the gateway's own counts. A figure it steps on that
 is unknown (None) holds the budgets where they are, and the reason on /admin/stats says which.
 
-* The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
-  prefilled, bounded to what the engine prefills in `prefill_horizon_s` at its measured rate,
-  so a newly admitted request's TTFT stays near a lone one's.
+* The prefill budget (max_unprefilled_prompt_tokens, `prefill.PrefillBudget`): prompt tokens
+  admitted and not yet prefilled, bounded to what the engine prefills in `prefill_horizon_s`.
 * The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: from the cache to
   the overcommit safe for the mix (`overcommit`), then probing upward while requests served
   within the SLO per second do not fall and the engine's ITL and TTFT hold; it backs off on an
@@ -24,6 +23,7 @@ from typing import Any
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController
 from llmtop.gateway.autopilot.config import AutopilotConfig as AutopilotConfig  # re-exported
+from llmtop.gateway.autopilot.prefill import PrefillBudget
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -91,8 +91,7 @@ class Autopilot:
         self._probe: tuple[float, float] | None = None
         """The last probe step not yet judged: (the gain before it, served within SLO per
         second at that gain)."""
-        self.prefill_applied: int | None = None
-        self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
+        self.prefill = PrefillBudget(self.config)
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
         self.last_move: Move | None = None
         self.unread: tuple[str, ...] = ()
@@ -106,28 +105,6 @@ class Autopilot:
         self.gain = 1.0
         self._rebase = applied is not None
         """The gain is re-read from the budget taken over at the next step."""
-
-    # -- the prefill budget ----------------------------------------------------------------------
-
-    def prefill_budget(self, rate: float | None, backlog: int) -> int | None:
-        """The prefill budget for the measured rate (prompt tokens per busy second); a new
-        value only when it drifted past the deadband. Before a rate: 1 token, which admits a
-        prompt only when nothing is left to prefill (one at a time until the first answers)."""
-        c = self.config
-        if rate is None:
-            want = 1
-            self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
-        else:
-            want = max(1, round(rate * c.prefill_horizon_s))
-            self.prefill_reason = (
-                f"{blocks_text(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
-                f" {blocks_text(backlog)} tokens not yet prefilled"
-            )
-        old = self.prefill_applied
-        if old is not None and abs(want - old) <= c.prefill_deadband * max(old, 1):
-            return None
-        self.prefill_applied = want
-        return want
 
     # -- the KV budget ---------------------------------------------------------------------------
 
@@ -376,16 +353,16 @@ def drive(
     lim = ctl.limits
     if lim.mode != "auto":
         pilot.reset(None)
-        pilot.prefill_applied = None
+        pilot.prefill.applied = None
         pilot.last_reason = "manual: the autopilot is off"
         ctl.autopilot = pilot.status(ctl)
         return
-    pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
+    pre = pilot.prefill.update(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
     if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
         ctl.set_limits(
             {"max_unprefilled_prompt_tokens": pre},
             source=AUTOPILOT,
-            reason=f"prefill budget {blocks_text(pre)} tokens: {pilot.prefill_reason}",
+            reason=f"prefill budget {blocks_text(pre)} tokens: {pilot.prefill.reason}",
         )
     if sig is None:
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
