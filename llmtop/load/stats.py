@@ -1,17 +1,11 @@
 """The arithmetic of a load run: per-request results in, percentiles, goodput and a summary out.
 
 Pure (no clock, no IO) so the load generator, the demo and the tests share one definition of
-"a good request". Conventions, all documented in docs/load.md:
-
-* TTFT is measured from the moment the request was *offered* (first attempt sent), so time spent
-  waiting out a 429's Retry-After before a retry counts against it: that is what a user feels.
-* ITL is every gap between two content chunks; the summary's ITL percentiles pool all gaps. The
-  SLO's ITL is judged per request on its mean gap (TPOT), as vLLM's benchmark does.
-* Goodput = requests that completed with 200 and met every SLO bound / requests judged. A
-  request cut at the duration bound is judged only when it had already missed the SLO (its TTFT
-  bound passed with no token); otherwise it could still have made it, and is left out.
-* Arrivals of the open loop are gamma-distributed with shape = burstiness and mean 1/rate (vLLM's
-  convention): 1 is Poisson, below 1 burstier, above 1 more even.
+"a good request" (docs/load.md): TTFT counts from the first attempt's offer (a 429's
+Retry-After waited out counts against it); the SLO's ITL is judged per request on its mean gap
+(TPOT), as vLLM's benchmark does; goodput is the requests that ended 200 within every bound
+over those judged, where a request cut at the duration bound is judged only once it had
+already missed; open-loop arrivals are gamma-distributed with shape = burstiness (1: Poisson).
 """
 
 from __future__ import annotations

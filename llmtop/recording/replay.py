@@ -1,15 +1,12 @@
 """Replay a recording: a `SnapshotSource` whose poll() returns the snapshot at the playhead.
 
 The recorded RawPolls go through a fresh `Pipeline` (the `FleetPipeline` when the run watched
-several engines, as the live TUI did: replica rows and fleet findings), so the findings are
-those of the *current* rules, not the ones the live run showed. Snapshots are computed in
-order, once, and kept, so seeking back is free and seeking forward computes up to the target.
-The TUI computes them on a background thread (`start_background`: an hour of polls takes
-tens of seconds) and the playhead stops at the last computed poll meanwhile, so no key waits.
-The playhead moves in recording time: each poll() advances it by the wall time since the last
-one times `speed` (x1..x60) unless paused; step and seek pause nothing but move it at once. No
-textual here: the TUI binds keys to these methods (llmtop/tui/replay_app.py), the report
-reads `snapshots()`.
+several engines), so the findings are those of the *current* rules. Snapshots are computed in
+order, once, and kept: seeking back is free, seeking forward computes up to the target, and
+the TUI computes them on a background thread (`start_background`) while the playhead stops at
+the last one computed, so no key waits. The playhead moves in recording time (wall time x
+`speed` unless paused; step and seek move it at once). No textual here: the TUI binds keys to
+these methods, the report reads `snapshots()`.
 """
 
 from __future__ import annotations

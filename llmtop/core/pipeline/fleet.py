@@ -1,16 +1,12 @@
 """Many engines, each visible: per-replica figures and findings, fleet totals, fleet findings.
 
-A replica is one vLLM server: a `--vllm` URL, a line of `--targets`, an instance in Prometheus.
-A data-parallel server (several values of the `engine` label in one /metrics) also gets a
-sub-row per engine. Each row keeps its own counter window, health rules with hysteresis and
-history, as one engine does in `Pipeline`, so a replica's findings read as when it is watched
-alone. `rules_fleet` then compares the replicas (down, outlier, imbalance). A counter that goes
-back is a restart: an event on the fleet's log; the window already treats it as a reset (no
-negative rate), and no rule reads it as a fault. Pure: time comes from the RawPoll.
-
-`FleetPipeline.update` returns the `Snapshot` every view already reads (engines = the servers,
-findings = the fleet's, then each replica finding grouped by rule with the replicas named) and
-keeps the per-replica `Fleet` in `.fleet` for the replica table and `snapshot --json`.
+A replica is one vLLM server (a `--vllm` URL, a line of `--targets`, an instance in
+Prometheus); a data-parallel server also gets a sub-row per engine. Each row keeps its own
+counter window, rules with hysteresis and history, as `Pipeline` does for one engine, so a
+replica's findings read as when it is watched alone; `rules_fleet` then compares them. A counter
+going back is a restart: an event, a reset for the window, never a fault. Pure: time comes from
+the RawPoll. `FleetPipeline.update` returns the `Snapshot` every view reads (the fleet's
+findings, then each replica finding grouped by rule) and keeps the per-replica `Fleet` in `.fleet`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """A request's predicted KV footprint in blocks: prompt tokens plus the output it will likely make.
 
-Pure. Prompt tokens are exact for token-id prompts; for text they are prompt.py's characters/4,
-multiplied by a correction learned online from the engine's own count (vLLM's
-`prompt_tokens_total`): over a sliding window, (engine tokens - exact tokens) / estimated text
-tokens. This needs no tokenizer and no extra request per call (vLLM's /tokenize would cost a
-round trip on the hot path and exists only on vLLM); the footprint needs to be right within
-some per cent, and the autopilot's budget absorbs the rest. Expected output is min(max_tokens,
-a high quantile of what the engine actually generated lately), from vLLM's
-`request_generation_tokens` histogram; before any is seen, max_tokens, else a default. Both
-come from the autopilot's signals (`core.derive.signals`); an interval whose figures are
-unknown teaches nothing.
+Pure. Prompt tokens are exact for token-id prompts; for text, prompt.py's characters/4 times a
+correction learned online from vLLM's own `prompt_tokens_total` (no tokenizer, no extra round
+trip on the hot path: within some per cent is enough, the autopilot's budget absorbs the rest).
+Expected output is min(max_tokens, a high quantile of what the engine generated lately, from
+`request_generation_tokens`); max_tokens before any is seen, else a default. Both come from the
+autopilot's signals (`core.derive.signals`); an interval whose figures are unknown teaches nothing.
 """
 
 from __future__ import annotations

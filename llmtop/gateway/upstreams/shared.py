@@ -1,17 +1,13 @@
 """Limits shared by several gateways: one small interface, a local and a Redis implementation.
 
-`LocalLimits` is one gateway on its own (nothing to share). `RedisLimits`
-holds the global concurrency and KV budget in Redis as leases: each gateway keeps one record
-(slots and blocks held, slots and blocks wanted) that expires `ttl_s` after its last renewal, so
-a gateway that dies gives its room back within the TTL. One Lua script (atomic in Redis) drops
-the expired records, grants a gateway what it wants out of what the others do not hold (no more
-than a fair share while another gateway waits) and renews the record. Each gateway keeps its own
-queue; admission stays pure and only sees its share (`AdmissionController.set_share`).
-
-The limits and the pause state live in a Redis hash with a version; a change made through any
-gateway's admin API is written there and the others apply it at their next sync (at most one
-renewal interval later). Redis unreachable: each gateway takes its share of the limits (limit /
-live gateways last seen), says so in /admin/stats and /metrics, and rejoins at the next answer.
+`LocalLimits` is one gateway on its own. `RedisLimits` holds the global concurrency and KV
+budget as leases: each gateway's record (held, wanted) expires `ttl_s` after its last renewal,
+so a dead gateway's room comes back within the TTL; one Lua script (atomic) drops expired
+records, grants what the others do not hold (no more than a fair share while another waits)
+and renews. Admission stays pure and sees only its share (`AdmissionController.set_share`).
+The limits and the pause state live in a versioned hash, applied by every gateway at its next
+sync. Redis unreachable: each takes limit / live gateways last seen, says so in /admin/stats
+and /metrics, and rejoins at the next answer.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """An observed window -> the engine model's inputs: a profile whose roofline step time matches
 what the engine showed, its KV capacity, and the workload arriving now. Pure.
 
-The engine model's step time (llmtop/sim/engine.py) is::
-
-    step_s = overhead + max(c x tokens + attention, weights_s + kv_s x KV tokens of the decoders)
-
-Metrics give no step-by-step timing, so the four constants are fitted from what they do show:
-
-* decode floor F = overhead + weights_s and the KV slope kv_s: from the mean ITL of each scrape
-  interval (ITL sum/count) against the KV tokens in use (usage x capacity). A step that carried a
-  prefill lasts longer; its share (prefills / steps) and length (the prefill-time histogram's
-  mean) are taken out first. With too little spread in KV use to see a slope, kv_s follows from F
-  by the weights-to-KV-bytes ratio of an 8B-class GQA model (PRIOR_WEIGHT_TOKENS).
-* overhead = OVERHEAD_SHARE x F (no metric separates the two; it only matters for steps that are
-  compute-bound, where the fit of c absorbs it).
-* c, seconds per prefill token: solved so that the model's mean prefill step (scheduled -> first
-  token, over prompts drawn from the length histogram) equals the observed mean. When prefills
-  hide under the memory-bound floor, c is capped by that and taken from the ridge point
-  (PRIOR_RIDGE_TOKENS).
-
-The fitted constants are then written as a synthetic `Profile` (efficiencies 1) whose derived
-step-time coefficients are exactly these, so the real engine model runs them.
+Metrics give no step-by-step timing, so the step time's four constants are fitted from what
+they show: the decode floor and KV slope from each interval's mean ITL against the KV in use
+(prefill steps taken out first; with too little spread in KV use the slope follows from
+PRIOR_WEIGHT_TOKENS), the overhead as OVERHEAD_SHARE of the floor, and the seconds per prefill
+token so the model's mean prefill step equals the observed one (capped at the ridge point,
+PRIOR_RIDGE_TOKENS, when prefills hide under the floor). They are written as a synthetic
+`Profile` (efficiencies 1), so the real engine model runs them. The method in full:
+docs/whatif.md, "How the model is calibrated".
 """
 
 from __future__ import annotations
