@@ -50,6 +50,11 @@ def own_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return rows(p, OWN_FLAGS, default=argparse.SUPPRESS)  # not given: the plan's default
 
 
+def late_parser() -> argparse.ArgumentParser:
+    """Our flags among vLLM's arguments, by their whole names: a prefix is vLLM's."""
+    return own_flags(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     own_flags(p)
     p.add_argument("model", metavar="MODEL", help="local model directory (with config.json)")
@@ -64,9 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmtop.serve.run import options_from, serve, split_args
 
-    # whole names only: a prefix of one of ours among vLLM's arguments is vLLM's
-    own = own_flags(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
-    late, vllm_args = own.parse_known_args(split_args(args.vllm_args))
+    late, vllm_args = late_parser().parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))
 
