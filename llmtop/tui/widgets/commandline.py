@@ -5,6 +5,8 @@ from __future__ import annotations
 from textual import events
 from textual.widgets import Input
 
+from llmtop.tui.textual_compat import own_bindings
+
 
 class CommandLine(Input):
     """Hidden until `:`; the app types every key into it while it is open (`llmtop.tui.keys`).
@@ -72,7 +74,7 @@ class CommandLine(Input):
             assert event.character is not None
             self.paste(event.character)
             return True
-        for binding in self._bindings.key_to_bindings.get(event.key, ()):
+        for binding in own_bindings(self, event.key):
             if binding.action != "submit" and await self.app.run_action(binding.action, self):
                 return True
         return False
