@@ -32,6 +32,7 @@ from textual.widgets import Footer, Input
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
+from llmtop.tui.charts import Charts
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
@@ -42,8 +43,6 @@ from llmtop.tui.view.present import (
     View,
     diff_events,
     is_stale,
-    throughput_chart,
-    ttft_chart,
 )
 from llmtop.tui.view.source import SnapshotSource, WhatIfSource
 from llmtop.tui.view.whatif import candidate_caps
@@ -65,8 +64,6 @@ W = TypeVar("W", bound=Widget)
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
 MAX_EVENTS = 500
-CHART_EVERY_S = 5.0
-"""Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""
 
 
 class LlmtopApp(App[int]):
@@ -131,7 +128,6 @@ class LlmtopApp(App[int]):
         self._arrived_at: float | None = None
         self._stale = False
         self._preload = tuple(history)
-        self._chart_time: float | None = None
         self._recorder_error: str | None = None
         self._exit_after_s = exit_after_s
         self.whatif = WhatIfControls(
@@ -155,8 +151,7 @@ class LlmtopApp(App[int]):
         self.replica_nav = ReplicaNavigator(
             self, lambda: self.snapshot, partial(self._render_all, charts=True)
         )
-        self._charts: str = "none"
-        """The charts' widgets: none yet, pending (to be mounted after this frame), mounted."""
+        self.charts = Charts(self, self.history, health.slo.ttft_s, self.engine_of)
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
 
@@ -190,7 +185,7 @@ class LlmtopApp(App[int]):
         for snap in self._preload:  # a replay's past, or a screenshot's story
             self._feed(snap, charts=False)
         if self._preload:
-            self.call_after_refresh(self._render_charts)
+            self.call_after_refresh(self.charts.render)
         self.query_one(StatusHeader).recording = bool(getattr(self.recorder, "recording", False))
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
@@ -300,11 +295,7 @@ class LlmtopApp(App[int]):
         self._feed(snap, charts=None)
 
     def _feed(self, snap: Snapshot, *, charts: bool | None) -> None:
-        """`feed`; charts redraw every CHART_EVERY_S of snapshot time, or when time went back.
-
-        A 10-minute chart gains nothing from a 1 s redraw, which costs more than all the panels
-        together; `charts` forces (True) or skips (False) the redraw.
-        """
+        """`feed`; `charts` redraws them (True), skips them (False), or when due (None)."""
         prev = self.snapshot
         snap = self.controls.with_changes_here(snap)
         self.snapshot = snap
@@ -313,10 +304,7 @@ class LlmtopApp(App[int]):
         if not self.history or snap.time > self.history[-1].time:
             self.history.append(snap)
         self.log_events(*diff_events(prev, snap))
-        if charts is None:
-            last = self._chart_time
-            charts = last is None or snap.time < last or snap.time - last >= CHART_EVERY_S
-        self._render_all(charts=charts)
+        self._render_all(charts=self.charts.due(snap.time) if charts is None else charts)
         self.first_snapshot.set()
 
     def on_poll_failed(self, message: PollFailed) -> None:
@@ -369,41 +357,11 @@ class LlmtopApp(App[int]):
             if shown(panel):  # a hidden one gets the view when the layout shows it
                 panel.view = view
         if charts:
-            self._render_charts()
+            self.charts.render()
         self.replica_nav.show(view, self.history, charts=charts)
 
-    def _mount_charts(self) -> None:
-        """The two charts, once the first frame with figures is on screen: plotext and the
-        first figures (~30 ms each) wait until after it."""
-        from llmtop.tui.widgets.chart import TimeChart
-
-        boxes: list[Widget] = self._widgets("#charts")
-        if boxes and self._charts == "pending":
-            boxes[0].mount(TimeChart(id="ttft-chart"), TimeChart(id="tput-chart"))
-            self._charts = "mounted"
-            self.call_after_refresh(self._render_charts)
-
-    def _render_charts(self) -> None:
-        charts: list[Widget] = self._widgets("#charts")
-        if not charts or not charts[0].display or not self.history:
-            return
-        if self._charts != "mounted":
-            if self._charts == "none":
-                self._charts = "pending"
-                self.call_after_refresh(self._mount_charts)
-            return
-        from llmtop.tui.widgets.chart import TimeChart
-
-        self._chart_time = self.history[-1].time
-        ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
-        tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
-        # two braille dots per cell: more points than that cost CPU and show nothing
-        slo, of = self.health.slo.ttft_s, self.engine_of
-        ttft.data = ttft_chart(self.history, slo, 2 * ttft.size.width, engine_of=of)
-        tput.data = throughput_chart(self.history, 2 * tput.size.width, engine_of=of)
-
     def on_resize(self) -> None:
-        self.call_after_refresh(self._render_charts)
+        self.call_after_refresh(self.charts.render)
 
     def log_events(self, *events: LogEvent) -> None:
         if not events:
