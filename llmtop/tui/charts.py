@@ -1,8 +1,8 @@
 """The dashboard's two charts (TTFT, throughput over the last 10 minutes), owned by the app.
 
-They are mounted just after the first frame with figures (plotext and the first figures cost
-~30 ms each, so they wait until after it) and redrawn every CHART_EVERY_S of snapshot time:
-a 10-minute chart gains nothing from a 1 s redraw, which costs more than all the panels.
+They are mounted just after the first frame with figures (plotext and their first figures
+would delay it) and redrawn every CHART_EVERY_S of snapshot time: a 10-minute chart gains
+nothing from a redraw each poll, which costs more than all the panels (docs/tui.md#cost).
 """
 
 from __future__ import annotations

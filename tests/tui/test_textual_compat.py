@@ -1,5 +1,6 @@
 """What llmtop/tui/textual_compat.py leans on in Textual: the private names exist, take the
-arguments the adapter passes, and behave as its docstrings say, through a tiny App."""
+arguments the adapter passes, and behave as its docstrings say, through a tiny App; and no
+other module of llmtop uses an underscore name of Textual's."""
 
 from __future__ import annotations
 
