@@ -96,6 +96,7 @@ def app_at(
     recorder: Recorder | None = None,
     app_class: type[LlmtopApp] = LlmtopApp,
     whatif: WhatIfFeed | None = None,
+    exit_after_s: float | None = None,
     **monitor_kw: object,
 ) -> LlmtopApp:
     """The live screen as it stood `at_s` seconds into the story: a paused replay as its source
@@ -114,4 +115,5 @@ def app_at(
         clock=clock,
         recorder=recorder,
         history=replay.history(HISTORY_S) if history is None else history,
+        exit_after_s=exit_after_s,
     )
