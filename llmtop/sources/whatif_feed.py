@@ -1,6 +1,8 @@
 """The TUI's what-if source: its own rolling window of scrapes (the what-if reads histogram
 buckets the dashboard's poll drops), started the first time a prediction is asked for, and
-predictions computed on a worker thread so the UI never waits on the model.
+predictions computed on a thread of their own so the UI never waits on the model.
+`with_whatif` joins it to the snapshot source the TUI polls, so the TUI gets both from one
+object and starts no IO itself.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.errors import LlmtopError, UsageError
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import GatewayReader
@@ -146,3 +149,40 @@ class WhatIfFeed:
                 await self._task
         if self._client is not None:
             await self._client.aclose()
+
+
+class Polled(Protocol):
+    """A snapshot source (the TUI's `SnapshotSource`): polled once per interval, closed once."""
+
+    async def poll(self) -> Snapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+class SnapshotsWithWhatIf:
+    """A snapshot source that also predicts: `poll` is the source's, `analyse` the feed's, and
+    `aclose` closes both."""
+
+    def __init__(self, snapshots: Polled, feed: WhatIfFeed) -> None:
+        self.snapshots = snapshots
+        self.feed = feed
+
+    async def poll(self) -> Snapshot:
+        return await self.snapshots.poll()
+
+    async def analyse(self, caps: tuple[int, ...], *, band: bool = False) -> Analysis:
+        return await self.feed.analyse(caps, band=band)
+
+    async def aclose(self) -> None:
+        try:
+            await self.snapshots.aclose()
+        finally:
+            await self.feed.aclose()
+
+
+def with_whatif(
+    snapshots: Polled, monitor: MonitorSettings, health: HealthSettings
+) -> Polled | SnapshotsWithWhatIf:
+    """`snapshots` with the first engine's what-if joined to it; as is without an engine."""
+    feed = WhatIfFeed.from_settings(monitor, health)
+    return snapshots if feed is None else SnapshotsWithWhatIf(snapshots, feed)

@@ -3,48 +3,49 @@
 The app does not know where snapshots come from (`SnapshotSource`: the live Collector, a
 recording, a script). The poll worker awaits `source.poll()`, posts a coalescing message and
 sleeps to the next deadline, so a slow target never blocks keys and a failing one is shown, not
-fatal. Limit changes go to the gateway's admin API on their own worker, one at a time, and every
-failure is shown in a notification and in the event log.
+fatal. The app owns its parts and calls them: the key router (`keys`), the gateway's controls
+(`controls`), the what-if (`whatif`, when the source can predict) and a fleet's replicas
+(`replica_nav`).
 
-Start-up imports what the first frame needs and nothing more (tests/unit/test_import_hygiene.py,
-bench/bench_first_frame.py): the help and replica screens, the what-if and the charts (plotext)
-are imported when first used; the charts are mounted just after the first frame with figures.
+Start-up imports what the first frame needs and nothing more (tests/unit/test_import_hygiene.py):
+the help and replica screens, the what-if and the charts (plotext) are imported when first
+used; the charts are mounted just after the first frame with figures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from functools import partial
+from typing import ClassVar, TypeVar
 
-from textual.app import ComposeResult
+from textual import events
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
 from textual.widget import Widget
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import WhatIfFeed
-from llmtop.tui.controls import Recorder, one_line
+from llmtop.tui.charts import Charts
+from llmtop.tui.controls import AdminControls, Recorder, one_line
+from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
-from llmtop.tui.view import replicas
+from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.present import (
     CombinedEngines,
     LogEvent,
     View,
     diff_events,
     is_stale,
-    throughput_chart,
-    ttft_chart,
 )
-from llmtop.tui.view.source import SnapshotSource
+from llmtop.tui.view.source import SnapshotSource, WhatIfSource
+from llmtop.tui.view.whatif import candidate_caps
 from llmtop.tui.whatif import WhatIfControls
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.eventlog import EventLog
@@ -55,23 +56,17 @@ from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel, shown
-from llmtop.tui.widgets.replicas import ReplicaTable
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
-
-if TYPE_CHECKING:
-    from llmtop.tui.screens.replica import ReplicaScreen
 
 W = TypeVar("W", bound=Widget)
 
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
 MAX_EVENTS = 500
-CHART_EVERY_S = 5.0
-"""Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""
 
 
-class LlmtopApp(WhatIfControls):
+class LlmtopApp(App[int]):
     """Health at a glance, the bottleneck named, admission limits one key away."""
 
     CSS_PATH = "app.tcss"
@@ -111,10 +106,9 @@ class LlmtopApp(WhatIfControls):
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
         history: Sequence[Snapshot] = (),
-        whatif: WhatIfFeed | None = None,
+        exit_after_s: float | None = None,
     ) -> None:
         super().__init__()
-        self.whatif = whatif
         self.source = source
         self.monitor = monitor
         self.health = health
@@ -134,13 +128,30 @@ class LlmtopApp(WhatIfControls):
         self._arrived_at: float | None = None
         self._stale = False
         self._preload = tuple(history)
-        self._chart_time: float | None = None
         self._recorder_error: str | None = None
-        self._admin_lock = asyncio.Lock()
-        self.selected_replica: str | None = None
-        """The replica table's selection (its key); None: the worst, whichever it is."""
-        self._charts: str = "none"
-        """The charts' widgets: none yet, pending (to be mounted after this frame), mounted."""
+        self._exit_after_s = exit_after_s
+        self.whatif = WhatIfControls(
+            self, source if isinstance(source, WhatIfSource) else None, self.candidate_caps
+        )
+        self.controls = AdminControls(
+            self,
+            admin,
+            read_only=monitor.read_only,
+            recorder=recorder,
+            log=self.log_events,
+            changed=self._show_changes_here,
+            line_closed=self.whatif.hide_preview,
+        )
+        self.keys = KeyRouter(
+            self,
+            open_line=self.controls.open_line,
+            run_line=self.controls.run_line,
+            close_line=self.controls.close_line,
+        )
+        self.replica_nav = ReplicaNavigator(
+            self, lambda: self.snapshot, partial(self._render_all, charts=True)
+        )
+        self.charts = Charts(self, self.history, health.slo.ttft_s, self.engine_of)
         self.first_snapshot = asyncio.Event()
         """Set once the first snapshot is on screen (tests and screenshots wait on it)."""
 
@@ -174,18 +185,74 @@ class LlmtopApp(WhatIfControls):
         for snap in self._preload:  # a replay's past, or a screenshot's story
             self._feed(snap, charts=False)
         if self._preload:
-            self.call_after_refresh(self._render_charts)
+            self.call_after_refresh(self.charts.render)
         self.query_one(StatusHeader).recording = bool(getattr(self.recorder, "recording", False))
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
+        if self._exit_after_s is not None:
+            self.set_timer(self._exit_after_s, partial(self.exit, 0))
 
     async def on_unmount(self) -> None:
-        closes = (self.source.aclose, self.admin.aclose if self.admin else None)
-        for close in (*closes, self.whatif.aclose if self.whatif else None):
+        for close in (self.source.aclose, self.admin.aclose if self.admin else None):
             if close is None:
                 continue
             with contextlib.suppress(Exception):  # closing never turns an exit into a traceback
                 await close()
+
+    # -- keys: every one goes to the router; the bindings' actions call the parts ----------
+
+    async def on_event(self, event: events.Event) -> None:
+        if not await self.keys.take(event):
+            await super().on_event(event)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.whatif.line_changed(event.input)
+
+    def action_cap(self, delta: int) -> None:
+        self.controls.cap(delta)
+
+    def action_queue(self, direction: int) -> None:
+        self.controls.queue(direction)
+
+    def action_command(self) -> None:
+        self.controls.open_line()
+
+    def action_pause(self) -> None:
+        self.controls.pause()
+
+    def action_autopilot(self) -> None:
+        self.controls.autopilot()
+
+    def action_record(self) -> None:
+        self.controls.record()
+
+    def action_whatif(self) -> None:
+        self.whatif.open_screen()
+
+    def action_select_replica(self, step: int) -> None:
+        self.replica_nav.select(step)
+
+    def action_open_replica(self) -> None:
+        self.replica_nav.open()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The replica keys exist only for a fleet (a single engine's footer is unchanged)."""
+        return self.replica_nav.allows(action)
+
+    def action_help(self) -> None:
+        from llmtop.tui.screens.help import HelpScreen
+
+        self.push_screen(HelpScreen())
+
+    def candidate_caps(self) -> tuple[int, ...]:
+        """The caps the what-if predicts now, from the latest snapshot and history."""
+        return candidate_caps(self.snapshot, self.history, self.health.kv_target_frac)
+
+    def _show_changes_here(self) -> None:
+        """A change made here shows now, not at the next poll."""
+        if self.snapshot is not None:
+            self.snapshot = self.controls.with_changes_here(self.snapshot)
+            self._render_all(charts=False)
 
     # -- polling --------------------------------------------------------------------------
 
@@ -217,7 +284,7 @@ class LlmtopApp(WhatIfControls):
         error = getattr(self.recorder, "error", None)
         if error and error != self._recorder_error:
             self._recorder_error = error
-            self._failed("recording", str(error))
+            self.controls.failed("recording", str(error))
         rec = self.recorder
         for header in self._widgets(StatusHeader):
             if rec is not None and hasattr(rec, "recording"):
@@ -228,23 +295,16 @@ class LlmtopApp(WhatIfControls):
         self._feed(snap, charts=None)
 
     def _feed(self, snap: Snapshot, *, charts: bool | None) -> None:
-        """`feed`; charts redraw every CHART_EVERY_S of snapshot time, or when time went back.
-
-        A 10-minute chart gains nothing from a 1 s redraw, which costs more than all the panels
-        together; `charts` forces (True) or skips (False) the redraw.
-        """
+        """`feed`; `charts` redraws them (True), skips them (False), or when due (None)."""
         prev = self.snapshot
-        snap = self._after_changes_here(snap)
+        snap = self.controls.with_changes_here(snap)
         self.snapshot = snap
         self.poll_error = None
         self._arrived_at = self._clock()
         if not self.history or snap.time > self.history[-1].time:
             self.history.append(snap)
         self.log_events(*diff_events(prev, snap))
-        if charts is None:
-            last = self._chart_time
-            charts = last is None or snap.time < last or snap.time - last >= CHART_EVERY_S
-        self._render_all(charts=charts)
+        self._render_all(charts=self.charts.due(snap.time) if charts is None else charts)
         self.first_snapshot.set()
 
     def on_poll_failed(self, message: PollFailed) -> None:
@@ -290,120 +350,18 @@ class LlmtopApp(WhatIfControls):
         if view is None:
             return
         self._stale = view.stale
-        fleet = replicas.fleet_of(view.snapshot)
-        if self.screen_stack and self.screen_stack[0].has_class("-fleet") != (fleet is not None):
-            self._fleet_layout(fleet is not None)
+        self.replica_nav.layout(view.snapshot)
         for header in self._widgets(StatusHeader):  # none while starting or shutting down
             header.view = view
         for panel in self._widgets(Panel):
             if shown(panel):  # a hidden one gets the view when the layout shows it
                 panel.view = view
         if charts:
-            self._render_charts()
-        self._render_replica(view, charts=charts)
-
-    # -- the fleet --------------------------------------------------------------------------
-
-    def _fleet_layout(self, fleet: bool) -> None:
-        """The replica table in place of the panels (app.tcss: -fleet), mounted the first time
-        a fleet shows, so that one engine's screen has not a widget more."""
-        main = self.screen_stack[0]
-        main.set_class(fleet, "-fleet")
-        if fleet and not main.query(ReplicaTable):
-            main.mount(ReplicaTable(id="replicas"), after=main.query_one("#findings"))
-        if not fleet:  # the panels skipped while hidden: fill them once they show
-            self.call_after_refresh(self._render_all, charts=True)
-        self.refresh_bindings()  # the replica keys work only for a fleet
-
-    def _render_replica(self, view: View, *, charts: bool) -> None:
-        """The open replica's full view, on that replica's own figures, findings, history."""
-        screen = self._replica_screen()
-        if screen is None:
-            return
-        fleet = replicas.fleet_of(view.snapshot)
-        key = (
-            fleet.replicas[replicas.index_of(fleet, self.selected_replica)].key
-            if fleet is not None and fleet.replicas
-            else None
-        )
-        r = replicas.find(fleet, key)
-        if r is None:
-            return
-        own = replace(
-            view,
-            snapshot=replicas.replica_snapshot(view.snapshot, r),
-            engine=r.stats,
-            history=replicas.replica_history(self.history, r.key),
-        )
-        screen.show(r.name, own, charts=charts)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The replica keys exist only for a fleet (a single engine's footer is unchanged)."""
-        if action in ("select_replica", "open_replica"):
-            fleet = replicas.fleet_of(self.snapshot) is not None
-            return fleet and not (action == "open_replica" and self._replica_screen() is not None)
-        return True
-
-    def action_select_replica(self, step: int) -> None:
-        fleet = replicas.fleet_of(self.snapshot)
-        if fleet is None or not fleet.replicas:
-            return
-        i = replicas.index_of(fleet, self.selected_replica) + step
-        self.selected_replica = fleet.replicas[max(0, min(i, len(fleet.replicas) - 1))].key
-        for table in self._widgets(ReplicaTable):
-            table.selected = self.selected_replica
-        self._render_all(charts=True)
-
-    def action_open_replica(self) -> None:
-        fleet = replicas.fleet_of(self.snapshot)
-        if fleet is None or not fleet.replicas or self._replica_screen() is not None:
-            return
-        from llmtop.tui.screens.replica import ReplicaScreen
-
-        r = fleet.replicas[replicas.index_of(fleet, self.selected_replica)]
-        self.selected_replica = r.key
-        self.push_screen(ReplicaScreen(r.name))
-        self.call_after_refresh(self._render_all, charts=True)
-
-    def _replica_screen(self) -> ReplicaScreen | None:
-        """The replica screen on top, if one is; its module is imported when the first opens,
-        so before that none can be."""
-        module = sys.modules.get("llmtop.tui.screens.replica")
-        screen = self.screen_stack[-1] if self.screen_stack else None
-        return screen if module is not None and isinstance(screen, module.ReplicaScreen) else None
-
-    def _mount_charts(self) -> None:
-        """The two charts, once the first frame with figures is on screen: plotext and the
-        first figures (~30 ms each) wait until after it."""
-        from llmtop.tui.widgets.chart import TimeChart
-
-        boxes: list[Widget] = self._widgets("#charts")
-        if boxes and self._charts == "pending":
-            boxes[0].mount(TimeChart(id="ttft-chart"), TimeChart(id="tput-chart"))
-            self._charts = "mounted"
-            self.call_after_refresh(self._render_charts)
-
-    def _render_charts(self) -> None:
-        charts: list[Widget] = self._widgets("#charts")
-        if not charts or not charts[0].display or not self.history:
-            return
-        if self._charts != "mounted":
-            if self._charts == "none":
-                self._charts = "pending"
-                self.call_after_refresh(self._mount_charts)
-            return
-        from llmtop.tui.widgets.chart import TimeChart
-
-        self._chart_time = self.history[-1].time
-        ttft = self.screen_stack[0].query_one("#ttft-chart", TimeChart)
-        tput = self.screen_stack[0].query_one("#tput-chart", TimeChart)
-        # two braille dots per cell: more points than that cost CPU and show nothing
-        slo, of = self.health.slo.ttft_s, self.engine_of
-        ttft.data = ttft_chart(self.history, slo, 2 * ttft.size.width, engine_of=of)
-        tput.data = throughput_chart(self.history, 2 * tput.size.width, engine_of=of)
+            self.charts.render()
+        self.replica_nav.show(view, self.history, charts=charts)
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self._render_charts)
+        self.call_after_refresh(self.charts.render)
 
     def log_events(self, *events: LogEvent) -> None:
         if not events:
@@ -411,8 +369,3 @@ class LlmtopApp(WhatIfControls):
         self.events.extend(events)
         for log in self._widgets(EventLog):
             log.events = tuple(self.events)
-
-    def action_help(self) -> None:
-        from llmtop.tui.screens.help import HelpScreen
-
-        self.push_screen(HelpScreen())

@@ -1,8 +1,8 @@
-"""The keys that change the gateway: limits, pause/resume, the command line, recording.
+"""What the keys change: the gateway's limits, pause/resume, the `:` command line, recording.
 
 Each change runs on its own worker, one at a time, against the admin API; success and every
 failure (down, timeout, 401, 400, 5xx) are shown as a notification and written to the event
-log. `--read-only` turns each of these keys into a notice. Mixed into `LlmtopApp`.
+log. `--read-only` turns each of these keys into a notice.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from textual.app import App
 from textual.widgets import Footer
 
 from llmtop.core.base.snapshot import GatewayStats, Snapshot
 from llmtop.errors import LlmtopError
-from llmtop.settings import MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.tui.keys import KeyRouter
 from llmtop.tui.screens.confirm import ConfirmScreen
 from llmtop.tui.view import commands
 from llmtop.tui.view.present import LogEvent, limit_text
+from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.work import start_worker
 
@@ -43,33 +43,53 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-class AdminControls(KeyRouter):
-    """Key actions that change the gateway; the app provides the state and the rendering."""
+class AdminControls:
+    """The gateway's keys and the command line, owned by the app.
 
-    admin: AdminClient | None
-    monitor: MonitorSettings
-    recorder: Recorder | None
-    snapshot: Snapshot | None
-    _admin_lock: asyncio.Lock
+    `app` shows notifications, runs the workers and the pause question; `log` writes the event
+    log; `changed` is called after a change made here, for the app to show it now
+    (`with_changes_here`); `line_closed` after the command line closes.
+    """
 
-    def _render_all(self, *, charts: bool) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        app: App[Any],
+        admin: AdminClient | None,
+        *,
+        read_only: bool,
+        recorder: Recorder | None,
+        log: Callable[[LogEvent], None],
+        changed: Callable[[], None],
+        line_closed: Callable[[], None],
+    ) -> None:
+        self.app = app
+        self.admin = admin
+        self.read_only = read_only
+        self.recorder = recorder
+        self._log = log
+        self._changed = changed
+        self._line_closed = line_closed
+        self._lock = asyncio.Lock()
+        self._set_here: tuple[float, dict[str, Any]] | None = None
+        """(wall time, fields): the gateway's state as the last change made here left it."""
+        self._asking_pause = False
+        """`p` asked and the answer is not in: another `p` asks nothing more (two questions
+        would stack)."""
 
-    def log_events(self, *events: LogEvent) -> None:
-        raise NotImplementedError
-
-    def _can_change(self, what: str) -> bool:
-        if self.monitor.read_only:
-            self.notify(f"read-only: {what} is disabled", severity="warning", timeout=3)
+    def can_change(self, what: str) -> bool:
+        """Whether a change may be sent; if not, the notice says why."""
+        if self.read_only:
+            self.app.notify(f"read-only: {what} is disabled", severity="warning", timeout=3)
             return False
         if self.admin is None:
-            self.notify(f"{what}: no gateway configured (--gateway URL)", severity="error")
+            self.app.notify(f"{what}: no gateway configured (--gateway URL)", severity="error")
             return False
         return True
 
-    def _failed(self, what: str, error: str) -> None:
-        self.notify(error, title=f"{what} failed", severity="error", timeout=8)
-        self.log_events(LogEvent(time.time(), "error", f"{what} failed: {error}"))
+    def failed(self, what: str, error: str) -> None:
+        """A failure, as a notification and in the event log."""
+        self.app.notify(error, title=f"{what} failed", severity="error", timeout=8)
+        self._log(LogEvent(time.time(), "error", f"{what} failed: {error}"))
 
     def _run_change(self, what: str, change: Callable[[AdminClient], Awaitable[str]]) -> None:
         """Run one admin call on its own worker, one at a time; show success and failure."""
@@ -78,26 +98,23 @@ class AdminControls(KeyRouter):
             return
 
         async def job() -> None:
-            async with self._admin_lock:
+            async with self._lock:
                 try:
                     done = await change(admin)
-                except LlmtopError as e:
-                    self._failed(what, one_line(e))
+                except Exception as e:  # LlmtopError, or an unexpected bug: both are shown
+                    self.failed(what, one_line(e))
                     return
-                except Exception as e:  # an unexpected bug still reaches the screen
-                    self._failed(what, one_line(e))
-                    return
-            self.notify(done, title="gateway", timeout=3)
-            self.log_events(LogEvent(time.time(), "change", done))
+            self.app.notify(done, title="gateway", timeout=3)
+            self._log(LogEvent(time.time(), "change", done))
 
-        start_worker(self, job, group="admin", exit_on_error=False)
+        start_worker(self.app, job, group="admin", exit_on_error=False)
 
     def _set_limits(self, what: str, step: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         async def change(admin: AdminClient) -> str:
             current = dict(await admin.get_limits())
             changes = step(current)
             new = await admin.set_limits(**changes)
-            self._show_limits(new)
+            self._made_here(new)
             return "set " + ", ".join(
                 f"{commands.label_of(k)} {limit_text(k, current.get(k))} -> "
                 f"{limit_text(k, new.get(k, v))}"
@@ -106,24 +123,17 @@ class AdminControls(KeyRouter):
 
         self._run_change(what, change)
 
-    _set_here: tuple[float, dict[str, Any]] | None = None
-    """(wall time, fields): the gateway's state as the last change made here left it."""
-
-    def _show_limits(self, limits: dict[str, Any]) -> None:
-        """Show new limits now, not at the next poll (which then sees no change to log)."""
-        snap = self.snapshot
-        if snap is None or snap.gateway is None:
-            return
+    def _made_here(self, limits: dict[str, Any]) -> None:
+        """Remember what a change made here left, and have the app show it now, not at the
+        next poll (which would then see no change to log)."""
         fields = {k: v for k, v in limits.items() if k in GatewayStats.__dataclass_fields__}
         before = self._set_here[1] if self._set_here is not None else {}
         self._set_here = (time.time(), {**before, **fields})
-        self.snapshot = replace(snap, gateway=replace(snap.gateway, **fields))
-        self._render_all(charts=False)
+        self._changed()
 
-    def _after_changes_here(self, snap: Snapshot) -> Snapshot:
-        """A poll that began before a change made here was answered read the gateway before
-        it: it shows the state that change left, not the one before (the log would say the
-        limit went back, then forward again at the next poll)."""
+    def with_changes_here(self, snap: Snapshot) -> Snapshot:
+        """`snap` with the state the last change made here left, if it was read before that
+        change was answered (else the log would say the limit went back, then forward)."""
         if self._set_here is None or snap.gateway is None:
             return snap
         at, fields = self._set_here
@@ -132,9 +142,10 @@ class AdminControls(KeyRouter):
             return snap
         return replace(snap, gateway=replace(snap.gateway, **fields))
 
-    def action_cap(self, delta: int) -> None:
+    def cap(self, delta: int) -> None:
+        """`+` / `-`: the cap one step up or down (`commands.step_concurrency`)."""
         what = f"cap {delta:+d}"
-        if self._can_change(what):
+        if self.can_change(what):
             self._set_limits(
                 what,
                 lambda cur: {
@@ -142,55 +153,58 @@ class AdminControls(KeyRouter):
                 },
             )
 
-    def action_autopilot(self) -> None:
+    def autopilot(self) -> None:
         """`a`: hand the KV budget to the autopilot, or take it back (mode auto <-> manual)."""
-        if self._can_change("autopilot"):
+        if self.can_change("autopilot"):
             self._set_limits(
                 "autopilot",
                 lambda cur: {"mode": "manual" if cur.get("mode") == "auto" else "auto"},
             )
 
-    def action_queue(self, direction: int) -> None:
+    def queue(self, direction: int) -> None:
+        """`]` / `[`: the queue one step up or down."""
         what = f"queue {direction * commands.QUEUE_STEP:+d}"
-        if self._can_change(what):
+        if self.can_change(what):
             self._set_limits(
                 what,
                 lambda cur: {"max_queue": commands.step_queue(cur.get("max_queue"), direction)},
             )
 
-    def action_command(self) -> None:
-        """`:` opens the command line; the keys typed behind it go into it (`tui.keys`)."""
-        if not self._can_change("the command line"):
-            return
-        dashboard = self.screen_stack[0]
-        while self.screen is not dashboard:  # a replica's view: the line is on the dashboard
-            self.pop_screen()
-        dashboard.query_one(Footer).display = False  # its keys are text while typing
-        self._command_line().open()
+    def _dashboard_parts(self) -> tuple[CommandLine, Footer]:
+        dashboard = self.app.screen_stack[0]
+        return dashboard.query_one(CommandLine), dashboard.query_one(Footer)
 
-    def action_command_run(self) -> None:
-        """Enter in the command line: close it, then run what it held."""
-        line = self._command_line()
-        text = line.value.strip()
-        self.action_command_close()
+    def open_line(self) -> None:
+        """`:` opens the command line, on the dashboard (a replica's screen closes first)."""
+        if not self.can_change("the command line"):
+            return
+        app = self.app
+        while app.screen is not app.screen_stack[0]:
+            app.pop_screen()
+        line, footer = self._dashboard_parts()
+        footer.display = False  # its keys are text while typing
+        line.open()
+
+    def run_line(self) -> None:
+        """Enter in the line: close it, then run what it held."""
+        text = self._dashboard_parts()[0].value.strip()
+        self.close_line()
         if text:
             self.run_command(text)
 
-    def action_command_close(self) -> None:
-        """Escape in the command line (and after Enter): the keys are the dashboard's again."""
-        self._command_line().close()
-        self.screen_stack[0].query_one(Footer).display = True
-        self.command_closed()
-
-    def command_closed(self) -> None:
-        """Hook: the command line closed (the what-if preview goes with it)."""
+    def close_line(self) -> None:
+        """Escape in the line (and after Enter): the keys are the dashboard's again."""
+        line, footer = self._dashboard_parts()
+        line.close()
+        footer.display = True
+        self._line_closed()
 
     def run_command(self, text: str) -> None:
         """One `:` command: a limit change or pause/resume; a bad one is said, not run."""
         try:
             parsed = commands.parse_command(text)
         except LlmtopError as e:
-            self._failed(f":{text}", one_line(e))
+            self.failed(f":{text}", one_line(e))
             return
         if parsed == "pause":
             self._pause_or_resume(pause=True)
@@ -200,14 +214,10 @@ class AdminControls(KeyRouter):
             changes = parsed
             self._set_limits(f":{text}", lambda _cur: changes)
 
-    _asking_pause = False
-    """`p` asked and the answer is not in: another `p` typed before the question showed asks
-    nothing more (two questions would stack)."""
-
-    def action_pause(self) -> None:
+    def pause(self) -> None:
         """`p`: ask the gateway whether it is paused, then ask the user. A `y` typed before the
         question shows is dropped on purpose: a confirmation must follow the question."""
-        if not self._can_change("pause/resume") or self.admin is None or self._asking_pause:
+        if not self.can_change("pause/resume") or self.admin is None or self._asking_pause:
             return
         admin = self.admin
         self._asking_pause = True
@@ -218,17 +228,18 @@ class AdminControls(KeyRouter):
                 try:  # the gateway's own state, not a poll that may be a second old
                     paused = bool((await admin.get_stats()).get("paused"))
                 except LlmtopError as e:
-                    self._failed("pause/resume", one_line(e))
+                    self.failed("pause/resume", one_line(e))
                     return
-                self._confirm_pause(paused)
+                self.ask_pause(paused=paused)
                 asked = True
             finally:
                 if not asked:
                     self._asking_pause = False
 
-        start_worker(self, ask, group="admin", exit_on_error=False)
+        start_worker(self.app, ask, group="admin", exit_on_error=False)
 
-    def _confirm_pause(self, paused: bool) -> None:
+    def ask_pause(self, *, paused: bool) -> None:
+        """The question: resume if `paused`, else pause; yes sends it."""
         if paused:
             question, detail = "Resume admission?", "Queued requests start flowing to the engine."
         else:
@@ -243,24 +254,27 @@ class AdminControls(KeyRouter):
             if yes:
                 self._pause_or_resume(pause=not paused)
 
-        self.push_screen(ConfirmScreen(question, detail), answered)
+        self.app.push_screen(ConfirmScreen(question, detail), answered)
 
     def _pause_or_resume(self, *, pause: bool) -> None:
         async def change(admin: AdminClient) -> str:
             state = await (admin.pause() if pause else admin.resume())
-            self._show_limits({"paused": state})
+            self._made_here({"paused": state})
             return "admission PAUSED" if state else "admission resumed"
 
         self._run_change("pause" if pause else "resume", change)
 
-    def action_record(self) -> None:
+    def record(self) -> None:
+        """`r`: start or stop the recorder (REC in the header)."""
         if self.recorder is None:
-            self.notify("recording not available (start with --record FILE)", severity="warning")
+            self.app.notify(
+                "recording not available (start with --record FILE)", severity="warning"
+            )
             return
         try:
             on = self.recorder.toggle()
         except LlmtopError as e:
-            self._failed("recording", one_line(e))
+            self.failed("recording", one_line(e))
             return
-        self.query_one(StatusHeader).recording = on
-        self.notify("recording" if on else "recording stopped", timeout=3)
+        self.app.query_one(StatusHeader).recording = on
+        self.app.notify("recording" if on else "recording stopped", timeout=3)

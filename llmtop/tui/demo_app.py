@@ -1,8 +1,8 @@
 """`llmtop demo`'s screen: the live app with one line on top that says what to do now.
 
 The line reads the cap from the active findings at every poll (`suggested_cap`: the `:cap N`
-their action shows), so the demo's advice is the finding's own and changes when it does (51 at
-the cliff, 9 once the 4,000-token prompts fill the cache), never a number fixed in a scenario.
+their action shows), so the demo's advice is the finding's own and changes when it does,
+never a number fixed in a scenario.
 """
 
 from __future__ import annotations

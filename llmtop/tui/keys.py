@@ -1,76 +1,74 @@
-"""Every key and paste, handled by the app one at a time in the order they arrived.
+"""Every key and paste, acted on one at a time in the order they arrived.
 
-A burst (a paste, `tmux send-keys ':cap 3' Enter +`, a fast typist) reaches the app in one
-read of the terminal. Textual routes a key through more than one queue (priority bindings run
-when the key reaches the app, the rest go to the focused widget's queue and come back to the app
-to find their binding), so the keys of a burst could act out of order: an Enter ran the command
-line before the characters ahead of it were in it. Here each key is decided when it arrives, on
-the state the keys before it left: into the open command line (`CommandLine`, whose docstring
-tells the story), or the one binding the screen on top has for it, looked up once with
-Textual's own lookup (`App._check_bindings`, textual 8.2). Nothing is forwarded to a widget's
-queue, so no key can act later on a screen it was not typed on; a key that no binding takes
-does nothing (no widget here reads keys itself; the app types into the line). Keys behind one
-that opened a screen wait, in order, until that screen is mounted. Mixed into `LlmtopApp`
-under the admin keys.
+A burst (a paste, `tmux send-keys ':cap 3' Enter +`, a fast typist) reaches the app in one read
+of the terminal, and Textual's own routing (priority bindings at the app, the rest through the
+focused widget's queue and back) could make its keys act out of order. So the app hands every
+key and paste to a `KeyRouter`, which decides each on the state the keys before it left: into
+the open command line, Enter or Escape for the line, or the one binding the screen on top has
+for it. Nothing is forwarded to a widget's queue, a key no binding takes does nothing, and keys
+behind one that opened a screen wait, in order, until that screen is mounted.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from textual import events
 from textual.app import App
 from textual.screen import ModalScreen
 
+from llmtop.tui.textual_compat import run_binding
 from llmtop.tui.widgets.commandline import CommandLine
 
 MOUNT_WAIT_S = 5.0
-"""How long keys wait for the screen a key before them opened (`w`, `?`, Enter on a replica,
-the pause question) to be mounted, so that they act on that screen, as typed, not on one half
-built."""
+"""How long keys wait for the screen a key before them opened to be mounted, so that they act
+on that screen as typed, not on one half built."""
 HELD_RETRY_S = 0.01
 """How often held keys look again whether their screen is mounted."""
 
 
-class KeyRouter(App[int]):
-    """Routes keys and pastes in arrival order; the admin controls provide the line's actions."""
+class KeyRouter:
+    """Routes the app's keys and pastes in arrival order; the app passes every one to `take`.
 
-    def _command_line(self) -> CommandLine:
-        return self.screen_stack[0].query_one(CommandLine)
+    `open_line`, `run_line` and `close_line` are what `:` (or a paste), Enter and Escape do to
+    the command line; the router only decides when they happen.
+    """
 
-    def action_command(self) -> None:
-        """`:` opens the command line (or says why it cannot)."""
-        raise NotImplementedError
+    def __init__(
+        self,
+        app: App[Any],
+        *,
+        open_line: Callable[[], None],
+        run_line: Callable[[], None],
+        close_line: Callable[[], None],
+    ) -> None:
+        self.app = app
+        self._open_line = open_line
+        self._run_line = run_line
+        self._close_line = close_line
+        self._held: deque[events.Key | events.Paste] = deque()
+        """Keys and pastes waiting, in order, for the screen on top to be mounted."""
+        self._held_since: float | None = None
+        self._retry_armed = False
 
-    def action_command_run(self) -> None:
-        """Enter in the line: close it, then run what it held."""
-        raise NotImplementedError
-
-    def action_command_close(self) -> None:
-        """Escape in the line: close it, discarding what it held."""
-        raise NotImplementedError
-
-    _held: deque[events.Key | events.Paste] | None = None
-    """Keys and pastes that arrived while a screen was still being built, or behind such a key:
-    they wait here, in order, and act on that screen once it is mounted."""
-    _held_since: float | None = None
-    _retry_armed = False
-
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
-            if isinstance(event, events.Key) and not self.app_focus:
-                self.app_focus = True  # as Textual does on a key
-            if self._held is None:
-                self._held = deque()
-            self._held.append(event)
-            await self._handle_held()
-            return
-        await super().on_event(event)
+    async def take(self, event: events.Event) -> bool:
+        """Act on (or hold) `event` if it is a key or paste from the terminal; False: it is
+        not one, the app handles it as usual."""
+        if not isinstance(event, (events.Key, events.Paste)) or event.is_forwarded:
+            return False
+        if isinstance(event, events.Key) and not self.app.app_focus:
+            self.app.app_focus = True  # as Textual does on a key
+        self._held.append(event)
+        await self._handle_held()
+        return True
 
     def _screen_ready(self) -> bool:
         """The screen on top is mounted (or has had MOUNT_WAIT_S): its keys may act on it."""
-        if not self.screen_stack or self.screen.is_mounted:
+        app = self.app
+        if not app.screen_stack or app.screen.is_mounted:
             self._held_since = None
             return True
         now = time.monotonic()
@@ -87,10 +85,10 @@ class KeyRouter(App[int]):
             if isinstance(event, events.Key):
                 await self._route_key(event)
             else:
-                await self._route_paste(event)
+                self._route_paste(event)
         if held and not self._retry_armed:
             self._retry_armed = True
-            self.set_timer(HELD_RETRY_S, self._retry_held)
+            self.app.set_timer(HELD_RETRY_S, self._retry_held)
 
     async def _retry_held(self) -> None:
         self._retry_armed = False
@@ -98,34 +96,35 @@ class KeyRouter(App[int]):
 
     def _line_holding_keys(self) -> CommandLine | None:
         """The command line when it is open and its screen (the dashboard) is on top."""
-        if not self.screen_stack or self.screen is not self.screen_stack[0]:
+        app = self.app
+        if not app.screen_stack or app.screen is not app.screen_stack[0]:
             return None
-        lines = list(self.screen_stack[0].query(CommandLine))
+        lines = list(app.screen_stack[0].query(CommandLine))
         return lines[0] if lines and lines[0].is_open else None
 
     async def _route_key(self, event: events.Key) -> None:
-        """Act on one key now: into the open line, else the binding the screen on top has for
-        it (priority bindings from the app down, then the others from the focused widget up,
-        as Textual looks them up, but here and now instead of after a trip through queues)."""
-        if not self.screen_stack:
+        """One key now: into the open line, else the binding the screen on top has for it
+        (priority bindings first, as Textual looks them up)."""
+        if not self.app.screen_stack:
             return
         line = self._line_holding_keys()
         key = event.key
         if line is None:
-            if not await self._check_bindings(key, priority=True):
-                await self._check_bindings(key)
+            if not await run_binding(self.app, key, priority=True):
+                await run_binding(self.app, key, priority=False)
         elif key == "enter":
-            self.action_command_run()
+            self._run_line()
         elif key == "escape":
-            self.action_command_close()
-        elif event.is_printable or not await self._check_bindings(key, priority=True):
+            self._close_line()
+        elif event.is_printable or not await run_binding(self.app, key, priority=True):
             await line.type_key(event)  # ctrl+c still quits; a key the line has no use for: none
 
-    async def _route_paste(self, event: events.Paste) -> None:
+    def _route_paste(self, event: events.Paste) -> None:
         """A paste goes into the open line; with the line closed its first line opens it, to
-        be read and run with Enter (or dropped with Escape), never run by the paste itself. On
-        a dialog it does nothing: nothing there reads text."""
-        if not self.screen_stack or isinstance(self.screen, ModalScreen):
+        be run with Enter (or dropped with Escape), never by the paste itself. On a dialog it
+        does nothing: nothing there reads text."""
+        app = self.app
+        if not app.screen_stack or isinstance(app.screen, ModalScreen):
             return
         line = self._line_holding_keys()
         if line is not None:
@@ -134,7 +133,7 @@ class KeyRouter(App[int]):
         first = next((t for t in event.text.splitlines() if t.strip()), "")
         text = first.strip().lstrip(":").strip()
         if text:
-            self.action_command()  # read-only, no gateway: it says why and stays closed
+            self._open_line()  # read-only, no gateway: it says why and stays closed
             line = self._line_holding_keys()
             if line is not None:
                 line.paste(text)

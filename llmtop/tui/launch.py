@@ -1,19 +1,20 @@
 """The TUI's wiring, once for every command that opens it: `top` and `demo` get the live app
-(collector -> recorder -> app, with the admin client), `replay` gets the app on a recording.
+(collector -> recorder -> app, the what-if joined to that source, with the admin client),
+`replay` gets the app on a recording. Every source and client is built here from sources/ and
+recording/; the app itself opens no connection and starts no thread.
 
 What `top` does not show on its first frame is imported when used: a fleet's collector, the
 replay (tests/unit/test_import_hygiene.py)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import WhatIfFeed
+from llmtop.sources.whatif_feed import with_whatif
 from llmtop.tui.app import LlmtopApp
 
 
@@ -39,24 +40,15 @@ def run_live(
     if monitor.record:
         recorder.open()
     app = app_class(
-        RecordingSource(collector, recorder),
+        with_whatif(RecordingSource(collector, recorder), monitor, health),
         monitor=monitor,
         health=health,
         admin=AdminClient.from_settings(monitor),
         recorder=recorder,
         title=title,
-        whatif=WhatIfFeed.from_settings(monitor, health),
+        exit_after_s=exit_after_s,
     )
-    timer: threading.Timer | None = None
-    if exit_after_s is not None:
-        timer = threading.Timer(exit_after_s, lambda: app.call_from_thread(app.exit, 0))
-        timer.daemon = True
-        timer.start()
-    try:
-        result = app.run()
-    finally:
-        if timer is not None:
-            timer.cancel()
+    result = app.run()
     return int(result or 0) if app.return_code is None else app.return_code
 
 

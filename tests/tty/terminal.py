@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 
 DEADLINE_S = 45.0
-"""How long a condition may take on a loaded 2-core box (the first frame alone can take 5 s)."""
+"""How long a condition may take: long enough for a first frame on a loaded machine, so that a
+test fails only on a condition that does not come."""
 POLL_S = 0.1
 
 

@@ -20,6 +20,7 @@ from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.textual_compat import notification_texts
 from llmtop.tui.view.source import SnapshotSource
 from llmtop.whatif.model.window import Point
 from tests.support.whatif_truth import scrape_run
@@ -98,7 +99,7 @@ async def settle(app: LlmtopApp, pilot: Pilot[Any], timeout_s: float = 10.0) -> 
 
 def notes(app: LlmtopApp) -> list[str]:
     """The texts of the notifications on screen."""
-    return [n.message for n in app._notifications]
+    return notification_texts(app)
 
 
 def log_texts(app: LlmtopApp) -> list[str]:

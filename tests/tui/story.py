@@ -20,7 +20,7 @@ from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import WhatIfFeed
+from llmtop.sources.whatif_feed import SnapshotsWithWhatIf, WhatIfFeed
 from llmtop.tui.app import HISTORY_S, LlmtopApp
 from llmtop.tui.controls import Recorder
 from llmtop.tui.view.source import SnapshotSource
@@ -96,21 +96,24 @@ def app_at(
     recorder: Recorder | None = None,
     app_class: type[LlmtopApp] = LlmtopApp,
     whatif: WhatIfFeed | None = None,
+    exit_after_s: float | None = None,
     **monitor_kw: object,
 ) -> LlmtopApp:
     """The live screen as it stood `at_s` seconds into the story: a paused replay as its source
-    (or `source`), the window before it preloaded (charts, event log), a frozen age clock."""
+    (or `source`; with `whatif` joined to it, as the live wiring does), the window before it
+    preloaded (charts, event log), a frozen age clock."""
     health = health or HealthSettings()
     replay = replay_at(at_s, health)
     if admin is not None:
         monitor_kw.setdefault("gateway_url", admin.base_url)
+    polled: SnapshotSource = replay if source is None else source
     return app_class(
-        replay if source is None else source,
+        polled if whatif is None else SnapshotsWithWhatIf(polled, whatif),
         monitor=monitor(**monitor_kw),
         health=health,
         admin=admin,
         clock=clock,
         recorder=recorder,
         history=replay.history(HISTORY_S) if history is None else history,
-        whatif=whatif,
+        exit_after_s=exit_after_s,
     )

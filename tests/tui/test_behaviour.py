@@ -213,3 +213,14 @@ async def test_the_real_collector_and_gateway_drive_the_screen(
         assert shows_cap_9()
         gateway_panel = app.query_one("#gateway", Panel).render().plain  # type: ignore[union-attr]
         assert "/9" in gateway_panel
+
+
+async def test_exit_after_s_ends_the_app_by_itself_and_closes_its_source() -> None:
+    """`llmtop demo --duration-s`: the app's own timer ends it with 0, no thread outside it."""
+    source = SilentSource()
+    app = make_app(source, history=[], exit_after_s=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.is_running
+        assert await until(pilot, lambda: not app.is_running, 10.0)
+    assert app.return_code == 0
+    assert source.closed

@@ -52,7 +52,7 @@ async def test_the_line_follows_the_finding_shown_as_the_story_moves() -> None:
             advice = suggested_cap(snap.findings)
             assert advice is not None
             app.feed(snap)
-            # a loaded box may take several turns of the loop to render the fed poll
+            # rendering the fed poll may take several turns of the loop
             said_now = f"{advice[1].id} suggests it now"
             assert await until(pilot, lambda said_now=said_now: said_now in banner_text(app))
             line = banner_text(app)

@@ -72,7 +72,7 @@ def test_pause_question(snap_compare: SnapCompare) -> None:
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await app.first_snapshot.wait()
-        app._confirm_pause(paused=False)
+        app.controls.ask_pause(paused=False)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

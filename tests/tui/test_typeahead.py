@@ -1,12 +1,10 @@
 """Keys typed faster than the app handles them (a paste, `tmux send-keys ':cap 2' Enter`, a fast
-typist) go where they would have gone typed slowly (issues 17 and 28).
+typist) go where they would have gone typed slowly (docs/tui.md#how-it-works says why not
+every route does).
 
 `burst` queues every key before the app handles the first, as the terminal's input reader does
-with a burst that arrives in one read (it posts each key to the app the same way). Before issue
-17, `:` opened the command line a moment late: `a` behind it toggled the autopilot and `p`
-asked to pause. Before issue 28, the line's Enter ran before the characters ahead of it were in
-the line: `:cap 2` + Enter in one burst ran an empty line and said nothing (these tests waited
-for the text before sending Enter, so they passed). A key that changes nothing visible is
+with a burst that arrives in one read, Enter included (a test that waits for the text before
+sending Enter would not see it run an empty line). A key that changes nothing visible is
 followed by one that does, and the test waits on that: keys act in order, so once it has
 acted, so have the keys before it. The limits are read back from a real gateway on 127.0.0.1
 (tests/tty does the same in a real terminal).
@@ -163,8 +161,8 @@ async def test_p_typed_twice_asks_once(start_gateway: Callable[..., ServerThread
 
 async def test_keys_behind_a_key_that_opens_a_screen_go_to_that_screen() -> None:
     # An empty what-if window: the same screen opens (it says it is collecting), and no
-    # prediction runs on a thread behind the keys for the app to wait on at exit (~3 s of CPU
-    # each time `w` opens it). What is checked is where the keys go.
+    # prediction (seconds of CPU) runs behind the keys for the app to wait on at exit. What is
+    # checked is where the keys go.
     app = make_app(SilentSource(), admin=AdminClient(NOWHERE), whatif=feed_of([]))
     async with app.run_test(size=SIZE) as pilot:
         await app.first_snapshot.wait()

@@ -24,7 +24,7 @@ SIZE = (120, 30)
 
 async def wait_text(pilot: Pilot[Any], read: Any, want: str, timeout_s: float = 60.0) -> str:
     """The text once `want` is in it, or as it stands at the deadline (a prediction is seconds
-    of CPU on a worker thread; on shared cores it can take a while)."""
+    of CPU on a thread of its own)."""
     deadline = time.monotonic() + timeout_s
     while True:
         text = str(read())

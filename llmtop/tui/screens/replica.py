@@ -60,8 +60,9 @@ class ReplicaScreen(Screen[None]):
         self.query_one(StatusHeader).view = view
         findings = self.query_one(FindingsPanel)
         findings.border_title = f"Replica {name}: its own findings (Esc: back to the fleet)"
-        for panel in self.query(Panel):
-            panel.view = view
+        for panel in self.query("Panel"):  # by name: mypy takes no abstract class for a type
+            if isinstance(panel, Panel):
+                panel.view = view
         if charts and self.query_one("#charts").display:
             ttft = self.query_one("#replica-ttft", TimeChart)
             tput = self.query_one("#replica-tput", TimeChart)

@@ -1,5 +1,5 @@
 """The `w` screen: predictions for a few caps around the findings' suggestion, from the live
-engine, refreshed every few seconds on a worker thread; every figure labelled a prediction."""
+engine, refreshed every few seconds; every figure labelled a prediction."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from llmtop.errors import LlmtopError
-from llmtop.sources.whatif_feed import WhatIfFeed
+from llmtop.tui.view.source import WhatIfSource
 from llmtop.tui.work import start_worker
 
 REFRESH_S = 5.0
@@ -42,9 +42,9 @@ class WhatIfScreen(ModalScreen[None]):
         Binding("escape,q,w", "close", "close"),
     ]
 
-    def __init__(self, feed: WhatIfFeed, caps: Callable[[], tuple[int, ...]]) -> None:
+    def __init__(self, source: WhatIfSource, caps: Callable[[], tuple[int, ...]]) -> None:
         super().__init__()
-        self.feed = feed
+        self.source = source
         self.caps = caps
         """Asked at each refresh: the candidates follow the findings as they change."""
         self.text = "what-if: starting..."
@@ -55,21 +55,19 @@ class WhatIfScreen(ModalScreen[None]):
             yield Static(self.text, id="whatif-body")
 
     def on_mount(self) -> None:
-        self.feed.start()
         self.refresh_predictions()
         self.set_interval(REFRESH_S, self.refresh_predictions)
 
     def refresh_predictions(self) -> None:
-        """Start the next analysis unless the last is still computing: its thread cannot be
-        cancelled, so on a busy machine restarting every tick would pile threads up, each
-        seconds of CPU, and slow the next answer further."""
+        """Start the next analysis unless the last is still computing: an analysis cannot be
+        cancelled once begun (seconds of CPU), so restarting every tick would pile them up."""
         if any(w.group == "whatif" and not w.is_finished for w in self.workers):
             return
         start_worker(self, self._update, group="whatif", exit_on_error=False)
 
     async def _update(self) -> None:
         try:
-            analysis = await self.feed.analyse(self.caps(), band=True)
+            analysis = await self.source.analyse(self.caps(), band=True)
         except LlmtopError as e:
             self.text = str(e)
         else:

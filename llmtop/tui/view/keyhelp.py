@@ -1,5 +1,5 @@
 """What each key and `:` word does, in one table: the `?` screen, README's key table and
-docs/tui.md's `:` table are all made from it (scripts/docs-tables), and tests/unit/test_docs.py
+docs/tui.md's `:` table are all made from it (scripts/docs_tables.py), and tests/unit/test_docs.py
 checks that it names every binding of the app and nothing else.
 
 Pure data, no textual: the docs script and the tests read it without a screen.

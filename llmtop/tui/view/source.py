@@ -1,13 +1,18 @@
-"""Where snapshots come from: the live Collector or a recording's replay.
+"""Where the app's data comes from: snapshots from the live Collector or a recording's replay,
+and, from a live source only, what-if predictions.
 
-The app only knows this protocol, so `llmtop top`, `llmtop demo` and `llmtop replay` share it.
+The app knows only these protocols, so `llmtop top`, `llmtop demo` and `llmtop replay` share
+it, and the IO behind them (HTTP, the prediction's thread) is built outside tui/.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llmtop.core.base.snapshot import Snapshot
+
+if TYPE_CHECKING:  # the what-if itself is imported when first used
+    from llmtop.whatif.service import Analysis
 
 
 class SnapshotSource(Protocol):
@@ -19,4 +24,14 @@ class SnapshotSource(Protocol):
 
     async def aclose(self) -> None:
         """Release connections; called once when the app exits."""
+        ...
+
+
+@runtime_checkable
+class WhatIfSource(Protocol):
+    """A source that can also predict limits (`w`, the `:cap N` preview); a replay cannot."""
+
+    async def analyse(self, caps: tuple[int, ...], *, band: bool = False) -> Analysis:
+        """The current limits and `caps` predicted from the engine's recent window, never
+        blocking the loop; raises LlmtopError (its text shown) while the window fills."""
         ...

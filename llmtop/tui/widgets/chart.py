@@ -31,8 +31,8 @@ class TimeChart(PlotextPlot):
     def render(self) -> RenderResult:
         if self.size.height < self.MIN_HEIGHT:
             return ""
-        # Textual re-renders on every layout pass (other panels growing or shrinking); building
-        # a plotext figure costs ~30 ms, so the figure is rebuilt only for new data or a resize.
+        # Textual re-renders on every layout pass (other panels growing or shrinking); a plotext
+        # figure is expensive to build, so it is rebuilt only for new data or a resize
         key = (self._draws, self.size, self.app.theme)
         if key != self._cache:
             self._cached = super().render()

@@ -5,23 +5,13 @@ from __future__ import annotations
 from textual import events
 from textual.widgets import Input
 
+from llmtop.tui.textual_compat import own_bindings
+
 
 class CommandLine(Input):
-    """Hidden until `:`; the app types every key into it while it is open (`llmtop.tui.keys`).
-
-    Keys often come faster than the app handles them: a paste, `tmux send-keys ':cap 3' Enter`
-    and a fast typist all deliver a burst in one read of the terminal. Textual would route each
-    key through two queues: the app checks its priority bindings when the key arrives and posts
-    the rest to the focused widget, which handles it later. An Enter bound with priority then
-    ran the command before the characters queued ahead of it had reached this Input (`:cap 3`
-    + Enter in one write ran an empty line: the cap stayed, nothing was said), and a key that
-    closed a screen raced the keys behind it. So no key takes that route any more: the app
-    handles every key and paste itself, one at a time in arrival order, and decides for each,
-    from the state the keys before it left, whether it goes into this line (text at the cursor
-    or one of the Input's editing keys, at once, through `type_key` and `paste`), runs or closes
-    it (Enter, Escape), or is a key of the dashboard. Nothing is forwarded to this widget, so no
-    second queue can reorder a burst. The line holds the keys while it is shown (`is_open`),
-    whatever has the focus; it takes the focus only to show its cursor.
+    """Hidden until `:`; while it is open (`is_open`) the key router types every key into it
+    (`type_key`, `paste`), whatever has the focus, so no queue of its own can reorder a burst
+    (`llmtop.tui.keys`). It takes the focus only to show its cursor.
     """
 
     DEFAULT_CSS = """
@@ -39,9 +29,8 @@ class CommandLine(Input):
     """Only while open: a hidden line takes no focus (Tab, a click) and shows no cursor."""
 
     def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
-        # Not select-on-focus: the focus arrives through the Input's own queue, after the
-        # first keys may already be in the line, and selecting them then would let the next
-        # key replace them (`:cap 3` ran as `:ap 3`).
+        # Not select-on-focus: the focus arrives through the Input's own queue, when the
+        # first keys may already be in the line; selecting them would let the next replace them.
         super().__init__(placeholder=placeholder, id=id, select_on_focus=False)
 
     @property
@@ -72,7 +61,7 @@ class CommandLine(Input):
             assert event.character is not None
             self.paste(event.character)
             return True
-        for binding in self._bindings.key_to_bindings.get(event.key, ()):
+        for binding in own_bindings(self, event.key):
             if binding.action != "submit" and await self.app.run_action(binding.action, self):
                 return True
         return False

@@ -1,11 +1,12 @@
 """The base of every numbers panel: a titled box that renders a `View` and fetches nothing.
 
 A new view re-renders the panel only when its text changed, and re-lays-out the screen only
-when its number of lines changed: at a 1 s refresh this is most of the TUI's CPU budget.
+when its number of lines changed (what a refresh costs: docs/tui.md#cost).
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import ClassVar
 
 from rich.text import Text
@@ -59,9 +60,9 @@ class Panel(Widget):
     def render(self) -> Text:
         return self._text
 
+    @abstractmethod
     def body(self, view: View) -> Text:
-        """The panel's lines for one moment."""
-        raise NotImplementedError
+        """The panel's lines for one moment: each panel's own (mypy refuses a Panel without)."""
 
 
 def shown(widget: Widget) -> bool:

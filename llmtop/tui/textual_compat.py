@@ -1,0 +1,32 @@
+"""The one module that uses Textual's private names; everything else in llmtop calls these.
+
+Textual has no public way to run a key's binding on demand or to read a widget's own bindings,
+and llmtop's key router needs both (`tui.keys`). pyproject.toml pins textual below its next
+major version, and tests/tui/test_textual_compat.py fails when a name used here is gone, takes
+other arguments or stops behaving as this module says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+from textual.dom import DOMNode
+
+
+async def run_binding(app: App[Any], key: str, *, priority: bool) -> bool:
+    """Run the binding the screen on top has for `key`, as Textual's own dispatch does:
+    priority bindings from the app down, else the others from the focused widget up.
+    True: a binding took the key (its action ran)."""
+    return await app._check_bindings(key, priority=priority)
+
+
+def own_bindings(node: DOMNode, key: str) -> tuple[Binding, ...]:
+    """The bindings `node` has for `key`: its class's BINDINGS merged with its bases'."""
+    return tuple(node._bindings.key_to_bindings.get(key, ()))
+
+
+def notification_texts(app: App[Any]) -> list[str]:
+    """The messages of the notifications the app shows now (tests read the screen's notes)."""
+    return [n.message for n in app._notifications]
