@@ -52,25 +52,15 @@ def checked_docs() -> dict[str, str]:
     return {f: text for f, text in docs().items() if f not in LEADS}
 
 
-def code_spans(text: str) -> list[tuple[str, str]]:
-    """(its line, the span) for inline code and the lines of fenced blocks (a line ending in
-    \\ joined to the next)."""
-    spans: list[tuple[str, str]] = []
+def code_spans(text: str) -> list[str]:
+    """Inline code and the lines of fenced blocks (a line ending in \\ joined to the next)."""
+    spans: list[str] = []
     fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
     for block in fenced.findall(text):
-        spans += [(line, line) for line in block.replace("\\\n", " ").splitlines()]
+        spans += block.replace("\\\n", " ").splitlines()
     for line in fenced.sub("", text).splitlines():
-        spans += [(line, span) for span in re.findall(r"`([^`]+)`", line)]
+        spans += re.findall(r"`([^`]+)`", line)
     return spans
-
-
-PENDING = ("README.md", "(old: `--upstream`, `--queue-timeout`, `--window`")
-"""(page, a line's text): the README line on the old spellings, which the lead rewrites (the
-shims are gone); the flag checks skip that one line until then. Delete this with it."""
-
-
-def pending(f: str, line: str) -> bool:
-    return f == PENDING[0] and PENDING[1] in line
 
 
 FOREIGN_FLAGS = {
@@ -124,10 +114,10 @@ def test_every_flag_a_doc_gives_an_llmtop_command_is_that_commands() -> None:
     current = current_flags()
     wrong = []
     for f, text in checked_docs().items():
-        for line, span in code_spans(text):
+        for span in code_spans(text):
             for command, flags in llmtop_invocations(span):
                 for flag in flags:
-                    if flag in current[command] or pending(f, line):
+                    if flag in current[command]:
                         continue
                     if command == "serve" and flag in FOREIGN_FLAGS:
                         continue  # passed on to `vllm serve`
@@ -143,7 +133,7 @@ def test_every_flag_the_docs_name_exists() -> None:
         for n, line in enumerate(text.splitlines(), 1):
             for span in re.findall(r"`([^`]+)`", line) or ([line] if "--" in line else []):
                 for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])", span):
-                    if flag not in known and not pending(f, line):
+                    if flag not in known:
                         wrong.append(f"{f}:{n}: {flag} is no flag of llmtop or of what it shows")
     assert wrong == [], "\n".join(wrong)
 
@@ -179,7 +169,7 @@ def test_every_colon_word_the_docs_name_exists_and_every_one_is_documented() -> 
 def test_the_limits_the_docs_list_are_the_gateways() -> None:
     wrong = []
     for f, text in docs().items():
-        for span in [s for _, s in code_spans(text)] + text.splitlines():
+        for span in code_spans(text) + text.splitlines():
             if "/admin/limits" not in span:
                 continue
             named = set(re.findall(r'"([a-z_]+)"\s*:', span)) or set(
