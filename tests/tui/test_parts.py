@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.sources.whatif_feed import SnapshotsWithWhatIf, WhatIfFeed
@@ -290,3 +292,37 @@ def test_the_navigator_moves_within_the_fleet_and_only_for_a_fleet() -> None:
     alone.select(1)
     assert alone.selected is None
     assert len(redraws) == 3
+
+
+class OneSnapshot:
+    """Answers one recorded poll, and says whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def poll(self) -> Snapshot:
+        return story.upto(story.MOMENTS["healthy"])[-1]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_the_live_source_polls_predicts_and_closes_both() -> None:
+    from llmtop.errors import UsageError
+    from llmtop.settings import MonitorSettings
+    from llmtop.sources.whatif_feed import with_whatif
+    from llmtop.tui.view.source import WhatIfSource
+
+    snapshots = OneSnapshot()
+    live = with_whatif(snapshots, MonitorSettings(vllm_urls=(NOWHERE,)), HealthSettings())
+    assert isinstance(live, SnapshotsWithWhatIf)
+    assert isinstance(live, WhatIfSource)
+    assert (await live.poll()) == await snapshots.poll()
+    live.feed.live = False  # no scrape of NOWHERE: the window stays empty
+    with pytest.raises(UsageError, match=r"collecting metrics \(0 s of 30\)"):
+        await live.analyse((4,))
+    await live.aclose()
+    assert snapshots.closed
+    alone = OneSnapshot()
+    assert with_whatif(alone, MonitorSettings(vllm_urls=()), HealthSettings()) is alone
+    assert not isinstance(alone, WhatIfSource)  # a replay's kind of source: no what-if
