@@ -1,0 +1,141 @@
+"""The severity policy: a finding's severity follows what users get. Pure.
+
+critical or warning need the SLO missed now, or about to be: a TTFT or ITL p95 whose rise over
+the window, carried on, crosses its SLO within `trend_horizon_s` (the finding states that
+trend). Inside the SLO a full cache, a queue or a slowdown is info: a heads-up worded with its
+headroom. Latency that is unknown while the rule holds is not read as inside the SLO: it is a
+warning, saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import EngineStats, Severity
+from llmtop.core.health.rulebase import Context
+
+
+@dataclass(frozen=True)
+class SloReading:
+    """Where an engine stands against the SLO: missed, about to miss, inside, or unknown."""
+
+    state: str
+    """"missed", "trend", "inside" or "unknown"."""
+    words: str
+    """The evidence: "TTFT p95 80 ms, ITL p95 38 ms: inside the SLO (2 s / 100 ms), ..."."""
+
+    def severity(self, when_missed: Severity = "critical") -> Severity:
+        """The finding's severity: `when_missed` when the SLO is missed, warning when about to
+        be or unknown, info inside it."""
+        if self.state == "missed":
+            return when_missed
+        return "info" if self.state == "inside" else "warning"
+
+
+def _past_p95(ctx: Context, url: str) -> tuple[float, float | None, float | None] | None:
+    """(seconds ago, TTFT p95, ITL p95) of the engine about a window ago (at least half)."""
+    ago = ctx.settings.window_s
+    best: tuple[float, float | None, float | None] | None = None
+    for snap in reversed(ctx.history):
+        dt = ctx.time - snap.time
+        if dt < ago / 2:
+            continue
+        if dt > ago * 2:
+            break
+        for e in snap.engines:
+            known = e.ttft_p95_s is not None or e.itl_p95_s is not None
+            if (
+                e.url == url
+                and e.up
+                and known
+                and (best is None or abs(dt - ago) < abs(best[0] - ago))
+            ):
+                best = (dt, e.ttft_p95_s, e.itl_p95_s)
+    return best
+
+
+def _eta_s(now: float, then: float | None, dt: float, slo: float) -> float | None:
+    """Seconds until a rising p95 reaches its SLO at its rate over the last `dt` s."""
+    if then is None or now <= then or dt <= 0:
+        return None
+    return (slo - now) / ((now - then) / dt)
+
+
+def _queue_drain(e: EngineStats, ttft_slo_s: float) -> str | None:
+    """Why the requests waiting now will miss the TTFT SLO (None: they need not). The TTFT
+    histogram holds only requests that have their first token, so a queue shows there late:
+    at the rate requests finish, the newest of N waiting gets a slot in N / rate seconds."""
+    waiting = e.waiting_capacity if e.waiting_capacity is not None else e.waiting
+    if not waiting or waiting < 1:
+        return None
+    done = sum(e.finished_per_s.values())
+    if not done:
+        return f"{fmt.count(waiting)} waiting and none finished over the window"
+    drain_s = waiting / done
+    if drain_s <= ttft_slo_s:
+        return None
+    return (
+        f"{fmt.count(waiting)} waiting at {fmt.per_s(done)} finished: a new request waits "
+        f"~{fmt.seconds(drain_s)} for a slot, over the {fmt.seconds(ttft_slo_s)} TTFT SLO"
+    )
+
+
+def read_slo(ctx: Context, e: EngineStats) -> SloReading:
+    """The engine's latency against the SLO, with its trend over the window."""
+    slo = ctx.settings.slo
+    ttft, itl = e.ttft_p95_s, e.itl_p95_s
+    target = f"(SLO {fmt.seconds(slo.ttft_s)} / {fmt.seconds(slo.itl_s)})"
+    if ttft is None and itl is None:
+        return SloReading("unknown", f"TTFT and ITL unknown over the window {target}")
+    parts = []
+    if ttft is not None:
+        parts.append(f"TTFT p95 {fmt.seconds(ttft)}")
+    if itl is not None:
+        parts.append(f"ITL p95 {fmt.seconds(itl)}")
+    now = ", ".join(parts)
+    if (ttft is not None and ttft > slo.ttft_s) or (itl is not None and itl > slo.itl_s):
+        return SloReading("missed", f"{now}: over the SLO {target}")
+    drain = _queue_drain(e, slo.ttft_s)
+    if drain is not None:
+        return SloReading("trend", f"{now}, but {drain}")
+    past = _past_p95(ctx, e.url)
+    if past is not None:
+        dt, ttft_then, itl_then = past
+        for name, value, then, bound in (
+            ("TTFT", ttft, ttft_then, slo.ttft_s),
+            ("ITL", itl, itl_then, slo.itl_s),
+        ):
+            if value is None:
+                continue
+            eta = _eta_s(value, then, dt, bound)
+            if eta is not None and eta <= ctx.settings.trend_horizon_s:
+                return SloReading(
+                    "trend",
+                    f"{name} p95 {fmt.seconds(then)} -> {fmt.seconds(value)} in {dt:.0f} s: "
+                    f"over its {fmt.seconds(bound)} SLO in ~{max(eta, 0.0):.0f} s at this rate",
+                )
+    room = []
+    if ttft is not None and ttft > 0:
+        room.append(f"{slo.ttft_s / ttft:.1f}x")
+    if itl is not None and itl > 0:
+        room.append(f"{slo.itl_s / itl:.1f}x")
+    headroom = f", headroom {' / '.join(room)}" if room else ""
+    return SloReading("inside", f"{now}: inside the SLO {target}{headroom}")
+
+
+def worst_reading(ctx: Context, engines: Iterable[EngineStats]) -> SloReading:
+    """The reading of the engine furthest from its SLO (for a finding about shared GPUs)."""
+    order = {"missed": 0, "trend": 1, "unknown": 2, "inside": 3}
+    readings = [read_slo(ctx, e) for e in engines if e.up and not e.stats_disabled]
+    if not readings:
+        return SloReading("unknown", "no engine's latency is known")
+    return min(readings, key=lambda r: order[r.state])
+
+
+def heads_up(reading: SloReading, text: str) -> str:
+    """A finding's summary with its SLO words: "heads-up" first when inside the SLO."""
+    if reading.state == "inside":
+        return f"heads-up: {text}; {reading.words}"
+    return f"{text}; {reading.words}"
