@@ -34,9 +34,10 @@ class SloReading:
         return "info" if self.state == "inside" else "warning"
 
 
-def _past_p95(ctx: Context, url: str) -> tuple[float, float | None, float | None] | None:
-    """(seconds ago, TTFT p95, ITL p95) of the engine about a window ago (at least half)."""
-    ago = ctx.settings.window_s
+def _past_p95(
+    ctx: Context, url: str, ago: float
+) -> tuple[float, float | None, float | None] | None:
+    """(seconds ago, TTFT p95, ITL p95) of the engine about `ago` s ago (at least half)."""
     best: tuple[float, float | None, float | None] | None = None
     for snap in reversed(ctx.history):
         dt = ctx.time - snap.time
@@ -56,11 +57,29 @@ def _past_p95(ctx: Context, url: str) -> tuple[float, float | None, float | None
     return best
 
 
-def _eta_s(now: float, then: float | None, dt: float, slo: float) -> float | None:
-    """Seconds until a rising p95 reaches its SLO at its rate over the last `dt` s."""
-    if then is None or now <= then or dt <= 0:
+def _eta_s(
+    now: float,
+    then: float | None,
+    older: float | None,
+    dt: float,
+    slo: float,
+    lately: tuple[float, float | None] | None,
+) -> float | None:
+    """Seconds until a p95 reaches its SLO at its rise over the last window (`dt` s), when
+    that is a trend: it rose over each of the last two windows (by 5 % at least, the later
+    rise no more than three times the earlier). A step (a prefill burst landing on steady
+    decoders) shows in one window only, smeared over it as the window fills with the new
+    level: a level, not a trend. And it must still rise over the last polls (`lately`: seconds
+    ago and the p95 then) at half its pace over the window at least: a settled level has
+    stopped."""
+    if then is None or older is None or dt <= 0 or lately is None or lately[1] is None:
         return None
-    return (slo - now) / ((now - then) / dt)
+    early, late = then - older, now - then
+    if not early > 0.05 * older or not late > 0.05 * then or not late <= 3.0 * early:
+        return None
+    if (now - lately[1]) / lately[0] < 0.5 * late / dt:
+        return None
+    return (slo - now) / (late / dt)
 
 
 def _queue_drain(e: EngineStats, ttft_slo_s: float) -> str | None:
@@ -100,16 +119,18 @@ def read_slo(ctx: Context, e: EngineStats) -> SloReading:
     drain = _queue_drain(e, slo.ttft_s)
     if drain is not None:
         return SloReading("trend", f"{now}, but {drain}")
-    past = _past_p95(ctx, e.url)
-    if past is not None:
+    w = ctx.settings.window_s
+    past, older = _past_p95(ctx, e.url, w), _past_p95(ctx, e.url, 2 * w)
+    recent = _past_p95(ctx, e.url, w / 5)
+    if past is not None and older is not None and recent is not None and older[0] > past[0]:
         dt, ttft_then, itl_then = past
-        for name, value, then, bound in (
-            ("TTFT", ttft, ttft_then, slo.ttft_s),
-            ("ITL", itl, itl_then, slo.itl_s),
+        for name, value, then, before, bound, lately in (
+            ("TTFT", ttft, ttft_then, older[1], slo.ttft_s, recent[1]),
+            ("ITL", itl, itl_then, older[2], slo.itl_s, recent[2]),
         ):
             if value is None:
                 continue
-            eta = _eta_s(value, then, dt, bound)
+            eta = _eta_s(value, then, before, dt, bound, (recent[0], lately))
             if eta is not None and eta <= ctx.settings.trend_horizon_s:
                 return SloReading(
                     "trend",
