@@ -110,7 +110,7 @@ def test_kv_exhaustion_is_critical_only_when_users_miss_the_slo() -> None:
     f = next(f for f in inside[-1] if f.id == "kv-exhausted")
     assert f.severity == "info"
     assert f.summary.startswith("heads-up: KV cache 99% full")
-    assert "inside the SLO (SLO 2.0 s / 100 ms), headroom 3.3x / 2.9x" in f.summary
+    assert "inside the SLO (2.0 s / 100 ms), headroom 3.3x / 2.9x" in f.summary
     missed = run([healthy(**full, ttft_p95_s=3.5)] * 6)
     f = next(f for f in missed[-1] if f.id == "kv-exhausted")
     assert f.severity == "critical"

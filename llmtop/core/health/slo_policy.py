@@ -105,9 +105,9 @@ def read_slo(ctx: Context, e: EngineStats) -> SloReading:
     """The engine's latency against the SLO, with its trend over the window."""
     slo = ctx.settings.slo
     ttft, itl = e.ttft_p95_s, e.itl_p95_s
-    target = f"(SLO {fmt.seconds(slo.ttft_s)} / {fmt.seconds(slo.itl_s)})"
+    target = f"({fmt.seconds(slo.ttft_s)} / {fmt.seconds(slo.itl_s)})"
     if ttft is None and itl is None:
-        return SloReading("unknown", f"TTFT and ITL unknown over the window {target}")
+        return SloReading("unknown", f"TTFT and ITL unknown over the window (SLO {target[1:]}")
     parts = []
     if ttft is not None:
         parts.append(f"TTFT p95 {fmt.seconds(ttft)}")
@@ -116,6 +116,14 @@ def read_slo(ctx: Context, e: EngineStats) -> SloReading:
     now = ", ".join(parts)
     if (ttft is not None and ttft > slo.ttft_s) or (itl is not None and itl > slo.itl_s):
         return SloReading("missed", f"{now}: over the SLO {target}")
+    g = ctx.gateway  # the gateway sees a stuck request at once, the histograms once answered
+    stuck = g.oldest_unanswered_s if g is not None and g.up else None
+    if stuck is not None and stuck > slo.ttft_s:
+        return SloReading(
+            "missed",
+            f"{now}, but a request at the engine has waited {fmt.seconds(stuck)} for its first "
+            f"token: over the SLO {target}",
+        )
     drain = _queue_drain(e, slo.ttft_s)
     if drain is not None:
         return SloReading("trend", f"{now}, but {drain}")
