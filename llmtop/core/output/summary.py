@@ -141,6 +141,10 @@ def _engine_json(e: EngineStats, peak: KvPeak | None) -> dict[str, Any]:
     shown = peak if e.up else None
     out["kv_cache_usage_peak_frac"] = None if shown is None else _clean(shown.frac)
     out["kv_cache_usage_peak_s"] = None if shown is None else _seconds(shown.at_s)
+    if e.spec_acceptance_frac is None:
+        out["spec_acceptance_by_pos"] = None  # no speculative decoding: unknown, not []
+    if not e.up:
+        out["unread"] = None
     lora = e.lora
     out["lora"] = (
         None
