@@ -77,6 +77,12 @@ COMPARED: dict[str, dict[str, str]] = {
         "LlmtopDegraded200": "",
         "LlmtopStaleData": "",
     },
+    # the field guide's incident library (tests/fixtures/incidents/, manifest.json)
+    "incidents/engine-unhealthy.jsonl.gz": {"LlmtopEngineUnhealthy": ""},
+    "incidents/engine-asleep.jsonl.gz": {"LlmtopEngineAsleep": "", "LlmtopSchedulerStuck": ""},
+    "incidents/requests-corrupted.jsonl.gz": {"LlmtopRequestsCorrupted": ""},
+    "incidents/kv-transfer-failing.jsonl.gz": {"LlmtopKvTransferFailing": ""},
+    "incidents/engine-restarted.jsonl.gz": {"LlmtopEngineRestarted": ""},
 }
 """What llmtop finds in each recorded incident, and whether Prometheus is held to it."""
 

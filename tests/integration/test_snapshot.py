@@ -28,6 +28,9 @@ ENGINE_KEYS = {
     "kv_cache_usage_peak_frac", "kv_cache_usage_peak_s", "kv_capacity_tokens",
     "prompt_tok_per_s", "decode_tok_per_s", "preemptions_per_s", "ttft_p50_s", "ttft_p95_s",
     "ttft_p99_s", "itl_p95_s", "e2e_p95_s", "queue_time_p95_s", "error",
+    "prefix_cache_hit_frac", "spec_acceptance_frac", "spec_mean_accepted_len",
+    "spec_acceptance_by_pos", "kv_transfer_bytes_per_s", "kv_transfer_failures_per_s",
+    "sleep_state", "healthy", "corrupted_per_s", "unread", "lora", "restarted_at",
 }  # fmt: skip
 FINDING_KEYS = {
     "id", "severity", "bottleneck", "summary", "action", "first_s", "last_s", "held_polls",
@@ -118,8 +121,9 @@ def test_degraded_real_capture_exits_critical_with_the_schema(
     gw = serve_app(gateway_app())
     code, out = snapshot(capsys, "--vllm", vllm.url, "--gateway", gw.url, "--json")
     data = json.loads(out)
-    assert code == 2
-    assert data["status"] == "critical"
+    # TTFT p95 96 ms counts the 3 answered; 42 wait at the finish rate: about to miss the SLO
+    assert code == 1
+    assert data["status"] == "degraded"
     assert set(data) == TOP_KEYS
     assert time.strptime(data["time"], "%Y-%m-%dT%H:%M:%SZ")
     assert time.strptime(data["window"]["start"], "%Y-%m-%dT%H:%M:%SZ")
@@ -197,7 +201,9 @@ def test_dcgm_gpus_in_the_json(
     assert data["gpus"][0]["throttle_reasons"] == ["sw_thermal"]
     assert data["gpu_error"] is None
     assert [f["id"] for f in data["findings"]] == ["gpu-throttled"]
-    assert code == 1
+    # the steady engine is inside the SLO: the throttling is a heads-up, the status ok
+    assert data["findings"][0]["severity"] == "info"
+    assert code == 0
 
 
 @pytest.mark.parametrize(

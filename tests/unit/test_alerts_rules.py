@@ -53,7 +53,8 @@ def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
         labels = a.labels()
         assert labels["finding"] == a.finding
         assert a.name == alert_name(a.finding)
-        if a.finding not in ("degraded-200", "gateway-saturated", "gateway-queue-over-slo"):
+        by_value = ("degraded-200", "gateway-saturated", "gateway-queue-over-slo", "kv-exhausted")
+        if a.finding not in (*by_value, "engine-asleep"):
             assert labels["severity"] == row.severity
         if a.finding not in ("degraded-200", "replica-outlier"):  # named by the expression
             assert labels["bottleneck"] == row.bottleneck
@@ -63,6 +64,14 @@ def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
         for key in ("summary:", "action:", "llmtop:"):
             assert key in block
     assert "llmtop --vllm http://{{ $labels.instance }}" in text
+
+
+def test_kv_exhausted_alerts_by_the_slo() -> None:
+    """The severity policy in the rules file: a full cache inside the SLO is info."""
+    (kv,) = [a for a in alerts(AlertSpec())[0] if a.finding == "kv-exhausted"]
+    assert "llmtop:vllm_slo_ratio" in kv.expr
+    assert kv.labels()["severity"].startswith("{{ if gt $value 1.0 }}critical")
+    assert "{{ else }}info{{ end }}" in kv.labels()["severity"]
 
 
 def test_a_changed_threshold_changes_the_rules() -> None:

@@ -70,7 +70,7 @@ FOREIGN_FLAGS = {
     "--enable-chunked-prefill", "--tensor-parallel-size", "--kv-cache-dtype", "--dtype",
     "--block-size", "--enforce-eager", "--served-model-name", "--data-parallel-size",
     "--host", "--port", "--model", "--num-gpu-blocks-override", "--api-key",
-    "--max-num-queued-tokens",
+    "--max-num-queued-tokens", "--speculative-config", "--max-loras", "--enable-lora",
     # other tools the docs show: pytest, promtool, curl, pip, ssh
     "--collect-only", "--strict-markers", "--run-real", "--dist", "--no-cache", "--fix",
     "--snapshot-update", "--extra-index-url",

@@ -86,7 +86,9 @@ def test_kv_exhaustion_fires_after_hysteresis_with_the_arithmetic() -> None:
     assert polls[5] == ()  # just started: not yet
     assert polls[7] == ()
     f = next(f for f in polls[8] if f.id == "kv-exhausted")  # held 3 s
-    assert f.severity == "critical"
+    # TTFT p95 0.6 s is inside the SLO, but 20 wait at 2 finished/s: a new one waits ~10 s
+    assert f.severity == "warning"
+    assert "20 waiting at 2.0/s finished: a new request waits ~10.0 s for a slot" in f.summary
     assert f.bottleneck == "kv"
     assert f.since == 8.0
     # 90% of 38,800 = 34,920 tokens / (4,000 + 850) = 7 sequences fit (8 would fill 100%)
@@ -98,6 +100,29 @@ def test_kv_exhaustion_fires_after_hysteresis_with_the_arithmetic() -> None:
     assert f.action.startswith("more sequences than the KV cache holds: cap concurrency at ~7")
     assert ":cap 7" in f.action
     assert "--max-num-seqs 7" in f.action
+
+
+def test_kv_exhaustion_is_critical_only_when_users_miss_the_slo() -> None:
+    """The severity policy: the same full cache is info inside the SLO, a warning when the
+    TTFT p95 rises toward it (the trend stated), critical once it is over."""
+    full = {"kv_cache_usage_frac": 0.99, "preemptions_per_s": 1.0, "waiting": 0}
+    inside = run([healthy(**full)] * 6)
+    f = next(f for f in inside[-1] if f.id == "kv-exhausted")
+    assert f.severity == "info"
+    assert f.summary.startswith("heads-up: KV cache 99% full")
+    assert "inside the SLO (2.0 s / 100 ms), headroom 3.3x / 2.9x" in f.summary
+    missed = run([healthy(**full, ttft_p95_s=3.5)] * 6)
+    f = next(f for f in missed[-1] if f.id == "kv-exhausted")
+    assert f.severity == "critical"
+    assert "TTFT p95 3.5 s, ITL p95 35 ms: over the SLO" in f.summary
+    rising = run([healthy(**full, ttft_p95_s=0.2 + 0.1 * i) for i in range(16)])
+    f = next(f for f in rising[-1] if f.id == "kv-exhausted")
+    assert f.severity == "warning"
+    assert "TTFT p95 700 ms -> 1.7 s in 10 s: over its 2.0 s SLO in ~3 s" in f.summary
+    unknown = run([healthy(**full, ttft_p95_s=None, itl_p95_s=None)] * 6)
+    f = next(f for f in unknown[-1] if f.id == "kv-exhausted")
+    assert f.severity == "warning"  # unknown latency never reads as inside the SLO
+    assert "TTFT and ITL unknown" in f.summary
 
 
 def test_kv_high_alone_is_not_exhaustion() -> None:

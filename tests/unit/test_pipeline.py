@@ -93,7 +93,11 @@ def test_real_captures_idle_then_load(fixtures_dir: Path) -> None:
     assert "= 3 sequences fit" in kv.summary
     assert "cap concurrency at ~3" in kv.action
     assert "raise --max-num-seqs" not in kv.action
-    assert snap.status == "critical"
+    # TTFT p95 96 ms counts only the requests that got a token: 42 wait at 0.05/s finished,
+    # so new ones are about to miss the SLO (a warning saying so), not missing it yet
+    assert kv.severity == "warning"
+    assert "42 waiting at 0.1/s finished: a new request waits ~14 m 00 s" in kv.summary
+    assert snap.status == "degraded"
 
 
 def test_same_polls_give_same_snapshots_and_survive_recording(fixtures_dir: Path) -> None:

@@ -46,7 +46,8 @@ def test_none_on_a_healthy_engine() -> None:
 
 
 def test_the_most_severe_advice_leads() -> None:
-    findings = run([(FULL, UNCAPPED, ())] * 5)[-1]
+    over = replace(FULL, ttft_p95_s=3.0)  # users miss the SLO: kv-exhausted is critical
+    findings = run([(over, UNCAPPED, ())] * 5)[-1]
     kv = next(f for f in findings if f.id == "kv-exhausted")
     # the same advice under a warning with a smaller number must not win over the critical one
     warning = replace(

@@ -109,17 +109,26 @@ def scheduler_stuck(spec: AlertSpec) -> Alert:
 
 def kv_exhausted(spec: AlertSpec) -> Alert:
     fits = figure(spec, P + "kv_fits", "count")
+    r, pressed = spec.r, _kv_pressed(spec)
+    # the value is the worst latency over its SLO (-1 when unknown): the severity follows it
+    slo = f"max by ({r}) ({P}slo_ratio)"
     return Alert(
         "kv-exhausted",
-        _kv_pressed(spec),
-        f"{replica(spec)}: KV cache {value('frac')} full, "
+        f"({slo} and on ({r}) {pressed}) or on ({r}) ({pressed} * 0 - 1)",
+        f"{replica(spec)}: KV cache {figure(spec, P + 'kv_usage_peak_frac', 'frac')} full, "
         f"{figure(spec, P + 'preemptions_per_s', 'rate')} preemptions/s, "
         f"{figure(spec, P + 'waiting_for_kv', 'count')} waiting for capacity, "
         f"{figure(spec, P + 'running', 'count')} running; {kv_arithmetic(spec)}",
         cap_advice(fits, "more sequences than the KV cache holds"),
         open_replica(spec),
         f"the window's KV peak >= kv_high_frac ({spec.health.kv_high_frac:g}) with "
-        "preemptions or requests waiting for capacity; the cap is kv_size's",
+        "preemptions or requests waiting for capacity; the cap is kv_size's. Severity by the "
+        "SLO: critical over it, info inside it, warning when the latency is unknown (llmtop's "
+        "warning for a rising p95 or a queue that will miss it is not expressed here)",
+        severity=(
+            "{{ if gt $value 1.0 }}critical{{ else if lt $value 0.0 }}warning"
+            "{{ else }}info{{ end }}"
+        ),
     )
 
 

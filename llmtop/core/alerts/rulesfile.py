@@ -11,6 +11,7 @@ from llmtop import __version__
 from llmtop.core.alerts.alert import ROWS, Alert
 from llmtop.core.alerts.edge import EDGE_ALERTS
 from llmtop.core.alerts.engine import ENGINE_ALERTS
+from llmtop.core.alerts.field import FIELD_ALERTS
 from llmtop.core.alerts.figures import Recorded, figures
 from llmtop.core.alerts.spec import RATE_SCRAPES, AlertSpec, duration
 
@@ -22,6 +23,21 @@ NOT_EXPRESSED: dict[str, str] = {
     "gpu-memory-full": "read through NVML on llmtop's host, as gpu-throttled; with "
     "dcgm-exporter: DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
     "replica-down": "the fleet's name for target-down: LlmtopTargetDown fires per replica",
+    "prefix-cache-collapse": "compares the hit rate with its highest over the look-back, "
+    "skipping the time before a restart; alert on the ratio of "
+    "rate(vllm:prefix_cache_hits_total) to rate(vllm:prefix_cache_queries_total) against its "
+    "max_over_time where Prometheus keeps a recording rule of it",
+    "decode-stall": "a poll-to-poll decode rate against its running median over a minute: "
+    "at Prometheus' scrape interval the stall (seconds long) is averaged away",
+    "spec-decode-low": "its severity follows the SLO and its look-back skips a restart; alert "
+    "on rate(vllm:spec_decode_num_accepted_tokens_total) / "
+    "rate(vllm:spec_decode_num_draft_tokens_total) < spec_acceptance_low_frac",
+    "lora-waiting": "vllm:lora_requests_info's state is in its labels, one series per state "
+    "change, the newest by value: PromQL cannot pick the newest series' labels and count them",
+    "gpu-xid-error": "read through NVML or dcgm-exporter by llmtop, as gpu-throttled; alert on "
+    "DCGM_FI_DEV_XID_ERRORS > 0 and DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 where it is scraped",
+    "tp-gpu-idle": "the GPUs are read by llmtop, as gpu-throttled; with dcgm-exporter: "
+    "DCGM_FI_DEV_GPU_UTIL < 10 on one GPU of a host whose others are >= 50",
 }
 """Findings with no alert here, and why (every other finding of llmtop's has one)."""
 NEEDS_SELECTOR = {
@@ -32,7 +48,7 @@ NEEDS_SELECTOR = {
 
 def alerts(spec: AlertSpec) -> tuple[tuple[Alert, ...], dict[str, str]]:
     """The alerts for `spec`, and the findings left out with the reason."""
-    made = [make(spec) for make in (*ENGINE_ALERTS, *EDGE_ALERTS)]
+    made = [make(spec) for make in (*ENGINE_ALERTS, *FIELD_ALERTS, *EDGE_ALERTS)]
     left = dict(NOT_EXPRESSED)
     if not spec.vllm_matchers:
         made = [a for a in made if a.finding not in NEEDS_SELECTOR]

@@ -14,9 +14,23 @@ from typing import Literal
 
 from llmtop.core.base.quickinit import quick_init
 
-Severity = Literal["warning", "critical"]
+Severity = Literal["info", "warning", "critical"]
+"""critical / warning: users miss the SLO now or are about to (a trend the finding states);
+info: a heads-up (a full cache, a queue, a slowdown) while the SLO holds, with its headroom."""
 Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
 Status = Literal["ok", "degraded", "critical", "unknown"]
+
+
+@dataclass(frozen=True)
+class LoraAdapters:
+    """vLLM's `lora_requests_info` at one poll: the adapter slots and who holds or waits."""
+
+    max_loras: int | None
+    """Adapter slots per batch (`--max-loras`); None when the label was not a number."""
+    running: tuple[str, ...]
+    """Adapters of the requests running now."""
+    waiting: tuple[str, ...]
+    """Adapters that requests wait for (no slot free for them)."""
 
 
 @quick_init
@@ -78,6 +92,38 @@ class EngineStats:
     (vLLM >= 0.16, `prompt_tokens_by_source`): the prefill the cache saved."""
     prompt_computed_tok_per_s: float | None = None
     """Prompt tokens actually prefilled per second (`source=local_compute`)."""
+    prefix_cache_queried_tok_per_s: float | None = None
+    """Prompt tokens looked up in the prefix cache per second (None: not exported)."""
+    decode_tok_per_s_now: float | None = None
+    """Decode tok/s over the last poll interval (the stall detector's, not the window's)."""
+    spec_acceptance_frac: float | None = None
+    """Accepted / proposed draft tokens over the window (None: no speculative decoding)."""
+    spec_mean_accepted_len: float | None = None
+    """Tokens each speculative step yields over the window: 1 + accepted / drafts."""
+    spec_acceptance_by_pos: tuple[float, ...] = ()
+    """Acceptance per draft position (accepted at position i / drafts) over the window."""
+    spec_drafts_per_s: float | None = None
+    lora: LoraAdapters | None = None
+    """LoRA adapter slots (None: LoRA is off, `lora_requests_info` not exported)."""
+    kv_transfer_bytes_per_s: float | None = None
+    """KV bytes moved per second by the KV connector (NIXL transfers, offload loads + stores)."""
+    kv_transfer_failures_per_s: float | None = None
+    """Failed KV transfers per second (NIXL failed transfers and notifications, expired
+    requests, offload allocation failures); None when no connector family is exported."""
+    kv_transfer_time_mean_s: float | None = None
+    """Mean NIXL transfer time over the window."""
+    kv_external_prompt_frac: float | None = None
+    """Share of prompt tokens that came by KV transfer (`source=external_kv_transfer`)."""
+    sleep_state: str | None = None
+    """awake, weights_offloaded (sleep level 1), discard_all (level 2); None: not exported."""
+    healthy: bool | None = None
+    """`engine_healthy` where exported; None: not exported or not a number."""
+    corrupted_per_s: float | None = None
+    """Requests with NaNs in their logits per second (`VLLM_COMPUTE_NANS_IN_LOGITS=1`)."""
+    restarted_at: float | None = None
+    """When this engine's counters last went back (it restarted), the snapshot clock."""
+    unread: tuple[str, ...] = ()
+    """What could not be read from the scrape, in words (a NaN gauge, an unknown label)."""
 
     @cached_property
     def kv_tokens_per_running(self) -> float | None:
@@ -188,6 +234,12 @@ class GpuStats:
     sm_clock_mhz: float | None = None
     throttle_reasons: tuple[str, ...] = ()
     processes: tuple[str, ...] = ()
+    xid_last: int | None = None
+    """The last XID error code (dcgm `DCGM_FI_DEV_XID_ERRORS`; 0: none since boot)."""
+    ecc_uncorrectable: float | None = None
+    """Uncorrectable memory errors: volatile DBE, else uncorrectable remapped rows."""
+    ecc_correctable: float | None = None
+    """Correctable memory errors: volatile SBE, else correctable remapped rows."""
 
 
 @quick_init

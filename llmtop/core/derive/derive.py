@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from llmtop.core.base.snapshot import EngineStats
 from llmtop.core.derive.histogram import Buckets
@@ -189,6 +190,8 @@ def derive_engine(
     queue_p50, queue_p95, queue_p99 = queue.quantiles(0.5, 0.95, 0.99)
     (prefill_p95,) = prefill.quantiles(0.95)
 
+    f = field_figures(deltas, span, window, window_s)
+    found = scrape.field_families
     return EngineStats(
         url=url,
         up=True,
@@ -230,7 +233,90 @@ def derive_engine(
         waiting_deferred=scrape.waiting_deferred,
         prompt_cache_hit_frac=cache_frac,
         prompt_computed_tok_per_s=rate("prompt_source:local_compute"),
+        prefix_cache_queried_tok_per_s=rate("prefix_queries"),
+        corrupted_per_s=rate("corrupted_requests"),
+        kv_external_prompt_frac=_share(deltas, "prompt_source:external_kv_transfer", names.sources),
+        spec_acceptance_frac=f.spec_acceptance_frac,
+        spec_mean_accepted_len=f.spec_mean_accepted_len,
+        spec_acceptance_by_pos=f.spec_acceptance_by_pos,
+        spec_drafts_per_s=f.spec_drafts_per_s,
+        lora=found.lora if found is not None else None,
+        kv_transfer_bytes_per_s=f.kv_transfer_bytes_per_s,
+        kv_transfer_failures_per_s=f.kv_transfer_failures_per_s,
+        kv_transfer_time_mean_s=f.kv_transfer_time_mean_s,
+        sleep_state=found.sleep_state if found is not None else None,
+        healthy=found.healthy if found is not None else None,
+        unread=found.unread if found is not None else (),
+        # last: a window of one step (the others' memo is spent by then)
+        decode_tok_per_s_now=window.rate(("generation_tokens", None), 0.0),
     )
+
+
+_TRANSFER_FAILURES = (
+    "nixl_failed_transfers",
+    "nixl_failed_notifications",
+    "nixl_expired_requests",
+    "kv_offload_failures",
+)
+_TRANSFER_BYTES = ("kv_offload_load_bytes", "kv_offload_store_bytes")
+
+
+class FieldFigures(NamedTuple):
+    """The field guide's windowed figures; each None when its family is not exported."""
+
+    spec_acceptance_frac: float | None = None
+    spec_mean_accepted_len: float | None = None
+    spec_acceptance_by_pos: tuple[float, ...] = ()
+    spec_drafts_per_s: float | None = None
+    kv_transfer_bytes_per_s: float | None = None
+    kv_transfer_failures_per_s: float | None = None
+    kv_transfer_time_mean_s: float | None = None
+
+
+def field_figures(
+    deltas: dict[Key, float], span: float | None, window: CounterWindow, window_s: float
+) -> FieldFigures:
+    """Speculative decoding's acceptance and the KV connector's traffic over the window."""
+    if not span:
+        return FieldFigures()
+    drafts = deltas.get(("spec_drafts", None))
+    proposed = deltas.get(("spec_draft_tokens", None))
+    accepted = deltas.get(("spec_accepted_tokens", None))
+    by_pos: tuple[float, ...] = ()
+    if drafts and accepted is not None:
+        pos = sorted(
+            (int(k[0].partition(":")[2]), v)
+            for k, v in deltas.items()
+            if k[0].startswith("spec_pos:") and k[0].partition(":")[2].isdigit()
+        )
+        by_pos = tuple(v / drafts for _, v in pos)
+    failures = [deltas[(k, None)] for k in _TRANSFER_FAILURES if (k, None) in deltas]
+    moved = [deltas[(k, None)] for k in _TRANSFER_BYTES if (k, None) in deltas]
+    nixl_bytes = window.delta(("h:nixl_bytes", "sum"), window_s)
+    if nixl_bytes is not None:
+        moved.append(nixl_bytes)
+    xfer_sum = window.delta(("h:nixl_xfer_time", "sum"), window_s)
+    xfer_count = window.delta(("h:nixl_xfer_time", "count"), window_s)
+    return FieldFigures(
+        spec_acceptance_frac=accepted / proposed if proposed and accepted is not None else None,
+        spec_mean_accepted_len=1.0 + accepted / drafts if drafts and accepted is not None else None,
+        spec_acceptance_by_pos=by_pos,
+        spec_drafts_per_s=None if drafts is None else drafts / span,
+        kv_transfer_bytes_per_s=sum(moved) / span if moved else None,
+        kv_transfer_failures_per_s=sum(failures) / span if failures else None,
+        kv_transfer_time_mean_s=xfer_sum / xfer_count
+        if xfer_sum is not None and xfer_count
+        else None,
+    )
+
+
+def _share(deltas: dict[Key, float], key: str, sources: list[str]) -> float | None:
+    """One source's share of the prompt tokens by source over the window."""
+    if key not in sources:
+        return None
+    total = sum(deltas.get((k, None)) or 0.0 for k in sources)
+    part = deltas.get((key, None))
+    return part / total if part is not None and total > 0 else None
 
 
 def _cache_share(

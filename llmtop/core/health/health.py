@@ -37,6 +37,18 @@ from llmtop.core.health.rules_engine import (
     target_down,
     vllm_admission,
 )
+from llmtop.core.health.rules_field import (
+    decode_stall,
+    engine_asleep,
+    engine_restarted,
+    engine_unhealthy,
+    kv_transfer_failing,
+    lora_waiting,
+    prefix_cache_collapse,
+    requests_corrupted,
+    spec_decode_low,
+)
+from llmtop.core.health.rules_gpu import gpu_xid_error, tp_gpu_idle
 from llmtop.core.health.thresholds import HealthSettings
 
 __all__ = ["REPLICA_RULES", "RULES", "Context", "HealthState", "Rule", "Verdict"]
@@ -59,6 +71,18 @@ RULES: tuple[Rule[Context], ...] = (
     Rule("gateway-down", "warning", "gateway", gateway_down, immediate=True),
     Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
     Rule("gpu-memory-full", "warning", "gpu", gpu_memory_full),
+    # the field guide (rules_field, rules_gpu): severities by the SLO, see slo_policy
+    Rule("engine-unhealthy", "critical", "target", engine_unhealthy, immediate=True),
+    Rule("engine-asleep", "info", "target", engine_asleep),
+    Rule("engine-restarted", "info", "target", engine_restarted, immediate=True),
+    Rule("requests-corrupted", "warning", "target", requests_corrupted),
+    Rule("prefix-cache-collapse", "warning", "prefill", prefix_cache_collapse),
+    Rule("decode-stall", "warning", "prefill", decode_stall),
+    Rule("spec-decode-low", "warning", "decode", spec_decode_low),
+    Rule("lora-waiting", "warning", "queue", lora_waiting),
+    Rule("kv-transfer-failing", "warning", "kv", kv_transfer_failing),
+    Rule("gpu-xid-error", "critical", "gpu", gpu_xid_error, immediate=True),
+    Rule("tp-gpu-idle", "info", "gpu", tp_gpu_idle),
 )
 
 _EDGE_CHECKS = frozenset(
@@ -69,11 +93,16 @@ _EDGE_CHECKS = frozenset(
         gateway_down,
         gpu_throttled,
         gpu_memory_full,
+        gpu_xid_error,
+        tp_gpu_idle,
     }
 )
-REPLICA_RULES: tuple[Rule[Context], ...] = tuple(r for r in RULES if r.check not in _EDGE_CHECKS)
+REPLICA_RULES: tuple[Rule[Context], ...] = tuple(
+    r for r in RULES if r.check not in _EDGE_CHECKS and r.check is not engine_restarted
+)
 """The rules a fleet replica's own Context can make hold: it carries no gateway and no GPUs,
-and the gateway and GPU rules read nothing else (the fleet's edge pipeline judges those)."""
+and the gateway and GPU rules read nothing else (the fleet's edge pipeline judges those). A
+replica's restart is the fleet's event (`Fleet.events`), not a finding of its row."""
 
 
 class HealthState:

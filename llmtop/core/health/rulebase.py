@@ -23,6 +23,7 @@ from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.kvsize import KvSize, kv_size
 from llmtop.core.health.thresholds import HealthSettings
 
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 X = TypeVar("X")
 """What a rule sees: an engine's `Context`, or the fleet's view."""
 
@@ -125,7 +126,7 @@ class Hysteresis(Generic[X]):
                     )
                 )
         if len(out) > 1:
-            out.sort(key=lambda f: 0 if f.severity == "critical" else 1)
+            out.sort(key=lambda f: _SEVERITY_RANK.get(f.severity, 2))
         return tuple(out)
 
 
@@ -205,7 +206,6 @@ def cap_advice(
 
 _CAP_ADVICE = re.compile(r"press - or :cap (\d+)\b")
 """The instruction `cap_action` writes when a lower gateway cap is the fix."""
-_SEVERITY_RANK = {"critical": 0, "warning": 1}
 
 
 def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:

@@ -7,6 +7,7 @@ from llmtop.core.base.snapshot import GatewayStats, Severity
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import KvSize
 from llmtop.core.health.rulebase import Context, Verdict, kv_size_now, up_engines
+from llmtop.core.health.slo_policy import heads_up, worst_reading
 
 THROTTLE_THERMAL = frozenset({"sw_thermal", "hw_thermal", "hw_slowdown"})
 THROTTLE_POWER = frozenset({"sw_power_cap", "hw_power_brake"})
@@ -115,7 +116,8 @@ def gpu_throttled(ctx: Context) -> Verdict | None:
             else "the GPU is at its power limit (nvidia-smi -q -d POWER); expect lower clocks "
             "under load, or raise the limit if the hardware allows"
         )
-        return Verdict(summary, action)
+        slo = worst_reading(ctx, ctx.engines)  # a slowdown inside the SLO is a heads-up
+        return Verdict(heads_up(slo, summary), action, severity=slo.severity("warning"))
     return None
 
 

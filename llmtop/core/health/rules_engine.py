@@ -20,6 +20,7 @@ from llmtop.core.health.rulebase import (
     up_engines,
     where,
 )
+from llmtop.core.health.slo_policy import heads_up, read_slo
 
 
 def target_down(ctx: Context) -> Verdict | None:
@@ -158,7 +159,12 @@ def _kv_exhausted_words(
         f"{fmt.per_s(e.preemptions_per_s, ' preemptions/s')}, {fmt.count(waiting)} waiting for "
         f"capacity, {fmt.count(running)} running{arithmetic}"
     )
-    return Verdict(summary, cap_action(n, "more sequences than the KV cache holds", ctx))
+    slo = read_slo(ctx, e)  # the severity policy: critical only when users miss the SLO
+    return Verdict(
+        heads_up(slo, summary),
+        cap_action(n, "more sequences than the KV cache holds", ctx),
+        severity=slo.severity("critical"),
+    )
 
 
 def _past(
@@ -216,9 +222,11 @@ def batching_cliff(ctx: Context) -> Verdict | None:
             f"{fmt.count(e.running)} running{limit}: more load only adds queueing"
         )
         n = max(1, int(e.running)) if e.running else None
+        slo = read_slo(ctx, e)
         return Verdict(
-            summary,
+            heads_up(slo, summary),
             cap_action(n, "the engine is at its batch limit; queue in the gateway", ctx),
+            severity=slo.severity("warning"),
         )
     return None
 

@@ -55,3 +55,26 @@ class HealthSettings:
     """GPU memory used at or above this share of total is nearly full (vLLM preallocates ~0.9)."""
     critical_slo_factor: float = 4.0
     """A latency this many times its SLO makes degraded-200 critical."""
+    trend_horizon_s: float = 30.0
+    """A latency p95 whose rise over the window, carried on, crosses its SLO within this many
+    seconds is "about to miss it": a finding inside the SLO is then a warning, not info."""
+    prefix_drop_from_frac: float = 0.3
+    """prefix-cache-collapse: the hit rate it fell from (over the look-back) was at least this."""
+    prefix_drop_to_share: float = 0.35
+    """...and now is under this share of it (88 % -> 3 % is 0.03)."""
+    prefix_lookback_s: float = 60.0
+    """How far back prefix-cache-collapse and decode-stall look for the level they compare to."""
+    spec_acceptance_low_frac: float = 0.25
+    """Draft tokens accepted under this share: speculation costs more than it yields (a step
+    proposes k tokens and keeps about 1 + k x acceptance)."""
+    spec_drop_share: float = 0.5
+    """...or acceptance under this share of its level over the look-back."""
+    decode_stall_frac: float = 0.25
+    """decode-stall: decode tok/s over the last poll under this share of its running median
+    while a prefill runs (vllm-top's detector)."""
+    restart_note_s: float = 60.0
+    """engine-restarted stays this long after the counters went back."""
+    gpu_idle_frac: float = 0.1
+    """tp-gpu-idle: a GPU under this utilisation ..."""
+    gpu_busy_frac: float = 0.5
+    """... while the engine's other GPUs are all at or above this."""

@@ -100,6 +100,11 @@ def incidents(prev: Snapshot | None, cur: Snapshot) -> list[Incident]:
             # a new version or model behind the same URL: the engine was restarted
             was, now = _identity(old.version, old.model), _identity(e.version, e.model)
             out.append(Incident(t, "engine_restarted", e.url, old=was, new=now))
+        elif e.restarted_at is not None and e.restarted_at != old.restarted_at:
+            # the same version and model, its counters went back: restarted all the same
+            same = _identity(e.version, e.model)
+            detail = "its counters went back"
+            out.append(Incident(t, "engine_restarted", e.url, old=same, new=same, detail=detail))
     pg, cg = prev.gateway, cur.gateway
     if pg is not None and cg is not None and pg.up and cg.up:
         out += gateway_changes(pg, cg, t)

@@ -44,6 +44,17 @@ ENGINE_KEYS = (
     "e2e_p95_s",
     "queue_time_p95_s",
     "error",
+    # the field guide's figures: null when the engine does not export the family
+    "prefix_cache_hit_frac",
+    "spec_acceptance_frac",
+    "spec_mean_accepted_len",
+    "spec_acceptance_by_pos",
+    "kv_transfer_bytes_per_s",
+    "kv_transfer_failures_per_s",
+    "sleep_state",
+    "healthy",
+    "corrupted_per_s",
+    "unread",
 )
 GATEWAY_KEYS = (
     "url",
@@ -75,6 +86,8 @@ GPU_KEYS = (
     "temp_c",
     "sm_clock_mhz",
     "throttle_reasons",
+    "xid_last",
+    "ecc_uncorrectable",
 )
 
 
@@ -128,6 +141,21 @@ def _engine_json(e: EngineStats, peak: KvPeak | None) -> dict[str, Any]:
     shown = peak if e.up else None
     out["kv_cache_usage_peak_frac"] = None if shown is None else _clean(shown.frac)
     out["kv_cache_usage_peak_s"] = None if shown is None else _seconds(shown.at_s)
+    if e.spec_acceptance_frac is None:
+        out["spec_acceptance_by_pos"] = None  # no speculative decoding: unknown, not []
+    if not e.up:
+        out["unread"] = None
+    lora = e.lora
+    out["lora"] = (
+        None
+        if lora is None
+        else {
+            "max_loras": lora.max_loras,
+            "running": list(lora.running),
+            "waiting": list(lora.waiting),
+        }
+    )
+    out["restarted_at"] = None if e.restarted_at is None else iso_time(e.restarted_at)
     return out
 
 
@@ -175,6 +203,7 @@ def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
         else ""
     )
     note = [f"  note: {e.error}"] if e.error else []
+    field = field_line(e)
     return [
         f"engine {e.url}  {name}".rstrip(),
         *note,
@@ -186,7 +215,35 @@ def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
         f"  TTFT p50/p95/p99 {fmt.seconds(e.ttft_p50_s)} / {fmt.seconds(e.ttft_p95_s)} / "
         f"{fmt.seconds(e.ttft_p99_s)}  ITL p95 {fmt.seconds(e.itl_p95_s)}  E2E p95 "
         f"{fmt.seconds(e.e2e_p95_s)}  queue p95 {fmt.seconds(e.queue_time_p95_s)}",
+        *([f"  {field}"] if field else []),
     ]
+
+
+def field_line(e: EngineStats) -> str:
+    """The field guide's families an engine exports, in one line ("" when none is): prefix
+    cache, speculative decoding, LoRA, KV transfer, sleep, health."""
+    parts = []
+    if e.prefix_cache_hit_frac is not None:
+        parts.append(f"prefix cache {fmt.frac(e.prefix_cache_hit_frac)} hit")
+    if e.spec_acceptance_frac is not None:
+        pos = "/".join(fmt.frac(p) for p in e.spec_acceptance_by_pos[:4])
+        parts.append(
+            f"spec {fmt.frac(e.spec_acceptance_frac)} accepted, "
+            f"{e.spec_mean_accepted_len or 0.0:.2f}/step" + (f" ({pos})" if pos else "")
+        )
+    if e.lora is not None:
+        slots = "--" if e.lora.max_loras is None else str(e.lora.max_loras)
+        parts.append(f"LoRA {len(e.lora.running)}/{slots} running, {len(e.lora.waiting)} waiting")
+    if e.kv_transfer_bytes_per_s is not None or e.kv_transfer_failures_per_s is not None:
+        parts.append(
+            f"KV transfer {fmt.per_s(e.kv_transfer_bytes_per_s, ' B/s')}, "
+            f"{fmt.per_s(e.kv_transfer_failures_per_s)} failed"
+        )
+    if e.sleep_state not in (None, "awake"):
+        parts.append(f"ASLEEP ({e.sleep_state})")
+    if e.healthy is False:
+        parts.append("UNHEALTHY")
+    return "  ".join(parts)
 
 
 def _gateway_line(g: GatewayStats) -> str:

@@ -74,7 +74,7 @@ def replica_status(stats: EngineStats, findings: Sequence[Finding]) -> Status:
         return "critical"
     if not known:
         return "unknown"
-    return "degraded" if findings else "ok"
+    return "degraded" if any(f.severity != "info" for f in findings) else "ok"
 
 
 _STATUS_RANK = {"critical": 1, "degraded": 2}
@@ -134,7 +134,7 @@ def totals(servers: Sequence[Replica]) -> FleetTotals:
     )
 
 
-_SEVERITY = {"critical": 0, "warning": 1}
+_SEVERITY = {"critical": 0, "warning": 1, "info": 2}
 
 
 def grouped_findings(servers: Sequence[Replica]) -> tuple[Finding, ...]:
@@ -328,4 +328,4 @@ def _fleet_status(servers: Sequence[Replica], findings: Sequence[Finding]) -> St
         return "critical"
     if not any(r.status != "unknown" for r in servers if r.stats.up):
         return "unknown"  # no replica answers with its core figures: unknown is not ok
-    return "degraded" if findings else "ok"
+    return "degraded" if any(f.severity != "info" for f in findings) else "ok"

@@ -17,6 +17,7 @@ from llmtop.core.base.admin_api import LIMITS
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, Snapshot, Status
 from llmtop.core.derive.derive import counter_columns, derive_engine
+from llmtop.core.derive.fleet_scrape import restart_values, went_back
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import Context, HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
@@ -35,6 +36,9 @@ class EngineTrack:
         self.window = CounterWindow(keep_s=keep_s)
         self.last_progress: float | None = None
         self.progress_total: float | None = None
+        self.restarted_at: float | None = None
+        """When its counters last went back (a restart: the window's rates carry across it)."""
+        self._restart_values: dict[Key, float] | None = None
 
     def fold(self, t: float, raw: RawEngine, scrape: EngineScrape, window_s: float) -> EngineStats:
         """One scrape into the window, derived into the engine's figures."""
@@ -45,9 +49,15 @@ class EngineTrack:
         if self.progress_total is None or total != self.progress_total:
             self.last_progress = t
         self.progress_total = total
+        values = restart_values(scrape)
+        if self._restart_values is not None and went_back(self._restart_values, values):
+            self.restarted_at = t
+        self._restart_values = values
         stats = derive_engine(raw.url, scrape, self.window, window_s, version=raw.version)
         if stats.model is None and raw.model is not None:
             stats = replace(stats, model=raw.model)
+        if self.restarted_at is not None:
+            stats = replace(stats, restarted_at=self.restarted_at)
         return stats
 
 
@@ -151,9 +161,9 @@ def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Stat
         return "unknown"
     if any(f.severity == "critical" for f in findings):
         return "critical"
-    if findings:
+    if any(f.severity == "warning" for f in findings):
         return "degraded"
-    return "ok"
+    return "ok"  # info findings are heads-ups: the SLO holds
 
 
 def _str(d: dict[str, Any], key: str) -> str | None:

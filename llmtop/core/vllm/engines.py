@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
+from dataclasses import replace
 from itertools import groupby
 
 from llmtop.core.base.raw import Sample
 from llmtop.core.vllm import scrape_plan
+from llmtop.core.vllm.field import read_field
 from llmtop.core.vllm.names import (
     CACHE_CONFIG,
     COUNTERS,
+    FIELD_FAMILIES,
     FINISHED,
     FRACTIONS,
     GAUGES,
@@ -50,14 +53,36 @@ def extract(samples: tuple[Sample, ...], names: list[str] | None = None) -> Engi
     if names is None:
         names = list(map(_NAME, samples))
     plan = scrape_plan.plan_of(names, list(map(_LABELS, samples)))
-    if plan is None:
-        return extract_direct(samples)
-    return plan.apply(list(map(_VALUE, samples)))
+    scrape = _direct(samples) if plan is None else plan.apply(list(map(_VALUE, samples)))
+    if FIELD_FAMILIES.isdisjoint(names):
+        return scrape
+    return with_field(scrape, samples)
+
+
+def with_field(scrape: EngineScrape, samples: tuple[Sample, ...]) -> EngineScrape:
+    """The scrape with its labelled field families (`field.read_field`) added. Counters by
+    spec-decode position join the others, keyed by name in the window (the plan's columns do
+    not cover them), so only an engine with speculative decoding leaves its plan's columns."""
+    found = read_field(tuple(s for s in samples if s.name in FIELD_FAMILIES))
+    if not found.counters:
+        return replace(scrape, field_families=found)
+    counters = {**scrape.counters, **found.counters}
+    return replace(
+        scrape, counters=counters, counter_keys=None, counter_columns=None, field_families=found
+    )
 
 
 def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
     """`extract` sample by sample: the reading a `scrape_plan.ScrapePlan` stands for, and the
     one used where a plan cannot be made (a NaN bucket bound)."""
+    scrape = _direct(samples)
+    if FIELD_FAMILIES.isdisjoint(s.name for s in samples):
+        return scrape
+    return with_field(scrape, samples)
+
+
+def _direct(samples: tuple[Sample, ...]) -> EngineScrape:
+    """The families a plan covers, sample by sample."""
     by_name: dict[str, list[Sample]] = {}
     for name, run in groupby(samples, key=_NAME):  # a family's samples come together
         found = by_name.get(name)

@@ -33,6 +33,19 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
     "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "admission_rejections": ("vllm:admission_rejections_total",),
+    # the field guide's families (vLLM 0.12+; see `field` for the labelled ones)
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+    "corrupted_requests": ("vllm:corrupted_requests_total",),
+    "nixl_failed_transfers": ("vllm:nixl_num_failed_transfers_total",),
+    "nixl_failed_notifications": ("vllm:nixl_num_failed_notifications_total",),
+    "nixl_expired_requests": ("vllm:nixl_num_kv_expired_reqs_total",),
+    "kv_offload_failures": ("vllm:kv_offload_allocation_failure_total",),
+    "kv_offload_load_bytes": ("vllm:kv_offload_load_bytes_total",),
+    "kv_offload_store_bytes": ("vllm:kv_offload_store_bytes_total",),
+    "kv_offload_load_time_s": ("vllm:kv_offload_load_time_total",),
+    "kv_offload_store_time_s": ("vllm:kv_offload_store_time_total",),
 }
 FINISHED = "vllm:request_success_total"
 PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
@@ -46,12 +59,28 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "prefill_time": ("vllm:request_prefill_time_seconds",),
     "prompt_len": ("vllm:request_prompt_tokens",),
     "generation_len": ("vllm:request_generation_tokens",),
+    "nixl_xfer_time": ("vllm:nixl_xfer_time_seconds",),
+    "nixl_bytes": ("vllm:nixl_bytes_transferred",),
 }
 
 
-MEAN_ONLY = frozenset({"prompt_len", "generation_len"})
+MEAN_ONLY = frozenset({"prompt_len", "generation_len", "nixl_bytes"})
 """Histograms the monitor reads for their mean only (Δsum/Δcount): their buckets are left out
 of its keep-list (`sample_names(bucketed=...)` keeps them for a reader that needs them)."""
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+"""Accepted draft tokens by `position` (0 = the first draft token): acceptance per position."""
+CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
+"""0.32+: cached prompt tokens by tier (`source`: device, host, p2p, disk, external_unspecified)."""
+SLEEP_STATE = "vllm:engine_sleep_state"
+"""0.12+: one gauge per `sleep_state` (awake, weights_offloaded, discard_all), 1 for the state."""
+ENGINE_HEALTHY = "vllm:engine_healthy"
+"""1 healthy, 0 not; not in vLLM 0.32's source (read where a build exports it)."""
+LORA_INFO = "vllm:lora_requests_info"
+"""An info gauge (value: the wall-clock time it was set) whose labels `max_lora`,
+`running_lora_adapters`, `waiting_lora_adapters` say the adapters' state; a new series per
+state change, the newest by value the current one."""
+FIELD_FAMILIES = frozenset({SPEC_PER_POS, CACHED_BY_SOURCE, SLEEP_STATE, ENGINE_HEALTHY, LORA_INFO})
+"""The labelled families `field.read_field` reads beside the plan (absent on most engines)."""
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
 """Tokens per engine step (a histogram; its count is the number of steps): the what-if's."""
 
@@ -60,7 +89,7 @@ def sample_names(bucketed: Iterable[str] = ()) -> frozenset[str]:
     """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list); `bucketed`:
     keys of `MEAN_ONLY` histograms whose buckets are read too (the autopilot's output lengths,
     the what-if's length distributions)."""
-    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE}
+    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE, *FIELD_FAMILIES}
     for group in (GAUGES, COUNTERS):
         for alternatives in group.values():
             names.update(alternatives)

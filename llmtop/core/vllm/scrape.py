@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmtop.core.base.quickinit import quick_init
+from llmtop.core.vllm.field import FieldScrape
 
 
 @quick_init
@@ -52,3 +53,5 @@ class EngineScrape:
     (one tuple for every scrape of a structure, so the counter window knows its layout)."""
     counter_columns: list[float] | None = field(default=None, compare=False, repr=False)
     """Their values in that order (the plan adds them up once, for the window to keep)."""
+    field_families: FieldScrape | None = None
+    """The labelled families of the field guide (`field.read_field`); None: none exported."""

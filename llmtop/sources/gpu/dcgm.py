@@ -8,7 +8,9 @@ in percent. A field the exporter does not export stays None.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import defaultdict
+from typing import Any
 
 import httpx
 
@@ -69,9 +71,34 @@ def parse_dcgm(samples: tuple[Sample, ...]) -> tuple[GpuStats, ...]:
                 temp_c=f.get("DCGM_FI_DEV_GPU_TEMP"),
                 sm_clock_mhz=f.get("DCGM_FI_DEV_SM_CLOCK"),
                 throttle_reasons=() if mask is None else decode_throttle_reasons(int(mask)),
+                **_faults(f),
             )
         )
     return tuple(out)
+
+
+def _finite(f: dict[str, float], *names: str) -> float | None:
+    """The first of these fields exported with a finite value (NaN, Inf: unknown)."""
+    for name in names:
+        v = f.get(name)
+        if v is not None and math.isfinite(v):
+            return v
+    return None
+
+
+def _faults(f: dict[str, float]) -> dict[str, Any]:
+    """XID and ECC errors (`gpu-xid-error`): the last XID, volatile DBE/SBE counts, else the
+    remapped rows (H100 and later count errors as row remaps)."""
+    xid = _finite(f, "DCGM_FI_DEV_XID_ERRORS")
+    return {
+        "xid_last": None if xid is None else int(xid),
+        "ecc_uncorrectable": _finite(
+            f, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+        ),
+        "ecc_correctable": _finite(
+            f, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
+        ),
+    }
 
 
 class DcgmBackend:

@@ -92,6 +92,25 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
   nothing, and /health still says 200. Restart vLLM.
 - **stale-data**: no fresh data for two intervals (the header says STALE): the numbers on
   screen are old; a poll is hanging or failing.
+
+Severity follows the SLO: CRIT and WARN mean users miss it now or are about to (the finding
+says the trend); INFO is a heads-up while it holds (a full cache, a queue, a slowdown), with
+its headroom.
+
+- **prefix-cache-collapse**: the prefix cache's hit rate fell to a fraction of its level: the
+  same load costs several times the prefill. Did the system prompt or the routing change?
+- **decode-stall**: decode tok/s fell under a quarter of its running median while a prefill
+  runs: long prompts freeze the decoders. Cap in-flight prompt tokens.
+- **spec-decode-low**: speculative decoding accepts too few draft tokens to pay for them.
+- **lora-waiting**: requests wait for a LoRA adapter slot (`--max-loras`).
+- **kv-transfer-failing**: the KV connector (NIXL, offload) fails transfers.
+- **engine-asleep**: vLLM's sleep mode is on (header ASLEEP); it serves nothing until woken.
+- **engine-unhealthy**: the engine reports itself unhealthy (`engine_healthy` 0).
+- **requests-corrupted**: requests with NaN logits: answers that are garbage.
+- **engine-restarted**: the engine's counters went back (header RESTARTED): rates carry
+  across; findings that compare with an earlier level wait for the new process.
+- **gpu-xid-error**: a GPU reported an XID or uncorrectable ECC error.
+- **tp-gpu-idle**: one GPU idle while the others work: a tensor-parallel rank stopped?
 """
 
 

@@ -26,7 +26,7 @@ KV = "max_inflight_kv_blocks"
 Badge = Literal["OK", "DEGRADED", "CRITICAL", "DOWN", "UNKNOWN"]
 EventKind = Literal["fired", "cleared", "limit", "change", "error", "info"]
 
-_SEVERITY_RANK = {"critical": 0, "warning": 1}
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,8 @@ def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
         elif i.kind == "target_up":
             out.append(LogEvent(t, "info", f"{where} back up"))
         elif i.kind == "engine_restarted":
-            out.append(LogEvent(t, "info", f"{where} restarted: {i.old} -> {i.new}"))
+            how = f" ({i.detail})" if i.detail else ""
+            out.append(LogEvent(t, "info", f"{where} restarted{how}: {i.old} -> {i.new}"))
         elif i.kind == "limit_changed" and changes:
             out.append(LogEvent(t, "limit", "limits: " + ", ".join(changes)))
             changes = []
@@ -210,6 +211,24 @@ def diff_events(prev: Snapshot | None, cur: Snapshot) -> list[LogEvent]:
     if isinstance(cur, FleetSnapshot) and cur.fleet is not None:  # replica restarts
         after = prev.time if prev is not None else t - 1e-9
         out += [LogEvent(e.time, "info", e.summary) for e in cur.fleet.events if e.time > after]
+    return out
+
+
+RESTART_BADGE_S = 60.0
+"""How long the header says an engine restarted (engine-restarted's restart_note_s)."""
+
+
+def engine_badges(e: EngineStats | None, now: float) -> list[tuple[str, str]]:
+    """The header's words for the engine's own state: asleep, unhealthy, restarted lately."""
+    if e is None or not e.up:
+        return []
+    out = []
+    if e.sleep_state not in (None, "awake"):
+        out.append(("ASLEEP", "bold reverse yellow"))
+    if e.healthy is False:
+        out.append(("UNHEALTHY", "bold reverse red"))
+    if e.restarted_at is not None and 0 <= now - e.restarted_at <= RESTART_BADGE_S:
+        out.append((f"RESTARTED {now - e.restarted_at:.0f}s", "bold reverse yellow"))
     return out
 
 

@@ -7,8 +7,12 @@ from rich.text import Text
 from llmtop.tui.view.present import View, badge, shown_findings
 from llmtop.tui.widgets.panel import Panel
 
-SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold black on yellow"}
-SEVERITY_TAG = {"critical": "CRIT", "warning": "WARN"}
+SEVERITY_STYLE = {
+    "critical": "bold white on red",
+    "warning": "bold black on yellow",
+    "info": "bold black on cyan",
+}
+SEVERITY_TAG = {"critical": "CRIT", "warning": "WARN", "info": "INFO"}
 
 
 class FindingsPanel(Panel):

@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.view.present import View, badge, header_target
+from llmtop.tui.view.present import View, badge, engine_badges, header_target
 
 BADGE_STYLE = {
     "OK": "bold black on green",
@@ -39,6 +39,9 @@ class StatusHeader(Widget):
         b = badge(snap, stale=view.stale)
         out = Text.assemble((f" {b} ", BADGE_STYLE[b]), " ")
         eng = view.engine
+        for text, style in engine_badges(eng, snap.time):  # first: they change what b means
+            out.append(f"{text}", style=style)
+            out.append(" ")
         model = eng.model if eng is not None and eng.model else "model n/a"
         out.append(model, style="bold")
         out.append(f"  {header_target(snap)}")

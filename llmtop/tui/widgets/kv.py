@@ -21,6 +21,8 @@ class KvPanel(Panel):
             return Text("n/a (engine down)", style="dim")
         usage = e.kv_cache_usage_frac
         cached = e.prompt_cache_hit_frac
+        if cached is None:  # before vLLM 0.16: the prefix cache's own hits / queries
+            cached = e.prefix_cache_hit_frac
         # the prefix cache's share of prompt tokens, when it serves any (vLLM >= 0.16)
         hit = [label(" cached "), value(fmt.pct(cached))] if cached else []
         width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
@@ -57,5 +59,22 @@ class KvPanel(Panel):
                     label(" tok/req"),
                     *basis,
                 ),
+                *transfer_line(e.kv_transfer_bytes_per_s, e.kv_transfer_failures_per_s),
             ]
         )
+
+
+def transfer_line(moved: float | None, failed: float | None) -> list[Text]:
+    """The KV connector's traffic (NIXL, offload) and its failures; no line without one."""
+    if moved is None and failed is None:
+        return []
+    gb = None if moved is None else moved / 1e9
+    return [
+        line(
+            label("xfer "),
+            value(fmt.num(gb, 2)),
+            label(" GB/s  failed "),
+            value(fmt.rate(failed), "bold red" if failed else "bold"),
+            label("/s"),
+        )
+    ]

@@ -5,8 +5,22 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import LoraAdapters
 from llmtop.tui.view.present import View, queue_location
 from llmtop.tui.widgets.panel import Panel, label, line, value
+
+
+def lora_cells(lora: LoraAdapters | None) -> list[Text]:
+    """LoRA slots as "lora 1/1 +2": running adapters of max, and how many wait (LoRA on)."""
+    if lora is None:
+        return []
+    slots = "--" if lora.max_loras is None else str(lora.max_loras)
+    waiting = len(lora.waiting)
+    return [
+        label("  lora "),
+        value(f"{len(lora.running)}/{slots}"),
+        *([value(f" +{waiting}", "bold yellow")] if waiting else []),
+    ]
 
 
 class SequencesPanel(Panel):
@@ -41,6 +55,7 @@ class SequencesPanel(Panel):
                     label("  wait "),
                     value(fmt.integer(waiting), "bold yellow" if waiting else "bold"),
                     *deferred,
+                    *lora_cells(e.lora),
                 )
             )
         else:
