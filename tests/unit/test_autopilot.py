@@ -199,14 +199,18 @@ def drain_while_queued(
     every_s: float,
     tenant: str | None = None,
 ) -> list[Ticket]:
-    """Fill `slots`, and release one every `every_s` with a request waiting each time: a drain
-    rate measured while room was the limit (what a wait is predicted from). The slots' holders
-    at the end, the queue empty."""
-    held = [ctl.enter(tenant=tenant) for _ in range(slots)]
+    """Fill `slots` one every `every_s`, then release one every `every_s` with a request
+    waiting each time: every life measured is slots x every_s (what a wait is predicted from).
+    The slots' holders at the end (one just admitted), the queue empty."""
+    held = []
     for _ in range(slots):
+        held.append(ctl.enter(tenant=tenant))
+        clock.advance(every_s)
+    for i in range(slots):
         waiter = ctl.enter(tenant=tenant)
         assert waiter.queued
-        clock.advance(every_s)
+        if i:
+            clock.advance(every_s)
         held.pop(0).release()
         assert waiter.admitted
         held.append(waiter)
@@ -239,7 +243,8 @@ async def test_deadline_queue_refuses_at_once_with_when_capacity_is_expected() -
         except Rejected as e:
             refused = e
             break
-    # drained 2/s: the 11th in line would start in 5.5 s, past the 5 s budget
+    # lives of 1 s on 2 slots, ends due in 0.5 and 1 s: the k-th in line starts in
+    # 0.5 k s; the 11th in 5.5 s, past the 5 s budget
     assert len(queued) == 10
     assert not any(t.admitted for t in queued)
     assert refused is not None
