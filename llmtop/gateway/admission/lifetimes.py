@@ -30,6 +30,7 @@ class Living(Protocol):
     admitted_at: float | None
     expected_out: int
     kv_blocks: int
+    prompt_tokens: int
 
 
 class Lifetimes:
@@ -133,3 +134,40 @@ class Lifetimes:
             else:
                 return None
         return max(waits)
+
+    def peak_share(
+        self,
+        now: float,
+        held: Iterable[Living],
+        block_size: int,
+        per_token_s: float | None = None,
+    ) -> float | None:
+        """The most KV the requests in flight will hold together from now on, as a share of
+        their summed footprint: each holds its prompt's blocks at once and grows linearly to
+        its footprint over its predicted life, then frees it all; the sum peaks just before
+        one of them ends. A burst's newcomers peak well under their footprint (they end
+        before they all grow). `per_token_s`: seconds of life per output token to assume
+        before any life was measured (the engine's inter-token latency); None with neither,
+        or with nothing in flight."""
+        per = self.per_token_s() or per_token_s
+        if per is None:
+            return None
+        rows = []
+        for t in held:
+            life = per * (t.expected_out + 1)
+            start = t.admitted_at if t.admitted_at is not None else now
+            if start + life <= now or life <= 0:  # due to end: all of its footprint, now
+                rows.append((now, float(t.kv_blocks), 0.0, t.kv_blocks))
+                continue
+            prompt = min(t.kv_blocks, -(-t.prompt_tokens // max(1, block_size)))
+            grow = (t.kv_blocks - prompt) / life
+            rows.append((start + life, prompt - grow * start, grow, t.kv_blocks))
+        footprint = sum(r[3] for r in rows)
+        if footprint <= 0:
+            return None
+        rows.sort(reverse=True)  # latest end first: at each end, those ending later still hold
+        base = slope = peak = 0.0
+        for end, b, g, _ in rows:
+            base, slope = base + b, slope + g
+            peak = max(peak, min(base + slope * end, footprint))
+        return min(1.0, peak / footprint)

@@ -170,6 +170,12 @@ class AdmissionState:
             return None
         return max(room, prefill)
 
+    def peak_share(self, block_size: int, per_token_s: float | None = None) -> float | None:
+        """The most KV the requests in flight will hold together, as a share of their summed
+        footprint (lifetimes.py); `per_token_s` before a life was measured (None: unknown)."""
+        lives = self.estimates.lifetimes
+        return lives.peak_share(self._clock(), self._held, block_size, per_token_s)
+
     def prefill_tok_per_s(self) -> float | None:
         """The engine's measured prefill rate (estimates.py: PrefillRate); None: not
         measured yet."""

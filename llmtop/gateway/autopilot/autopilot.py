@@ -31,12 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.core.derive.signals import EngineSignals
-from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController
+from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.autopilot.config import AutopilotConfig
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
-
-AUTO_MAX_CONCURRENCY = 1024
-"""In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +91,7 @@ class Autopilot:
         self.held: float | None = None
         self._waiting_ticks = 0
         self._slow_ticks = 0
+        self._thrash_ticks = 0
         self._hold_until = -math.inf
         self._rebase = False
         self.gain = 1.0
@@ -103,6 +101,10 @@ class Autopilot:
         self._probe: tuple[float, float] | None = None
         """The last probe step not yet judged: (the gain before it, served within SLO per
         second at that gain)."""
+        self._peak_share: float | None = None
+        self.advisory = False
+        """Mode advise: `applied` is the suggestion, not the limit in force, so no probe (a
+        level not in force cannot be judged)."""
         self.prefill_applied: int | None = None
         self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
@@ -170,7 +172,9 @@ class Autopilot:
             self.target = t * c.ease
             self._probe = self._period = None
             return why
-        if preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1):
+        thrash = preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
+        self._thrash_ticks = self._thrash_ticks + 1 if thrash else 0
+        if thrash and self._thrash_ticks >= c.waiting_ticks:  # a sustained storm, not one step
             done = finished_per_s or 0.0
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
@@ -206,13 +210,17 @@ class Autopilot:
         finished_per_s: float | None = None,
         finished_total: float = 0.0,
         served_total: float = 0.0,
+        peak_share: float | None = None,
     ) -> Move | None:
         """One control step of the KV budget; a Move when the applied budget changes.
         `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
         request finished lately) says the held ratio comes from requests at all stages of
         their lives, not a burst's newcomers: no overcommit before it. `finished_total` and
         `served_total` count the requests finished, and served within the TTFT SLO, so far:
-        what a probe step must not lower."""
+        what a probe step must not lower. `peak_share`: the most of their footprint the
+        requests in flight will hold together (admission's lifetimes), what a burst's
+        newcomers may be overcommitted by before any has turned over."""
+        self._peak_share = peak_share
         c = self.config
         cap = sig.kv_capacity_blocks
         if cap is None:
@@ -305,15 +313,19 @@ class Autopilot:
         held = self.held if self.held is not None else 1.0
         per = in_flight_blocks / in_flight if in_flight else None
         safe = overcommit(cap, held, per, c.kv_target) if turned_over and per else float(cap)
+        peak = self._peak_share
+        if peak and per:  # the in-flight set's own predicted peak allows more
+            safe = max(safe, c.peak_use * cap / peak)
         top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
         if self._rebase:
             self._rebase = False
             self.gain = max(1.0, self.target / safe)
-        demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
+        full = in_flight_blocks + (per or 0.0) > self.applied  # the next of the mix waits
+        demand = queued > 0 or full or in_flight_blocks >= (1 - c.deadband) * self.applied
         band = self._band(cap, in_flight_blocks, in_flight)
         step = max(c.grow * cap, per or 0.0)
         why = ""
-        rate = self._judge(now, counts)
+        rate = None if self.advisory else self._judge(now, counts)  # advice: no probe
         if rate is not None:
             probe, self._probe = self._probe, None
             if probe is not None and rate < c.good_rise * probe[1]:
@@ -335,7 +347,8 @@ class Autopilot:
             self.target = want  # heavier mix, a probe taken back, or under a ceiling
             why = why or f"heavier mix: {held:.0%} of the footprint held"
         elif demand and want > self.target:
-            self.target = min(want, self.target + step)
+            # up to the safe level at once (what the engine would start now), past it a step
+            self.target = max(min(want, self.target + step), min(want, safe))
             why = why or f"headroom: {held:.0%} of the footprint held, {queued} queued"
         new = round(self.target)
         back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
@@ -372,67 +385,4 @@ class Autopilot:
         return autopilot_status(self, ctl)
 
 
-def drive(
-    ctl: AdmissionController,
-    pilot: Autopilot,
-    sig: EngineSignals | None,
-    now: float,
-    *,
-    unread: str = "no replica",
-) -> None:
-    """One tick: learn the footprint, and in auto mode step the controller and apply its moves.
-    `sig` None: no replica's /metrics could be read (`unread` says why); the KV budget holds
-    (the prefill budget is the gateway's own count and keeps moving)."""
-    lim = ctl.limits
-    if lim.mode != "auto":
-        pilot.reset(None)
-        pilot.prefill_applied = None
-        pilot.last_reason = "manual: the autopilot is off"
-        ctl.autopilot = pilot.status(ctl)
-        return
-    pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
-    if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
-        ctl.set_limits(
-            {"max_unprefilled_prompt_tokens": pre},
-            source=AUTOPILOT,
-            reason=f"prefill budget {_blocks(pre)} tokens: {pilot.prefill_reason}",
-        )
-    if sig is None:
-        pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
-        ctl.autopilot = pilot.status(ctl)
-        return
-    if ctl.footprint is not None:
-        ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
-    lim = ctl.limits
-    if pilot.applied != lim.max_inflight_kv_blocks:
-        pilot.reset(lim.max_inflight_kv_blocks)  # someone else set it while auto: start there
-    if lim.max_concurrency < AUTO_MAX_CONCURRENCY:
-        ctl.set_limits(
-            {"max_concurrency": AUTO_MAX_CONCURRENCY},
-            source=AUTOPILOT,
-            reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
-        )
-    finished = ctl.drain_rate()
-    move = pilot.step(
-        now,
-        sig,
-        in_flight_blocks=ctl.in_flight_kv_blocks,
-        queued=ctl.queued,
-        in_flight=ctl.in_flight,
-        turned_over=bool(finished),
-        finished_per_s=finished,
-        finished_total=ctl.estimates.finished_total,
-        served_total=ctl.estimates.served_total,
-    )
-    if move is not None:
-        ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
-    ctl.autopilot = pilot.status(ctl)
-
-
-__all__ = [
-    "AUTO_MAX_CONCURRENCY",
-    "Autopilot",
-    "AutopilotConfig",
-    "Move",
-    "drive",
-]
+__all__ = ["Autopilot", "AutopilotConfig", "Move", "overcommit"]
