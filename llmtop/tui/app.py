@@ -89,6 +89,7 @@ class LlmtopApp(WhatIfControls):
         Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
         Binding("a", "autopilot", "auto"),
+        Binding("A", "apply_suggestion", "apply", show=False),
         Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
         # the replica keys: their hint is in the table's headings (the footer is full at 80)

@@ -150,6 +150,11 @@ class AdminControls(KeyRouter):
                 lambda cur: {"mode": "manual" if cur.get("mode") == "auto" else "auto"},
             )
 
+    def action_apply_suggestion(self) -> None:
+        """`A`: set the limits the autopilot suggests (mode advise; docs/autopilot.md)."""
+        if self._can_change("apply suggestion"):
+            self._run_change("apply suggestion", lambda admin: admin.apply_suggestion())
+
     def action_queue(self, direction: int) -> None:
         what = f"queue {direction * commands.QUEUE_STEP:+d}"
         if self._can_change(what):
