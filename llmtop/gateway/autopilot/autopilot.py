@@ -163,7 +163,7 @@ class Autopilot:
         itl = sig.itl_mean_s if sig.itl_mean_s is not None else 0.0
         slow = itl > c.itl_slo_s
         self._slow_ticks = self._slow_ticks + 1 if slow else 0
-        if slow and self._slow_ticks >= c.waiting_ticks:  # not one prefill's stall: sustained
+        if slow and self._slow_ticks >= c.slow_ticks:  # not one prefill's stall: sustained
             why = f"mean ITL {itl * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
         elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
             why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
@@ -174,7 +174,7 @@ class Autopilot:
             return why
         thrash = preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
         self._thrash_ticks = self._thrash_ticks + 1 if thrash else 0
-        if thrash and self._thrash_ticks >= c.waiting_ticks:  # a sustained storm, not one step
+        if thrash and self._thrash_ticks >= c.thrash_ticks:  # a storm, not one step's worth
             done = finished_per_s or 0.0
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
