@@ -173,6 +173,15 @@ def start_sim(out: Path, profile: Path) -> Engine:
     return Engine("sim", url, 0, proc)
 
 
+def is_profile_name(name: str) -> bool:
+    """A built-in sim profile's name (seed, fast, ...) rather than a file."""
+    try:
+        get_profile(name)
+    except Exception:  # get_profile's own error for an unknown name or a bad file
+        return False
+    return True
+
+
 def sim_input_len(input_len: int) -> int:
     """The sim counts text as ceil(chars / 4); vllm bench's random prompts decode to more chars
     per token with the tiny model's tokenizer: the input length the sim counts as `input_len`."""
@@ -391,6 +400,8 @@ def one_run(
         "load_avg": [load_avg0, os.getloadavg()[0]],
         "result": f"{name}.json",
         "gateway": gw_doc,
+        "refused": [i for i, e in enumerate(r["errors"]) if "Too Many" in e],
+        "in_time": [i for i in ok if r["ttfts"][i] <= ttft_slo],
     }
     row["goodput"] = row["good"] / n
     return row
@@ -414,6 +425,27 @@ def med(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.median(vals) if vals else math.nan
 
 
+def needless(rows: list[dict[str, Any]], arm_rows: list[dict[str, Any]]) -> str:
+    """The 429s of these runs that straight served within the TTFT SLO on the same arrivals
+    (same engine, load, repeat and seed: vllm bench's prompts and their order are the same),
+    summed over the repeats; "-" for straight itself or without its run."""
+    total, seen = 0, False
+    for r in arm_rows:
+        if r["arm"] == "straight":
+            return "-"
+        twin = [
+            x
+            for x in rows
+            if x["arm"] == "straight"
+            and (x["engine"], x["load"], x["rep"], x["seed"])
+            == (r["engine"], r["load"], r["rep"], r["seed"])
+        ]
+        if twin:
+            seen = True
+            total += len(set(r.get("refused", [])) & set(twin[0].get("in_time", [])))
+    return str(total) if seen else "-"
+
+
 def table(rows: list[dict[str, Any]], engine: str, loads: list[float]) -> dict[float, str]:
     """Print arm x load (medians over repeats); return each load's ordering."""
     print(
@@ -422,9 +454,9 @@ def table(rows: list[dict[str, Any]], engine: str, loads: list[float]) -> dict[f
     )
     print(
         "| load | arm | offered | goodput | TTFT-only | output tok/s | TTFT p50 | TTFT p99 |"
-        " 429 / other failures | preemptions | load avg |"
+        " 429 / other failures | 429s straight served in time | preemptions | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     orders: dict[float, str] = {}
     for load in loads:
         cells: dict[str, float] = {}
@@ -442,7 +474,8 @@ def table(rows: list[dict[str, Any]], engine: str, loads: list[float]) -> dict[f
                 f" {med(rs, 'good_ttft_only') / off:.0%} | {med(rs, 'output_tok_s'):,.0f} |"
                 f" {med(rs, 'ttft_p50_s'):.2f} s | {med(rs, 'ttft_p99_s'):.2f} s |"
                 f" {med(rs, 'http_429'):.0f} / {med(rs, 'other_failures'):.0f} |"
-                f" {med(rs, 'preemptions'):.0f} | {min(la):.1f}-{max(la):.1f} |"
+                f" {needless(rows, rs)} | {med(rs, 'preemptions'):.0f} |"
+                f" {min(la):.1f}-{max(la):.1f} |"
             )
         if cells:
             orders[load] = ordering(cells)
@@ -472,7 +505,7 @@ def run_engine(
             engine = start_real(args.vllm_url)
         else:
             profile = args.profile or args.out / "sim-profile.json"
-            if not profile.exists():
+            if not profile.exists() and not is_profile_name(str(profile)):
                 raise RuntimeError(f"no sim profile {profile}: run --engine real first")
             engine = start_sim(args.out, profile)
             engine.input_len = sim_input_len(args.input_len)

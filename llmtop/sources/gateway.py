@@ -71,6 +71,14 @@ class AdminClient:
         """The gateway's live state (in flight, queued, paused, ...): the truth for `p`."""
         return cast(StatsDoc, await self._call("GET", "/admin/stats"))
 
+    async def apply_suggestion(self) -> str:
+        """Set the limits the autopilot suggests (mode advise); what was set, in words."""
+        body = await self._call("POST", "/admin/autopilot/apply")
+        applied = body.get("applied") or {}
+        return "applied the autopilot's suggestion: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(applied.items())
+        )
+
     async def pause(self) -> bool:
         """Stop admitting new requests (they queue); returns the paused state."""
         return bool((await self._call("POST", "/admin/pause")).get("paused"))

@@ -84,6 +84,7 @@ class LlmtopApp(App[int]):
         Binding("colon", "command", "cmd", key_display=":"),
         Binding("p", "pause", "pause"),
         Binding("a", "autopilot", "auto"),
+        Binding("A", "apply_suggestion", "apply", show=False),
         Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
         # the replica keys: their hint is in the table's headings (the footer is full at 80)
@@ -222,6 +223,9 @@ class LlmtopApp(App[int]):
 
     def action_autopilot(self) -> None:
         self.controls.autopilot()
+
+    def action_apply_suggestion(self) -> None:
+        self.controls.apply_suggestion()
 
     def action_record(self) -> None:
         self.controls.record()

@@ -161,6 +161,11 @@ class AdminControls:
                 lambda cur: {"mode": "manual" if cur.get("mode") == "auto" else "auto"},
             )
 
+    def apply_suggestion(self) -> None:
+        """`A`: set the limits the autopilot suggests (mode advise; docs/autopilot.md)."""
+        if self.can_change("apply suggestion"):
+            self._run_change("apply suggestion", lambda admin: admin.apply_suggestion())
+
     def queue(self, direction: int) -> None:
         """`]` / `[`: the queue one step up or down."""
         what = f"queue {direction * commands.QUEUE_STEP:+d}"

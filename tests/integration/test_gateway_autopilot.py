@@ -107,3 +107,42 @@ async def test_autopilot_over_two_replicas_budgets_both_caches(
     assert [e.stats.num_preemptions for e in engines] == [0, 0]
     assert all(1 <= p <= 256 // 64 + 1 for p in peaks)  # both used, neither past its cache
     accounted(s)
+
+
+async def test_advise_mode_suggests_and_applies_only_when_asked(
+    start_sim: Start, start_gateway: Start
+) -> None:
+    """Mode advise: the autopilot reads the engine and says what it would set, the limits stay
+    where they were; POST /admin/autopilot/apply sets its suggestion and the mode stays."""
+    sim = start_sim(profile="fast", kv_tokens=4096)
+    gw = start_gateway(sim.url, mode="advise", max_concurrency=4)
+    prompt = list(range(1, 201))
+    async with httpx.AsyncClient(base_url=gw.url, timeout=60) as c:
+        for _ in range(3):  # a few answers: a prefill rate to suggest from
+            r = await c.post("/v1/completions", json=body(8, prompt))
+            assert r.status_code == 200
+        s = await wait_stats(
+            c,
+            lambda s: (
+                "max_inflight_kv_blocks" in ((s.get("autopilot") or {}).get("suggestion") or {})
+            ),
+        )
+        suggestion = s["autopilot"]["suggestion"]
+        assert s["mode"] == "advise"
+        assert s["limits"]["max_concurrency"] == 4  # nothing moved by itself
+        assert s["limits"]["max_inflight_kv_blocks"] is None
+        assert s["autopilot"]["reason"].startswith("would set KV budget")
+        assert suggestion["max_concurrency"] == 1024
+        r = await c.post("/admin/autopilot/apply", headers={"x-llmtop-source": "oncall"})
+        assert r.status_code == 200
+        limits = r.json()["limits"]
+        assert limits["mode"] == "advise"
+        assert limits["max_inflight_kv_blocks"] == suggestion["max_inflight_kv_blocks"]
+        events = (await c.get("/admin/events")).json()["events"]
+        assert any(
+            e["source"] == "oncall" and e["field"] == "max_inflight_kv_blocks" for e in events
+        )
+        await c.patch("/admin/limits", json={"mode": "manual"})
+        r = await c.post("/admin/autopilot/apply")
+        assert r.status_code == 409
+        assert "advise" in r.json()["error"]["message"]

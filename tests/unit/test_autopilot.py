@@ -21,7 +21,8 @@ from llmtop.gateway.admission.controller import (
     Ticket,
 )
 from llmtop.gateway.admission.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
-from llmtop.gateway.autopilot.autopilot import AUTO_MAX_CONCURRENCY, Autopilot, drive, overcommit
+from llmtop.gateway.autopilot.autopilot import Autopilot, overcommit
+from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
 from llmtop.gateway.server.autopilot_loop import read_scrape
 from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
@@ -199,14 +200,18 @@ def drain_while_queued(
     every_s: float,
     tenant: str | None = None,
 ) -> list[Ticket]:
-    """Fill `slots`, and release one every `every_s` with a request waiting each time: a drain
-    rate measured while room was the limit (what a wait is predicted from). The slots' holders
-    at the end, the queue empty."""
-    held = [ctl.enter(tenant=tenant) for _ in range(slots)]
+    """Fill `slots` one every `every_s`, then release one every `every_s` with a request
+    waiting each time: every life measured is slots x every_s (what a wait is predicted from).
+    The slots' holders at the end (one just admitted), the queue empty."""
+    held = []
     for _ in range(slots):
+        held.append(ctl.enter(tenant=tenant))
+        clock.advance(every_s)
+    for i in range(slots):
         waiter = ctl.enter(tenant=tenant)
         assert waiter.queued
-        clock.advance(every_s)
+        if i:
+            clock.advance(every_s)
         held.pop(0).release()
         assert waiter.admitted
         held.append(waiter)
@@ -239,7 +244,8 @@ async def test_deadline_queue_refuses_at_once_with_when_capacity_is_expected() -
         except Rejected as e:
             refused = e
             break
-    # drained 2/s: the 11th in line would start in 5.5 s, past the 5 s budget
+    # lives of 1 s on 2 slots, ends due in 0.5 and 1 s: the k-th in line starts in
+    # 0.5 k s; the 11th in 5.5 s, past the 5 s budget
     assert len(queued) == 10
     assert not any(t.admitted for t in queued)
     assert refused is not None
@@ -361,7 +367,8 @@ def test_steady_load_settles_without_oscillation() -> None:
     assert last is not None
     assert last > 1000  # small requests part-way through: past the cache
     ups = [b - a for a, b in itertools.pairwise(budgets) if a and b and b > a]
-    assert max(ups) <= 0.05 * 1000  # up slowly
+    assert len(ups) >= 1
+    assert all(u <= 0.05 * 1000 for u in ups[1:])  # at once to the safe level, past it slowly
 
 
 def test_some_preemption_is_the_engines_business_thrashing_is_cut_with_a_ceiling() -> None:
@@ -377,14 +384,20 @@ def test_some_preemption_is_the_engines_business_thrashing_is_cut_with_a_ceiling
         finished_per_s=5.0,
     )
     assert calm is None or calm.new >= 1400
-    # more preemptions than half the requests finishing: thrashing, cut below what ran
-    move = pilot.step(
-        2.0,
-        sig(preemptions=4.0, kv_usage_frac=1.0),
-        in_flight_blocks=1300,
-        queued=9,
-        finished_per_s=5.0,
-    )
+    # more preemptions than half the requests finishing, 3 scrapes in a row: thrashing, cut
+    # below what ran (one or two such scrapes are a step's worth, not a storm)
+    moves = [
+        pilot.step(
+            t,
+            sig(preemptions=4.0, kv_usage_frac=1.0),
+            in_flight_blocks=1300,
+            queued=9,
+            finished_per_s=5.0,
+        )
+        for t in (1.2, 1.4, 2.0)
+    ]
+    assert not any(m is not None and m.new < 1400 for m in moves[:2])
+    move = moves[2]
     assert move is not None
     assert move.new == round(1300 * 0.9)
     assert "thrashing: preempting 4.0/s, 5.0/s finishing" in move.reason
@@ -588,8 +601,9 @@ def test_a_figure_unknown_holds_the_budget_and_says_which(unknown: str) -> None:
     named = {"waiting": "waiting", "preemptions": "preemptions", "kv_usage_frac": "KV use"}
     assert ctl.autopilot["reason"].startswith("holding at 1,000 blocks: ")
     assert f"{named[unknown]} unknown" in ctl.autopilot["reason"]
-    clock.advance(1.0)
-    drive(ctl, pilot, sig(preemptions=3.0, waiting=9.0), clock())
+    for _ in range(3):  # known again: a storm lasting 3 scrapes is cut
+        clock.advance(1.0)
+        drive(ctl, pilot, sig(preemptions=3.0, waiting=9.0), clock())
     assert ctl.limits.max_inflight_kv_blocks is not None
     assert ctl.limits.max_inflight_kv_blocks < 1000
     assert "preempting 3.0/s" in ctl.autopilot["reason"]

@@ -10,7 +10,8 @@ import pytest
 from llmtop.gateway.admission.controller import AdmissionController, Limits
 from llmtop.gateway.admission.estimates import BusyRate, PrefillRate
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
-from llmtop.gateway.autopilot.autopilot import Autopilot, drive
+from llmtop.gateway.autopilot.autopilot import Autopilot
+from llmtop.gateway.autopilot.drive import drive
 from tests.unit.test_admission import FakeClock, accounted
 from tests.unit.test_autopilot import sig
 

@@ -58,8 +58,10 @@ class LimitSpec:
         return {"s": "S", "requests/min": "RPM"}.get(self.unit, "N")
 
 
-MODES: tuple[str, ...] = ("manual", "auto")
-"""auto: the autopilot moves the KV and prefill budgets; manual: only people do."""
+MODES: tuple[str, ...] = ("manual", "auto", "advise")
+"""auto: the autopilot moves the KV and prefill budgets; manual: only people do; advise: the
+autopilot computes its budgets and shows them (/admin/stats), the limits stay as people set
+them (POST /admin/autopilot/apply sets its suggestion)."""
 QUEUE_POLICIES: tuple[str, ...] = ("fifo", "deadline", "codel", "lifo")
 """fifo (timeout only), deadline (reject at arrival / leave when the TTFT budget is gone),
 codel (controlled delay) or lifo (adaptive LIFO with codel, as in "Fail at Scale")."""
@@ -102,7 +104,16 @@ LIMITS: tuple[LimitSpec, ...] = (
     ),
     LimitSpec("ttft_slo_s", "slo", "float", "s", 0, True, "admission's TTFT budget (an override)"),
     LimitSpec("queue_policy", "policy", "choice", "", 0, False, "queue discipline", QUEUE_POLICIES),
-    LimitSpec("mode", "mode", "choice", "", 0, False, "auto: the autopilot holds the SLO", MODES),
+    LimitSpec(
+        "mode",
+        "mode",
+        "choice",
+        "",
+        0,
+        False,
+        "auto: the autopilot holds the SLO; advise: it suggests",
+        MODES,
+    ),
 )
 LIMIT_FIELDS: tuple[str, ...] = tuple(s.field for s in LIMITS)
 """The limits' field names, in the table's order."""

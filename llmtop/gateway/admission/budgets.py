@@ -85,8 +85,10 @@ class Budgets:
             blocks = sum(t.kv_blocks for t in ahead) + kv_blocks
             blocks_over = blocks - (lim.max_inflight_kv_blocks - self.kv_blocks)
         if lim.max_unprefilled_prompt_tokens is not None:
-            tokens = sum(t.prompt_tokens for t in ahead) + prompt_tokens
-            tokens_over = tokens - (lim.max_unprefilled_prompt_tokens - self.unprefilled_tokens)
+            before = sum(t.prompt_tokens for t in ahead) + self.unprefilled_tokens
+            # a prompt larger than the budget goes once nothing is left to prefill (`binding`)
+            need = before + prompt_tokens - lim.max_unprefilled_prompt_tokens
+            tokens_over = min(before, need)
         return requests_over, blocks_over, tokens_over
 
     def binding(self, lim: Limits, prompt_tokens: int, kv_blocks: int) -> str | None:

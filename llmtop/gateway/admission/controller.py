@@ -33,6 +33,7 @@ from llmtop.gateway.admission.limits import (
 )
 from llmtop.gateway.admission.queueing import POLICIES, PRIORITIES, RANK
 from llmtop.gateway.admission.ratelimit import TenantRateLimiter
+from llmtop.gateway.admission.refusals import Refusal
 from llmtop.gateway.admission.state import OUTCOMES, REJECT_REASONS, AdmissionState
 from llmtop.gateway.admission.ticket import IN_FLIGHT, QUEUED, Ticket
 
@@ -78,6 +79,8 @@ class AdmissionController(AdmissionState):
         now = self._clock()
         self.offered += 1
         ticket = Ticket(self, self._clock, priority, prompt_tokens, kv_blocks, tenant, shape, now)
+        if self.footprint is not None and shape is not None:
+            ticket.expected_out = self.footprint.expected_output(shape.max_tokens)
         lim = self._limits
         if self._rate is not None and not rate_checked:
             wait_s = self._rate.check(tenant or "", now)
@@ -99,6 +102,10 @@ class AdmissionController(AdmissionState):
             ticket.deadline = now + budget
             wait = self.predict_wait_s(priority, kv_blocks, now, prompt_tokens)
             if policy.refuses_late and wait is not None and wait > budget:
+                mark = queue.next_seq
+                self.refusals.refused(
+                    Refusal(now, wait, budget, RANK[priority], mark, prompt_tokens, kv_blocks)
+                )
                 msg = (
                     f"over the TTFT budget: predicted start in {wait:.1f}s, budget {budget:.1f}s"
                     f" of {slo:g}s ({source}); capacity expected in {wait - budget:.1f}s"
@@ -152,6 +159,8 @@ class AdmissionController(AdmissionState):
         self.estimates.prefill.pass_time(now, budgets.unprefilled_tokens)
         ticket.admit(now)
         budgets.take(ticket)
+        self._held.add(ticket)
+        self._held_version += 1
         if ticket.shape is not None and not ticket.shape.stream:
             # its first byte is its whole answer: the prompt leaves the backlog when its
             # prefill is predicted done (the backlog at the prefill rate; 1 s before a rate)
@@ -171,9 +180,11 @@ class AdmissionController(AdmissionState):
             head = queue.head(policy, congested)
             assert head is not None
             if not self._fits(head.prompt_tokens, head.kv_blocks):
-                return
+                break
             queue.remove(head)
             self._start(head, now)
+        if self.refusals.watching:
+            self.refusals.settle(now, queue.waits_before, self._fits)
 
     def _reject(self, ticket: Ticket, rejection: Rejected) -> Rejected:
         """Count a refusal at arrival and hand the exception back for raising."""
@@ -225,10 +236,13 @@ class AdmissionController(AdmissionState):
             self.estimates.prefill.pass_time(now, self._budgets.unprefilled_tokens)
         ticket.end()
         self._budgets.give(ticket)
+        self._held.discard(ticket)
+        self._held_version += 1
         ticket.prefilling = False
         self.outcomes[outcome] += 1
-        queue = self._queue
-        self.estimates.finished(now, ticket.kv_blocks, queue.busy_s(now), queue.count)
+        admitted = ticket.admitted_at
+        life = now - admitted if outcome == "completed" and admitted is not None else None
+        self.estimates.finished(now, ticket.kv_blocks, life, ticket.expected_out)
         slo, first = self._limits.ttft_slo_s, ticket.first_token_at
         to_first = None if first is None else first - ticket.enqueued_at
         if outcome == "completed" and slo is not None and to_first is not None and to_first <= slo:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from llmtop.gateway.admission.lifetimes import Lifetimes
 from llmtop.gateway.admission.window import RateWindow
 
 DRAIN_WINDOW_S = 10
@@ -89,14 +90,12 @@ class Estimates:
     """The recent drain rates and the engine-side TTFT, updated as requests finish."""
 
     __slots__ = (
-        "_busy_seen",
         "_drain",
         "_drain_blocks",
-        "_full_drain",
-        "_full_drain_blocks",
         "_good",
         "engine_ttft_s",
         "finished_total",
+        "lifetimes",
         "prefill",
         "served_total",
     )
@@ -104,12 +103,9 @@ class Estimates:
     def __init__(self) -> None:
         self._drain = RateWindow(DRAIN_WINDOW_S)
         self._drain_blocks = RateWindow(DRAIN_WINDOW_S)
-        self._full_drain = BusyRate()
-        self._full_drain_blocks = BusyRate()
-        """Requests and blocks freed per second while a queue waited (room was the limit):
-        what a newcomer's wait depends on, unlike the plain drain rate, which at a light load
-        is only the arrival rate."""
-        self._busy_seen = 0.0
+        self.lifetimes = Lifetimes()
+        """How long admitted requests live: when those in flight free their room, what a
+        newcomer's predicted start depends on (lifetimes.py)."""
         self._good = RateWindow(DRAIN_WINDOW_S)
         self.finished_total = 0
         """Admitted requests ended so far (the autopilot judges a level over enough of them)."""
@@ -120,18 +116,17 @@ class Estimates:
         self.engine_ttft_s = 0.0
         """Recent engine-side TTFT (arrival at the engine to first byte), smoothed."""
 
-    def finished(self, now: float, kv_blocks: int, queued_s: float = 0.0, queued: int = 0) -> None:
+    def finished(
+        self, now: float, kv_blocks: int, life_s: float | None = None, expected_out: int = 0
+    ) -> None:
         """An admitted request ended (whatever its outcome): its slot and blocks are free.
-        `queued_s`: the queue's total time non-empty so far; `queued`: waiting now."""
+        `life_s`: seconds from admission to a completed end (None: not completed, so not a
+        life to learn from); `expected_out`: the output tokens it was expected to make."""
         self._drain.add(now)
         self._drain_blocks.add(now, kv_blocks)
         self.finished_total += 1
-        busy, self._busy_seen = queued_s - self._busy_seen, queued_s
-        self._full_drain.advance(now, busy)
-        self._full_drain_blocks.advance(now, busy)
-        if queued:
-            self._full_drain.add(1.0)
-            self._full_drain_blocks.add(kv_blocks)
+        if life_s is not None:
+            self.lifetimes.finished(now, life_s, expected_out)
 
     def served_within_slo(self, now: float) -> None:
         """A request completed whose first token came within the TTFT SLO."""
@@ -164,28 +159,10 @@ class Estimates:
             return max(1.0, min(queue_timeout_s, UNKNOWN_DRAIN_RETRY_S))
         return max(1.0, min(backlog / rate, 3600.0))
 
-    def wait_s(
-        self, now: float, requests_over: int, kv_blocks_over: int, tokens_over: int = 0
-    ) -> float | None:
-        """When the work beyond the free room has drained: `requests_over` requests,
-        `kv_blocks_over` KV blocks and `tokens_over` prompt tokens to prefill more than the
-        limits have free, over the rates measured while room was the limit (a queue waited)
-        and the prefill rate (0 when nothing is over). None when a rate it needs is unknown:
-        the request then waits rather than being refused on a guess."""
-        waits = [0.0]
-        if tokens_over > 0:
-            rate_t = self.prefill.rate()
-            if not rate_t:
-                return None
-            waits.append(tokens_over / rate_t)
-        if requests_over > 0:
-            rate = self._full_drain.rate()
-            if not rate:
-                return None
-            waits.append(requests_over / rate)
-        if kv_blocks_over > 0:
-            rate_b = self._full_drain_blocks.rate()
-            if not rate_b:
-                return None
-            waits.append(kv_blocks_over / rate_b)
-        return max(waits)
+    def prefill_wait_s(self, tokens_over: int) -> float | None:
+        """Seconds until `tokens_over` more prompt tokens than the prefill budget has free are
+        prefilled, at the measured prefill rate (0 when none are over; None: no rate yet)."""
+        if tokens_over <= 0:
+            return 0.0
+        rate = self.prefill.rate()
+        return tokens_over / rate if rate else None

@@ -142,7 +142,8 @@ def footprint_of(ctl: _HasFootprint, body: bytes) -> tuple[int, PromptShape | No
     """A request's predicted blocks and shape when a KV budget is on; (0, None) otherwise, so a
     gateway without one never parses the body for it."""
     model = ctl.footprint
-    if model is None or ctl.limits.max_inflight_kv_blocks is None:
+    lim = ctl.limits
+    if model is None or (lim.max_inflight_kv_blocks is None and lim.mode != "advise"):
         return 0, None
     shape = read_shape(body)
     return model.blocks(shape), shape

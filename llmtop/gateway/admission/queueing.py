@@ -17,7 +17,6 @@ calls it.
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,23 +70,21 @@ W = TypeVar("W", bound=Waiter)
 class WaitQueue(Generic[W]):
     """The requests waiting for room: per priority, in arrival order; `count` of them."""
 
-    __slots__ = ("_busy_s", "_by_priority", "_clock", "_seq", "count", "empty_since")
+    __slots__ = ("_by_priority", "_clock", "_seq", "count", "empty_since")
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._by_priority: dict[str, OrderedDict[int, W]] = {p: OrderedDict() for p in PRIORITIES}
         self._clock = clock
-        self._seq = itertools.count()
+        self._seq = 0
         self.count = 0
         self.empty_since = clock()
         """When the queue last became empty (codel's congestion test starts from it)."""
-        self._busy_s = 0.0
 
     def push(self, waiter: W) -> None:
         """Join the back of the waiter's priority."""
-        waiter.seq = next(self._seq)
+        waiter.seq = self._seq
+        self._seq += 1
         self._by_priority[waiter.priority][waiter.seq] = waiter
-        if self.count == 0:
-            self._busy_s -= self._clock()  # a busy spell starts (busy_s adds its end)
         self.count += 1
 
     def remove(self, waiter: W) -> None:
@@ -96,12 +93,20 @@ class WaitQueue(Generic[W]):
         self.count -= 1
         if self.count == 0:
             self.empty_since = self._clock()
-            self._busy_s += self.empty_since
 
-    def busy_s(self, now: float) -> float:
-        """Seconds the queue has been non-empty in all (the estimates' time with room the
-        limit)."""
-        return self._busy_s + (now if self.count else 0.0)
+    @property
+    def next_seq(self) -> int:
+        """The seq the next waiter will get: every waiter below it came before."""
+        return self._seq
+
+    def waits_before(self, rank: int, seq_mark: int) -> bool:
+        """Whether a waiter of rank `rank` or higher that joined before `seq_mark` still
+        waits (the oldest of each priority is its first)."""
+        for p in PRIORITIES[: rank + 1]:
+            q = self._by_priority[p]
+            if q and next(iter(q)) < seq_mark:
+                return True
+        return False
 
     def __iter__(self) -> Iterator[W]:
         """The waiters in the order of the queue: highest priority first, oldest first."""

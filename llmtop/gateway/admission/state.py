@@ -20,6 +20,7 @@ from llmtop.gateway.admission.footprint import FootprintModel
 from llmtop.gateway.admission.limits import Limits, validate_limits
 from llmtop.gateway.admission.queueing import POLICIES, WaitQueue
 from llmtop.gateway.admission.ratelimit import TenantRateLimiter
+from llmtop.gateway.admission.refusals import RefusalLedger
 from llmtop.gateway.admission.stats import stats_doc
 from llmtop.gateway.admission.ticket import Ticket
 from llmtop.gateway.admission.window import CumulativeHistogram, SampleWindow
@@ -48,10 +49,16 @@ class AdmissionState:
         self.window_s = window_s
         self._queue: WaitQueue[Ticket] = WaitQueue(clock)
         self._budgets = Budgets()
+        self._held: set[Ticket] = set()
+        """The admitted requests not yet ended: whose ends a newcomer's start waits on."""
+        self._held_version = 0
+        """Bumped whenever `_held` changes (the predicted ends are cached on it)."""
         self._due: list[Ticket] = []
         """Admitted unstreamed requests whose prefill end is predicted (Ticket.prefill_due)."""
         self.estimates = Estimates()
         """The drain rates and the engine-side TTFT admission predicts from."""
+        self.refusals = RefusalLedger()
+        """The 429s given at arrival for their predicted start, against the slots that came."""
         self.offered = 0
         self.paused = False
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
@@ -149,12 +156,25 @@ class AdmissionState:
     def predict_wait_s(
         self, priority: str, kv_blocks: int, now: float, prompt_tokens: int = 0
     ) -> float | None:
-        """When a request arriving now would start: the backlog ahead of it (same or higher
-        priority) beyond what the limits have free, over the measured drain and prefill rates.
-        None when nothing has drained lately (no rate to go by)."""
+        """When a request arriving now would start: the requests and KV blocks ahead of it
+        (same or higher priority) beyond what the limits have free, at the predicted ends of
+        those in flight (lifetimes.py), and the prompt tokens over the prefill budget at the
+        measured prefill rate. None when a figure it needs is unknown (no life measured yet,
+        no prefill rate): the request then waits rather than being refused on a guess."""
         ahead = self._queue.ahead_of(priority)
-        over = self._budgets.over(self._limits, ahead, prompt_tokens, kv_blocks)
-        return self.estimates.wait_s(now, *over)
+        requests, blocks, tokens = self._budgets.over(self._limits, ahead, prompt_tokens, kv_blocks)
+        est = self.estimates
+        room = est.lifetimes.wait_s(now, self._held, self._held_version, requests, blocks)
+        prefill = est.prefill_wait_s(tokens)
+        if room is None or prefill is None:
+            return None
+        return max(room, prefill)
+
+    def peak_share(self, block_size: int, per_token_s: float | None = None) -> float | None:
+        """The most KV the requests in flight will hold together, as a share of their summed
+        footprint (lifetimes.py); `per_token_s` before a life was measured (None: unknown)."""
+        lives = self.estimates.lifetimes
+        return lives.peak_share(self._clock(), self._held, block_size, per_token_s)
 
     def prefill_tok_per_s(self) -> float | None:
         """The engine's measured prefill rate (estimates.py: PrefillRate); None: not

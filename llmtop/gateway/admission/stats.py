@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from llmtop.gateway.admission.limits import Limits
+from llmtop.gateway.admission.refusals import RefusalLedger
 from llmtop.gateway.admission.window import SampleWindow
 
 
@@ -20,6 +21,7 @@ class Stated(Protocol):
     window_s: int
     paused: bool
     autopilot: dict[str, Any] | None
+    refusals: RefusalLedger
 
     def now(self) -> float: ...
     def wall(self) -> float: ...
@@ -65,6 +67,7 @@ def stats_doc(ctl: Stated) -> dict[str, Any]:
         "offered": ctl.offered,
         "outcomes": dict(ctl.outcomes),
         "rejections": dict(ctl.rejections),
+        "refusals": ctl.refusals.doc(now),
         "queue_wait_s": {"p50": w50, "p95": w95},
         "ttft_s": {"p50": t50, "p95": t95},
         "window_s": ctl.window_s,

@@ -37,6 +37,7 @@ class Ticket:
         "admitted_at",
         "deadline",
         "enqueued_at",
+        "expected_out",
         "first_token_at",
         "kv_blocks",
         "prefill_due",
@@ -82,6 +83,9 @@ class Ticket:
         """When its TTFT budget is gone (queue policies but fifo, with a TTFT SLO)."""
         self.seq = 0
         """Its place in the order of arrival, set when it joins the queue."""
+        self.expected_out = 0
+        """Output tokens it is expected to make (the footprint model's; 0: unknown): its
+        predicted life in flight (lifetimes.py)."""
         self._future: asyncio.Future[Rejected | None] | None = None
         self._result: Rejected | None = None
 

@@ -1,17 +1,27 @@
 """The autopilot: moves the gateway's two budgets about once a second, to serve the most
 requests within the SLO.
 
-Pure; the gateway's loop calls `drive` with each scrape's signals
-(`core.derive.signals.EngineSignals`) and the gateway's own counts. A figure it steps on that
-is unknown (None) holds the budgets where they are, and the reason on /admin/stats says which.
+Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
+(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
+gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
+yet, or no replica could be read) holds the budgets where they are, and the reason on
+/admin/stats says which.
 
-* The prefill budget (max_unprefilled_prompt_tokens, `prefill.PrefillBudget`): prompt tokens
-  admitted and not yet prefilled, bounded to what the engine prefills in `prefill_horizon_s`.
-* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: from the cache to
-  the overcommit safe for the mix (`overcommit`), then probing upward while requests served
-  within the SLO per second do not fall and the engine's ITL and TTFT hold; it backs off on an
-  SLO missed inside the engine or preemptions thrashing, and keeps the level that failed as a
-  ceiling it forgets slowly. Why these signals and not a latency gradient: docs/autopilot.md.
+* The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
+  prefilled, counted by admission request by request (no scrape lag), bounded to what the
+  engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
+  what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
+  a time, the rest wait in the gateway where they can be seen and refused early.
+* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: it starts at the
+  cache, goes at once to the overcommit that is safe for the mix (`overcommit`), and past it
+  probes upward while there is demand and what users get holds: requests served within the
+  TTFT SLO per second not falling, the engine's mean ITL and TTFT p95 inside the SLO, and the
+  engine not queueing at a full cache. vLLM may then overcommit its cache and preempt a little,
+  when that serves more. It backs off on real trouble (an SLO missed inside the engine, or
+  preemptions thrashing: more than `thrash` per request finished), holds at what the engine
+  runs when it queues at a full cache, and keeps the level that failed as a ceiling it forgets
+  slowly, so the probe comes back (docs/autopilot.md says why these and not a latency
+  gradient).
 """
 
 from __future__ import annotations
@@ -21,13 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmtop.core.derive.signals import EngineSignals
-from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController
-from llmtop.gateway.autopilot.config import AutopilotConfig as AutopilotConfig  # re-exported
-from llmtop.gateway.autopilot.prefill import PrefillBudget
+from llmtop.gateway.admission.controller import AdmissionController
+from llmtop.gateway.autopilot.config import AutopilotConfig
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
-
-AUTO_MAX_CONCURRENCY = 1024
-"""In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,9 @@ def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
     c = 2.0 * math.sqrt(per_request) * (1.0 - h) / math.sqrt(3.0)
     x = (-c + math.sqrt(c * c + 4.0 * h * k)) / (2.0 * h)  # x = sqrt(budget)
     return max(float(cap), x * x)
+
+
+_blocks = blocks_text
 
 
 Figures = tuple[float, float, float]
@@ -82,6 +91,7 @@ class Autopilot:
         self.held: float | None = None
         self._waiting_ticks = 0
         self._slow_ticks = 0
+        self._thrash_ticks = 0
         self._hold_until = -math.inf
         self._rebase = False
         self.gain = 1.0
@@ -91,7 +101,12 @@ class Autopilot:
         self._probe: tuple[float, float] | None = None
         """The last probe step not yet judged: (the gain before it, served within SLO per
         second at that gain)."""
-        self.prefill = PrefillBudget(self.config)
+        self._peak_share: float | None = None
+        self.advisory = False
+        """Mode advise: `applied` is the suggestion, not the limit in force, so no probe (a
+        level not in force cannot be judged)."""
+        self.prefill_applied: int | None = None
+        self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
         self.last_reason = "waiting for the engine's KV capacity (vllm:cache_config_info)"
         self.last_move: Move | None = None
         self.unread: tuple[str, ...] = ()
@@ -105,6 +120,28 @@ class Autopilot:
         self.gain = 1.0
         self._rebase = applied is not None
         """The gain is re-read from the budget taken over at the next step."""
+
+    # -- the prefill budget ----------------------------------------------------------------------
+
+    def prefill_budget(self, rate: float | None, backlog: int) -> int | None:
+        """The prefill budget for the measured rate (prompt tokens per busy second); a new
+        value only when it drifted past the deadband. Before a rate: 1 token, which admits a
+        prompt only when nothing is left to prefill (one at a time until the first answers)."""
+        c = self.config
+        if rate is None:
+            want = 1
+            self.prefill_reason = "measuring the prefill rate: one new prompt at a time"
+        else:
+            want = max(1, round(rate * c.prefill_horizon_s))
+            self.prefill_reason = (
+                f"{_blocks(rate)} prompt tok/s prefilled x {c.prefill_horizon_s:g}s;"
+                f" {_blocks(backlog)} tokens not yet prefilled"
+            )
+        old = self.prefill_applied
+        if old is not None and abs(want - old) <= c.prefill_deadband * max(old, 1):
+            return None
+        self.prefill_applied = want
+        return want
 
     # -- the KV budget ---------------------------------------------------------------------------
 
@@ -126,7 +163,7 @@ class Autopilot:
         itl = sig.itl_mean_s if sig.itl_mean_s is not None else 0.0
         slow = itl > c.itl_slo_s
         self._slow_ticks = self._slow_ticks + 1 if slow else 0
-        if slow and self._slow_ticks >= c.waiting_ticks:  # not one prefill's stall: sustained
+        if slow and self._slow_ticks >= c.slow_ticks:  # not one prefill's stall: sustained
             why = f"mean ITL {itl * 1000:.0f} ms > {c.itl_slo_s * 1000:.0f} ms"
         elif sig.ttft_p95_s is not None and sig.ttft_p95_s > limit:
             why = f"engine TTFT p95 {sig.ttft_p95_s:.1f}s > {limit:.1f}s"
@@ -135,7 +172,9 @@ class Autopilot:
             self.target = t * c.ease
             self._probe = self._period = None
             return why
-        if preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1):
+        thrash = preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
+        self._thrash_ticks = self._thrash_ticks + 1 if thrash else 0
+        if thrash and self._thrash_ticks >= c.thrash_ticks:  # a storm, not one step's worth
             done = finished_per_s or 0.0
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
@@ -171,13 +210,17 @@ class Autopilot:
         finished_per_s: float | None = None,
         finished_total: float = 0.0,
         served_total: float = 0.0,
+        peak_share: float | None = None,
     ) -> Move | None:
         """One control step of the KV budget; a Move when the applied budget changes.
         `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
         request finished lately) says the held ratio comes from requests at all stages of
         their lives, not a burst's newcomers: no overcommit before it. `finished_total` and
         `served_total` count the requests finished, and served within the TTFT SLO, so far:
-        what a probe step must not lower."""
+        what a probe step must not lower. `peak_share`: the most of their footprint the
+        requests in flight will hold together (admission's lifetimes), what a burst's
+        newcomers may be overcommitted by before any has turned over."""
+        self._peak_share = peak_share
         c = self.config
         cap = sig.kv_capacity_blocks
         if cap is None:
@@ -188,13 +231,11 @@ class Autopilot:
         self._learn_held(sig, cap, in_flight_blocks)
         if self.target is None or self.applied is None:
             self.target = float(cap)
-            return self._apply(
-                round(self.target), f"start at the KV cache: {blocks_text(cap)} blocks"
-            )
+            return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
         figures, unknown = required(sig)
         if figures is None:
             self.last_reason = (
-                f"holding at {blocks_text(self.applied)} blocks: {', '.join(unknown)} unknown "
+                f"holding at {_blocks(self.applied)} blocks: {', '.join(unknown)} unknown "
                 "(not in the upstream's /metrics, or no interval yet)"
             )
             return None
@@ -216,7 +257,7 @@ class Autopilot:
             new = round(max(lo, self.target))
             if new < self.applied - self._band(cap, in_flight_blocks, in_flight):
                 return self._apply(new, full)
-            self.last_reason = f"KV budget {blocks_text(self.applied)} blocks: {full}"
+            self.last_reason = f"KV budget {_blocks(self.applied)} blocks: {full}"
             return None
         if now < self._hold_until:
             return None
@@ -272,15 +313,19 @@ class Autopilot:
         held = self.held if self.held is not None else 1.0
         per = in_flight_blocks / in_flight if in_flight else None
         safe = overcommit(cap, held, per, c.kv_target) if turned_over and per else float(cap)
+        peak = self._peak_share
+        if peak and per:  # the in-flight set's own predicted peak allows more
+            safe = max(safe, c.peak_use * cap / peak)
         top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
         if self._rebase:
             self._rebase = False
             self.gain = max(1.0, self.target / safe)
-        demand = queued > 0 or in_flight_blocks >= (1 - c.deadband) * self.applied
+        full = in_flight_blocks + (per or 0.0) > self.applied  # the next of the mix waits
+        demand = queued > 0 or full or in_flight_blocks >= (1 - c.deadband) * self.applied
         band = self._band(cap, in_flight_blocks, in_flight)
         step = max(c.grow * cap, per or 0.0)
         why = ""
-        rate = self._judge(now, counts)
+        rate = None if self.advisory else self._judge(now, counts)  # advice: no probe
         if rate is not None:
             probe, self._probe = self._probe, None
             if probe is not None and rate < c.good_rise * probe[1]:
@@ -302,7 +347,8 @@ class Autopilot:
             self.target = want  # heavier mix, a probe taken back, or under a ceiling
             why = why or f"heavier mix: {held:.0%} of the footprint held"
         elif demand and want > self.target:
-            self.target = min(want, self.target + step)
+            # up to the safe level at once (what the engine would start now), past it a step
+            self.target = max(min(want, self.target + step), min(want, safe))
             why = why or f"headroom: {held:.0%} of the footprint held, {queued} queued"
         new = round(self.target)
         back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
@@ -329,8 +375,8 @@ class Autopilot:
     def _apply(self, new: int, why: str) -> Move:
         old = self.applied
         self.applied = new
-        shown = "none" if old is None else blocks_text(old)
-        self.last_reason = f"KV budget {shown} -> {blocks_text(new)} blocks: {why}"
+        shown = "none" if old is None else _blocks(old)
+        self.last_reason = f"KV budget {shown} -> {_blocks(new)} blocks: {why}"
         self.last_move = Move(old, new, self.last_reason)
         return self.last_move
 
@@ -339,58 +385,4 @@ class Autopilot:
         return autopilot_status(self, ctl)
 
 
-def drive(
-    ctl: AdmissionController,
-    pilot: Autopilot,
-    sig: EngineSignals | None,
-    now: float,
-    *,
-    unread: str = "no replica",
-) -> None:
-    """One tick: learn the footprint, and in auto mode step the controller and apply its moves.
-    `sig` None: no replica's /metrics could be read (`unread` says why); the KV budget holds
-    (the prefill budget is the gateway's own count and keeps moving)."""
-    lim = ctl.limits
-    if lim.mode != "auto":
-        pilot.reset(None)
-        pilot.prefill.applied = None
-        pilot.last_reason = "manual: the autopilot is off"
-        ctl.autopilot = pilot.status(ctl)
-        return
-    pre = pilot.prefill.update(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
-    if pre is not None and pre != lim.max_unprefilled_prompt_tokens:
-        ctl.set_limits(
-            {"max_unprefilled_prompt_tokens": pre},
-            source=AUTOPILOT,
-            reason=f"prefill budget {blocks_text(pre)} tokens: {pilot.prefill.reason}",
-        )
-    if sig is None:
-        pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
-        ctl.autopilot = pilot.status(ctl)
-        return
-    if ctl.footprint is not None:
-        ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
-    lim = ctl.limits
-    if pilot.applied != lim.max_inflight_kv_blocks:
-        pilot.reset(lim.max_inflight_kv_blocks)  # someone else set it while auto: start there
-    if lim.max_concurrency < AUTO_MAX_CONCURRENCY:
-        ctl.set_limits(
-            {"max_concurrency": AUTO_MAX_CONCURRENCY},
-            source=AUTOPILOT,
-            reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
-        )
-    finished = ctl.drain_rate()
-    move = pilot.step(
-        now,
-        sig,
-        in_flight_blocks=ctl.in_flight_kv_blocks,
-        queued=ctl.queued,
-        in_flight=ctl.in_flight,
-        turned_over=bool(finished),
-        finished_per_s=finished,
-        finished_total=ctl.estimates.finished_total,
-        served_total=ctl.estimates.served_total,
-    )
-    if move is not None:
-        ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
-    ctl.autopilot = pilot.status(ctl)
+__all__ = ["Autopilot", "AutopilotConfig", "Move", "overcommit"]

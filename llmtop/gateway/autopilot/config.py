@@ -22,6 +22,10 @@ class AutopilotConfig:
     with every batch, and each move is an event in the log people read."""
     kv_target: float = 0.92
     """The KV use the safe overcommit aims at (see `overcommit`)."""
+    peak_use: float = 1.0
+    """The KV use the predicted peak of the requests in flight may reach (admission's
+    lifetimes: each grows from its prompt to its footprint over its predicted life): the
+    whole cache, as vLLM itself admits; no margin for a spread, the trajectory being theirs."""
     held_gain: float = 0.2
     """Smoothing per step of blocks held per footprint block when it rises (the mix got
     heavier: be careful at once)..."""
@@ -40,7 +44,10 @@ class AutopilotConfig:
     """A level is judged over at least this many finished requests (and probe_every_s): fewer
     are noise, whatever the engine's speed."""
     thrash: float = 0.5
-    """Preemptions per request finished above which the engine is thrashing: back off."""
+    """Preemptions per request finished above which the engine is thrashing, for
+    `thrash_ticks` scrapes in a row: back off."""
+    thrash_ticks: int = 3
+    """Scrapes in a row thrashing must last: a few preemptions in one step are not a storm."""
     cut: float = 0.9
     """On thrashing: this share of what was in flight, and a ceiling there..."""
     ease: float = 0.95
@@ -52,9 +59,12 @@ class AutopilotConfig:
     min_share: float = 0.1
     max_share: float = 3.0
     hold_s: float = 5.0
-    waiting_ticks: int = 3
-    """Scrapes a queue inside the engine at a full cache, or a mean ITL over the SLO, must last
-    to count: a long prompt's prefill stalls the decodes for a scrape or two by itself."""
+    waiting_ticks: int = 1
+    """Scrapes a queue inside the engine at a full cache must last to count: one (holding
+    there at once kept W4's goodput at 78 % where 3 scrapes gave 64 %)."""
+    slow_ticks: int = 3
+    """Scrapes a mean ITL over the SLO must last to count: a long prompt's prefill stalls the
+    decodes for a scrape or two by itself."""
     engine_ttft_share: float = 0.8
     deadband: float = 0.02
     """Moves smaller than this share of the cache, or half a request of the mix, are not made."""

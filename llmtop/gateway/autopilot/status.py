@@ -9,23 +9,15 @@ from typing import Any, Protocol
 from llmtop.gateway.admission.limits import Limits
 
 
-class Prefill(Protocol):
-    """What the status reads of the prefill budget (gateway/autopilot/prefill.py's)."""
-
-    applied: int | None
-    reason: str
-
-
 class Pilot(Protocol):
     """What the status reads of the autopilot (gateway/autopilot/autopilot.py's Autopilot)."""
 
     applied: int | None
     capacity: int | None
+    prefill_applied: int | None
+    prefill_reason: str
     last_reason: str
     unread: tuple[str, ...]
-
-    @property
-    def prefill(self) -> Prefill: ...
 
 
 class Admission(Protocol):
@@ -59,12 +51,12 @@ def autopilot_status(pilot: Pilot, ctl: Admission) -> dict[str, Any]:
         "budget_blocks": pilot.applied,
         "capacity_blocks": pilot.capacity,
         "budget_requests": round(pilot.applied / per) if per and pilot.applied else None,
-        "prefill_budget_tokens": pilot.prefill.applied,
+        "prefill_budget_tokens": pilot.prefill_applied,
         "prefill_tok_per_s": ctl.prefill_tok_per_s(),
         "served_within_slo_per_s": ctl.good_per_s(),
         "binding": binding,
         "binding_reason": binding_reason(ctl, binding),
-        "prefill_reason": pilot.prefill.reason,
+        "prefill_reason": pilot.prefill_reason,
         "reason": pilot.last_reason
         + (f" ({len(unread)} replica(s) unread: {', '.join(unread)})" if unread else ""),
     }

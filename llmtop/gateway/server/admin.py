@@ -1,4 +1,5 @@
-"""The admin API under /admin: read and change the limits live, stats, events, pause/resume.
+"""The admin API under /admin: read and change the limits live, stats, events, pause/resume,
+and in mode advise set the autopilot's suggestion (POST /admin/autopilot/apply).
 
 When a token is configured every admin call needs `Authorization: Bearer <token>` (compared in
 constant time); the token is never echoed in a response, an event or a log line.
@@ -70,6 +71,19 @@ def admin_routes(state: GatewayContext) -> list[BaseRoute]:
         await state.shared.publish(ctl)  # the other gateways follow (gateway/upstreams/shared.py)
         return JSONResponse(limits.to_dict())
 
+    async def apply_suggestion(request: Request) -> Response:
+        suggestion = (ctl.autopilot or {}).get("suggestion")
+        if ctl.limits.mode != "advise" or not suggestion:
+            msg = "no suggestion to apply: the autopilot suggests only in mode advise, once it ran"
+            return _error(409, msg, "invalid_request_error")
+        why = (ctl.autopilot or {}).get("suggestion_reason") or "the autopilot's suggestion"
+        try:
+            limits = ctl.set_limits(suggestion, source=_source(request), reason=f"applied: {why}")
+        except LimitError as e:
+            return _error(400, e.message, "invalid_request_error", field=e.field)
+        await state.shared.publish(ctl)
+        return JSONResponse({"applied": suggestion, "limits": limits.to_dict()})
+
     async def stats(request: Request) -> Response:
         return JSONResponse(state.stats())
 
@@ -91,6 +105,7 @@ def admin_routes(state: GatewayContext) -> list[BaseRoute]:
         Route("/limits", guarded(get_limits), methods=["GET"]),
         Route("/limits", guarded(patch_limits), methods=["PATCH"]),
         Route("/stats", guarded(stats), methods=["GET"]),
+        Route("/autopilot/apply", guarded(apply_suggestion), methods=["POST"]),
         Route("/events", guarded(events), methods=["GET"]),
         Route("/pause", guarded(pause), methods=["POST"]),
         Route("/resume", guarded(resume), methods=["POST"]),

@@ -1,12 +1,13 @@
 """The autopilot's IO: read every replica's /metrics about once a second and drive the controller.
 
-Runs as one task in the app's lifespan. It reads only while the gateway is in auto mode or has a
-KV budget (so a plain gateway never touches the engine's /metrics). With several replicas the
-budget covers them all (the balancer spreads it), so their figures are read concurrently and
-summed (`core.derive.signals.fleet_signals`); ejected replicas are left out, as the balancer
-leaves them out. A replica whose read fails is left out of that tick and named; when none can
-be read the budget holds where it is and /admin/stats says why. The text is read by core's
-vLLM reader (`core.exposition.promtext`, `core.vllm.engines`), as the monitor reads it.
+Runs as one task in the app's lifespan. It reads only while the gateway is in auto or advise
+mode or has a KV budget (so a plain gateway never touches the engine's /metrics). With several
+replicas the budget covers them all (the balancer spreads it), so their figures are read
+concurrently and summed (`core.derive.signals.fleet_signals`); ejected replicas are left out,
+as the balancer leaves them out. A replica whose read fails is left out of that tick and
+named; when none can be read the budget holds where it is and /admin/stats says why. The text
+is read by core's vLLM reader (`core.exposition.promtext`, `core.vllm.engines`), as the
+monitor reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from llmtop.core.vllm.names import sample_names
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import ScrapeError
 from llmtop.gateway.admission.footprint import FootprintModel
-from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig, drive
+from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig
+from llmtop.gateway.autopilot.drive import drive
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.upstreams.balancer import OK
 
@@ -89,7 +91,7 @@ async def run(state: GatewayContext, pilot: Autopilot) -> None:
     prev_t = time.monotonic()
     while True:
         lim = ctl.limits
-        if lim.mode == "auto" or lim.max_inflight_kv_blocks is not None:
+        if lim.mode in ("auto", "advise") or lim.max_inflight_kv_blocks is not None:
             scrapes, failed = await _read_all(state)
             if not scrapes:
                 pilot.unread = ()

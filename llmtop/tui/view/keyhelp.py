@@ -55,6 +55,7 @@ KEYS: tuple[KeyHelp, ...] = (
     ),
     KeyHelp(("pause",), "`p`", "pause / resume admission (asks to confirm)"),
     KeyHelp(("autopilot",), "`a`", "autopilot on / off (gateway mode auto / manual)"),
+    KeyHelp(("apply_suggestion",), "`A`", "set the autopilot's suggestion (gateway mode advise)"),
     KeyHelp(
         ("whatif",),
         "`w`",

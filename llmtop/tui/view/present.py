@@ -141,6 +141,14 @@ def scaleout_text(g: GatewayStats) -> str:
     return " ".join(parts)
 
 
+def advice_text(g: GatewayStats) -> str | None:
+    """In mode advise, what the autopilot would set and why (its status' reason: "would set KV
+    budget 3,100 blocks, prefill 4,136 tokens: ..."); None in the other modes."""
+    if g.mode != "advise":
+        return None
+    return g.autopilot_reason or "the autopilot is reading the engine: no suggestion yet"
+
+
 def deadline_text(g: GatewayStats, slo_ttft_s: float) -> list[tuple[str, bool]]:
     """The gateway panel's SLO line as (text, needs a look) pieces, the most important first:
     the SLO the gateway read (and this screen's, when another), admission's override of it (a

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.view.present import View, deadline_text, limit_text, scaleout_text
+from llmtop.tui.view.present import View, advice_text, deadline_text, limit_text, scaleout_text
 from llmtop.tui.widgets.panel import Panel, label, line, value
 
 HELD_BY = {
@@ -22,7 +22,8 @@ HELD_BY = {
 class GatewayPanel(Panel):
     """Limits and live stats: in flight/cap, queued/max, 429/s by reason, queue wait, paused;
     the mode in the title, in auto mode the KV and prefill budgets and what holds the queue now
-    (else the cause of the last move), in manual mode the limit holding the queue, and with
+    (else the cause of the last move), in manual mode the limit holding the queue, in advise
+    mode that and the autopilot's suggestion, and with
     a deadline queue what a request may wait of the SLO (admission's overrides named)."""
 
     TITLE = "Gateway"
@@ -88,6 +89,11 @@ class GatewayPanel(Panel):
                 ),
             )
         extra = []
+        advice = advice_text(g)  # mode advise: the autopilot's suggestion (`A` applies it)
+        if advice is not None:
+            suggests = line(label("advise "), Text(advice, style="bold cyan"))
+            suggests.truncate(max(10, self.content_size.width), overflow="ellipsis")
+            extra.append(suggests)
         pieces = deadline_text(g, view.ttft_slo_s)
         if pieces:
             slo = Text.assemble(*((t, "bold yellow" if look else "dim") for t, look in pieces))

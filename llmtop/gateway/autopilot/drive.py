@@ -1,0 +1,135 @@
+"""One tick of the autopilot against the admission controller: in mode auto it applies the
+budgets it computes, in mode advise it only says what it would set and why (/admin/stats'
+`autopilot.suggestion`, the gateway panel), while the limits stay where a person put them;
+POST /admin/autopilot/apply (the TUI's `A`) sets the suggestion.
+
+Pure: the app's loop (server/autopilot_loop.py) and bench/bench_autopilot.py call `drive` with
+each scrape's signals and the controller's clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmtop.core.derive.signals import EngineSignals
+from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController, Limits
+from llmtop.gateway.autopilot.autopilot import Autopilot
+from llmtop.gateway.autopilot.status import blocks_text
+
+AUTO_MAX_CONCURRENCY = 1024
+"""In auto mode max_concurrency is only a ceiling: the KV budget does the admitting."""
+MODES_DRIVEN = ("auto", "advise")
+
+
+def drive(
+    ctl: AdmissionController,
+    pilot: Autopilot,
+    sig: EngineSignals | None,
+    now: float,
+    *,
+    unread: str = "no replica",
+) -> None:
+    """One tick: learn the footprint, step the controller, and in auto mode apply its moves
+    (in advise mode keep them as a suggestion). `sig` None: no replica's /metrics could be
+    read (`unread` says why); the KV budget holds (the prefill budget is the gateway's own
+    count and keeps moving)."""
+    lim = ctl.limits
+    if lim.mode not in MODES_DRIVEN:
+        pilot.reset(None)
+        pilot.prefill_applied = None
+        pilot.advisory = False
+        pilot.last_reason = "manual: the autopilot is off"
+        ctl.autopilot = pilot.status(ctl)
+        return
+    advise = lim.mode == "advise"
+    if advise != pilot.advisory:  # a new mode: its own budgets from the start
+        pilot.reset(None)
+        pilot.prefill_applied = None
+        pilot.advisory = advise
+    pre = pilot.prefill_budget(ctl.prefill_tok_per_s(), ctl.unprefilled_tokens)
+    if not advise and pre is not None and pre != lim.max_unprefilled_prompt_tokens:
+        ctl.set_limits(
+            {"max_unprefilled_prompt_tokens": pre},
+            source=AUTOPILOT,
+            reason=f"prefill budget {blocks_text(pre)} tokens: {pilot.prefill_reason}",
+        )
+    if sig is None:
+        pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
+        _publish(ctl, pilot)
+        return
+    if ctl.footprint is not None:
+        ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
+    lim = ctl.limits
+    if not advise:
+        if pilot.applied != lim.max_inflight_kv_blocks:
+            pilot.reset(lim.max_inflight_kv_blocks)  # someone else set it while auto
+        if lim.max_concurrency < AUTO_MAX_CONCURRENCY:
+            ctl.set_limits(
+                {"max_concurrency": AUTO_MAX_CONCURRENCY},
+                source=AUTOPILOT,
+                reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
+            )
+    finished = ctl.drain_rate()
+    move = pilot.step(
+        now,
+        sig,
+        in_flight_blocks=ctl.in_flight_kv_blocks,
+        queued=ctl.queued,
+        in_flight=ctl.in_flight,
+        turned_over=bool(finished),
+        finished_per_s=finished,
+        finished_total=ctl.estimates.finished_total,
+        served_total=ctl.estimates.served_total,
+        peak_share=ctl.peak_share(sig.kv_block_size or 16, sig.itl_mean_s),
+    )
+    if move is not None and not advise:
+        ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
+    _publish(ctl, pilot)
+
+
+def _publish(ctl: AdmissionController, pilot: Autopilot) -> None:
+    """The autopilot's part of /admin/stats; in advise mode with its suggestion."""
+    doc = pilot.status(ctl)
+    if pilot.advisory:
+        doc.update(suggestion(pilot, ctl.limits))
+    ctl.autopilot = doc
+
+
+def suggestion(pilot: Autopilot, lim: Limits) -> dict[str, Any]:
+    """What the autopilot would set that differs from the limits in force, and why:
+    `suggestion` (the fields, as PATCH /admin/limits takes them; empty when nothing
+    differs), `suggestion_reason`, and `reason` in words ("would set KV budget 3,100 blocks
+    (now none), ...: headroom ...")."""
+    want: dict[str, int] = {}
+    if pilot.applied is not None:
+        want["max_inflight_kv_blocks"] = pilot.applied
+    if pilot.prefill_applied is not None:
+        want["max_unprefilled_prompt_tokens"] = pilot.prefill_applied
+    if want and lim.max_concurrency < AUTO_MAX_CONCURRENCY:
+        want["max_concurrency"] = AUTO_MAX_CONCURRENCY  # the budgets admit; a cap only
+    changes = {k: v for k, v in want.items() if getattr(lim, k) != v}
+    why = pilot.last_reason.split(": ", 1)[-1]
+    words = {
+        "max_inflight_kv_blocks": "KV budget",
+        "max_unprefilled_prompt_tokens": "prefill budget",
+        "max_concurrency": "cap",
+    }
+    if not changes:
+        text = "the limits in force are what the autopilot would set" if want else pilot.last_reason
+    else:
+        parts = [
+            f"{words[k]} {blocks_text(v)} (now {_now(getattr(lim, k))})" for k, v in changes.items()
+        ]
+        text = f"would set {', '.join(parts)}: {why}"
+    return {
+        "suggestion": changes,
+        "suggestion_reason": f"{why}; prefill: {pilot.prefill_reason}",
+        "reason": text,
+    }
+
+
+def _now(value: int | None) -> str:
+    return "none" if value is None else blocks_text(value)
+
+
+__all__ = ["AUTO_MAX_CONCURRENCY", "MODES_DRIVEN", "drive", "suggestion"]
