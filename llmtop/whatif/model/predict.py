@@ -24,6 +24,7 @@ from llmtop.whatif.model.simulate import Observer, SpanRun, simulate
 __all__ = [
     "Candidate",
     "Change",
+    "Options",
     "Prediction",
     "Span",
     "Spread",
@@ -37,6 +38,29 @@ __all__ = [
 DEFAULT_MAX_QUEUE = 128
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
 """The gateway's defaults (GatewaySettings), for a candidate cap when no gateway was read."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to predict and how; the defaults are the command's."""
+
+    caps: tuple[int, ...] = ()
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    horizon_s: float = 60.0
+    warmup_s: float = 0.0
+    from_now: bool = True
+    """Start from the state of the last scrape (the limits applied then); False: from an empty
+    system, in steady state after `warmup_s`."""
+    seed: int = 0
+    ttft_slo_s: float = SloSettings.ttft_s
+    itl_slo_s: float = SloSettings.itl_s
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    replicas: int = 4
+    """Runs pooled per prediction (different traffic seeds): the expected figure, not one draw."""
+    band: bool = True
+    """Also predict at the arrival rate +- its standard error."""
 
 
 @dataclass(frozen=True)
