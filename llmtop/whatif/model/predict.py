@@ -13,13 +13,14 @@ import asyncio
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.admission.limits import Limits
 from llmtop.whatif.model.calibrate import Calibration
 from llmtop.whatif.model.scenario import Change, Span, State
-from llmtop.whatif.model.simulate import Observer, SpanRun, simulate
+from llmtop.whatif.model.simulate import Observer, SpanRun, WhatIfRun, simulate
 
 __all__ = [
     "Candidate",
@@ -138,15 +139,18 @@ def predict(
         runs = [
             loop.run_until_complete(
                 simulate(
-                    cal,
-                    candidate.limits,
-                    spans=[Span(warmup_s, end)],
-                    arrivals_until_s=end,
-                    seed=seed + 1000 * r,
-                    start=start,
-                    expected_count=expected_count,
-                    observer=observer,
-                    stop_at_s=end if observer is not None else None,
+                    partial(
+                        WhatIfRun,
+                        cal,
+                        candidate.limits,
+                        spans=[Span(warmup_s, end)],
+                        arrivals_until_s=end,
+                        seed=seed + 1000 * r,
+                        start=start,
+                        expected_count=expected_count,
+                    ),
+                    observer,
+                    end if observer is not None else None,
                 )
             )[0]
             for r in range(max(1, replicas))
@@ -175,14 +179,17 @@ def predict_spans(
     try:
         runs = loop.run_until_complete(
             simulate(
-                cal,
-                limits,
-                spans=[s for _, s in spans],
-                arrivals_until_s=arrivals_until_s,
-                seed=seed,
-                changes=changes,
-                expected_count=expected_count,
-                observer=observer,
+                partial(
+                    WhatIfRun,
+                    cal,
+                    limits,
+                    spans=[s for _, s in spans],
+                    arrivals_until_s=arrivals_until_s,
+                    seed=seed,
+                    changes=changes,
+                    expected_count=expected_count,
+                ),
+                observer,
             )
         )
     finally:
