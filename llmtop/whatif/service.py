@@ -15,15 +15,9 @@ from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
 from llmtop.gateway.admission.limits import Limits
 from llmtop.whatif.model.calibrate import Calibration, calibrate
-from llmtop.whatif.model.predict import (
-    Candidate,
-    Options,
-    Prediction,
-    State,
-    candidates_for_caps,
-    predict,
-)
+from llmtop.whatif.model.predict import Candidate, Options, Prediction, candidates_for_caps, predict
 from llmtop.whatif.model.render import Analysis, fit_checks
+from llmtop.whatif.model.scenario import State
 from llmtop.whatif.model.window import Observed, Point, observe
 
 __all__ = ["Analysis", "Options", "analyse", "fit_window", "options_from", "run_whatif", "state_of"]

@@ -23,15 +23,8 @@ from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.profiles import Profile
 from llmtop.whatif.model.calibrate import Calibration, StepFit
 from llmtop.whatif.model.lengths import LengthDist
-from llmtop.whatif.model.predict import (
-    Candidate,
-    Change,
-    Prediction,
-    Span,
-    State,
-    predict,
-    summarise,
-)
+from llmtop.whatif.model.predict import Candidate, Prediction, predict, summarise
+from llmtop.whatif.model.scenario import Change, Span, State
 from llmtop.whatif.model.simulate import Observer, WhatIfRun, simulate
 from llmtop.whatif.model.window import Point, point, sample_names
 

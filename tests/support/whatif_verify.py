@@ -28,7 +28,8 @@ from llmtop.serve.stack import Stack, free_port
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.sources.http.clients import http_client
 from llmtop.whatif.collect import collect_window, scrape_once
-from llmtop.whatif.model.predict import Prediction, State, predict
+from llmtop.whatif.model.predict import Prediction, predict
+from llmtop.whatif.model.scenario import State
 from llmtop.whatif.service import Analysis, Options, analyse, state_of
 from tests.support.whatif_truth import Spread, spread
 

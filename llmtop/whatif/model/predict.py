@@ -18,20 +18,8 @@ from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.admission.limits import Limits
 from llmtop.whatif.model.calibrate import Calibration
-from llmtop.whatif.model.scenario import Change, Span, State
+from llmtop.whatif.model.scenario import Span, State
 from llmtop.whatif.model.simulate import Observer, SpanRun, WhatIfRun, simulate
-
-__all__ = [
-    "Candidate",
-    "Change",
-    "Options",
-    "Prediction",
-    "Span",
-    "State",
-    "candidates_for_caps",
-    "predict",
-    "summarise",
-]
 
 DEFAULT_MAX_QUEUE = 128
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
