@@ -24,8 +24,9 @@ from llmtop.core.base.raw import RawEngine, RawPoll, Sample  # noqa: E402
 from llmtop.core.base.snapshot import GpuStats  # noqa: E402
 from llmtop.core.exposition import promtext  # noqa: E402
 from llmtop.core.vllm.names import sample_names  # noqa: E402
+from llmtop.recording.reader import read_recording  # noqa: E402
 from llmtop.recording.replay import ReplaySource  # noqa: E402
-from llmtop.recording.writer import Recorder, read_recording  # noqa: E402
+from llmtop.recording.writer import Recorder  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
 
 POLLS = 3600

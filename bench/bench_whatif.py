@@ -31,9 +31,10 @@ from llmtop.gateway.admission.limits import Limits  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 from llmtop.whatif.model.calibrate import Calibration  # noqa: E402
 from llmtop.whatif.model.lengths import LengthDist  # noqa: E402
-from llmtop.whatif.model.predict import Candidate, State, predict, spread  # noqa: E402
+from llmtop.whatif.model.predict import Candidate, predict  # noqa: E402
+from llmtop.whatif.model.scenario import State  # noqa: E402
 from llmtop.whatif.service import Options, analyse, fit_window, state_of  # noqa: E402
-from tests.support.whatif_truth import Truth, measure, schedule_run, scrape_run  # noqa: E402
+from tests.support.whatif_truth import Truth, measure, schedule_run, scrape_run, spread  # noqa: E402
 
 SEEDS = (11, 12, 13, 14, 15)
 

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_recording  # noqa: E402
 
+from llmtop.recording.reader import read_recording  # noqa: E402
 from llmtop.recording.replay import ReplaySource  # noqa: E402
-from llmtop.recording.writer import read_recording  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from llmtop import __version__
 from llmtop.core.base.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
-from llmtop.recording.reader import FORMAT_VERSION, Recording, read_recording
+from llmtop.recording.reader import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from llmtop.core.base.snapshot import Finding, Snapshot
@@ -288,14 +288,3 @@ def _ends_with_newline(path: Path) -> bool:
     with path.open("rb") as f:
         f.seek(-1, 2)
         return f.read(1) == b"\n"
-
-
-__all__ = [
-    "Encoder",
-    "Recorder",
-    "Recording",
-    "RecordingSource",
-    "read_recording",
-    "redact",
-    "scrub",
-]

@@ -7,89 +7,20 @@ points it already has); `run_whatif` adds the scraping.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.errors import UsageError
 from llmtop.gateway.admission.limits import Limits
 from llmtop.whatif.model.calibrate import Calibration, calibrate
-from llmtop.whatif.model.predict import Candidate, Prediction, State, candidates_for_caps, predict
-from llmtop.whatif.model.render import FitCheck, fit_checks, to_json, to_text
+from llmtop.whatif.model.predict import Candidate, Options, Prediction, candidates_for_caps, predict
+from llmtop.whatif.model.render import Analysis, fit_checks
+from llmtop.whatif.model.scenario import State
 from llmtop.whatif.model.window import Observed, Point, observe
 
-
-@dataclass(frozen=True)
-class Options:
-    """What to predict and how; the defaults are the command's."""
-
-    caps: tuple[int, ...] = ()
-    max_queue: int | None = None
-    queue_timeout_s: float | None = None
-    horizon_s: float = 60.0
-    warmup_s: float = 0.0
-    from_now: bool = True
-    """Start from the state of the last scrape (the limits applied then); False: from an empty
-    system, in steady state after `warmup_s`."""
-    seed: int = 0
-    ttft_slo_s: float = SloSettings.ttft_s
-    itl_slo_s: float = SloSettings.itl_s
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    replicas: int = 4
-    """Runs pooled per prediction (different traffic seeds): the expected figure, not one draw."""
-    band: bool = True
-    """Also predict at the arrival rate +- its standard error."""
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The window, the fit, its error and the predictions (current setting first)."""
-
-    observed: Observed
-    calibration: Calibration
-    checks: list[FitCheck]
-    predictions: list[Prediction]
-    options: Options
-    bands: list[tuple[Prediction, Prediction]] = field(default_factory=list)
-    """Per prediction: the same at the arrival rate one standard error lower, and higher."""
-    points: tuple[Point, ...] = ()
-    """The window's scrapes the fit was made from."""
-
-    def text(self) -> str:
-        o = self.options
-        return to_text(
-            self.observed,
-            self.calibration,
-            self.checks,
-            self.predictions,
-            self.bands,
-            horizon_s=o.horizon_s,
-            ttft_slo_s=o.ttft_slo_s,
-            itl_slo_s=o.itl_slo_s,
-            from_now=o.from_now,
-            warmup_s=o.warmup_s,
-        )
-
-    def json(self) -> str:
-        o = self.options
-        return json.dumps(
-            to_json(
-                self.observed,
-                self.calibration,
-                self.checks,
-                self.predictions,
-                self.bands,
-                horizon_s=o.horizon_s,
-                ttft_slo_s=o.ttft_slo_s,
-                itl_slo_s=o.itl_slo_s,
-                from_now=o.from_now,
-                warmup_s=o.warmup_s,
-            ),
-            indent=2,
-        )
+__all__ = ["Analysis", "Options", "analyse", "fit_window", "options_from", "run_whatif", "state_of"]
 
 
 def candidates(cal: Calibration, opts: Options) -> list[Candidate]:

@@ -13,8 +13,9 @@ from pathlib import Path
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import GpuStats, Snapshot
+from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
-from llmtop.recording.writer import Recorder, RecordingSource, read_recording
+from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gateway import AdminClient

@@ -16,8 +16,8 @@ queue-bound caps (measured p95 >= 5 s: the gateway queue fills toward its 10 s t
 ordering wherever the prediction separates two caps by more than 20 % (caps that all queue to the
 timeout tie, and a tie has no order). Printed per cap: the +-35 % verdict, and whether the
 measurement lies inside the 10-90 % range of one measurement from the same state (traffic and
-rate drawn; `predict.spread`). With LLMTOP_WHATIF_DUMP=DIR the window's scrapes are
-written there, to replay the calibration offline.
+rate drawn; `tests.support.whatif_truth.spread`). With LLMTOP_WHATIF_DUMP=DIR the window's
+scrapes are written there, to replay the calibration offline.
 """
 
 from __future__ import annotations

@@ -28,8 +28,10 @@ from llmtop.serve.stack import Stack, free_port
 from llmtop.sources.gateway import AdminClient, GatewayReader
 from llmtop.sources.http.clients import http_client
 from llmtop.whatif.collect import collect_window, scrape_once
-from llmtop.whatif.model.predict import Prediction, Spread, State, predict, spread
+from llmtop.whatif.model.predict import Prediction, predict
+from llmtop.whatif.model.scenario import State
 from llmtop.whatif.service import Analysis, Options, analyse, state_of
+from tests.support.whatif_truth import Spread, spread
 
 
 @dataclass(frozen=True)

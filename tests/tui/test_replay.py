@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
-from llmtop.recording.writer import read_recording
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.replay_app import ReplayApp
 from llmtop.tui.widgets.timeline import Timeline

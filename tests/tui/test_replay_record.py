@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.recording.writer import Recorder, RecordingSource, read_recording
+from llmtop.recording.reader import read_recording
+from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gpu.backend import FakeGpuBackend

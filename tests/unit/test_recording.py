@@ -15,7 +15,8 @@ from llmtop.core.base.snapshot import Finding, GpuStats
 from llmtop.core.exposition import promtext
 from llmtop.core.vllm.names import sample_names
 from llmtop.errors import RecordingError
-from llmtop.recording.writer import Recorder, read_recording
+from llmtop.recording.reader import read_recording
+from llmtop.recording.writer import Recorder
 
 TOKEN = "s3cr3t-admin-token-1234"
 URL = "http://127.0.0.1:8000"

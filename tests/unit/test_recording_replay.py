@@ -12,8 +12,9 @@ import pytest
 from llmtop.core.base.snapshot import Finding
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.errors import RecordingError
+from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import SPEEDS, ReplaySource
-from llmtop.recording.writer import Recorder, read_recording
+from llmtop.recording.writer import Recorder
 from llmtop.settings import HealthSettings, SloSettings
 from tests.unit.test_report import CAP_AT, T0, scripted_polls, write_scripted
 

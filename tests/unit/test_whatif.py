@@ -18,8 +18,9 @@ from llmtop.gateway.admission.limits import Limits
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.model.calibrate import calibrate
 from llmtop.whatif.model.lengths import LengthDist, from_histogram
-from llmtop.whatif.model.predict import Candidate, State, candidates_for_caps, predict
+from llmtop.whatif.model.predict import Candidate, candidates_for_caps, predict
 from llmtop.whatif.model.render import bucketed_p95
+from llmtop.whatif.model.scenario import State
 from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import Options, analyse, state_of
 from tests.support.whatif_truth import measure, scrape_run

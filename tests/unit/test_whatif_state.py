@@ -22,11 +22,11 @@ from llmtop.sim.config import EngineConfig
 from llmtop.sim.engine import RUNNING, WAITING, Engine
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.model.calibrate import calibrate, frontend_overhead
-from llmtop.whatif.model.predict import Candidate, predict, spread
+from llmtop.whatif.model.predict import Candidate, predict
 from llmtop.whatif.model.scenario import State, queued_ages
 from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import state_of
-from tests.support.whatif_truth import scrape_run
+from tests.support.whatif_truth import scrape_run, spread
 from tests.whatif_truths import H100
 
 

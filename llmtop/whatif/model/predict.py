@@ -10,33 +10,43 @@ for queued tickets; nothing is awaited), so it can run on any worker thread.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.derive.percentiles import percentile_linear, percentile_nearest_rank
 from llmtop.gateway.admission.limits import Limits
 from llmtop.whatif.model.calibrate import Calibration
-from llmtop.whatif.model.scenario import Change, Span, State
-from llmtop.whatif.model.simulate import Observer, SpanRun, simulate
-
-__all__ = [
-    "Candidate",
-    "Change",
-    "Prediction",
-    "Span",
-    "Spread",
-    "State",
-    "candidates_for_caps",
-    "predict",
-    "predict_spans",
-    "spread",
-]
+from llmtop.whatif.model.scenario import Span, State
+from llmtop.whatif.model.simulate import Observer, SpanRun, WhatIfRun, simulate
 
 DEFAULT_MAX_QUEUE = 128
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
 """The gateway's defaults (GatewaySettings), for a candidate cap when no gateway was read."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to predict and how; the defaults are the command's."""
+
+    caps: tuple[int, ...] = ()
+    max_queue: int | None = None
+    queue_timeout_s: float | None = None
+    horizon_s: float = 60.0
+    warmup_s: float = 0.0
+    from_now: bool = True
+    """Start from the state of the last scrape (the limits applied then); False: from an empty
+    system, in steady state after `warmup_s`."""
+    seed: int = 0
+    ttft_slo_s: float = SloSettings.ttft_s
+    itl_slo_s: float = SloSettings.itl_s
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    replicas: int = 4
+    """Runs pooled per prediction (different traffic seeds): the expected figure, not one draw."""
+    band: bool = True
+    """Also predict at the arrival rate +- its standard error."""
 
 
 @dataclass(frozen=True)
@@ -114,64 +124,31 @@ def predict(
         runs = [
             loop.run_until_complete(
                 simulate(
-                    cal,
-                    candidate.limits,
-                    spans=[Span(warmup_s, end)],
-                    arrivals_until_s=end,
-                    seed=seed + 1000 * r,
-                    start=start,
-                    expected_count=expected_count,
-                    observer=observer,
-                    stop_at_s=end if observer is not None else None,
+                    partial(
+                        WhatIfRun,
+                        cal,
+                        candidate.limits,
+                        spans=[Span(warmup_s, end)],
+                        arrivals_until_s=end,
+                        seed=seed + 1000 * r,
+                        start=start,
+                        expected_count=expected_count,
+                    ),
+                    observer,
+                    end if observer is not None else None,
                 )
             )[0]
             for r in range(max(1, replicas))
         ]
     finally:
         loop.close()
-    return _summarise(candidate, runs, ttft_slo_s, itl_slo_s)
+    return summarise(candidate, runs, ttft_slo_s, itl_slo_s)
 
 
-def predict_spans(
-    cal: Calibration,
-    limits: Limits | None,
-    spans: Sequence[tuple[Candidate, Span]],
-    *,
-    arrivals_until_s: float,
-    changes: Sequence[Change] = (),
-    seed: int = 0,
-    ttft_slo_s: float = SloSettings.ttft_s,
-    itl_slo_s: float = SloSettings.itl_s,
-    expected_count: bool = False,
-    observer: Observer | None = None,
-) -> list[Prediction]:
-    """One run with limit changes at given times and a figure per measured span: the ground
-    truth of a schedule (start at one cap, then apply others in turn), as one traffic draw."""
-    loop = asyncio.new_event_loop()
-    try:
-        runs = loop.run_until_complete(
-            simulate(
-                cal,
-                limits,
-                spans=[s for _, s in spans],
-                arrivals_until_s=arrivals_until_s,
-                seed=seed,
-                changes=changes,
-                expected_count=expected_count,
-                observer=observer,
-            )
-        )
-    finally:
-        loop.close()
-    return [
-        _summarise(cand, [run], ttft_slo_s, itl_slo_s)
-        for (cand, _), run in zip(spans, runs, strict=True)
-    ]
-
-
-def _summarise(
+def summarise(
     cand: Candidate, raws: list[SpanRun], ttft_slo_s: float, itl_slo_s: float
 ) -> Prediction:
+    """The prediction of `cand` from its runs' measured spans, pooled."""
     window = [r for raw in raws for r in raw.window]
     steps = [s for raw in raws for s in raw.steps]
     tok_per_s = sum(raw.tok_per_s for raw in raws) / len(raws)
@@ -218,62 +195,3 @@ def _summarise(
         output_tok_per_s=tok_per_s,
         preemptions_per_min=preempt_per_min,
     )
-
-
-@dataclass(frozen=True)
-class Spread:
-    """What one measurement over the horizon may show: the 10th and 90th percentiles over
-    traffic draws, each with its own Poisson arrivals and its rate drawn from the estimate's
-    standard error. Near a cliff one 40 s span's TTFT p95 moves by several times: a measurement
-    is judged against this, not only against the expected figure."""
-
-    ttft_p95_s: tuple[float, float] | None
-    tok_per_s: tuple[float, float]
-    draws: int
-
-    def holds_ttft(self, measured: float | None) -> bool | None:
-        """The measured TTFT p95 lies within the 10-90 % range (None: nothing to compare)."""
-        if measured is None or self.ttft_p95_s is None:
-            return None
-        return self.ttft_p95_s[0] <= measured <= self.ttft_p95_s[1]
-
-
-def spread(
-    cal: Calibration,
-    candidate: Candidate,
-    *,
-    rate_error_per_s: float,
-    horizon_s: float,
-    warmup_s: float,
-    start: State | None = None,
-    draws: int = 10,
-    seed: int = 0,
-) -> Spread:
-    """`draws` single runs of the candidate, as a measurement would see them (module docstring
-    of `Spread`); deterministic for a seed."""
-    rng = random.Random(seed + 7919)
-    rate = cal.arrival_per_s
-    ttfts: list[float] = []
-    toks: list[float] = []
-    for k in range(max(2, draws)):
-        drawn = max(0.05 * rate, rng.gauss(rate, rate_error_per_s))
-        p = predict(
-            replace(cal, arrival_per_s=drawn),
-            candidate,
-            horizon_s=horizon_s,
-            warmup_s=warmup_s,
-            seed=seed + 100 + k,
-            start=start,
-            expected_count=False,
-        )
-        toks.append(p.output_tok_per_s)
-        if p.ttft_client_p95_s is not None:
-            ttfts.append(p.ttft_client_p95_s)
-
-    def band(xs: list[float]) -> tuple[float, float]:
-        lo, hi = percentile_linear(xs, 10), percentile_linear(xs, 90)
-        assert lo is not None
-        assert hi is not None
-        return lo, hi
-
-    return Spread(band(ttfts) if ttfts else None, band(toks), len(toks))

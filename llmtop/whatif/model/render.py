@@ -1,17 +1,18 @@
-"""The fit's own error, and predictions as a table or JSON: every figure labelled a prediction.
-Pure."""
+"""The fit's own error, and an analysis (the window, the fit, the predictions) as a table or
+JSON: every figure labelled a prediction. Pure."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.whatif.model.calibrate import Calibration
-from llmtop.whatif.model.predict import Prediction
-from llmtop.whatif.model.window import Observed
+from llmtop.whatif.model.predict import Options, Prediction
+from llmtop.whatif.model.window import Observed, Point
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,27 @@ class FitCheck:
         if self.observed is None or self.predicted is None or self.observed == 0:
             return None
         return (self.predicted - self.observed) / self.observed
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The window, the fit, its error and the predictions (current setting first)."""
+
+    observed: Observed
+    calibration: Calibration
+    checks: list[FitCheck]
+    predictions: list[Prediction]
+    options: Options
+    bands: list[tuple[Prediction, Prediction]] = field(default_factory=list)
+    """Per prediction: the same at the arrival rate one standard error lower, and higher."""
+    points: tuple[Point, ...] = ()
+    """The window's scrapes the fit was made from."""
+
+    def text(self) -> str:
+        return to_text(self)
+
+    def json(self) -> str:
+        return json.dumps(to_json(self), indent=2)
 
 
 def bucketed_p95(values: Sequence[float], bounds: Sequence[float]) -> float | None:
@@ -95,20 +117,9 @@ COLUMNS = (
 BAND_COLUMNS = ("TTFT p95 at rate -/+1 se", "tok/s at rate -/+1 se")
 
 
-def to_text(
-    obs: Observed,
-    cal: Calibration,
-    checks: Sequence[FitCheck],
-    preds: Sequence[Prediction],
-    bands: Sequence[tuple[Prediction, Prediction]],
-    *,
-    horizon_s: float,
-    ttft_slo_s: float,
-    itl_slo_s: float,
-    from_now: bool = True,
-    warmup_s: float = 0.0,
-) -> str:
+def to_text(a: Analysis) -> str:
     """The report: what was observed, the fit and its error, then the predictions' table."""
+    obs, cal, o = a.observed, a.calibration, a.options
     f = cal.fit
     lines = [
         f"window {obs.span_s:.0f} s, {obs.scrapes} scrapes: {obs.arrival_per_s:.2f}"
@@ -122,17 +133,17 @@ def to_text(
         f"workload: prompts mean {cal.prompt_len.mean:.0f} tokens, outputs mean"
         f" {cal.output_len.mean:.0f} tokens (histograms, {obs.lengths_from})",
         "fit error (the model replaying the current setting vs the window): "
-        + ", ".join(f"{c.name} {_err(c.error_frac)}" for c in checks),
+        + ", ".join(f"{c.name} {_err(c.error_frac)}" for c in a.checks),
     ]
     lines += [f"note: {n}" for n in cal.notes]
     lines.append("")
     lines.append(
-        f"PREDICTED {span(horizon_s, from_now, warmup_s)} (a model, not a measurement;"
-        f" goodput: TTFT <= {ttft_slo_s:g} s and mean ITL <= {itl_slo_s:g} s):"
+        f"PREDICTED {span(o.horizon_s, o.from_now, o.warmup_s)} (a model, not a measurement;"
+        f" goodput: TTFT <= {o.ttft_slo_s:g} s and mean ITL <= {o.itl_slo_s:g} s):"
     )
-    header = list(COLUMNS) + (list(BAND_COLUMNS) if bands else [])
+    header = list(COLUMNS) + (list(BAND_COLUMNS) if a.bands else [])
     rows = [header]
-    for i, p in enumerate(preds):
+    for i, p in enumerate(a.predictions):
         lim = p.candidate.limits
         label = p.candidate.label
         if lim is not None:
@@ -154,8 +165,8 @@ def to_text(
                 f"{p.preemptions_per_min:,.0f}",
             ]
         )
-        if bands:
-            lo, hi = bands[i]
+        if a.bands:
+            lo, hi = a.bands[i]
             rows[-1] += [
                 _range(lo.ttft_client_p95_s, hi.ttft_client_p95_s, _s),
                 _range(lo.output_tok_per_s, hi.output_tok_per_s, lambda v: f"{v or 0:,.0f}"),
@@ -217,20 +228,9 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
     }
 
 
-def to_json(
-    obs: Observed,
-    cal: Calibration,
-    checks: Sequence[FitCheck],
-    preds: Sequence[Prediction],
-    bands: Sequence[tuple[Prediction, Prediction]],
-    *,
-    horizon_s: float,
-    ttft_slo_s: float,
-    itl_slo_s: float,
-    from_now: bool = True,
-    warmup_s: float = 0.0,
-) -> dict[str, Any]:
+def to_json(a: Analysis) -> dict[str, Any]:
     """One JSON object: the window, the fit, its error, and the predictions."""
+    obs, cal, o = a.observed, a.calibration, a.options
     f = cal.fit
     return {
         "observed": {
@@ -268,15 +268,15 @@ def to_json(
                 "predicted": c.predicted,
                 "error_frac": c.error_frac,
             }
-            for c in checks
+            for c in a.checks
         ],
-        "horizon_s": horizon_s,
-        "warmup_s": warmup_s,
-        "from_now": from_now,
-        "slo": {"ttft_s": ttft_slo_s, "itl_s": itl_slo_s},
+        "horizon_s": o.horizon_s,
+        "warmup_s": o.warmup_s,
+        "from_now": o.from_now,
+        "slo": {"ttft_s": o.ttft_slo_s, "itl_s": o.itl_slo_s},
         "predictions": [
-            {**prediction_json(p), **_band_json(bands[i] if i < len(bands) else None)}
-            for i, p in enumerate(preds)
+            {**prediction_json(p), **_band_json(a.bands[i] if i < len(a.bands) else None)}
+            for i, p in enumerate(a.predictions)
         ],
     }
 

@@ -74,40 +74,21 @@ def footprint_model(cal: Calibration, seed: int) -> FootprintModel:
 
 
 async def simulate(
-    cal: Calibration,
-    limits: Limits | None,
-    *,
-    spans: Sequence[Span],
-    arrivals_until_s: float,
-    seed: int,
-    start: State | None = None,
-    changes: Sequence[Change] = (),
-    expected_count: bool = True,
-    observer: Observer | None = None,
-    stop_at_s: float | None = None,
+    make: Callable[[], WhatIfRun], observer: Observer | None = None, stop_at_s: float | None = None
 ) -> list[SpanRun]:
-    """One run: arrivals on [0, arrivals_until_s), `limits` from the start (or, with `start`,
-    applied to that state at time 0), each `Change` at its time; then the queue drains.
+    """Build a run inside the event loop (queued tickets are its futures) and step it to the end.
 
     `observer(t, engine, controller)` is called once a virtual second; `stop_at_s` ends the run
     there instead of draining (a scrape-only run)."""
-    run = WhatIfRun(
-        cal,
-        limits,
-        spans=spans,
-        arrivals_until_s=arrivals_until_s,
-        seed=seed,
-        start=start,
-        changes=changes,
-        expected_count=expected_count,
-    )
-    return run.run(observer, stop_at_s)
+    return make().run(observer, stop_at_s)
 
 
 class WhatIfRun:
     """One run in virtual time: the engine, the controller in front of it (None: no gateway),
     the requests on their way, and what each measured span saw. Built at time 0 (with `start`,
-    the present already in place); `run` steps it to the end. Needs a running event loop (the
+    the present already in place); `run` steps it to the end. Arrivals come on
+    [0, arrivals_until_s), `limits` from the start (or, with `start`, applied to that state at
+    time 0), each `Change` at its time; then the queue drains. Needs a running event loop (the
     controller's queued tickets are futures), though nothing is awaited."""
 
     def __init__(
