@@ -43,7 +43,14 @@ async def test_deferred_waiting_and_prompt_cache_share_are_shown() -> None:
     assert "cached 37%" in kv
 
 
+async def test_a_collapsed_prefix_cache_still_shows_its_zero() -> None:
+    kv, _ = await panel_texts(prompt_cache_hit_frac=None, prefix_cache_hit_frac=0.0)
+    assert "cached 0%" in kv  # looked up, nothing hit: the collapse itself
+
+
 async def test_nothing_added_when_vllm_does_not_report_them() -> None:
-    kv, seqs = await panel_texts(waiting_deferred=0.0, prompt_cache_hit_frac=None)
+    kv, seqs = await panel_texts(
+        waiting_deferred=0.0, prompt_cache_hit_frac=None, prefix_cache_hit_frac=None
+    )
     assert "deferred" not in seqs
     assert "cached" not in kv

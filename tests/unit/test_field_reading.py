@@ -158,3 +158,20 @@ def test_a_restart_is_seen_and_no_rate_goes_negative(load: str, fixtures_dir: Pa
     assert [f.id for f in snap.findings] == ["engine-restarted"]
     assert snap.findings[0].severity == "info"
     assert "findings over a window wait 10 s more" in snap.findings[0].summary
+
+
+def test_dcgm_xid_and_ecc_are_read_and_nan_is_unknown() -> None:
+    from llmtop.sources.gpu.dcgm import DCGM_KEEP, parse_dcgm
+
+    text = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="a",modelName="H100"} 90\n'
+        'DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="a",modelName="H100"} 79\n'
+        'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="a",modelName="H100"} 2\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="b",modelName="H100"} 91\n'
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="b",modelName="H100"} NaN\n'
+        'DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{gpu="1",UUID="b",modelName="H100"} 3\n'
+    )
+    first, second = parse_dcgm(promtext.parse(text, DCGM_KEEP))
+    assert (first.xid_last, first.ecc_uncorrectable) == (79, 2.0)
+    assert second.xid_last is None  # NaN: unknown, not "no XID"
+    assert (second.ecc_uncorrectable, second.ecc_correctable) == (None, 3.0)

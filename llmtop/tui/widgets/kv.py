@@ -23,8 +23,10 @@ class KvPanel(Panel):
         cached = e.prompt_cache_hit_frac
         if cached is None:  # before vLLM 0.16: the prefix cache's own hits / queries
             cached = e.prefix_cache_hit_frac
-        # the prefix cache's share of prompt tokens, when it serves any (vLLM >= 0.16)
-        hit = [label(" cached "), value(fmt.pct(cached))] if cached else []
+        # the prefix cache's share of prompt tokens, while it is looked up (0% included: a
+        # collapsed cache is what prefix-cache-collapse names)
+        queried = bool(cached) or bool(e.prefix_cache_queried_tok_per_s)
+        hit = [label(" cached "), value(fmt.pct(cached))] if cached is not None and queried else []
         width = max(self.size.width - 8 - (9 + len(fmt.pct(cached)) if hit else 0), 8)
         pre = e.preemptions_per_s
         # the same sizing as the kv-exhausted finding (the larger of the mean request and what
