@@ -12,14 +12,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from llmtop.core.base.quickinit import quick_init
-
 Severity = Literal["warning", "critical"]
 Bottleneck = Literal["kv", "queue", "prefill", "decode", "gateway", "gpu", "target"]
 Status = Literal["ok", "degraded", "critical", "unknown"]
 
 
-@quick_init
 @dataclass(frozen=True)
 class EngineStats:
     """One engine (one /metrics URL; data-parallel engines inside it are already summed)."""
@@ -190,7 +187,6 @@ class GpuStats:
     processes: tuple[str, ...] = ()
 
 
-@quick_init
 @dataclass(frozen=True)
 class Finding:
     """A named problem: which resource binds, the measured evidence, and what to do."""
@@ -204,7 +200,6 @@ class Finding:
     """Time (seconds, the snapshot clock) the finding fired."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class Snapshot:
     """Everything one poll knows, after derivation and the health rules."""
@@ -276,7 +271,6 @@ class WindowSnapshot:
 # --- a fleet's poll: every replica with its own figures and findings (core.pipeline.fleet) ---
 
 
-@quick_init
 @dataclass(frozen=True)
 class Replica:
     """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
@@ -344,7 +338,6 @@ class FleetSnapshot(Snapshot):
     fleet: Fleet | None = field(default=None, compare=False)
 
 
-@quick_init
 @dataclass(frozen=True)
 class DerivedReplica:
     """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtop.core.base.quickinit import quick_init
 
-
-@quick_init
 @dataclass(frozen=True)
 class Histogram:
     """A cumulative histogram summed over engines: (upper bound, count) sorted, +Inf last."""
@@ -21,7 +18,6 @@ class Histogram:
     count: float
 
 
-@quick_init
 @dataclass(frozen=True)
 class EngineScrape:
     """The values of one scrape that llmtop uses, engines summed; None = not exported."""
