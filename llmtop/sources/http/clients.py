@@ -1,17 +1,14 @@
-"""Where llmtop's HTTP clients are built: one builder per stack, each stack kept only where it
-was measured to earn its place.
+"""Where llmtop's HTTP clients are built: httpx where a person reads the errors, aiohttp where
+requests come by the hundred a second (at a fifth of httpx's CPU a request: BENCHMARKS.md
+sections 2 and 10).
 
-- httpx (`http_client`, here): the poll's engines' /version and the gateway's admin API
-  (`sources.gateway.AdminClient`, the TUI's keys), dcgm-exporter, the what-if's scrapes. A few
-  requests a second, where readable errors matter more than CPU.
-- the lean client (`sources.lean_http.LeanClient`): every replica's /metrics and Prometheus's
-  answers, up to 100 replicas a second (BENCHMARKS.md section 10).
-- aiohttp: the gateway's upstream (`gateway.app.make_session`: with its C parser the gateway
-  spends 0.46x the CPU of httpx per proxied stream, BENCHMARKS.md section 2) and the load
-  generator (`load.runner.Runner`, whose own CPU per streamed token it halves).
+- httpx (`http_client`): the one engine's /metrics and /version, the gateway's admin API
+  (`sources.gateway.AdminClient`, the TUI's keys), dcgm-exporter, the what-if's scrapes.
+- aiohttp: the fleet's reads (`scrape_client.ScrapeClient`: every replica's /metrics,
+  Prometheus's answers), the gateway's upstream (`gateway.server.app.make_session`) and the
+  load generator (`load.runner.Runner`).
 
-The admin token is read once, by `settings.load` (`settings.resolve_token`); the clients take
-the token, never the file.
+The admin token is read once, by `settings.load`; the clients take the token, never the file.
 """
 
 from __future__ import annotations
