@@ -1,11 +1,10 @@
 """Scrape many vLLM /metrics at once over keep-alive connections: the fleet's direct source.
 
-Over `scrape_client.ScrapeClient` (aiohttp); concurrency bounded, each scrape bounded in time and
-size. Never raises for a target problem: it becomes `RawEngine.error`, in the words of
-`sources.vllm`. A target that can say so is asked for only the series llmtop reads
-(`core.exposition.narrow`), found out by a probe after a full scrape, never assumed;
-`narrow=False` scrapes every target in full. A body byte for byte the target's last (an idle
-replica) is not parsed again.
+Over `lean_http.LeanClient`; concurrency bounded, each scrape bounded in time and size. Never
+raises for a target problem: it becomes `RawEngine.error`, in the words of `sources.vllm`. A
+target that can say so is asked for only the series llmtop reads (`core.exposition.narrow`),
+found out by a probe after a full scrape, never assumed; `narrow=False` scrapes every target in
+full. A body byte for byte the target's last (an idle replica) is not parsed again.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.core.exposition import narrow as narrowing
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
-from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient, TooLarge
+from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url
 
 _NAMES_QUERY = narrowing.query(VLLM_KEEP.names)
@@ -38,7 +37,7 @@ class FleetScraper:
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self._http = ScrapeClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
+        self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
@@ -148,4 +147,4 @@ class FleetScraper:
 
     async def aclose(self) -> None:
         """Close the keep-alive connections."""
-        await self._http.aclose()
+        self._http.close()

@@ -3,10 +3,11 @@
 Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with the same JSON.
 A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
 per replica (`core.promql.promql` builds them and reads the answers), two more only when a
-data-parallel server is seen; the slow-changing figures (`promql_answers.Info`) are asked at the
-start, every `promql.INFO_EVERY_S`, and when a replica appears, restarts or shows a new finished
-reason. Over `scrape_client.ScrapeClient` (aiohttp), as the direct fleet scrape. Never raises: when
-the server cannot answer, the fleet shows one down row naming it and why.
+data-parallel server is seen; the slow-changing figures
+(`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
+appears, restarts or shows a new finished reason. Over `lean_http.LeanClient`, as the direct
+fleet scrape. Never raises: when the server cannot answer, the fleet shows one down row naming
+it and why.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from llmtop.core.base.snapshot import DerivedReplica
 from llmtop.core.promql import promql, promql_answers
 from llmtop.core.promql.promql_answers import Answer
 from llmtop.errors import TargetError
-from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
+from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient
 
 Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 """POST one query to an endpoint: (HTTP status, body). Injected by tests."""
@@ -59,11 +60,11 @@ class PrometheusSource:
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
         self._resets: dict[str, float | None] = {}
         self._fetch = fetch or self._post
-        self._http: ScrapeClient | None = None
+        self._http: LeanClient | None = None
 
     async def _post(self, endpoint: str, expr: str) -> tuple[int, bytes]:
         if self._http is None:  # made inside the running loop
-            self._http = ScrapeClient(timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
+            self._http = LeanClient(timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
         answer = await self._http.post_form(endpoint, {"query": expr})
         return answer.status, answer.body
 
@@ -146,5 +147,5 @@ class PrometheusSource:
     async def aclose(self) -> None:
         """Close the keep-alive connections."""
         if self._http is not None:
-            await self._http.aclose()
+            self._http.close()
             self._http = None

@@ -1,12 +1,14 @@
 """Scrape plans: what a scrape's structure decides, worked out once, for `engines.extract`.
 
 A vLLM exports the same series with the same labels poll after poll, and a fleet's replicas
-share them: which samples each figure adds up (and how: `sum()` or one by one from 0.0, as
-`engines.extract_direct` does), which bucket bound each `le` label means, the KV capacity,
-model and names read from labels alone. A `ScrapePlan` holds that for one structure (its
-sample names and label sets); each scrape then only adds its values, in the direct reading's
-order, so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py).
-Plans are memoised, the one used last checked first. Pure.
+share them: which samples each figure adds up (and how), which bound each `le` label means, the
+KV capacity, model and names read from labels alone. A `ScrapePlan` holds that for one
+structure; each scrape then only adds its values, in the order `engines.extract_direct` does,
+so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py). It reads the
+families of `names.GAUGES`, `COUNTERS` and `HISTOGRAMS`, as extract_direct does. Pure.
+
+It earns its place: reading every scrape sample by sample instead costs PLAN_COST a poll of
+100 replicas (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in proportion").
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""Where llmtop's HTTP clients are built: httpx where a person reads the errors, aiohttp where
-requests come by the hundred a second (at a fifth of httpx's CPU a request: BENCHMARKS.md
-sections 2 and 10).
+"""Where llmtop's HTTP clients are built. Three stacks, each where it was measured to earn its
+place, each in one sentence:
 
-- httpx (`http_client`): the one engine's /metrics and /version, the gateway's admin API
-  (`sources.gateway.AdminClient`, the TUI's keys), dcgm-exporter, the what-if's scrapes.
-- aiohttp: the fleet's reads (`scrape_client.ScrapeClient`: every replica's /metrics,
-  Prometheus's answers), the gateway's upstream (`gateway.server.app.make_session`) and the
-  load generator (`load.runner.Runner`).
+- httpx (`http_client`, here): a few requests a second where a person reads the errors (one
+  engine's /metrics and /version, the gateway's admin API behind the TUI's keys, dcgm-exporter,
+  the what-if's scrapes).
+- aiohttp: streams (the gateway's upstream, `gateway.server.app.make_session`, and the load
+  generator, `load.runner.Runner`), at 0.46x httpx's CPU per proxied stream (BENCHMARKS.md
+  section 2).
+- the lean client (`lean_http.LeanClient`): the fleet's hundred reads a second (every replica's
+  /metrics, Prometheus's answers), 0.7 % of a core below aiohttp at 100 replicas (BENCHMARKS.md
+  "Speed paths in proportion").
 
 The admin token is read once, by `settings.load`; the clients take the token, never the file.
 """
