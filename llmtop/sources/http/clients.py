@@ -29,8 +29,8 @@ class SchemeTransport(httpx.AsyncBaseTransport):
     own verified one, built when the first https request is sent.
 
     httpx builds a verified TLS context (the CA bundle read and parsed) for every client it
-    makes, https or not: 0.06-0.2 s of CPU a client on this box, each of the TUI's clients,
-    before its first frame (bench/bench_first_frame.py). A /metrics on loopback needs none."""
+    makes, https or not: 0.06-0.2 s of CPU a client before the TUI's first frame (BENCHMARKS.md
+    section 3, bench/bench_first_frame.py). A /metrics on loopback needs none."""
 
     def __init__(self) -> None:
         self._plain = httpx.AsyncHTTPTransport(verify=False)  # its requests are all http://
