@@ -6,7 +6,8 @@ maximum; time that steps back starts the window over, as `series.CounterWindow` 
 
 It earns its place: kv-exhausted reads two look-backs for every full replica at every poll, and
 scanning each replica's kept snapshots for them instead costs 6.4-8.2 ms a poll of 100
-replicas (0.6-0.8 % of a core) (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in proportion").
+replicas, 0.6-0.8 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in
+proportion").
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py)
 families of `names.GAUGES`, `COUNTERS` and `HISTOGRAMS`, as extract_direct does. Pure.
 
 It earns its place: reading every scrape sample by sample instead costs 7.2-9.3 ms a poll of
-100 replicas (0.7-0.9 % of a core) (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in proportion").
+100 replicas, 0.7-0.9 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths
+in proportion").
 """
 
 from __future__ import annotations
