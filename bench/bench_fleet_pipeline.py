@@ -61,7 +61,8 @@ class _Scan:
 
 
 class ScanLookbacks:
-    """`health.lookbacks.Lookbacks` as plain scans over its replica's kept snapshots."""
+    """The pipeline's KV look-backs (`health.lookbacks.Lookbacks`, later `kv_maxima.KvMaxima`)
+    as plain scans over its replica's kept snapshots."""
 
     def __init__(self, window_s: float, history_s: float = float("inf")) -> None:
         self.snaps: deque[Snapshot] = deque()
@@ -86,7 +87,9 @@ def run(variant: str, polls: int, full: bool) -> float:
     elif variant == "without lookbacks":
         import llmtop.core.pipeline.fleet as fleet_module
 
-        fleet_module.Lookbacks = ScanLookbacks  # type: ignore[attr-defined,misc,assignment]
+        for name in ("Lookbacks", "KvMaxima"):  # the class's name before and after a rename
+            if hasattr(fleet_module, name):
+                setattr(fleet_module, name, ScanLookbacks)
     from llmtop.core.pipeline.fleet import FleetPipeline
 
     gc.set_threshold(10_000, 10, 10)  # as `llmtop top` sets it (llmtop.cli.tune_gc)
