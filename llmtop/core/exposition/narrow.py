@@ -4,7 +4,7 @@ prometheus_client's exposition apps answer `?name[]=A&name[]=B` with only the sa
 vLLM mounts one under /metrics; its plain /metrics route (prometheus-fastapi-instrumentator's)
 ignores the query, the mount answers /metrics/ (checked on vLLM 0.32's CPU build). It earns its
 place: a 53 KB vLLM scrape narrowed to the ~40 sample names llmtop reads is ~16 KB, and a poll
-of 100 replicas costs 7-8 ms less (0.7-0.8 % of a core; BENCHMARKS.md "Speed paths in
+of 100 replicas costs 7-9 ms less (0.7-0.9 % of a core; BENCHMARKS.md "Speed paths in
 proportion"), besides the exporters' CPU and ~3.7 MB/s of traffic.
 
 Whether a target narrows is found out, never assumed: right after a full scrape a probe reads
