@@ -251,16 +251,11 @@ class ScrapePlan:
 _SCRAPE_PLANS: dict[tuple[tuple[str, ...], tuple[Labels, ...]], ScrapePlan | None] = {}
 """Structures seen -> their plan (None: read sample by sample)."""
 _SCRAPE_PLANS_MAX = 256
-_LAST_PLAN: list[tuple[list[str], list[Labels], ScrapePlan | None] | None] = [None]
-"""The plan used last, checked first: a fleet's replicas share one structure."""
 
 
 def plan_of(names: list[str], labels: list[Labels]) -> ScrapePlan | None:
     """The plan of a scrape with these sample names and label sets (None: read it sample by
-    sample); the last one used is checked first, a fleet's replicas sharing one structure."""
-    last = _LAST_PLAN[0]
-    if last is not None and last[0] == names and last[1] == labels:
-        return last[2]
+    sample)."""
     key = (tuple(names), tuple(labels))
     found = _SCRAPE_PLANS.get(key, False)
     if found is False:
@@ -271,5 +266,4 @@ def plan_of(names: list[str], labels: list[Labels]) -> ScrapePlan | None:
         if len(_SCRAPE_PLANS) >= _SCRAPE_PLANS_MAX:
             _SCRAPE_PLANS.clear()
         _SCRAPE_PLANS[key] = found
-    _LAST_PLAN[0] = (names, labels, found)  # type: ignore[assignment]
     return found  # type: ignore[return-value]
