@@ -22,9 +22,10 @@ the series named), `--rounds` rounds;
 with --no-name-filter the targets have no such answer (an exporter without prometheus_client's
 mount) and llmtop, finding so, scrapes them in full both times.
 
-"clients": each second, the N bodies are read once over an aiohttp session (as the fleet read
-them before llmtop/sources/http/lean_http.py) and once over the lean client, alternating in the same
-process; CPU per round of N GETs, median.
+"clients": each second, the N bodies are read once over an aiohttp session, once over the
+lean client (llmtop/sources/http/lean_http.py) and once over httpx (the monitor's
+`http_client`), alternating in the same process; CPU per round of N GETs, median; `--narrow`
+reads the narrow answer (/metrics/?name[]=...) instead of the full one.
 
 `--against PATH` (a checkout of another commit, say `git worktree add ../base REV`): both
 trees at once, each in its own process on llmtop's core, polling half a second apart (their
@@ -156,17 +157,24 @@ async def measure(
     }
 
 
-async def measure_clients(urls: tuple[str, ...], polls: int, warmup: int) -> dict[str, float]:
-    """CPU of N GETs a second over aiohttp and over the lean client, alternating; medians."""
+async def measure_clients(
+    urls: tuple[str, ...], polls: int, warmup: int, narrow: bool
+) -> dict[str, float]:
+    """CPU of N GETs a second over aiohttp, the lean client and httpx, alternating; medians."""
     import aiohttp
 
+    from llmtop.core.exposition.narrow import query
+    from llmtop.sources.http.clients import http_client
     from llmtop.sources.http.lean_http import LeanClient
+    from llmtop.sources.vllm import VLLM_KEEP
 
+    path = f"/metrics/?{query(VLLM_KEEP.names)}" if narrow else "/metrics"
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0),
         headers={"Accept-Encoding": "identity"},
     )
     lean = LeanClient(timeout_s=0.9, max_bytes=64 << 20)
+    httpx_client = http_client(0.9)
 
     async def over_aiohttp(url: str) -> bytes:
         async with session.get(url) as resp:
@@ -175,13 +183,17 @@ async def measure_clients(urls: tuple[str, ...], polls: int, warmup: int) -> dic
     async def over_lean(url: str) -> bytes:
         return (await lean.get(url)).body
 
-    spent: dict[str, list[float]] = {"aiohttp": [], "lean": []}
+    async def over_httpx(url: str) -> bytes:
+        return (await httpx_client.get(url, headers={"Accept-Encoding": "identity"})).content
+
+    clients = (("aiohttp", over_aiohttp), ("lean", over_lean), ("httpx", over_httpx))
+    spent: dict[str, list[float]] = {name: [] for name, _ in clients}
     try:
         for i in range(polls + warmup):
             start = time.monotonic()
-            for name, get in (("aiohttp", over_aiohttp), ("lean", over_lean)):
+            for name, get in clients if i % 2 else clients[::-1]:
                 c = time.process_time()
-                bodies = await asyncio.gather(*(get(u + "/metrics") for u in urls))
+                bodies = await asyncio.gather(*(get(u + path) for u in urls))
                 took = time.process_time() - c
                 assert all(len(b) > 1000 for b in bodies)
                 if i >= warmup:
@@ -191,6 +203,7 @@ async def measure_clients(urls: tuple[str, ...], polls: int, warmup: int) -> dic
     finally:
         await session.close()
         lean.close()
+        await httpx_client.aclose()
     return {name: statistics.median(v) for name, v in spent.items()}
 
 
@@ -300,6 +313,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--mode", choices=("direct", "prometheus", "both", "clients"), default="both")
     ap.add_argument("--gzip", action="store_true", help="targets gzip when the client asks")
+    ap.add_argument("--narrow", action="store_true", help="clients: GET the narrow answer")
     ap.add_argument(
         "--no-pin",
         action="store_true",
@@ -369,15 +383,13 @@ def main() -> None:
             ports = ports_file.read_text().split()
             urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
             if args.mode == "clients":
-                got = asyncio.run(measure_clients(urls, args.polls, args.warmup))
+                got = asyncio.run(measure_clients(urls, args.polls, args.warmup, args.narrow))
                 n = len(urls)
                 print(f"## The GET alone: CPU of {n} GETs a second, median of {args.polls}\n")
                 print("| client | CPU per round | per GET | vs aiohttp |\n|---|---:|---:|---:|")
                 for name, v in got.items():
-                    print(
-                        f"| {name} | {v * 1000:.1f} ms | {v / n * 1e6:.0f} us "
-                        f"| {v / got['aiohttp']:.2f}x |"
-                    )
+                    ratio = v / got["aiohttp"]
+                    print(f"| {name} | {v * 1000:.1f} ms | {v / n * 1e6:.0f} us | {ratio:.2f}x |")
                 return
             if args.mode in ("direct", "both") and args.against:
                 for kind in ("full", "narrow"):

@@ -13,6 +13,9 @@ The peers come from PyPI into a separate venv (never the project's):
     python3 -m venv /work/bench-peers/venv
     /work/bench-peers/venv/bin/pip install vllmstat vllm-top
     python bench/bench_monitor.py [--seconds 30] [--rounds 3] [--peers /work/bench-peers/venv]
+
+`--against PATH` (a checkout of another commit) adds that tree's llmtop as one more monitor
+(PYTHONPATH at it), interleaved with this tree's round after round: one engine, side by side.
 """
 
 from __future__ import annotations
@@ -83,15 +86,17 @@ class Monitor:
     version: str
 
 
-def monitors(url: str, port: int, peers: Path) -> list[Monitor]:
-    llmtop = shutil.which("llmtop") or f"{sys.executable} -m llmtop"
+def monitors(url: str, port: int, peers: Path, against: Path | None = None) -> list[Monitor]:
+    trees = [("llmtop", ROOT)] + ([(f"llmtop at {against.name}", against)] if against else [])
     found = [
         Monitor(
-            "llmtop",
-            f"{llmtop} --vllm {url} --gateway off --interval-s 1",
+            name,
+            f"env PYTHONPATH={tree} {sys.executable} -m llmtop --vllm {url} --gateway off"
+            " --interval-s 1",
             "tinyllm",
             version("llmtop", sys.executable),
         )
+        for name, tree in trees
     ]
     bin_dir = peers / "bin"
     py = str(bin_dir / "python")
@@ -241,6 +246,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peers", type=Path, default=Path("/work/bench-peers/venv"))
+    ap.add_argument("--against", type=Path, help="another tree's llmtop, side by side")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -257,7 +263,7 @@ def main() -> int:
         if server.stdout.readline().strip() != "ready":
             raise SystemExit("the static server did not start")
         url = f"http://127.0.0.1:{port}"
-        mons = monitors(url, port, args.peers)
+        mons = monitors(url, port, args.peers, args.against and args.against.resolve())
         runs: dict[str, list[Run]] = {m.name: [] for m in mons}
         for r in range(args.rounds):
             order = mons[r % len(mons) :] + mons[: r % len(mons)]

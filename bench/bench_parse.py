@@ -25,8 +25,8 @@ beside this tree's), interleaved, so both are measured in one sitting; prometheu
 parser of the same bodies is the baseline.
 
 The narrow rows parse the same replicas' seconds as a vLLM answers llmtop's narrow scrape
-(only the series it reads, ~16 KB), as the fleet's scraper does (`promtext.parse_like_last`,
-a replica's text read like its last); with --against REV also as REV's did (its
+(only the series it reads, ~16 KB), as the fleet's scraper does; with --against REV also as
+REV's fleet did (its `parse_like_last`, a replica's text read like its last, or its
 promtext_memo.py, a whole-text layout per replica, where REV has one).
 
     python bench/bench_parse.py [--repeat 300] [--fleet-rounds 20] [--against main]
@@ -156,6 +156,17 @@ def fleet_rows(
             True,
             lambda i, t: old.parse(t, old_keep),
         )
+        if hasattr(old, "parse_like_last"):
+            lasts = {
+                True: [old.LastText() for _ in range(100)],
+                False: [old.LastText() for _ in range(100)],
+            }
+            for narrow_rows in (False, True):
+                kind = "narrow scrape" if narrow_rows else "full scrape"
+                parsers[f"{kind}, parse_like_last at {against}"] = (
+                    narrow_rows,
+                    lambda i, t, n=narrow_rows: old.parse_like_last(t, old_keep, lasts[n][i]),
+                )
         old_memo = memo_at(against, old)
         if old_memo is not None:
             memos = [old_memo.Memo() for _ in range(100)]
@@ -168,19 +179,9 @@ def fleet_rows(
         False,
         lambda i, t: [s for fam in text_string_to_metric_families(t) for s in fam.samples],
     )
-    full_last = [promtext.LastText() for _ in range(100)]
-    parsers["full scrape, parse_like_last (the fleet's), this tree"] = (
-        False,
-        lambda i, t: promtext.parse_like_last(t, KEEP, full_last[i]),
-    )
     parsers["narrow scrape, promtext.parse, this tree"] = (
         True,
         lambda i, t: promtext.parse(t, KEEP),
-    )
-    narrow_last = [promtext.LastText() for _ in range(100)]
-    parsers["narrow scrape, parse_like_last (the fleet's), this tree"] = (
-        True,
-        lambda i, t: promtext.parse_like_last(t, KEEP, narrow_last[i]),
     )
     times: dict[str, list[float]] = {name: [] for name in parsers}
     for second in range(rounds + 2):

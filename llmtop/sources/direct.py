@@ -1,20 +1,10 @@
 """Scrape many vLLM /metrics at once over keep-alive connections: the fleet's direct source.
 
-Over `sources.lean_http` (asyncio.Protocol + httptools' C parser): ~0.06 ms of CPU per 53 KB scrape
-here, against ~0.3 ms over aiohttp and ~6x that over httpx (bench/bench_fleet.py), which is what
-lets one llmtop watch a hundred replicas at 1 Hz. Concurrency is bounded; each scrape is bounded
-in time and size. Never raises for a target problem: it becomes `RawEngine.error` (the same
-words as `sources.vllm`).
-
-A target that can say so is asked for only the series llmtop reads (`core.exposition.narrow`: a vLLM
-/metrics narrowed so is ~0.3 of its bytes), found out by a probe after a full scrape, never
-assumed; `narrow=False` scrapes every target in full.
-
-Two things a scrape need not pay for: gzip (prometheus_client's make_asgi_app compresses when
-asked, ~1.4 ms of the exporter's CPU per 53 KB, and inflating it here ~0.13 ms; vLLM 0.32's
-/metrics, served by prometheus-fastapi-instrumentator, does not; the scrape asks for identity,
-and a server that compresses anyway is still read) and parsing a body byte for byte the same
-as the target's previous one (an idle replica): its samples are the same.
+Over `lean_http.LeanClient`; concurrency bounded, each scrape bounded in time and size. Never
+raises for a target problem: it becomes `RawEngine.error`, in the words of `sources.vllm`. A
+target that can say so is asked for only the series llmtop reads (`core.exposition.narrow`),
+found out by a probe after a full scrape, never assumed; `narrow=False` scrapes every target in
+full. A body byte for byte the target's last (an idle replica) is not parsed again.
 """
 
 from __future__ import annotations
@@ -50,9 +40,6 @@ class FleetScraper:
         self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
-        self._texts: dict[str, dict[str, promtext.LastText]] = {}
-        """URL -> the URL read (narrow or in full) -> its last text's lines
-        (`promtext.parse_like_last`)."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
         """URL -> whether it is scraped narrow (None: every target in full)."""
         self._clock = clock
@@ -67,8 +54,6 @@ class FleetScraper:
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body
-        for url in self._texts.keys() - set(urls):
-            del self._texts[url]
         if self._narrow is not None:
             for url in self._narrow.keys() - set(urls):
                 del self._narrow[url]
@@ -109,13 +94,13 @@ class FleetScraper:
             narrow = state.use(self._clock())
             if narrow is not None:
                 try:
-                    return self._parse(url, narrow, await self._fetch(narrow))
+                    return self._parse(url, await self._fetch(narrow))
                 except CannotConnect:
                     raise  # the target is down, not its narrow answer: no second try
                 except (ScrapeError, HttpError):
                     state.failed(self._clock())  # read in full below, the same poll
         body = await self._fetch(murl)
-        samples = self._parse(url, murl, body)
+        samples = self._parse(url, body)
         if state is not None and state.due(self._clock()):
             try:
                 found = await asyncio.wait_for(self._probe(murl, body, samples), self.timeout_s)
@@ -139,16 +124,14 @@ class FleetScraper:
                 return candidate
         return None
 
-    def _parse(self, url: str, read: str, body: bytes) -> tuple[Sample, ...]:
+    def _parse(self, url: str, body: bytes) -> tuple[Sample, ...]:
         """The body's kept samples; a body byte for byte the target's last (an idle replica)
         is not parsed again."""
         last = self._last.get(url)
         if last is not None and last[0] == body:
             return last[1]
         self._last.pop(url, None)
-        lines = self._texts.setdefault(url, {}).setdefault(read, promtext.LastText())
-        text = body.decode("utf-8", errors="replace")
-        samples = promtext.parse_like_last(text, VLLM_KEEP, lines)
+        samples = promtext.parse(body.decode("utf-8", errors="replace"), VLLM_KEEP)
         self._last[url] = (body, samples)
         return samples
 

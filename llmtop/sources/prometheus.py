@@ -5,10 +5,9 @@ A poll is two queries asked at once (the quantiles, and the rest), each answerin
 per replica (`core.promql.promql` builds them and reads the answers), two more only when a
 data-parallel server is seen; the slow-changing figures
 (`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
-appears, restarts or shows a new finished reason. Over `sources.lean_http`, as the direct fleet
-scrape: a bare protocol feeding httptools' C parser costs a fraction of aiohttp's CPU, itself
-half of httpx's (BENCHMARKS.md, "Fleet"). Never raises: when the server cannot answer, the fleet
-shows one down row naming it and why.
+appears, restarts or shows a new finished reason. Over `lean_http.LeanClient`, as the direct
+fleet scrape. Never raises: when the server cannot answer, the fleet shows one down row naming
+it and why.
 """
 
 from __future__ import annotations

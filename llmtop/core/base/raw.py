@@ -14,7 +14,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import GpuStats
 
 Labels = tuple[tuple[str, str], ...]
@@ -43,7 +42,6 @@ class RawEngine:
     model: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True)
 class PromRow:
     """What Prometheus answered for one replica (engine "") or one engine of a data-parallel

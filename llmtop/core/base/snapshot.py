@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from llmtop.core.base.quickinit import quick_init
-
 Severity = Literal["info", "warning", "critical"]
 """critical / warning: users miss the SLO now or are about to (a trend the finding states);
 info: a heads-up (a full cache, a queue, a slowdown) while the SLO holds, with its headroom."""
@@ -33,7 +31,6 @@ class LoraAdapters:
     """Adapters that requests wait for (no slot free for them)."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class EngineStats:
     """One engine (one /metrics URL; data-parallel engines inside it are already summed)."""
@@ -242,7 +239,6 @@ class GpuStats:
     """Correctable memory errors: volatile SBE, else correctable remapped rows."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class Finding:
     """A named problem: which resource binds, the measured evidence, and what to do."""
@@ -256,7 +252,6 @@ class Finding:
     """Time (seconds, the snapshot clock) the finding fired."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class Snapshot:
     """Everything one poll knows, after derivation and the health rules."""
@@ -328,7 +323,6 @@ class WindowSnapshot:
 # --- a fleet's poll: every replica with its own figures and findings (core.pipeline.fleet) ---
 
 
-@quick_init
 @dataclass(frozen=True)
 class Replica:
     """One row of the fleet: a server, or one data-parallel engine inside it (a sub-row)."""
@@ -396,7 +390,6 @@ class FleetSnapshot(Snapshot):
     fleet: Fleet | None = field(default=None, compare=False)
 
 
-@quick_init
 @dataclass(frozen=True)
 class DerivedReplica:
     """A replica whose figures were computed elsewhere (PromQL) rather than from samples."""

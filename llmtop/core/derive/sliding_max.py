@@ -1,16 +1,13 @@
 """The most of a figure over the last seconds, per engine, as polls come in. Pure.
 
-A sliding-window maximum (a monotonic deque per engine URL): the highest value stays at the
-front, and a value that can never be the answer again (older and no higher) is dropped as it is
-outdone, so each poll costs O(1) amortised instead of a scan of the window. Ties go to the
-newest, as a scan that reads the newest first and keeps the first of equals. A NaN is no
-maximum (it is left out); time that steps back starts the window over, as the counter window
-(`series.CounterWindow`) does.
+A sliding-window maximum (a monotonic deque per engine URL): a value older and no higher than a
+newer one is dropped, so each poll costs O(1) amortised. Ties go to the newest; a NaN is no
+maximum; time that steps back starts the window over, as `series.CounterWindow` does.
 
-Why not scan: kv-exhausted reads two look-backs for every full replica at every poll (its KV
-peak, and the most KV a running sequence held over the last minute); scanning a fleet's kept
-snapshots for them, each row a cache miss, cost ~20 ms a poll of 100 replicas
-(bench/bench_fleet.py, BENCHMARKS.md section 10).
+It earns its place: kv-exhausted reads two look-backs for every full replica at every poll, and
+scanning each replica's kept snapshots for them instead costs 6.4-8.2 ms a poll of 100
+replicas, 0.6-0.8 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in
+proportion").
 """
 
 from __future__ import annotations

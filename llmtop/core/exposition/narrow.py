@@ -2,9 +2,10 @@
 
 prometheus_client's exposition apps answer `?name[]=A&name[]=B` with only the samples named.
 vLLM mounts one under /metrics; its plain /metrics route (prometheus-fastapi-instrumentator's)
-ignores the query, the mount answers /metrics/ (checked on vLLM 0.32's CPU build). A 53 KB vLLM
-scrape narrowed to the ~40 sample names llmtop reads is ~16 KB: less to send, to move and to
-pass over, which is most of what a hundred replicas a second cost a direct scrape.
+ignores the query, the mount answers /metrics/ (checked on vLLM 0.32's CPU build). It earns its
+place: a 53 KB vLLM scrape narrowed to the ~40 sample names llmtop reads is ~16 KB, and a poll
+of 100 replicas costs 7-9 ms less (0.7-0.9 % of a core; BENCHMARKS.md "Speed paths in
+proportion"), besides the exporters' CPU and ~3.7 MB/s of traffic.
 
 Whether a target narrows is found out, never assumed: right after a full scrape a probe reads
 each candidate URL, and one is used only when its answer holds exactly the kept series of the

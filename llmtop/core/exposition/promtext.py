@@ -1,17 +1,14 @@
 """Prometheus exposition text -> the `Sample`s llmtop reads, with errors that name the line.
 
-Two paths, the same answer. The fast path (a `keep_names` filter, the text in the plain shape
-every exporter writes) reads the text in one regex pass, a family block (HELP, TYPE, samples)
-per match: a skipped family (python_*, http_*, `_created`, ~70 % of a vLLM scrape) is only
-checked there (the same loose check as below); a kept one's block is read line by line, the
-text before each value (its name and labels, the same every scrape) looked up in what it read
-as the last time. Anything unusual (escapes,
-timestamps, CRs, odd TYPE lines) falls back to the exact path: prometheus_client's parser over
-the kept lines, skipped lines checked with a loose pattern so that a body that is not
-exposition text (an HTML page, a JSON error) is an error, not an empty scrape. The parser
-raises a bare ValueError without a position; on that path only, the failing line is found by
-bisection and named in the `ScrapeError`. `bench/bench_parse.py` measures all of them side by
-side.
+Two paths, the same answer (held equal by tests/unit/test_promtext.py and the fuzz tests). The
+exact one is prometheus_client's parser over the kept lines; a bare ValueError from it is
+turned into a `ScrapeError` naming the first bad line. The fast one, taken with a `keep_names`
+filter on text in the plain shape every exporter writes, reads it in one regex pass, a family
+block per match: a skipped family is only checked, a kept one read line by line, each line's
+name and labels parsed once and looked up after that. It earns its place: 0.10 ms a narrow
+vLLM scrape (0.17 ms a full 53 KB one) against 2.3 (2.6) ms for the exact path, ~22 % of a core
+at 100 replicas a second (BENCHMARKS.md, "Speed paths in proportion"). Anything unusual
+(escapes, timestamps, CRs, odd TYPE lines) takes the exact path.
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable
-from itertools import repeat
-from operator import itemgetter
 
 from llmtop.core.base.raw import Labels, Sample
 from llmtop.errors import ScrapeError
@@ -295,90 +290,3 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
             if sample is not _SKIPPED_SAMPLE:
                 out.append(sample)
     return tuple(out)
-
-
-# --- a target's next text, read like its last ------------------------------------------------
-_new_tuple = tuple.__new__
-_VALUE_AT_END = re.compile(rf" ((?!-0+\n){_VALUE_CHARS}+)\n")
-"""A line's last token when it is made of value characters, with its line end: a sample's
-value (or the last word of a comment, which is not read). "-0" is not one: prometheus_client
-reads it as 0, float() as -0.0, so a text holding one is read by `parse`."""
-
-
-class LastText:
-    """One target's last text less its values, and where its kept samples' values are in it.
-
-    A target's next scrape differs from its last in its values: names, labels, comments and
-    the order of lines repeat (a busy vLLM, scraped narrow or in full). `parse_like_last`
-    splits the values off a new text in one regex call, and when the rest is the last text's,
-    byte for byte, reads the kept values in one `map(float)`: ~0.1 ms of a 16 KB narrow
-    scrape's ~0.3 ms (`bench/bench_parse.py`). Any other text is read by `parse` and learnt,
-    its samples checked against what the split would have read."""
-
-    __slots__ = ("key", "labels", "names", "pick")
-
-    def __init__(self) -> None:
-        self.key: list[str] | None = None
-        self.names: list[str] = []
-        self.labels: list[Labels] = []
-        self.pick: Callable[[list[str]], Iterable[str]] = list
-
-
-def parse_like_last(text: str, keep: KeepNames, last: LastText) -> tuple[Sample, ...]:
-    """`parse(text, keep)`, read in one split of its values when the text has the lines of
-    `last` (which it then becomes); raises as `parse` does."""
-    if not text.endswith("\n"):
-        text += "\n"
-    if any(end in text for end in _OTHER_ENDS[:6]) or (
-        not text.isascii() and any(end in text for end in _OTHER_ENDS[6:])
-    ):
-        last.key = None
-        return parse(text, keep)
-    pieces = _VALUE_AT_END.split(text)
-    key = pieces[0::2]
-    if key == last.key:
-        try:  # in C: the kept values, floats, Samples (a named tuple's __new__ is Python's)
-            floats = list(map(float, last.pick(pieces[1::2])))
-        except ValueError:
-            pass  # `parse` names the line
-        else:
-            rows = zip(last.names, last.labels, floats, strict=True)
-            return tuple(map(_new_tuple, repeat(Sample), rows))
-    samples = parse(text, keep)
-    _learn(text, key, pieces[1::2], keep, samples, last)
-    return samples
-
-
-def _learn(
-    text: str,
-    key: list[str],
-    values: list[str],
-    keep: KeepNames,
-    samples: tuple[Sample, ...],
-    last: LastText,
-) -> None:
-    """Note where `samples` (what `parse` read) have their values among the split's, when
-    each one's line is a value split off; else forget the last text."""
-    last.key = None
-    picks: list[int] = []
-    reads: list[tuple[str, Labels]] = []
-    for i, m in enumerate(_VALUE_AT_END.finditer(text)):
-        prefix = text[text.rfind("\n", 0, m.start()) + 1 : m.start()]
-        if prefix.startswith("#"):
-            continue
-        read = keep._prefixes.get(prefix, _UNREAD)
-        if read is _UNREAD:
-            read = keep._read_prefix(prefix)
-        if read is not None and read is not _SKIPPED:
-            picks.append(i)
-            reads.append(read)
-    if reads != [(s.name, s.labels) for s in samples]:
-        return
-    for i, s in zip(picks, samples, strict=True):
-        value = float(values[i])
-        if value != s.value and not (value != value and s.value != s.value):
-            return
-    last.key = key
-    last.pick = itemgetter(*picks) if len(picks) > 1 else lambda values: [values[i] for i in picks]
-    last.names = [name for name, _ in reads]
-    last.labels = [labels for _, labels in reads]

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.health.kv_maxima import SIZE_LOOKBACK_S, KvMaxima
 from llmtop.core.health.thresholds import HealthSettings
@@ -18,7 +17,6 @@ KV_TARGET_FRAC = HealthSettings.kv_target_frac
 """The default share of the cache `kv_size` fills (callers without settings: the what-if)."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class KvHeld:
     """What each running sequence held at one poll: usage x capacity / running."""
@@ -35,7 +33,6 @@ replica at every poll, and it changes only with the cache size or the target."""
 _BUDGETS_KEPT = 256
 
 
-@quick_init
 @dataclass(frozen=True)
 class KvSize:
     """What one concurrency slot costs in KV tokens, and how many slots the cache holds."""

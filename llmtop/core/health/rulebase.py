@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from llmtop.core.base.quickinit import quick_init
 from llmtop.core.base.snapshot import (
     Bottleneck,
     EngineStats,
@@ -28,7 +27,6 @@ X = TypeVar("X")
 """What a rule sees: an engine's `Context`, or the fleet's view."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class Context:
     """What the rules see at one poll."""
@@ -47,7 +45,6 @@ class Context:
     """The KV look-backs over `history`, kept by the pipeline (made from `history` without)."""
 
 
-@quick_init
 @dataclass(frozen=True)
 class Verdict:
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtop.core.base.quickinit import quick_init
 from llmtop.core.vllm.field import FieldScrape
 
 
-@quick_init
 @dataclass(frozen=True)
 class Histogram:
     """A cumulative histogram summed over engines: (upper bound, count) sorted, +Inf last."""
@@ -22,7 +20,6 @@ class Histogram:
     count: float
 
 
-@quick_init
 @dataclass(frozen=True)
 class EngineScrape:
     """The values of one scrape that llmtop uses, engines summed; None = not exported."""

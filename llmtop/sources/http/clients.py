@@ -1,17 +1,17 @@
-"""Where llmtop's HTTP clients are built: one builder per stack, each stack kept only where it
-was measured to earn its place.
+"""Where llmtop's HTTP clients are built. Three stacks, each where it was measured to earn its
+place, each in one sentence:
 
-- httpx (`http_client`, here): the poll's engines' /version and the gateway's admin API
-  (`sources.gateway.AdminClient`, the TUI's keys), dcgm-exporter, the what-if's scrapes. A few
-  requests a second, where readable errors matter more than CPU.
-- the lean client (`sources.lean_http.LeanClient`): every replica's /metrics and Prometheus's
-  answers, up to 100 replicas a second (BENCHMARKS.md section 10).
-- aiohttp: the gateway's upstream (`gateway.app.make_session`: with its C parser the gateway
-  spends 0.46x the CPU of httpx per proxied stream, BENCHMARKS.md section 2) and the load
-  generator (`load.runner.Runner`, whose own CPU per streamed token it halves).
+- httpx (`http_client`, here): a few requests a second where a person reads the errors (one
+  engine's /metrics and /version, the gateway's admin API behind the TUI's keys, dcgm-exporter,
+  the what-if's scrapes).
+- aiohttp: streams (the gateway's upstream, `gateway.server.app.make_session`, and the load
+  generator, `load.runner.Runner`), at 0.46x httpx's CPU per proxied stream (BENCHMARKS.md
+  section 2).
+- the lean client (`lean_http.LeanClient`): the fleet's hundred reads a second (every replica's
+  /metrics, Prometheus's answers), 0.7 % of a core below aiohttp at 100 replicas (BENCHMARKS.md
+  "Speed paths in proportion").
 
-The admin token is read once, by `settings.load` (`settings.resolve_token`); the clients take
-the token, never the file.
+The admin token is read once, by `settings.load`; the clients take the token, never the file.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ class SchemeTransport(httpx.AsyncBaseTransport):
     own verified one, built when the first https request is sent.
 
     httpx builds a verified TLS context (the CA bundle read and parsed) for every client it
-    makes, https or not: 0.06-0.2 s of CPU a client on this box, each of the TUI's clients,
-    before its first frame (bench/bench_first_frame.py). A /metrics on loopback needs none."""
+    makes, https or not: 0.06-0.2 s of CPU a client before the TUI's first frame (BENCHMARKS.md
+    section 3, bench/bench_first_frame.py). A /metrics on loopback needs none."""
 
     def __init__(self) -> None:
         self._plain = httpx.AsyncHTTPTransport(verify=False)  # its requests are all http://

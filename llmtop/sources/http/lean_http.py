@@ -1,15 +1,14 @@
 """A lean HTTP/1.1 client for reading many /metrics a second: asyncio.Protocol + httptools.
 
-Why not aiohttp here: at a hundred replicas a second its request machinery (a StreamReader,
-multidict headers, cookie jar, tracing hooks, a timer task) cost ~0.29 ms of CPU per 53 KB GET
-on this box, against ~0.06 ms for a protocol that writes one prebuilt request and feeds the bytes
-to httptools, the C parser (llhttp) under uvicorn (bench/bench_fleet.py). It does only what a
-scrape or a Prometheus query needs: GET, or POST of a form; keep-alive; bodies by
+It earns its place beside aiohttp (the gateway's client): a hundred narrow scrapes a second cost
+0.7 % of a core less over it (0.8 % in full), measured in the running fleet collector side by
+side (`bench/bench_fleet.py --against`, BENCHMARKS.md "Speed paths in proportion"). It does only
+what a scrape or a Prometheus query needs: GET, or POST of a form; keep-alive; bodies by
 Content-Length, chunks or connection close; gzip or deflate a server sends though identity was
 asked; redirects; http and https; userinfo as Basic auth; a size bound and one deadline for the
-whole request. A request on an idle keep-alive connection that the server has just closed is
-sent again once on a new one (both kinds are reads, safe to repeat); anything else fails with an
-exception whose words name the problem.
+whole request. A request on an idle keep-alive connection the server has just closed is sent
+again once on a new one (both kinds are reads); anything else fails with an exception whose
+words name the problem.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ class _Origin:
 
 @dataclass(frozen=True, slots=True)
 class _Request:
-    """A URL split once: where to connect and the request's bytes (built once, sent each time)."""
+    """Where to connect and the request's bytes."""
 
     origin: _Origin
     head: bytes
@@ -249,11 +248,6 @@ class LeanClient:
         self.max_bytes = max_bytes
         self._limit = asyncio.Semaphore(concurrency)
         self._idle: dict[_Origin, list[_Connection]] = {}
-        self._requests: dict[tuple[str, bytes | None], _Request] = {}
-        """(URL, form) -> its request, built once (a scrape's and a poll's queries repeat)."""
-        self._forms: dict[tuple[tuple[str, str], ...], bytes] = {}
-        """Fields -> their encoding: a Prometheus poll sends the same few long queries each
-        second, and percent-encoding one (~10 KB of PromQL) cost ~0.5 ms."""
         self._ssl: ssl.SSLContext | None = None
 
     async def get(self, url: str) -> Answer:
@@ -266,14 +260,7 @@ class LeanClient:
     async def post_form(self, url: str, fields: dict[str, str]) -> Answer:
         """The answer to POST `fields` form-encoded to `url` (a 307/308 keeps the POST; a
         301/302/303 is followed with GET, as browsers and aiohttp do)."""
-        key = tuple(fields.items())
-        form = self._forms.get(key)
-        if form is None:
-            form = urlencode(fields).encode("ascii")
-            if len(self._forms) >= 1_000:
-                self._forms.clear()
-            self._forms[key] = form
-        return await self._request(url, form)
+        return await self._request(url, urlencode(fields).encode("ascii"))
 
     async def _request(self, url: str, form: bytes | None) -> Answer:
         loop = asyncio.get_running_loop()
@@ -289,12 +276,7 @@ class LeanClient:
         raise HttpError(f"more than {MAX_REDIRECTS} redirects")
 
     async def _once(self, url: str, form: bytes | None, deadline: float) -> Answer:
-        request = self._requests.get((url, form))
-        if request is None:
-            request = _request_of(url, form)
-            if len(self._requests) >= 10_000:
-                self._requests.clear()
-            self._requests[(url, form)] = request
+        request = _request_of(url, form)
         try:
             return await self._send(request, deadline, reuse=True)
         except _Stale:
