@@ -149,3 +149,58 @@ async def test_a_burst_of_a_thousand_in_one_second_stays_sane(max_tokens: int) -
     for t in held:
         t.release()
     accounted(ctl)
+
+
+async def test_a_scrape_that_fails_mid_burst_keeps_predictions_and_accounting_sane() -> None:
+    """Auto mode, a burst of 300 in a second, the engine's /metrics unreadable from the 2nd
+    tick on: the KV budget holds where it was, each prediction is finite, the ledger counts
+    every 429 given for a predicted start, and every request ends in one outcome."""
+    from llmtop.gateway.autopilot.autopilot import Autopilot
+    from llmtop.gateway.autopilot.drive import drive
+    from tests.unit.test_autopilot import sig
+
+    clock = FakeClock()
+    ctl = make(clock, max_concurrency=8, mode="auto", queue_timeout_s=5.0)
+    ctl.footprint = FootprintModel(16)
+    pilot = Autopilot()
+    drive(ctl, pilot, sig(), clock())
+    budget = ctl.limits.max_inflight_kv_blocks
+    assert budget == 1000
+    shape = PromptShape(500, True, 350)
+    blocks = ctl.footprint.blocks(shape)
+    held: list[Ticket] = []
+    queued: list[Ticket] = []
+    for i in range(300):
+        clock.advance(1 / 300)
+        for t in held:  # the engine's first tokens: a prefill rate, the next prompts admitted
+            t.first_token()
+        held += [t for t in queued if t.admitted]
+        queued = [t for t in queued if t.queued]
+        if i % 100 == 99:
+            drive(ctl, pilot, None, clock(), unread="ClientConnectorError")
+            assert ctl.limits.max_inflight_kv_blocks == budget
+        if i == 150 and held:  # one life measured: predictions from here on
+            clock.advance(0.5)
+            held.pop(0).release()
+        wait = ctl.predict_wait_s("normal", blocks, clock(), 500)
+        assert wait is None or (math.isfinite(wait) and wait >= 0)
+        try:
+            t = ctl.enter(prompt_tokens=500, kv_blocks=blocks, shape=shape)
+        except Rejected:
+            continue
+        (held if t.admitted else queued).append(t)
+    assert ctl.autopilot is not None
+    assert "unreadable (ClientConnectorError)" in ctl.autopilot["reason"]
+    doc = ctl.stats()["refusals"]
+    assert doc["refused"] == ctl.rejections["ttft_budget"]
+    assert 0 < doc["refused"] <= 300
+    clock.advance(6.0)
+    ctl.expire()
+    for t in held:
+        t.release()
+    for t in queued:
+        t.cancel()  # a no-op for those that left the queue at their budget
+    for t in [t for t in queued if t.admitted]:
+        t.release()
+    accounted(ctl)
+    assert ctl.in_flight == ctl.queued == 0

@@ -267,6 +267,10 @@ class StatsDoc(TypedDict, total=False):
     offered: int
     outcomes: dict[str, int]
     rejections: dict[str, int]
+    refusals: dict[str, Any]
+    """The 429s given at arrival for their predicted start, against the slots that came:
+    the last two minutes' counts, a line saying them, and each of the last ten minutes
+    (gateway/admission/refusals.py)."""
     queue_wait_s: QuantilesDoc
     ttft_s: QuantilesDoc
     window_s: float
