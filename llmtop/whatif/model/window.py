@@ -79,7 +79,6 @@ class Observed:
     block_size: int
     generation_tok_per_s: float
     prompt_tok_per_s: float
-    finished_per_s: float
     arrival_per_s: float
     arrival_source: str
     arrivals: float
@@ -87,7 +86,6 @@ class Observed:
     running_mean: float
     preemptions_per_s: float
     ttft_mean_s: float | None
-    ttft_p50_s: float | None
     ttft_p95_s: float | None
     ttft_buckets: tuple[float, ...]
     itl_mean_s: float | None
@@ -102,7 +100,6 @@ class Observed:
     intervals: tuple[Interval, ...]
     gateway_limits: dict[str, Any] | None = None
     gateway_ttft_p95_s: float | None = None
-    gateway_queued: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -198,14 +195,12 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         block_size=b.kv_block_size,
         generation_tok_per_s=gen / span,
         prompt_tok_per_s=prompt / span,
-        finished_per_s=finished / span,
         arrival_per_s=arrivals,
         arrival_source=source,
         arrivals=arrivals * span,
         running_mean=running,
         preemptions_per_s=_delta(a, b, "preemptions") / span,
         ttft_mean_s=mean(ttft),
-        ttft_p50_s=histogram_quantile(0.5, ttft.buckets) if ttft else None,
         ttft_p95_s=histogram_quantile(0.95, ttft.buckets) if ttft else None,
         ttft_buckets=tuple(le for le, _ in ttft.buckets) if ttft else (),
         itl_mean_s=mean(itl),
@@ -218,11 +213,6 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         intervals=tuple(_interval(p, q) for p, q in pairwise(points)),
         gateway_limits=gw.get("limits") if gw is not None else None,
         gateway_ttft_p95_s=_nested(gw, "ttft_s", "p95"),
-        gateway_queued=(
-            sum(float(p.gateway.get("queued", 0)) for p in points if p.gateway) / len(points)
-            if gw is not None
-            else None
-        ),
         notes=notes,
     )
 
