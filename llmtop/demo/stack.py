@@ -230,11 +230,6 @@ class LoadThread:
         finally:
             self._ready.set()
 
-    @property
-    def sent(self) -> int:
-        """Requests sent so far."""
-        return self._driver.runner.issued if self._driver is not None else 0
-
     def start(self) -> LoadThread:
         self._thread.start()
         self._ready.wait(10)
