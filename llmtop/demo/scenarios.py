@@ -53,9 +53,6 @@ class Scenario:
     """SimSettings fields this scenario was shaped for (profile, kv_tokens, ...)."""
     health: dict[str, Any] = field(default_factory=dict)
     """HealthSettings fields this scenario needs (shorter windows for a compressed story)."""
-    suggested_cap: int = 8
-    """The cap the virtual-time check applies (tests/unit/test_scenarios.py): a bound the
-    story must recover under, not advice; the demo shows the finding's own suggestion."""
     cap_at_s: float | None = None
     """When a scripted run (`demo --headless`) applies the cap if asked without a time."""
 
@@ -123,7 +120,6 @@ SCENARIOS: dict[str, Scenario] = {
                 Phase("calm", 25, (_chat(4),), "back to 4 chats; the queues drain"),
             ),
             sim={"profile": "seed"},
-            suggested_cap=8,
             cap_at_s=150,
         ),
         Scenario(
@@ -143,7 +139,6 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             sim={"profile": "fast", "kv_tokens": 20480},
             health={"window_s": 5.0, "fire_after_s": 2.0, "clear_after_s": 5.0},
-            suggested_cap=8,
             cap_at_s=14,
         ),
         Scenario(
@@ -159,7 +154,6 @@ SCENARIOS: dict[str, Scenario] = {
                 Phase("calm", 20, (_chat(4),), "back to 4"),
             ),
             sim={"profile": "seed"},
-            suggested_cap=32,
         ),
         Scenario(
             name="long-prompts",
@@ -176,7 +170,6 @@ SCENARIOS: dict[str, Scenario] = {
                 Phase("calm", 20, (_chat(8),), "back to 8 chats"),
             ),
             sim={"profile": "seed"},
-            suggested_cap=8,
             cap_at_s=60,
         ),
         Scenario(

@@ -127,7 +127,6 @@ class ScenarioDriver:
         seed: int = 0,
         keep_results: bool = True,
         on_phase: Callable[[float, int, Phase], None] | None = None,
-        on_result: Callable[[RequestResult], None] | None = None,
     ) -> None:
         self.scenario = scenario
         # Connections for every stream at its peak at once: a shrinking stream's last requests
@@ -144,11 +143,8 @@ class ScenarioDriver:
             retry_429=True,
             seed=seed,
             keep_results=keep_results,
-            on_result=self._record,
         )
-        self.counts = {"ok": 0, "rejected": 0, "error": 0, "http_error": 0, "cut": 0}
         self._on_phase = on_phase
-        self._on_result = on_result
         self.phase_index = -1
         self._loops: dict[str, ClosedLoop] = {}
         """The current loop of each stream (a new one when a phase changes its shape)."""
@@ -158,11 +154,6 @@ class ScenarioDriver:
     def results(self) -> list[RequestResult]:
         """The results kept so far (none when keep_results is off: an endless demo)."""
         return self.runner.results
-
-    def _record(self, r: RequestResult) -> None:
-        self.counts[r.outcome] += 1
-        if self._on_result is not None:
-            self._on_result(r)
 
     def stop(self) -> None:
         """End the load: no new requests, those in flight are cut."""
@@ -238,11 +229,6 @@ class LoadThread:
             self.error = e
         finally:
             self._ready.set()
-
-    @property
-    def sent(self) -> int:
-        """Requests sent so far."""
-        return self._driver.runner.issued if self._driver is not None else 0
 
     def start(self) -> LoadThread:
         self._thread.start()

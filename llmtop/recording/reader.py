@@ -47,16 +47,6 @@ class Recording:
         for i in range(len(self.lines)):
             yield self.raw(i)
 
-    @property
-    def start(self) -> float | None:
-        """Time of the first poll (None when there is none)."""
-        return self.times[0] if self.times else None
-
-    @property
-    def end(self) -> float | None:
-        """Time of the last poll."""
-        return self.times[-1] if self.times else None
-
     def index_at(self, t: float) -> int:
         """Index of the last poll at or before `t` (0 before the start)."""
         return max(0, bisect.bisect_right(self.times, t) - 1)

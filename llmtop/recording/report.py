@@ -202,7 +202,6 @@ def limit_changes(
     snapshots: Sequence[Snapshot],
     events: Sequence[Mapping[str, Any]],
     series: Series,
-    around_s: float = AROUND_S,
     ttft_slo_s: float | None = None,
 ) -> tuple[LimitChange, ...]:
     """Every limit change (events first, then changes only seen in the polls), with TTFT around."""
@@ -229,13 +228,13 @@ def limit_changes(
                 old=old,
                 new=new,
                 source=source,
-                ttft_p95_before_s=_mean(series.time, series.ttft_p95_s, t - around_s, t),
-                ttft_p95_after_s=_mean(series.time, series.ttft_p95_s, t, t + around_s),
+                ttft_p95_before_s=_mean(series.time, series.ttft_p95_s, t - AROUND_S, t),
+                ttft_p95_after_s=_mean(series.time, series.ttft_p95_s, t, t + AROUND_S),
                 gateway_ttft_p95_before_s=_mean(
-                    series.time, series.gateway_ttft_p95_s, t - around_s, t
+                    series.time, series.gateway_ttft_p95_s, t - AROUND_S, t
                 ),
                 gateway_ttft_p95_after_s=_mean(
-                    series.time, series.gateway_ttft_p95_s, t, t + around_s
+                    series.time, series.gateway_ttft_p95_s, t, t + AROUND_S
                 ),
                 ttft_under_slo_after_s=_under_slo_after(series, t, ttft_slo_s),
             )
@@ -249,7 +248,6 @@ def build(
     *,
     source: str = "",
     meta: Mapping[str, Any] | None = None,
-    around_s: float = AROUND_S,
     ttft_slo_s: float | None = None,
     live_findings: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> Report:
@@ -272,7 +270,7 @@ def build(
         polls=len(snapshots),
         peaks=peaks,
         findings=finding_spans(snapshots),
-        limit_changes=limit_changes(snapshots, events, series, around_s, ttft_slo_s),
+        limit_changes=limit_changes(snapshots, events, series, ttft_slo_s),
         series=series,
         meta=dict(meta or {}),
         live_finding_ids=live,

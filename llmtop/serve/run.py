@@ -62,8 +62,6 @@ class Commands:
     gateway: tuple[str, ...]
     engine_url: str
     gateway_url: str
-    autopilot: str
-    """How the gateway's mode was set, in words."""
 
 
 OPTION_FLAGS = (
@@ -118,29 +116,6 @@ def plan_for(opts: ServeOptions) -> Plan:
     )
 
 
-def _gateway_options() -> set[str]:
-    """The flags this llmtop's `gateway` command takes (other features may add some)."""
-    from llmtop.cli import build_parser
-
-    sub = build_parser()._subparsers
-    if sub is not None:
-        for action in sub._group_actions:
-            choices = getattr(action, "choices", None) or {}
-            gateway = choices.get("gateway")
-            if gateway is not None:
-                return set(gateway._option_string_actions)
-    return set()
-
-
-def _gateway_mode_flags(options: set[str]) -> tuple[list[str], str]:
-    """`--autopilot` (or `--mode auto`) when this llmtop's gateway command takes one."""
-    if "--autopilot" in options:  # the preset: footprint admission, deadline queue, mode auto
-        return ["--autopilot"], "autopilot on (--autopilot: KV budget moved by vLLM's signals)"
-    if "--mode" in options:
-        return ["--mode", "auto"], "autopilot on (--mode auto)"
-    return [], "autopilot: not in this llmtop's gateway; the cap stays where the plan puts it"
-
-
 def _priority_scheduling(vllm_args: Sequence[str]) -> bool:
     """Whether vLLM is asked for --scheduling-policy priority."""
     args = list(vllm_args)
@@ -179,9 +154,8 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
             *plan.engine_flags,
             *opts.vllm_args,
         )
-    options = _gateway_options()
-    mode, autopilot = _gateway_mode_flags(options)
-    if _priority_scheduling(opts.vllm_args) and "--engine-priority" in options:
+    mode = ["--autopilot"]  # the preset: footprint admission, deadline queue, mode auto
+    if _priority_scheduling(opts.vllm_args):
         mode.append("--engine-priority")  # the gateway's priorities hold inside vLLM too
     gateway = [
         sys.executable,
@@ -205,7 +179,6 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
         gateway=tuple(gateway),
         engine_url=engine_url,
         gateway_url=f"http://{host.strip('[]') or LOOPBACK}:{port}",
-        autopilot=autopilot,
     )
 
 
@@ -217,7 +190,7 @@ def describe(plan: Plan, cmds: Commands) -> str:
             "",
             f"engine   {shlex.join(cmds.engine)}",
             f"gateway  {shlex.join(cmds.gateway)}",
-            f"         {cmds.autopilot}",
+            "         autopilot on (--autopilot: KV budget moved by vLLM's signals)",
             f"tui      llmtop top --vllm {cmds.engine_url} --gateway {cmds.gateway_url}",
         ]
     )

@@ -1,13 +1,13 @@
 """IO: scrape one vLLM /metrics (and the gateway's /admin/stats) every `interval_s` over a
 window; the pure modules read the `Point`s. A target that cannot be read at the first scrape is
-a TargetError (one line); a later failed scrape is skipped and counted.
+a TargetError (one line); a later failed scrape is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,11 +28,10 @@ async def scrape_once(
     vllm_url: str,
     gateway: GatewayReader | None,
     timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
 ) -> Point:
     """One scrape of the engine and the gateway; TargetError (one line) when either fails."""
     url = metrics_url(vllm_url)
-    t = clock()
+    t = time.monotonic()
     try:
         text = await asyncio.wait_for(fetch_text(client, url, max_bytes=MAX_BYTES), timeout_s)
         samples = promtext.parse(text, KEEP)
@@ -55,14 +54,12 @@ async def collect_window(
     window_s: float,
     interval_s: float = 1.0,
     token: str | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> tuple[list[Point], int]:
-    """Scrape every `interval_s` for `window_s`; (points, scrapes that failed and were skipped)."""
+) -> list[Point]:
+    """Scrape every `interval_s` for `window_s`; a scrape that fails after the first is skipped."""
     timeout_s = max(0.5, min(5.0, interval_s * 0.9))
     reader = GatewayReader(gateway_url, token, optional=False) if gateway_url else None
     points: list[Point] = []
-    skipped = 0
-    async with http_client(timeout_s, transport=transport) as client:
+    async with http_client(timeout_s) as client:
         start = time.monotonic()
         points.append(await scrape_once(client, vllm_url, reader, timeout_s))
         n = 1
@@ -72,8 +69,6 @@ async def collect_window(
                 break
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             n += 1
-            try:
+            with contextlib.suppress(TargetError):
                 points.append(await scrape_once(client, vllm_url, reader, timeout_s))
-            except TargetError:
-                skipped += 1
-    return points, skipped
+    return points

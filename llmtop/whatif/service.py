@@ -176,7 +176,7 @@ def run_whatif(
 
     token = read_token(os.environ.get("LLMTOP_ADMIN_TOKEN"), token_file)
 
-    points, _ = asyncio.run(
+    points = asyncio.run(
         collect_window(vllm_url, gateway_url, window_s=window_s, interval_s=interval_s, token=token)
     )
     try:

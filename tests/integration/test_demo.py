@@ -160,6 +160,8 @@ def test_stack_and_load_thread_stop_cleanly() -> None:
     import threading
     import time
 
+    import httpx
+
     from llmtop.demo.stack import LoadThread, start_stack
     from llmtop.settings import HealthSettings
 
@@ -168,10 +170,14 @@ def test_stack_and_load_thread_stop_cleanly() -> None:
     try:
         assert stack.engine_max_num_seqs == 256  # the gateway starts with no real cap
         load = LoadThread(stack.scenario, stack.gateway.url).start()
+
+        def offered() -> int:  # requests the gateway has seen from the load thread
+            return int(httpx.get(f"{stack.gateway.url}/admin/stats").json()["offered"])
+
         deadline = time.monotonic() + 20
-        while load.sent == 0 and time.monotonic() < deadline:
+        while offered() == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert load.sent > 0
+        assert offered() > 0
         load.stop()
         assert load.error is None
     finally:

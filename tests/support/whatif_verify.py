@@ -126,7 +126,7 @@ async def verify(
         )
         try:
             await asyncio.sleep(phases.warmup_s)
-            points, _ = await collect_window(
+            points = await collect_window(
                 vllm_url, gateway_url, window_s=phases.window_s, interval_s=1.0
             )
             run_opts = replace(opts, caps=tuple(caps), band=False)

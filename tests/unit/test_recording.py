@@ -87,8 +87,8 @@ def test_round_trip_sequential_and_random_access(
     random.Random(3).shuffle(order)
     for i in order[:40]:
         assert rec.raw(i) == polls[i]
-    assert rec.start == 1_000.0
-    assert rec.end == 1_129.0
+    assert rec.times[0] == 1_000.0
+    assert rec.times[-1] == 1_129.0
     assert rec.index_at(1_010.5) == 10
     assert rec.index_at(0) == 0
 

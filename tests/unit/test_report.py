@@ -126,7 +126,7 @@ def test_summary_of_scripted_snapshots() -> None:
         _snap(50, waiting=0, ttft=0.5, cap=4),
     ]
     events = [{"time": 45.0, "field": "max_concurrency", "old": 8, "new": 4, "source": "admin"}]
-    r = report.build(snaps, events, source="x", around_s=25, ttft_slo_s=1.0)
+    r = report.build(snaps, events, source="x", ttft_slo_s=1.0)
     assert (r.start, r.end, r.polls, r.duration_s) == (0, 50, 6, 50)
     assert r.peaks["waiting"] == report.Peak(9, 20)
     assert r.peaks["gateway_queued"] == report.Peak(9, 20)
@@ -140,7 +140,7 @@ def test_summary_of_scripted_snapshots() -> None:
         (45, "max_concurrency", 8, 4, "admin"),
     ]
     first, second = r.limit_changes
-    assert first.ttft_p95_before_s == pytest.approx(3.0)  # t in [5, 30): 20 is unknown
+    assert first.ttft_p95_before_s == pytest.approx((1.0 + 3.0) / 2)  # t in [0, 30): 20 unknown
     assert first.ttft_p95_after_s == pytest.approx((2.0 + 0.5 + 0.5) / 3)  # 30 is after
     assert second.ttft_p95_before_s == pytest.approx((2.0 + 0.5) / 2)
     assert second.gateway_ttft_p95_after_s == pytest.approx(0.5)

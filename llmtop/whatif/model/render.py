@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from llmtop.core.derive.histogram import histogram_quantile
@@ -206,25 +206,18 @@ def _range(lo: float | None, hi: float | None, fmt: Callable[[float | None], str
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
+    """The setting and its limits, then every figure of the prediction in its field order (the
+    engine TTFTs themselves left out: the fit check reads them)."""
     lim = p.candidate.limits
     return {
         "setting": p.candidate.label,
         "limits": lim.to_dict() if lim is not None else None,
         "predicted": True,
-        "offered": p.offered,
-        "completed": p.completed,
-        "rejected": p.rejected,
-        "ttft_client_p50_s": p.ttft_client_p50_s,
-        "ttft_client_p95_s": p.ttft_client_p95_s,
-        "ttft_engine_p50_s": p.ttft_engine_p50_s,
-        "ttft_engine_p95_s": p.ttft_engine_p95_s,
-        "itl_p95_s": p.itl_p95_s,
-        "tpot_mean_s": p.tpot_mean_s,
-        "queue_wait_p50_s": p.queue_wait_p50_s,
-        "queue_wait_p95_s": p.queue_wait_p95_s,
-        "goodput_frac": p.goodput_frac,
-        "output_tok_per_s": p.output_tok_per_s,
-        "preemptions_per_min": p.preemptions_per_min,
+        **{
+            f.name: getattr(p, f.name)
+            for f in fields(p)
+            if f.name not in ("candidate", "ttft_engine_all")
+        },
     }
 
 

@@ -5,7 +5,7 @@ The scrapes are read by core's vLLM reader (`core.vllm.engines`; histogram incre
 quantiles from `core.derive`). Counters are differenced between the first and last scrape (a
 counter that went down means the engine restarted: the window is then refused, not silently
 wrong; one not exported is an error, not a zero). The per-interval figures (mean ITL against KV
-tokens in use, prompt tokens per step) are what the step-time fit reads; an interval whose KV
+tokens in use, prefills per step) are what the step-time fit reads; an interval whose KV
 use is unknown is left out of it.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.derive import NO_GAUGES
 from llmtop.core.derive.histogram import histogram_quantile
-from llmtop.core.derive.signals import histogram_increase, increase, mean
+from llmtop.core.derive.signals import histogram_increase, mean
 from llmtop.core.vllm import engines, names
 from llmtop.core.vllm.names import ITERATION_TOKENS
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
@@ -61,9 +61,7 @@ class Interval:
     itl_count: float
     kv_tokens: float | None
     """KV tokens in use (mean of the two scrapes' usage x capacity); None when unknown."""
-    running: float | None
     steps: float | None
-    prompt_tokens: float | None
     prefill_mean_s: float | None
     """Mean scheduled -> first token of the requests that got theirs in the interval."""
     prefills: float
@@ -79,7 +77,6 @@ class Observed:
     block_size: int
     generation_tok_per_s: float
     prompt_tok_per_s: float
-    finished_per_s: float
     arrival_per_s: float
     arrival_source: str
     arrivals: float
@@ -87,7 +84,6 @@ class Observed:
     running_mean: float
     preemptions_per_s: float
     ttft_mean_s: float | None
-    ttft_p50_s: float | None
     ttft_p95_s: float | None
     ttft_buckets: tuple[float, ...]
     itl_mean_s: float | None
@@ -102,7 +98,6 @@ class Observed:
     intervals: tuple[Interval, ...]
     gateway_limits: dict[str, Any] | None = None
     gateway_ttft_p95_s: float | None = None
-    gateway_queued: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -198,14 +193,12 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         block_size=b.kv_block_size,
         generation_tok_per_s=gen / span,
         prompt_tok_per_s=prompt / span,
-        finished_per_s=finished / span,
         arrival_per_s=arrivals,
         arrival_source=source,
         arrivals=arrivals * span,
         running_mean=running,
         preemptions_per_s=_delta(a, b, "preemptions") / span,
         ttft_mean_s=mean(ttft),
-        ttft_p50_s=histogram_quantile(0.5, ttft.buckets) if ttft else None,
         ttft_p95_s=histogram_quantile(0.95, ttft.buckets) if ttft else None,
         ttft_buckets=tuple(le for le, _ in ttft.buckets) if ttft else (),
         itl_mean_s=mean(itl),
@@ -218,11 +211,6 @@ def observe(points: Sequence[Point], min_finished: float = 10.0) -> Observed:
         intervals=tuple(_interval(p, q) for p, q in pairwise(points)),
         gateway_limits=gw.get("limits") if gw is not None else None,
         gateway_ttft_p95_s=_nested(gw, "ttft_s", "p95"),
-        gateway_queued=(
-            sum(float(p.gateway.get("queued", 0)) for p in points if p.gateway) / len(points)
-            if gw is not None
-            else None
-        ),
         notes=notes,
     )
 
@@ -254,18 +242,14 @@ def _interval(p: Point, q: Point) -> Interval:
     cap = b.kv_capacity_tokens
     ua, ub = a.gauges.get("kv_usage"), b.gauges.get("kv_usage")
     kv = None if ua is None or ub is None or cap is None else 0.5 * (ua + ub) * cap
-    ra, rb = _gauge(p, "running"), _gauge(q, "running")
     step_hist = histogram_increase(q.steps, p.steps) if p.steps is not None else None
     steps = step_hist.count if step_hist is not None else None
-    prompt = increase(b.counters.get("prompt_tokens"), a.counters.get("prompt_tokens"))
     return Interval(
         dt_s=q.t - p.t,
         itl_mean_s=mean(itl),
         itl_count=itl.count if itl is not None else 0.0,
         kv_tokens=kv,
-        running=None if ra is None or rb is None else 0.5 * (ra + rb),
         steps=steps,
-        prompt_tokens=prompt,
         prefill_mean_s=mean(prefill),
         prefills=prefill.count if prefill is not None else 0.0,
     )
