@@ -1,6 +1,6 @@
 """The fleet collector: many targets (or one Prometheus) through the per-replica pipeline.
 
-`make_collector` picks it when there is more than one engine to watch (several `--vllm`,
+Used where `sources.collector.is_fleet`: more than one engine to watch (several `--vllm`,
 `--targets FILE`, `--prometheus URL`); one engine keeps the plain `Collector`. The gateway and
 the GPUs are read as the plain collector reads them.
 """
@@ -20,7 +20,7 @@ from llmtop.core.pipeline.targets import Target, targets_from_urls
 from llmtop.core.pipeline.verdict import judge_window
 from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.collector import Collector, is_fleet
+from llmtop.sources.collector import Collector
 from llmtop.sources.direct import FleetScraper
 from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.targets_file import TargetsFile
@@ -57,11 +57,6 @@ class FleetCollector(Collector):
     def fleet(self) -> Fleet | None:
         """The last poll's replicas, totals and fleet findings."""
         return self.pipeline.fleet
-
-    @property
-    def targets_error(self) -> str | None:
-        """Why the targets file's last edit was not taken, when it was not."""
-        return self._file.error if self._file is not None else None
 
     def targets(self) -> tuple[Target, ...]:
         """The engines scraped directly now (none when reading Prometheus)."""
@@ -110,13 +105,6 @@ class FleetCollector(Collector):
         await super().aclose()
 
 
-def make_collector(monitor: MonitorSettings, health: HealthSettings, **kwargs: Any) -> Collector:
-    """A FleetCollector for a fleet, the plain Collector for one engine."""
-    if is_fleet(monitor):
-        return FleetCollector(monitor, health, **kwargs)
-    return Collector(monitor, health, **kwargs)
-
-
 async def take_fleet_snapshot(
     monitor: MonitorSettings, health: HealthSettings, window_s: float
 ) -> tuple[WindowSnapshot, dict[str, Any]]:
@@ -153,13 +141,6 @@ async def take_fleet_snapshot(
     if fleet is None:
         return report, {}
     return report, {"fleet": _with_scrapes(fleet_json(fleet), collector)}
-
-
-def fleet_json_of(collector: Collector) -> dict[str, Any]:
-    """{"fleet": <the last poll's fleet>} for `snapshot --json`; {} for one engine."""
-    if isinstance(collector, FleetCollector) and collector.fleet is not None:
-        return {"fleet": _with_scrapes(fleet_json(collector.fleet), collector)}
-    return {}
 
 
 def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:
