@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
 from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.pipeline.fleet import FleetPipeline
@@ -64,27 +64,11 @@ class FleetCollector(Collector):
             return ()
         return self._file.current() if self._file is not None else self._static
 
-    async def read(self) -> RawPoll:
-        """Every target at once, with the gateway and the GPUs; never raises for a target."""
-        t = self.clock()
+    async def _engines(self) -> tuple[RawEngine, ...]:
+        """Every target at once, through the fleet scraper; their names go to the pipeline."""
         targets = self.targets()
         self.pipeline.names = {x.url: x.name for x in targets}
-        engines, gateway, gpus = await asyncio.gather(
-            self._scraper.scrape_all([x.url for x in targets]),
-            self._read_gateway(),
-            self._gpus(),
-        )
-        stats, gw_error, events, present = gateway
-        return RawPoll(
-            time=t,
-            engines=engines,
-            gateway_url=self._gateway.url if self._gateway is not None and present else None,
-            gateway=stats,
-            gateway_error=gw_error,
-            gpus=gpus[0],
-            gpu_error=gpus[1],
-            events=events,
-        )
+        return await self._scraper.scrape_all([x.url for x in targets])
 
     async def poll(self) -> Snapshot:
         """read() (and Prometheus' answers, kept in the RawPoll for --record) through the fleet
