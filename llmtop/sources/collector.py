@@ -89,14 +89,12 @@ class Collector:
         """Everything one poll reads, all targets at once; never raises for a target problem."""
         t = self.clock()
         engines, gateway, gpus = await asyncio.gather(
-            asyncio.gather(*(self._engine(u) for u in self.monitor.vllm_urls)),
-            self._read_gateway(),
-            self._gpus(),
+            self._engines(), self._read_gateway(), self._gpus()
         )
         stats, gw_error, events, present = gateway
         return RawPoll(
             time=t,
-            engines=tuple(engines),
+            engines=engines,
             gateway_url=self._gateway.url if self._gateway is not None and present else None,
             gateway=stats,
             gateway_error=gw_error,
@@ -110,6 +108,10 @@ class Collector:
         raw = await self.read()
         self.last_raw = raw
         return self.pipeline.update(raw)
+
+    async def _engines(self) -> tuple[RawEngine, ...]:
+        """Every engine's scrape, all at once."""
+        return tuple(await asyncio.gather(*(self._engine(u) for u in self.monitor.vllm_urls)))
 
     async def _engine(self, url: str) -> RawEngine:
         try:

@@ -1,6 +1,6 @@
 """The fleet collector: many targets (or one Prometheus) through the per-replica pipeline.
 
-`make_collector` picks it when there is more than one engine to watch (several `--vllm`,
+Used where `sources.collector.is_fleet`: more than one engine to watch (several `--vllm`,
 `--targets FILE`, `--prometheus URL`); one engine keeps the plain `Collector`. The gateway and
 the GPUs are read as the plain collector reads them.
 """
@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
 from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.pipeline.fleet import FleetPipeline
@@ -20,7 +20,7 @@ from llmtop.core.pipeline.targets import Target, targets_from_urls
 from llmtop.core.pipeline.verdict import judge_window
 from llmtop.core.promql.promql_answers import prometheus_replicas
 from llmtop.settings import HealthSettings, MonitorSettings
-from llmtop.sources.collector import Collector, is_fleet
+from llmtop.sources.collector import Collector
 from llmtop.sources.direct import FleetScraper
 from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.targets_file import TargetsFile
@@ -58,38 +58,17 @@ class FleetCollector(Collector):
         """The last poll's replicas, totals and fleet findings."""
         return self.pipeline.fleet
 
-    @property
-    def targets_error(self) -> str | None:
-        """Why the targets file's last edit was not taken, when it was not."""
-        return self._file.error if self._file is not None else None
-
     def targets(self) -> tuple[Target, ...]:
         """The engines scraped directly now (none when reading Prometheus)."""
         if self.prometheus is not None:
             return ()
         return self._file.current() if self._file is not None else self._static
 
-    async def read(self) -> RawPoll:
-        """Every target at once, with the gateway and the GPUs; never raises for a target."""
-        t = self.clock()
+    async def _engines(self) -> tuple[RawEngine, ...]:
+        """Every target at once, through the fleet scraper; their names go to the pipeline."""
         targets = self.targets()
         self.pipeline.names = {x.url: x.name for x in targets}
-        engines, gateway, gpus = await asyncio.gather(
-            self._scraper.scrape_all([x.url for x in targets]),
-            self._read_gateway(),
-            self._gpus(),
-        )
-        stats, gw_error, events, present = gateway
-        return RawPoll(
-            time=t,
-            engines=engines,
-            gateway_url=self._gateway.url if self._gateway is not None and present else None,
-            gateway=stats,
-            gateway_error=gw_error,
-            gpus=gpus[0],
-            gpu_error=gpus[1],
-            events=events,
-        )
+        return await self._scraper.scrape_all([x.url for x in targets])
 
     async def poll(self) -> Snapshot:
         """read() (and Prometheus' answers, kept in the RawPoll for --record) through the fleet
@@ -108,13 +87,6 @@ class FleetCollector(Collector):
         if self.prometheus is not None:
             await self.prometheus.aclose()
         await super().aclose()
-
-
-def make_collector(monitor: MonitorSettings, health: HealthSettings, **kwargs: Any) -> Collector:
-    """A FleetCollector for a fleet, the plain Collector for one engine."""
-    if is_fleet(monitor):
-        return FleetCollector(monitor, health, **kwargs)
-    return Collector(monitor, health, **kwargs)
 
 
 async def take_fleet_snapshot(
@@ -153,13 +125,6 @@ async def take_fleet_snapshot(
     if fleet is None:
         return report, {}
     return report, {"fleet": _with_scrapes(fleet_json(fleet), collector)}
-
-
-def fleet_json_of(collector: Collector) -> dict[str, Any]:
-    """{"fleet": <the last poll's fleet>} for `snapshot --json`; {} for one engine."""
-    if isinstance(collector, FleetCollector) and collector.fleet is not None:
-        return {"fleet": _with_scrapes(fleet_json(collector.fleet), collector)}
-    return {}
 
 
 def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:

@@ -25,8 +25,3 @@ async def run_binding(app: App[Any], key: str, *, priority: bool) -> bool:
 def own_bindings(node: DOMNode, key: str) -> tuple[Binding, ...]:
     """The bindings `node` has for `key`: its class's BINDINGS merged with its bases'."""
     return tuple(node._bindings.key_to_bindings.get(key, ()))
-
-
-def notification_texts(app: App[Any]) -> list[str]:
-    """The messages of the notifications the app shows now (tests read the screen's notes)."""
-    return [n.message for n in app._notifications]

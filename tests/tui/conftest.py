@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from textual import events
+from textual.app import App
 from textual.pilot import Pilot
 
 from llmtop.core.base.raw import RawEngine, RawPoll
@@ -20,7 +21,6 @@ from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.textual_compat import notification_texts
 from llmtop.tui.view.source import SnapshotSource
 from llmtop.whatif.model.window import Point
 from tests.support.whatif_truth import scrape_run
@@ -97,9 +97,10 @@ async def settle(app: LlmtopApp, pilot: Pilot[Any], timeout_s: float = 10.0) -> 
     raise AssertionError("admin change did not finish")
 
 
-def notes(app: LlmtopApp) -> list[str]:
-    """The texts of the notifications on screen."""
-    return notification_texts(app)
+def notes(app: App[Any]) -> list[str]:
+    """The texts of the notifications on screen (Textual has no public name for them;
+    tests/tui/test_textual_compat.py checks this one)."""
+    return [n.message for n in app._notifications]
 
 
 def log_texts(app: LlmtopApp) -> list[str]:

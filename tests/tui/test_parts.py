@@ -21,13 +21,12 @@ from llmtop.sources.whatif_feed import SnapshotsWithWhatIf, WhatIfFeed
 from llmtop.tui.controls import AdminControls
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.replica_nav import ReplicaNavigator
-from llmtop.tui.textual_compat import notification_texts
 from llmtop.tui.view.present import LogEvent
 from llmtop.tui.whatif import WhatIfControls, WhatIfPreview
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
 from tests.tui import fleet_story, story
-from tests.tui.conftest import SilentSource, burst, until
+from tests.tui.conftest import SilentSource, burst, notes, until
 from tests.tui.test_keys import limits_of
 
 NOWHERE = "http://127.0.0.1:9"
@@ -211,7 +210,7 @@ async def test_read_only_and_no_gateway_say_why_and_send_nothing() -> None:
             app.controls.cap(1)
             app.controls.open_line()
             await pilot.pause()
-            assert said in notification_texts(app)
+            assert said in notes(app)
             assert not app.query_one(CommandLine).is_open
             assert not list(app.workers)
             assert app.logged == []
@@ -264,7 +263,7 @@ async def test_without_a_what_if_source_w_says_so_and_the_line_shows_nothing() -
         line.open()
         line.paste("cap 6")
         await pilot.pause()
-        assert "what-if needs a live engine (not a replay)" in notification_texts(app)
+        assert "what-if needs a live engine (not a replay)" in notes(app)
         assert app.screen is app.screen_stack[0]
         assert not app.query(WhatIfPreview)
 

@@ -14,7 +14,6 @@ from llmtop.core.health.kvsize import kv_fit
 from llmtop.errors import UsageError
 from llmtop.tui.view.commands import (
     QUEUE_STEP,
-    describe_change,
     parse_command,
     step_concurrency,
     step_queue,
@@ -189,7 +188,6 @@ def test_key_steps() -> None:
     assert step_queue(4, -1) == 0
     with pytest.raises(UsageError):
         step_concurrency(None, 1)
-    assert describe_change({"max_concurrency": 8, "rate_limit_rpm": None}) == "cap 8, rpm off"
 
 
 def test_chart_ticks_are_round() -> None:

@@ -12,7 +12,8 @@ from textual.binding import Binding, BindingsMap, BindingType
 from textual.dom import DOMNode
 from textual.widgets import Input
 
-from llmtop.tui.textual_compat import notification_texts, own_bindings, run_binding
+from llmtop.tui.textual_compat import own_bindings, run_binding
+from tests.tui.conftest import notes
 
 
 def test_the_private_names_exist_with_the_signatures_the_adapter_calls() -> None:
@@ -79,14 +80,14 @@ async def test_own_bindings_are_the_class_bindings_merged_with_the_bases() -> No
         assert own_bindings(field, "x") == ()  # the app's binding is not the Input's own
 
 
-async def test_notification_texts_are_what_notify_showed() -> None:
+async def test_notes_are_what_notify_showed() -> None:
     app = Tiny()
     async with app.run_test() as pilot:
-        assert notification_texts(app) == []
+        assert notes(app) == []
         app.notify("first")
         app.notify("second", severity="warning")
         await pilot.pause()
-        assert notification_texts(app) == ["first", "second"]
+        assert notes(app) == ["first", "second"]
 
 
 def textual_private_names() -> set[str]:
@@ -141,4 +142,4 @@ def test_no_module_but_the_adapter_uses_a_private_name_of_textual() -> None:
     assert not imported, imported
     adapter = modules[root / "tui" / "textual_compat.py"]
     leaned_on = {n.attr for n in ast.walk(adapter) if isinstance(n, ast.Attribute)} & theirs
-    assert leaned_on == {"_check_bindings", "_bindings", "_notifications"}
+    assert leaned_on == {"_check_bindings", "_bindings"}

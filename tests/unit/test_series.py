@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from llmtop.core.derive.histogram import (
     Buckets,
     histogram_quantile,
-    quantile_lands_in_first_bucket,
 )
 from llmtop.core.derive.series import CounterWindow
 
@@ -95,8 +94,8 @@ def test_quantile_bounds() -> None:
 
 
 def test_first_bucket_detector() -> None:
-    assert quantile_lands_in_first_bucket(0.95, [(0.01, 100.0), (0.1, 100.0), (INF, 100.0)])
-    assert not quantile_lands_in_first_bucket(0.95, [(0.01, 50.0), (0.1, 100.0), (INF, 100.0)])
+    assert Buckets([(0.01, 100.0), (0.1, 100.0), (INF, 100.0)]).lands_in_first(0.95)
+    assert not Buckets([(0.01, 50.0), (0.1, 100.0), (INF, 100.0)]).lands_in_first(0.95)
 
 
 @given(
@@ -403,7 +402,7 @@ def test_quantiles_equal_the_plain_reading(
     assert repr(histogram_quantile(q, buckets)) == want
     ordered = sorted(buckets)
     lands = bool(ordered) and (peak := max(c for _, c in ordered)) > 0 and ordered[0][1] >= q * peak
-    assert quantile_lands_in_first_bucket(q, buckets) is lands
+    assert Buckets(buckets).lands_in_first(q) is lands
 
 
 @given(
@@ -423,7 +422,7 @@ def test_several_quantiles_at_once_equal_one_at_a_time(
     try:
         want = [
             cap
-            if cap is not None and quantile_lands_in_first_bucket(q, buckets)
+            if cap is not None and Buckets(buckets).lands_in_first(q)
             else _quantile_bucket_by_bucket(q, buckets)
             for q in qs
         ]

@@ -44,13 +44,6 @@ class LimitSpec:
         return "--" + self.field.replace("_", "-")
 
     @property
-    def old_option(self) -> str | None:
-        """The flag's name before it carried its unit (--queue-timeout), still taken with a
-        warning; None when it never differed."""
-        old = "--" + self.field.removesuffix("_s").replace("_", "-")
-        return old if old != self.option else None
-
-    @property
     def metavar(self) -> str:
         """N for counts, S for seconds, RPM for the rate, the words of a choice."""
         if self.kind == "choice":

@@ -7,11 +7,11 @@ the TUI's latency colours and charts, and the report's charts.
 
 One request is good when it ended 200, its TTFT (arrival, gateway queue included, to the
 first token) is at most `ttft_s`, and its mean inter-token gap (TPOT) is at most `itl_s`
-(`met`): goodput counts those. The monitors see vLLM's histograms, not requests, so the
-health rules judge the p95 of the same figures against the same numbers: more than one
-request in twenty over the SLO is degraded. The gateway's deadline queue gives each request
-`ttft_s` less the engine's recent TTFT to wait in its queue (docs/autopilot.md); a tenant's
-`tenant_ttft_slo_s` or a live `slo` limit overrides that for admission only.
+(`load.stats` judges each): goodput counts those. The monitors see vLLM's histograms, not
+requests, so the health rules judge the p95 of the same figures against the same numbers:
+more than one request in twenty over the SLO is degraded. The gateway's deadline queue gives
+each request `ttft_s` less the engine's recent TTFT to wait in its queue (docs/autopilot.md);
+a tenant's `tenant_ttft_slo_s` or a live `slo` limit overrides that for admission only.
 
 Pure: the settings loader (llmtop.settings) fills it from `--ttft-slo-s`/`--itl-slo-s`, the
 LLMTOP_TTFT_SLO_S/LLMTOP_ITL_SLO_S variables or the config file's `[slo]` table.
@@ -58,11 +58,3 @@ class SloSettings:
     def __post_init__(self) -> None:
         seconds_over_zero(self.ttft_s, "[slo] ttft_s")
         seconds_over_zero(self.itl_s, "[slo] itl_s")
-
-    def met(self, ttft_s: float | None, tpot_s: float | None) -> bool:
-        """Whether a request that ended 200 counts toward goodput: its TTFT within `ttft_s`
-        (unknown is a miss) and its mean inter-token gap within `itl_s` (a one-token answer
-        has none, and passes)."""
-        if ttft_s is None or ttft_s > self.ttft_s:
-            return False
-        return tpot_s is None or tpot_s <= self.itl_s

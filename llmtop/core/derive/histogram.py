@@ -106,7 +106,7 @@ class Buckets:
         return out
 
     def lands_in_first(self, q: float) -> bool:
-        """`quantile_lands_in_first_bucket(q, buckets)`."""
+        """Whether the q-quantile falls in the lowest bucket, where interpolation says nothing."""
         raw = self._raw
         if not raw:
             return False
@@ -127,8 +127,3 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     from 0; a rank in the +Inf bucket returns the largest finite bound. None when empty.
     """
     return Buckets(buckets).quantile(q)
-
-
-def quantile_lands_in_first_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> bool:
-    """Whether the q-quantile falls in the lowest bucket, where interpolation says nothing."""
-    return Buckets(buckets).lands_in_first(q)

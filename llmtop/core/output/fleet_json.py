@@ -10,8 +10,9 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from llmtop.core.base.format import utc_iso
 from llmtop.core.base.snapshot import Finding, Fleet, Replica
-from llmtop.core.output.summary import ENGINE_KEYS, iso_time
+from llmtop.core.output.summary import ENGINE_KEYS
 
 
 def _clean(v: Any) -> Any:
@@ -57,7 +58,7 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
         "totals": {k: _clean(v) for k, v in asdict(fleet.totals).items()},
         "findings": [finding_json(f) for f in fleet.findings],
         "events": [
-            {"time": iso_time(e.time), "kind": e.kind, "replica": e.replica, "summary": e.summary}
+            {"time": utc_iso(e.time), "kind": e.kind, "replica": e.replica, "summary": e.summary}
             for e in fleet.events
         ],
         "replicas": [replica_json(r) for r in fleet.replicas],

@@ -113,10 +113,6 @@ def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-iso_time = fmt.utc_iso
-"""Seconds since the epoch as ISO 8601 UTC (core.base.format's time-zone policy)."""
-
-
 def _seconds(s: float) -> float | None:
     """An offset into the window, to the millisecond; None when not finite."""
     return round(s, 3) if math.isfinite(s) else None
@@ -155,7 +151,7 @@ def _engine_json(e: EngineStats, peak: KvPeak | None) -> dict[str, Any]:
             "waiting": list(lora.waiting),
         }
     )
-    out["restarted_at"] = None if e.restarted_at is None else iso_time(e.restarted_at)
+    out["restarted_at"] = None if e.restarted_at is None else fmt.utc_iso(e.restarted_at)
     return out
 
 
@@ -163,9 +159,9 @@ def to_json(w: WindowSnapshot) -> dict[str, Any]:
     """The `llmtop snapshot --json` object."""
     snap = w.last
     return {
-        "time": iso_time(snap.time),
+        "time": fmt.utc_iso(snap.time),
         "window": {
-            "start": iso_time(w.start),
+            "start": fmt.utc_iso(w.start),
             "span_s": _seconds(w.span_s),
             "polls": w.polls,
             "interval_s": _clean(w.interval_s),
@@ -287,12 +283,12 @@ def _finding_lines(w: WindowFinding, polls: int) -> list[str]:
 
 def _header(w: WindowSnapshot) -> list[str]:
     snap = w.last
-    title = f"llmtop snapshot  {iso_time(snap.time)}  status {snap.status.upper()}"
+    title = f"llmtop snapshot  {fmt.utc_iso(snap.time)}  status {snap.status.upper()}"
     if w.polls == 1:
         return [title, "one poll: no engine answered, so the window was not waited out"]
     return [
         title,
-        f"window {w.span_s:.1f} s from {iso_time(w.start)}: {w.polls} polls (interval "
+        f"window {w.span_s:.1f} s from {fmt.utc_iso(w.start)}: {w.polls} polls (interval "
         f"{w.interval_s:g} s); figures and verdict from the last poll ({offset(w.span_s)}), "
         "its rates and quantiles over the whole window",
     ]

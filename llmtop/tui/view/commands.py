@@ -92,12 +92,3 @@ def label_of(field: str) -> str:
     """The command word of a limit field: max_concurrency -> cap."""
     spec = limit_spec(field)
     return field if spec is None else spec.word
-
-
-def describe_change(changes: dict[str, Any]) -> str:
-    """'cap 8, queue 64' for the timeline and the status line."""
-    parts = []
-    for k, v in changes.items():
-        shown = "off" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
-        parts.append(f"{label_of(k)} {shown}")
-    return ", ".join(parts)
