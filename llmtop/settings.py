@@ -95,6 +95,12 @@ class GatewaySettings:
     """Redis holding the limits several gateways share (redis://host:port/db); off when unset."""
     lease_ttl_s: float = 3.0
     """Seconds a gateway's Redis lease outlives its last renewal (a dead gateway's slots return)."""
+    drain_grace_s: float = 5.0
+    """Seconds after SIGTERM that new requests are still served while /readyz fails (the time
+    a load balancer takes to stop sending; docs/gateway.md)."""
+    drain_timeout_s: float = 120.0
+    """Seconds after the grace that requests in flight may take to finish; then each is cut
+    with an error (a stream gets an error event)."""
     listen: str = "127.0.0.1:9000"
     """host:port to listen on."""
     max_concurrency: int = 8

@@ -22,6 +22,12 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
      "Redis holding the limits shared by several gateways (redis://127.0.0.1:6379/0)",
      {"metavar": "URL"}),
     ("lease_ttl_s", "--lease-ttl-s", "Redis lease TTL", {"metavar": "S", "type": float}),
+    ("drain_grace_s", "--drain-grace-s",
+     "after SIGTERM: /readyz fails, new requests still served this long",
+     {"metavar": "S", "type": float}),
+    ("drain_timeout_s", "--drain-timeout-s",
+     "then no new connections; requests in flight get this long before an error ends them",
+     {"metavar": "S", "type": float}),
     ("listen", "--listen", "address to listen on", {"metavar": "HOST:PORT"}),
 )  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (

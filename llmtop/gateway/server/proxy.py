@@ -7,10 +7,11 @@ as they arrive (aiohttp's `readany`, content encoding left alone). A watcher tas
 the client's http.disconnect while the request is queued or streaming, so a client that
 leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
 
-A request's state travels as one `Exchange`: entered into admission, waited, sent to a replica
-(once more elsewhere if the first refused the connection), relayed. The bytes on the wire
-(headers dropped, error bodies, an upstream's 5xx wrapped, the bounded body read) are
-gateway/server/wire.py.
+A request's state travels as one `Exchange` (gateway/server/exchange.py): entered into
+admission, waited, sent to a replica (once more elsewhere if the first refused the connection),
+relayed; the ones in flight are kept in `live`, so the drain's end can cut each with an error.
+The bytes on the wire (headers dropped, error bodies, an upstream's 5xx wrapped, the bounded
+body read) are gateway/server/wire.py.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import aiohttp
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
-from llmtop.gateway.admission.controller import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.admission.controller import PRIORITIES, Rejected
 from llmtop.gateway.admission.footprint import footprint_of
 from llmtop.gateway.admission.prompt import prompt_tokens
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.engine_priority import stamp
+from llmtop.gateway.server.exchange import Exchange, end_cut
 from llmtop.gateway.server.upstream_errors import classify
 from llmtop.gateway.server.wire import (
     DROP_REQUEST,
@@ -51,55 +53,25 @@ _RETRY = "retry"
 _DONE = b"data: [DONE]"
 
 
-class Exchange:
-    """One proxied request, from its head to the end of its answer: what each step of the
-    forward (admission, the retry over replicas, one attempt) reads and updates."""
-
-    __slots__ = (
-        "body",
-        "done_relayed",
-        "headers",
-        "method",
-        "queue_s",
-        "send",
-        "t0",
-        "target",
-        "ticket",
-    )
-
-    def __init__(
-        self,
-        method: str,
-        target: tuple[bytes, bytes],
-        headers: list[tuple[str, str]],
-        body: bytes,
-        t0: float,
-        send: Send,
-    ) -> None:
-        self.method = method
-        self.target = target
-        """(raw path, query string), forwarded as the client sent them."""
-        self.headers = headers
-        """The headers to forward, decoded as aiohttp writes them."""
-        self.body = body
-        self.t0 = t0
-        """When the request reached the gateway (the clock's seconds)."""
-        self.send = send
-        self.ticket: Ticket | None = None
-        """Its place in admission (generation requests only)."""
-        self.queue_s = 0.0
-        """Seconds it waited in the admission queue."""
-        self.done_relayed = False
-        """The stream's `data: [DONE]` reached the client, so a client that closes right after
-        it (before the upstream's body ends, as with vLLM) counts as completed, not cancelled."""
-
-
 class Proxy:
     """The catch-all ASGI endpoint of the gateway."""
 
     def __init__(self, state: GatewayContext) -> None:
         self.state = state
         self._urls: dict[tuple[str, bytes, bytes], URL] = {}
+        self.live: dict[asyncio.Future[None], Exchange] = {}
+        """Each request's work in flight (queued or forwarded) -> its exchange."""
+
+    def cut_all(self, reason: str) -> tuple[int, int]:
+        """The drain is over: cancel every request's work, each to be ended with an error by
+        its own handler (`end_cut`). Returns (answering, not answered yet)."""
+        answering = 0
+        for work, exchange in list(self.live.items()):
+            if exchange.cut is None and not work.done():
+                exchange.cut = reason
+                answering += exchange.started
+                work.cancel()
+        return answering, len(self.live) - answering
 
     def _url(self, base: str, path: bytes, query: bytes) -> URL:
         """The upstream URL of a path, parsed once: a few paths carry nearly all the traffic."""
@@ -183,32 +155,42 @@ class Proxy:
                 send, 400, f"header {bad_name!r} is not valid UTF-8", "invalid_request_error"
             )
             return
-        x = Exchange(scope["method"], target, headers, body, t0, send)
-        if generation and not await self._enter(x, authorization, prio, tenant):
+        exchange = Exchange(scope["method"], target, headers, body, t0, send)
+        if generation and not await self._enter(exchange, authorization, prio, tenant):
             return
-        work = asyncio.ensure_future(self._admit_and_forward(x))
+        work = asyncio.ensure_future(self._admit_and_forward(exchange))
+        live = self.live
+        live[work] = exchange
         watcher = asyncio.ensure_future(until_disconnect(receive))
         try:
             await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            del live[work]
+            gone = watcher.done()
             watcher.cancel()
             if not work.done():
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
-            if x.ticket is not None:
-                x.ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
+            if exchange.ticket is not None:
+                exchange.ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
         if not work.cancelled():
             work.result()  # a bug in the handler surfaces instead of vanishing
+        elif exchange.cut is not None and not gone:
+            await end_cut(exchange)
 
     async def _enter(
-        self, x: Exchange, authorization: bytes | None, prio: str | None, tenant: bytes | None
+        self,
+        exchange: Exchange,
+        authorization: bytes | None,
+        prio: str | None,
+        tenant: bytes | None,
     ) -> bool:
-        """Enter a generation request into admission (`x.ticket`); False when it was refused
+        """Enter a generation request into admission (`exchange.ticket`); False when it was refused
         (the 429 is sent)."""
         state = self.state
         ctl = state.admission
-        body = x.body
+        body = exchange.body
         who = state.callers.caller(authorization, prio, tenant)
         kv_blocks, shape = footprint_of(ctl, body)
         lim = ctl.limits
@@ -235,11 +217,11 @@ class Proxy:
                 rate_checked=shared_rate is not None,
             )
         except Rejected as r:
-            await self._reject(x.send, r)
+            await self._reject(exchange.send, r)
             return False
-        x.ticket = ticket
+        exchange.ticket = ticket
         if state.settings.engine_priority:
-            x.body = stamp(body, ticket.priority)
+            exchange.body = stamp(body, ticket.priority)
         return True
 
     async def _too_large(self, send: Send) -> None:
@@ -258,28 +240,31 @@ class Proxy:
         ]
         await send_error(send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason)
 
-    async def _admit_and_forward(self, x: Exchange) -> None:
+    async def _admit_and_forward(self, exchange: Exchange) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         waiting = self.state.unanswered
-        ticket = x.ticket
+        ticket = exchange.ticket
         key = id(ticket)
         try:
             if ticket is not None and not ticket.admitted:
-                waiting.queued(key, x.t0)
+                waiting.queued(key, exchange.t0)
                 try:
                     await ticket.wait()
                 except Rejected as r:
-                    await self._reject(x.send, r, ticket.queue_wait_s)
+                    await self._reject(exchange.send, r, ticket.queue_wait_s)
                     return
-                x.queue_s = ticket.queue_wait_s
+                exchange.queue_s = ticket.queue_wait_s
             if ticket is not None:
                 # the engine's part only: time queued in the gateway is not the engine's delay
-                waiting.admitted(key, x.t0 + x.queue_s)
+                waiting.admitted(key, exchange.t0 + exchange.queue_s)
             outcome = "upstream_error"
             try:
-                outcome = await self._forward(x)
+                outcome = await self._forward(exchange)
             except (asyncio.CancelledError, OSError):
-                outcome = "completed" if x.done_relayed else "cancelled"
+                if exchange.done_relayed:
+                    outcome = "completed"
+                else:  # the drain's cut is the gateway's failure, not the client's leaving
+                    outcome = "cancelled" if exchange.cut is None else "upstream_error"
                 raise
             finally:
                 if ticket is not None:
@@ -287,22 +272,24 @@ class Proxy:
         finally:
             waiting.answered(key)
 
-    async def _forward(self, x: Exchange) -> str:
+    async def _forward(self, exchange: Exchange) -> str:
         """Send to the replica the balancer picks (once more elsewhere if it refused the
         connection: nothing was sent), stream the answer; the outcome of an admitted request."""
         state = self.state
         bal = state.balancer
-        kv = x.ticket.kv_blocks if x.ticket is not None else 0
+        kv = exchange.ticket.kv_blocks if exchange.ticket is not None else 0
         tried: list[Replica] = []
         while True:
             replica = bal.pick(kv, exclude=tried)
             if replica is None:
-                await send_error(x.send, 502, "no upstream replica can take it", "upstream_error")
+                await send_error(
+                    exchange.send, 502, "no upstream replica can take it", "upstream_error"
+                )
                 return "upstream_error"
             bal.start(replica, kv)
             error: str | None = "cancelled"
             try:
-                outcome, error = await self._forward_to(x, replica, not tried)
+                outcome, error = await self._forward_to(exchange, replica, not tried)
             finally:
                 bal.done(replica, kv, None if error == "cancelled" else error)
                 state.apply_shares()
@@ -311,22 +298,22 @@ class Proxy:
             tried.append(replica)
 
     async def _forward_to(
-        self, x: Exchange, replica: Replica, may_retry: bool
+        self, exchange: Exchange, replica: Replica, may_retry: bool
     ) -> tuple[str, str | None]:
         """One attempt at one replica: (outcome or _RETRY, the error that ejects it or None)."""
         state = self.state
         session = state.session
         assert session is not None, "the upstream session is opened by the app's lifespan"
         clock = state.clock
-        send = x.send
-        url = self._url(replica.url, *x.target)
+        send = exchange.send
+        url = self._url(replica.url, *exchange.target)
         t_send = clock()
         try:
             response = await session.request(
-                x.method,
+                exchange.method,
                 url,
-                headers=x.headers,
-                data=x.body or None,
+                headers=exchange.headers,
+                data=exchange.body or None,
                 allow_redirects=False,
             )
         except asyncio.TimeoutError as e:
@@ -352,7 +339,7 @@ class Proxy:
         try:
             status = response.status
             failed = f"upstream returned {status}" if status >= 500 else None
-            if failed is not None and x.ticket is not None:
+            if failed is not None and exchange.ticket is not None:
                 if await wrap_5xx(response, send, state.upstream_errors):
                     # vLLM refused by its own queue limit: a busy engine, not a broken one, so
                     # it is neither marked unhealthy nor ejected from the replicas
@@ -364,13 +351,13 @@ class Proxy:
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            upstream_s, cut = await self._relay(x, response, upstream_s)
+            upstream_s, cut = await self._relay(exchange, response, upstream_s)
             if cut is not None:
                 return "upstream_error", cut
             whole = True
             await send({"type": "http.response.body", "body": b""})
             end = clock()
-            state.handler_time.observe(end, end - x.t0 - x.queue_s - upstream_s)
+            state.handler_time.observe(end, end - exchange.t0 - exchange.queue_s - upstream_s)
             return ("upstream_error" if status >= 500 else "completed"), failed
         finally:
             # close, not release, unless the body was read to its end: a request cut short
@@ -381,14 +368,14 @@ class Proxy:
                 response.close()
 
     async def _relay(
-        self, x: Exchange, response: aiohttp.ClientResponse, upstream_s: float
+        self, exchange: Exchange, response: aiohttp.ClientResponse, upstream_s: float
     ) -> tuple[float, str | None]:
         """Pass the answer's head and its body back as they arrive, all but the body's end:
         (seconds spent awaiting the upstream, the error that cut the body or None)."""
         state = self.state
         clock = state.clock
-        send = x.send
-        t0, queue_s, ticket = x.t0, x.queue_s, x.ticket
+        send = exchange.send
+        t0, queue_s, ticket = exchange.t0, exchange.queue_s, exchange.ticket
         status = response.status
         out = [(n, v) for n, v in response.raw_headers if n.lower() not in DROP_RESPONSE]
         out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
@@ -397,7 +384,8 @@ class Proxy:
         so_far = clock() - t0 - queue_s - upstream_s
         out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
         await send({"type": "http.response.start", "status": status, "headers": out})
-        sse = response.content_type == "text/event-stream"
+        exchange.started = True
+        sse = exchange.sse = response.content_type == "text/event-stream"
         first = ticket is not None and status == 200
         watch_done = sse and status == 200
         tail = b""
@@ -416,8 +404,8 @@ class Proxy:
                     state.unanswered.answered(id(ticket))
                     first = False
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if watch_done and not x.done_relayed:  # [DONE] may straddle two chunks
-                    x.done_relayed = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
+                if watch_done and not exchange.done_relayed:  # [DONE] may straddle two chunks
+                    exchange.done_relayed = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
                     tail = chunk[-len(_DONE) :]
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             reason = f"upstream failed mid-response: {describe_error(e)}"

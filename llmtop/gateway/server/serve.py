@@ -40,7 +40,8 @@ def hash_key_from(text: str) -> str:
 
 
 def run_gateway(settings: GatewaySettings) -> None:
-    """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
+    """Build the app and serve until its drain is over (SIGTERM, Ctrl-C: docs/gateway.md);
+    ServeError when the port is taken."""
     from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
     from llmtop.gateway.server.app import create_app
 
@@ -54,6 +55,7 @@ def run_gateway(settings: GatewaySettings) -> None:
         app,
         host,
         port,
+        drain=app.state.gateway.drain,
         banner=(
             f"llmtop gateway on {{url}} -> {settings.upstream}  "
             f"(max_concurrency {settings.max_concurrency}, max_queue {settings.max_queue}; "
