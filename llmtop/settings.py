@@ -95,6 +95,9 @@ class GatewaySettings:
     """Redis holding the limits several gateways share (redis://host:port/db); off when unset."""
     lease_ttl_s: float = 3.0
     """Seconds a gateway's Redis lease outlives its last renewal (a dead gateway's slots return)."""
+    replica_deadline_s: float = 2.0
+    """Seconds a replica may leave its /health unanswered before it is out of rotation (a
+    hung engine refuses nothing; it is back when it answers)."""
     drain_grace_s: float = 5.0
     """Seconds after SIGTERM that new requests are still served while /readyz fails (the time
     a load balancer takes to stop sending; docs/gateway.md)."""

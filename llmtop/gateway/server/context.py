@@ -132,7 +132,12 @@ class GatewayContext:
         s = self.settings
         urls = upstream_urls(s.upstream)
         self.base_url = urls[0]
-        self.balancer = Balancer(urls, eject_s=s.eject_s, max_per_replica=s.replica_max_concurrency)
+        self.balancer = Balancer(
+            urls,
+            eject_s=s.eject_s,
+            max_per_replica=s.replica_max_concurrency,
+            deadline_s=s.replica_deadline_s,
+        )
         self.callers = CallerRules(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
         self.admission.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
