@@ -182,8 +182,10 @@ class SimSettings:
     max_num_queued_reqs: int | None = None
     """vLLM 0.32's native admission limit (503 beyond); off when unset."""
     fault: str | None = None
-    """A fault to have, NAME[@SECONDS after start]: scheduler-stuck (admits nothing, for good,
-    while /health and /metrics answer; docs/sim.md); none when unset."""
+    """Faults to have, NAME[@SECONDS after start][+FOR SECONDS], comma-separated:
+    scheduler-stuck (admits nothing, for good, while /health and /metrics answer), slow (each
+    step 5x as long), garbage (generation answered with bytes no HTTP client takes); none when
+    unset (llmtop/sim/faults.py, docs/sim.md)."""
 
 
 def default_config_path() -> Path:
