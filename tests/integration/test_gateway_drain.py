@@ -125,6 +125,11 @@ def test_sigterm_fails_readiness_serves_the_grace_then_drains_the_stream(
         assert "Traceback" not in log, log
         assert "CancelledError" not in log, log
         assert log.count("/readyz fails") == 1
+        # its counts as it stops, final: the stream and the request in the grace
+        counts = json.loads(log.split("llmtop gateway: stopped: ", 1)[1].splitlines()[0])
+        assert counts["answers"] == {"200": 2}
+        assert counts["offered"] == 2
+        assert counts["outcomes"]["completed"] == 2
     finally:
         gw.stop()
 
@@ -177,6 +182,9 @@ def test_what_is_left_at_the_drain_timeout_ends_with_an_error_event(
         assert "Traceback" not in log, log
         assert "CancelledError" not in log, log
         assert log.count("drain over: 2 requests cut") == 1, log
+        counts = json.loads(log.split("llmtop gateway: stopped: ", 1)[1].splitlines()[0])
+        assert counts["answers"] == {"200": 1, "503": 1}
+        assert counts["outcomes"]["upstream_error"] == 2
     finally:
         gw.stop()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -94,7 +95,7 @@ def _watch_drain(state: GatewayContext, proxy: Proxy, seen: str) -> str:
     if phase == seen:
         return phase
     if seen == "ready":
-        log.warning(
+        log.info(
             "llmtop gateway: %s: /readyz fails; new requests served %.3g s more, then up to"
             " %.3g s for the %d in flight",
             drain.signal_name,
@@ -112,6 +113,17 @@ def _watch_drain(state: GatewayContext, proxy: Proxy, seen: str) -> str:
             waiting,
         )
     return phase
+
+
+def final_counts(state: GatewayContext, proxy: Proxy) -> dict[str, object]:
+    """What the gateway answered over its life, logged as it stops: every proxied request's
+    status (0: the client left before any answer), admission's offered and outcomes."""
+    ctl = state.admission
+    return {
+        "answers": {str(k): v for k, v in sorted(proxy.statuses.items())},
+        "offered": ctl.offered,
+        "outcomes": dict(ctl.outcomes),
+    }
 
 
 async def _housekeeping(state: GatewayContext, proxy: Proxy) -> None:
@@ -207,6 +219,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
                     await t
             await state.shared.close()
             await state.session.close()
+            log.info("llmtop gateway: stopped: %s", json.dumps(final_counts(state, proxy)))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "upstream": state.upstream.to_dict()})
@@ -220,7 +233,7 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics_endpoint(state), methods=["GET"]),
+            Route("/metrics", metrics_endpoint(state, proxy.statuses), methods=["GET"]),
             Mount("/admin", routes=admin_routes(state)),
         ],
         lifespan=lifespan,

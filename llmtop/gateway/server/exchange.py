@@ -25,6 +25,7 @@ class Exchange:
         "send",
         "sse",
         "started",
+        "status",
         "t0",
         "target",
         "ticket",
@@ -61,6 +62,8 @@ class Exchange:
         """The answer is an event stream (an error event can end it)."""
         self.cut: str | None = None
         """Why the drain cut it (its work was cancelled for that), or None."""
+        self.status: int | None = None
+        """The status of the answer it got (None: none yet)."""
 
 
 async def end_cut(exchange: Exchange) -> None:
@@ -69,6 +72,7 @@ async def end_cut(exchange: Exchange) -> None:
     it ends without its last chunk (the client sees a cut body, not a short one)."""
     reason = exchange.cut or "the gateway is shutting down"
     if not exchange.started:
+        exchange.status = 503
         await send_error(
             exchange.send,
             503,

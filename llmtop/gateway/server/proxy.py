@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
@@ -61,6 +62,9 @@ class Proxy:
         self._urls: dict[tuple[str, bytes, bytes], URL] = {}
         self.live: dict[asyncio.Future[None], Exchange] = {}
         """Each request's work in flight (queued or forwarded) -> its exchange."""
+        self.statuses: Counter[int] = Counter()
+        """Answers by status since start, every proxied request once (0: none, the client
+        left first); logged when the gateway stops, exported in /metrics."""
 
     def cut_all(self, reason: str) -> tuple[int, int]:
         """The drain is over: cancel every request's work, each to be ended with an error by
@@ -115,7 +119,7 @@ class Proxy:
                 return
             forward.append((name, value))
         if header_bytes > settings.max_header_bytes:
-            await send_error(
+            await self._refuse(
                 send,
                 431,
                 f"request headers over {settings.max_header_bytes} bytes (max_header_bytes)",
@@ -128,17 +132,18 @@ class Proxy:
             await self._too_large(send)
             return
         except ClientGone:
+            self.statuses[0] += 1
             return
         target = (scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
         try:
             self._url(state.base_url, *target)
         except ValueError as e:
-            await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
+            await self._refuse(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
         generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
         prio = None if priority is None else priority.decode("latin-1")
         if generation and prio is not None and prio not in PRIORITIES:
-            await send_error(
+            await self._refuse(
                 send,
                 400,
                 f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
@@ -151,12 +156,13 @@ class Proxy:
         except UnicodeDecodeError:
             bad = next(n for n, v in forward if n not in drop and not is_utf8(v))
             bad_name = bad.decode("latin-1")
-            await send_error(
+            await self._refuse(
                 send, 400, f"header {bad_name!r} is not valid UTF-8", "invalid_request_error"
             )
             return
         exchange = Exchange(scope["method"], target, headers, body, t0, send)
         if generation and not await self._enter(exchange, authorization, prio, tenant):
+            self.statuses[429] += 1
             return
         work = asyncio.ensure_future(self._admit_and_forward(exchange))
         live = self.live
@@ -178,6 +184,7 @@ class Proxy:
             work.result()  # a bug in the handler surfaces instead of vanishing
         elif exchange.cut is not None and not gone:
             await end_cut(exchange)
+        self.statuses[exchange.status or 0] += 1
 
     async def _enter(
         self,
@@ -217,28 +224,36 @@ class Proxy:
                 rate_checked=shared_rate is not None,
             )
         except Rejected as r:
-            await self._reject(exchange.send, r)
+            await self._reject(exchange, r)
             return False
         exchange.ticket = ticket
         if state.settings.engine_priority:
             exchange.body = stamp(body, ticket.priority)
         return True
 
+    async def _refuse(self, send: Send, status: int, message: str, type_: str) -> None:
+        """A request refused before it is an exchange (counted here)."""
+        self.statuses[status] += 1
+        await send_error(send, status, message, type_)
+
     async def _too_large(self, send: Send) -> None:
         limit = self.state.settings.max_body_bytes
-        await send_error(
+        await self._refuse(
             send,
             413,
             f"request body over {limit} bytes (max_body_bytes)",
             "invalid_request_error",
         )
 
-    async def _reject(self, send: Send, r: Rejected, queue_s: float = 0.0) -> None:
+    async def _reject(self, exchange: Exchange, r: Rejected, queue_s: float = 0.0) -> None:
+        exchange.status = 429
         headers = [
             (b"retry-after", r.retry_after_header.encode()),
             (b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()),
         ]
-        await send_error(send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason)
+        await send_error(
+            exchange.send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason
+        )
 
     async def _admit_and_forward(self, exchange: Exchange) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
@@ -251,7 +266,7 @@ class Proxy:
                 try:
                     await ticket.wait()
                 except Rejected as r:
-                    await self._reject(exchange.send, r, ticket.queue_wait_s)
+                    await self._reject(exchange, r, ticket.queue_wait_s)
                     return
                 exchange.queue_s = ticket.queue_wait_s
             if ticket is not None:
@@ -282,6 +297,7 @@ class Proxy:
         while True:
             replica = bal.pick(kv, exclude=tried)
             if replica is None:
+                exchange.status = 502
                 await send_error(
                     exchange.send, 502, "no upstream replica can take it", "upstream_error"
                 )
@@ -320,6 +336,7 @@ class Proxy:
             reason = f"upstream timed out: {describe_error(e)}"
             state.upstream.failed(reason)
             state.upstream_errors.record("timeout")
+            exchange.status = 504
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error", reason
         except aiohttp.ClientError as e:
@@ -328,6 +345,7 @@ class Proxy:
             if may_retry and isinstance(e, aiohttp.ClientConnectorError):
                 return _RETRY, reason  # nothing was sent: another replica may take it
             state.upstream_errors.record("unreachable")
+            exchange.status = 502
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error", reason
         # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
@@ -340,7 +358,9 @@ class Proxy:
             status = response.status
             failed = f"upstream returned {status}" if status >= 500 else None
             if failed is not None and exchange.ticket is not None:
-                if await wrap_5xx(response, send, state.upstream_errors):
+                refused = await wrap_5xx(response, send, state.upstream_errors)
+                exchange.status = 503 if refused else 502
+                if refused:
                     # vLLM refused by its own queue limit: a busy engine, not a broken one, so
                     # it is neither marked unhealthy nor ejected from the replicas
                     return "upstream_error", None
@@ -385,6 +405,7 @@ class Proxy:
         out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
         await send({"type": "http.response.start", "status": status, "headers": out})
         exchange.started = True
+        exchange.status = status
         sse = exchange.sse = response.content_type == "text/event-stream"
         first = ticket is not None and status == 200
         watch_done = sse and status == 200

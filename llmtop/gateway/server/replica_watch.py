@@ -62,7 +62,7 @@ def _log_events(state: GatewayContext, seen: int) -> int:
         if e.change == "out":
             log.warning("llmtop gateway: replica %s out of rotation: %s", e.url, e.reason)
         else:
-            log.warning("llmtop gateway: replica %s back in rotation", e.url)
+            log.info("llmtop gateway: replica %s back in rotation", e.url)
     return total
 
 
