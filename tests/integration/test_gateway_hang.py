@@ -59,7 +59,7 @@ def test_a_hung_replica_is_out_within_the_deadline_and_back_when_it_answers(
     app = create_app(settings)
     bal: Balancer = app.state.gateway.balancer
     gw = serve_app(app)
-    caplog.set_level(logging.WARNING, logger="llmtop.gateway")
+    caplog.set_level(logging.INFO, logger="llmtop.gateway")
     with httpx.Client(base_url=gw.url, timeout=30) as c:
         assert all(c.post("/v1/completions", json=BODY).status_code == 200 for _ in range(4))
         os.kill(hung.proc.pid, signal.SIGSTOP)

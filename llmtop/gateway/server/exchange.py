@@ -19,6 +19,7 @@ class Exchange:
         "body",
         "cut",
         "done_relayed",
+        "gone",
         "headers",
         "method",
         "queue_s",
@@ -29,6 +30,7 @@ class Exchange:
         "t0",
         "target",
         "ticket",
+        "watching",
     )
 
     def __init__(
@@ -64,6 +66,10 @@ class Exchange:
         """Why the drain cut it (its work was cancelled for that), or None."""
         self.status: int | None = None
         """The status of the answer it got (None: none yet)."""
+        self.watching = True
+        """Its client's disconnect still cancels its task (False once the handler is done)."""
+        self.gone = False
+        """Its client left before the answer was over."""
 
 
 async def end_cut(exchange: Exchange) -> None:

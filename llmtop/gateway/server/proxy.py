@@ -3,21 +3,21 @@ through admission, and streams the answer back chunk by chunk.
 
 Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
 only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (aiohttp's `readany`, content encoding left alone). A watcher task waits for
-the client's http.disconnect while the request is queued or streaming, so a client that
-leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
+as they arrive (aiohttp's `readany`, content encoding left alone). The request's work runs in
+the handler's own task; a watcher task waits for the client's http.disconnect while it is
+queued or streaming and cancels it, so a client that leaves frees its slot and closes the
+upstream request (vLLM then aborts it) at once.
 
 A request's state travels as one `Exchange` (gateway/server/exchange.py): entered into
 admission, waited, sent to a replica (once more elsewhere if the first refused the connection),
-relayed; the ones in flight are kept in `live`, so the drain's end can cut each with an error.
-The bytes on the wire (headers dropped, error bodies, an upstream's 5xx wrapped, the bounded
-body read) are gateway/server/wire.py.
+relayed (gateway/server/relay.py); the ones in flight are kept in `live`, so the drain's end
+can cut each with an error. The bytes on the wire (headers dropped, error bodies, an
+upstream's 5xx wrapped, the bounded body read) are gateway/server/wire.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 
 import aiohttp
@@ -30,14 +30,13 @@ from llmtop.gateway.admission.prompt import prompt_tokens
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.engine_priority import stamp
 from llmtop.gateway.server.exchange import Exchange, end_cut
+from llmtop.gateway.server.relay import relay
 from llmtop.gateway.server.upstream_errors import classify
 from llmtop.gateway.server.wire import (
     DROP_REQUEST,
-    DROP_RESPONSE,
     ClientGone,
     TooLarge,
     describe_error,
-    error_body,
     is_utf8,
     read_body,
     send_error,
@@ -50,8 +49,6 @@ GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/re
 """POST to these goes through admission; everything else is forwarded at once."""
 _RETRY = "retry"
 """An attempt that failed to connect: nothing was sent, another replica may take it."""
-# an OpenAI stream's last event: a client may close as soon as it has read it
-_DONE = b"data: [DONE]"
 
 
 class Proxy:
@@ -60,21 +57,21 @@ class Proxy:
     def __init__(self, state: GatewayContext) -> None:
         self.state = state
         self._urls: dict[tuple[str, bytes, bytes], URL] = {}
-        self.live: dict[asyncio.Future[None], Exchange] = {}
-        """Each request's work in flight (queued or forwarded) -> its exchange."""
+        self.live: dict[asyncio.Task[object], Exchange] = {}
+        """Each request's task in flight (queued or forwarded) -> its exchange."""
         self.statuses: Counter[int] = Counter()
         """Answers by status since start, every proxied request once (0: none, the client
         left first); logged when the gateway stops, exported in /metrics."""
 
     def cut_all(self, reason: str) -> tuple[int, int]:
-        """The drain is over: cancel every request's work, each to be ended with an error by
+        """The drain is over: cancel every request's task, each to be ended with an error by
         its own handler (`end_cut`). Returns (answering, not answered yet)."""
         answering = 0
-        for work, exchange in list(self.live.items()):
-            if exchange.cut is None and not work.done():
+        for task, exchange in list(self.live.items()):
+            if exchange.cut is None and not task.done():
                 exchange.cut = reason
                 answering += exchange.started
-                work.cancel()
+                task.cancel()
         return answering, len(self.live) - answering
 
     def _url(self, base: str, path: bytes, query: bytes) -> URL:
@@ -164,25 +161,36 @@ class Proxy:
         if generation and not await self._enter(exchange, authorization, prio, tenant):
             self.statuses[429] += 1
             return
-        work = asyncio.ensure_future(self._admit_and_forward(exchange))
+        # the request's work runs in this task; a watcher cancels it when the client leaves
+        # (one task per request fewer than a work task beside it: BENCHMARKS.md, the chaos
+        # section, memory per queued request)
+        task = asyncio.current_task()
+        assert task is not None
         live = self.live
-        live[work] = exchange
+        live[task] = exchange
         watcher = asyncio.ensure_future(until_disconnect(receive))
+
+        def left(w: asyncio.Future[None]) -> None:
+            if exchange.watching and not w.cancelled():
+                exchange.gone = True
+                task.cancel()
+
+        watcher.add_done_callback(left)
         try:
-            await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await self._admit_and_forward(exchange)
+        except asyncio.CancelledError:
+            if not exchange.gone and exchange.cut is None:
+                raise  # not ours: the server's own shutdown
+            uncancel = getattr(task, "uncancel", None)  # 3.11+: the cancel was handled
+            if uncancel is not None:
+                uncancel()
         finally:
-            del live[work]
-            gone = watcher.done()
+            exchange.watching = False
+            del live[task]
             watcher.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await work
             if exchange.ticket is not None:
-                exchange.ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
-        if not work.cancelled():
-            work.result()  # a bug in the handler surfaces instead of vanishing
-        elif exchange.cut is not None and not gone:
+                exchange.ticket.cancel()  # a no-op unless it was cancelled before it ran
+        if exchange.cut is not None and not exchange.gone:
             await end_cut(exchange)
         self.statuses[exchange.status or 0] += 1
 
@@ -371,7 +379,7 @@ class Proxy:
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            upstream_s, cut = await self._relay(exchange, response, upstream_s)
+            upstream_s, cut = await relay(state, exchange, response, upstream_s)
             if cut is not None:
                 return "upstream_error", cut
             whole = True
@@ -386,55 +394,3 @@ class Proxy:
                 response.release()
             else:
                 response.close()
-
-    async def _relay(
-        self, exchange: Exchange, response: aiohttp.ClientResponse, upstream_s: float
-    ) -> tuple[float, str | None]:
-        """Pass the answer's head and its body back as they arrive, all but the body's end:
-        (seconds spent awaiting the upstream, the error that cut the body or None)."""
-        state = self.state
-        clock = state.clock
-        send = exchange.send
-        t0, queue_s, ticket = exchange.t0, exchange.queue_s, exchange.ticket
-        status = response.status
-        out = [(n, v) for n, v in response.raw_headers if n.lower() not in DROP_RESPONSE]
-        out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
-        if ticket is not None:
-            out.append((b"x-llmtop-priority", ticket.priority.encode()))
-        so_far = clock() - t0 - queue_s - upstream_s
-        out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
-        await send({"type": "http.response.start", "status": status, "headers": out})
-        exchange.started = True
-        exchange.status = status
-        sse = exchange.sse = response.content_type == "text/event-stream"
-        first = ticket is not None and status == 200
-        watch_done = sse and status == 200
-        tail = b""
-        content = response.content
-        try:
-            while True:
-                t_wait = clock()
-                chunk = await content.readany()
-                now = clock()
-                upstream_s += now - t_wait
-                if not chunk:
-                    break
-                if first and ticket is not None:
-                    ticket.first_token()  # unstreamed: its last byte too (prefill_due came first)
-                    state.admission.record_ttft(now - t0, queue_s)
-                    state.unanswered.answered(id(ticket))
-                    first = False
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if watch_done and not exchange.done_relayed:  # [DONE] may straddle two chunks
-                    exchange.done_relayed = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
-                    tail = chunk[-len(_DONE) :]
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            reason = f"upstream failed mid-response: {describe_error(e)}"
-            state.upstream.failed(reason)
-            state.upstream_errors.record("mid_response")
-            if sse:  # a cut body must not look whole: a plain one ends without its last chunk
-                err = error_body(502, reason, "upstream_error").decode()
-                tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
-                await send({"type": "http.response.body", "body": tail})
-            return upstream_s, reason
-        return upstream_s, None
