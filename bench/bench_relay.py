@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -207,6 +208,8 @@ async def main() -> None:
     ap.add_argument("--probes", type=int, default=200, help="TTFT probes each way")
     ap.add_argument("--queued", type=int, default=3000, help="for the memory per queued")
     a = ap.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # children inherit it
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     q = mp.get_context("spawn").Queue()
     up_proc = mp.get_context("spawn").Process(target=_serve_upstream, args=(q,), daemon=True)
     up_proc.start()
