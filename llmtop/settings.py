@@ -94,6 +94,15 @@ class GatewaySettings:
     """Redis holding the limits several gateways share (redis://host:port/db); off when unset."""
     lease_ttl_s: float = 3.0
     """Seconds a gateway's Redis lease outlives its last renewal (a dead gateway's slots return)."""
+    replica_deadline_s: float = 2.0
+    """Seconds a replica may leave its /health unanswered before it is out of rotation (a
+    hung engine refuses nothing; it is back when it answers)."""
+    drain_grace_s: float = 5.0
+    """Seconds after SIGTERM that new requests are still served while /readyz fails (the time
+    a load balancer takes to stop sending; docs/gateway.md)."""
+    drain_timeout_s: float = 120.0
+    """Seconds after the grace that requests in flight may take to finish; then each is cut
+    with an error (a stream gets an error event)."""
     listen: str = "127.0.0.1:9000"
     """host:port to listen on."""
     max_concurrency: int = 8
@@ -172,8 +181,10 @@ class SimSettings:
     max_num_queued_reqs: int | None = None
     """vLLM 0.32's native admission limit (503 beyond); off when unset."""
     fault: str | None = None
-    """A fault to have, NAME[@SECONDS after start]: scheduler-stuck (admits nothing, for good,
-    while /health and /metrics answer; docs/sim.md); none when unset."""
+    """Faults to have, NAME[@SECONDS after start][+FOR SECONDS], comma-separated:
+    scheduler-stuck (admits nothing, for good, while /health and /metrics answer), slow (each
+    step 5x as long), garbage (generation answered with bytes no HTTP client takes); none when
+    unset (llmtop/sim/faults.py, docs/sim.md)."""
 
 
 def default_config_path() -> Path:

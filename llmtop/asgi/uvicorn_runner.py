@@ -1,19 +1,31 @@
 """Run an ASGI app with uvicorn: in the foreground for a CLI command, or on a thread for the demo
 and the tests. The socket is bound here, so "port in use" is a ServeError with the address, and
 port 0 gives a free port whose number is known before the first request.
+
+In the foreground a `Drain` (llmtop/asgi/drain.py) may take over uvicorn's signals: the first
+SIGTERM starts the drain's grace (uvicorn would close the listener at once), the listener closes
+when the grace is over, and uvicorn's own shutdown timeout is the drain's timeout plus a margin,
+so the app cuts what is left itself (with an error event) before uvicorn would cancel it bare.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import signal
 import socket
 import threading
+from types import FrameType
 from typing import Any
 
 import uvicorn
 
+from llmtop.asgi.drain import Drain
 from llmtop.errors import ServeError
+
+CUT_MARGIN_S = 5.0
+"""uvicorn's shutdown timeout is the drain's plus this: time for the app's own cut to end
+each stream with its error event and close, before uvicorn cancels what is left."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -44,15 +56,42 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port_s)
 
 
-def _config(app: Any, log_level: str) -> uvicorn.Config:
+def _config(app: Any, log_level: str, drain: Drain | None = None) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=3,
+        timeout_graceful_shutdown=3 if drain is None else int(drain.timeout_s + CUT_MARGIN_S),
         timeout_keep_alive=30,
     )
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn with a drain: the first signal begins it (the grace after a SIGTERM), the
+    listener closes when the grace is over, a second signal cuts at once, a third is
+    uvicorn's own force quit."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.signals = 0
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self._captured_signals.append(sig)  # raised again once served (uvicorn's rule)
+            self.drain.begin(signal.Signals(sig).name, grace=sig == signal.SIGTERM)
+        elif self.signals == 2:
+            self.drain.force()
+            self.should_exit = True
+        else:
+            self.force_exit = True
+
+    async def on_tick(self, counter: int) -> bool:
+        if not self.drain.ready and not self.drain.accepting():
+            self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def url_of(sock: socket.socket) -> str:
@@ -62,11 +101,19 @@ def url_of(sock: socket.socket) -> str:
 
 
 def serve_forever(
-    app: Any, host: str, port: int, *, log_level: str = "warning", banner: str | None = None
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "warning",
+    banner: str | None = None,
+    drain: Drain | None = None,
 ) -> None:
-    """Serve until Ctrl-C; print the banner (with {url}) once listening."""
+    """Serve until Ctrl-C or SIGTERM (with `drain`: until its drain is over); print the banner
+    (with {url}) once listening."""
     sock = bind(host, port)
-    server = uvicorn.Server(_config(app, log_level))
+    config = _config(app, log_level, drain)
+    server = uvicorn.Server(config) if drain is None else DrainingServer(config, drain)
     if banner:
         print(banner.format(url=url_of(sock)), flush=True)
     try:

@@ -22,6 +22,15 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
      "Redis holding the limits shared by several gateways (redis://127.0.0.1:6379/0)",
      {"metavar": "URL"}),
     ("lease_ttl_s", "--lease-ttl-s", "Redis lease TTL", {"metavar": "S", "type": float}),
+    ("replica_deadline_s", "--replica-deadline-s",
+     "a replica whose /health is unanswered this long is out of rotation (a hang)",
+     {"metavar": "S", "type": float}),
+    ("drain_grace_s", "--drain-grace-s",
+     "after SIGTERM: /readyz fails, new requests still served this long",
+     {"metavar": "S", "type": float}),
+    ("drain_timeout_s", "--drain-timeout-s",
+     "then no new connections; requests in flight get this long before an error ends them",
+     {"metavar": "S", "type": float}),
     ("listen", "--listen", "address to listen on", {"metavar": "HOST:PORT"}),
 )  # a table: one flag a row, read down its options  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (

@@ -25,7 +25,8 @@ FLAGS: tuple[Flag, ...] = (
     (
         "fault",
         "--fault",
-        "a fault to have, NAME[@SECONDS after start]: scheduler-stuck",
+        "faults to have, NAME[@SECONDS after start][+FOR SECONDS], comma-separated:"
+        " scheduler-stuck, slow (5x), garbage (docs/sim.md)",
         {"metavar": "F"},
     ),
 )

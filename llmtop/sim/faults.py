@@ -1,36 +1,84 @@
-"""Faults the sim can be told to have, so a finding about a broken engine is tested end to end.
+"""Faults the sim can be told to have, so a finding about a broken engine, or the gateway's
+handling of one, is tested end to end.
 
-`--fault NAME[@SECONDS]`: the fault starts SECONDS after the sim does (0 when not given).
+`--fault NAME[@SECONDS][+FOR]`, several comma-separated: the fault starts SECONDS after the sim
+does (0 when not given) and lasts FOR seconds (for good when not given). At run time,
+`POST /sim/fault` with `{"fault": "slow+20"}` starts one counted from now (the chaos run,
+bench/chaos.py, turns faults on at the times of its schedule this way).
 
 - `scheduler-stuck`: the scheduler stops admitting waiting requests, for good, as vLLM issue
   #53130 reports a real engine doing. Running requests finish; new ones wait forever; /health,
   /v1/models and /metrics answer as before; the KV cache empties as the running ones finish.
+- `slow`: every engine step takes SLOW_FACTOR (5) times as long, as an engine on a throttled
+  or shared GPU does: tokens come 5x slower, and /metrics shows it (ITL, TTFT); /health answers.
+- `garbage`: every generation request is answered with bytes no HTTP client takes (a header
+  line over 64 KiB, the gateway's limit, and a body that is not JSON), as a wrong service on
+  the port or a broken proxy would; /health and /metrics answer as before.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-FAULTS = ("scheduler-stuck",)
+FAULTS = ("scheduler-stuck", "slow", "garbage")
+SLOW_FACTOR = 5.0
+"""How many times longer each engine step takes under the `slow` fault."""
+GARBAGE_HEADER_BYTES = 80_000
+"""The `garbage` fault's header line: over aiohttp's limit as the gateway sets it (64 KiB)."""
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault and when it starts, in seconds after the engine's start."""
+    """One fault, when it starts (seconds after the engine's start, or after now at run time)
+    and for how long (None: for good)."""
 
     name: str
     after_s: float = 0.0
+    for_s: float | None = None
 
 
 def parse_fault(text: str) -> Fault:
-    """`NAME[@SECONDS]` -> a Fault; ValueError naming what is wrong."""
-    name, _, when = text.strip().partition("@")
+    """`NAME[@SECONDS][+FOR]` -> a Fault; ValueError naming what is wrong."""
+    spec = text.strip()
+    spec, plus, length = spec.partition("+")
+    name, _, when = spec.partition("@")
     if name not in FAULTS:
         raise ValueError(f"unknown fault {name!r} (known: {', '.join(FAULTS)})")
     try:
         after = float(when) if when else 0.0
+        for_s = float(length) if plus else None
     except ValueError:
-        raise ValueError(f"fault {text!r}: expected NAME@SECONDS, e.g. {name}@30") from None
+        example = f"{name}@30" if name == "scheduler-stuck" else f"{name}@30+10"
+        raise ValueError(f"fault {text!r}: expected NAME[@SECONDS][+FOR], e.g. {example}") from None
     if not 0 <= after < float("inf"):
         raise ValueError(f"fault {text!r}: the start must be 0 or more seconds")
-    return Fault(name, after)
+    if for_s is not None and not 0 < for_s < float("inf"):
+        raise ValueError(f"fault {text!r}: the length must be more than 0 seconds")
+    if for_s is not None and name == "scheduler-stuck":
+        raise ValueError(f"fault {text!r}: scheduler-stuck is for good (no +FOR)")
+    return Fault(name, after, for_s)
+
+
+def parse_faults(text: str) -> tuple[Fault, ...]:
+    """Comma-separated faults (`slow@30+20,garbage@60+10`)."""
+    return tuple(parse_fault(part) for part in text.split(",") if part.strip())
+
+
+@dataclass
+class FaultSchedule:
+    """The faults a running sim has, as (name, start, end) on the engine's clock."""
+
+    windows: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def add(self, fault: Fault, now: float) -> None:
+        start = now + fault.after_s
+        end = float("inf") if fault.for_s is None else start + fault.for_s
+        self.windows.append((fault.name, start, end))
+
+    def active(self, name: str, now: float) -> bool:
+        return any(n == name and start <= now < end for n, start, end in self.windows)
+
+    def starts(self, name: str) -> float | None:
+        """When the first window of `name` starts (None: never)."""
+        found = [start for n, start, _ in self.windows if n == name]
+        return min(found) if found else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
 from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence
 from llmtop.sim.exposition import restrict
-from llmtop.sim.faults import parse_fault
+from llmtop.sim.faults import GARBAGE_HEADER_BYTES, SLOW_FACTOR, FaultSchedule, parse_faults
 from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
 from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
 from llmtop.sim.profiles import get_profile
@@ -70,13 +71,23 @@ def build_engine(settings: SimSettings, now: float) -> Engine:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_queued_reqs=settings.max_num_queued_reqs,
         )
-        fault = parse_fault(settings.fault) if settings.fault else None
+        faults = parse_faults(settings.fault) if settings.fault else ()
     except ValueError as e:
         raise UsageError(f"llmtop sim: {e}") from None
     engine = Engine(config, now=now)
-    if fault is not None and fault.name == "scheduler-stuck":
-        engine.stuck_from_s = now + fault.after_s
+    for fault in faults:
+        if fault.name == "scheduler-stuck":
+            engine.stuck_from_s = now + fault.after_s
     return engine
+
+
+def fault_schedule(settings: SimSettings, now: float) -> FaultSchedule:
+    """The timed faults (slow, garbage) of `--fault`, from `now` (build_engine checked them)."""
+    schedule = FaultSchedule()
+    for fault in parse_faults(settings.fault) if settings.fault else ():
+        if fault.name != "scheduler-stuck":
+            schedule.add(fault, now)
+    return schedule
 
 
 def banner(engine: Engine) -> str:
@@ -96,7 +107,9 @@ class SimServer:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         self.model_name = settings.model_name
-        self.engine = build_engine(settings, time.monotonic())
+        now = time.monotonic()
+        self.engine = build_engine(settings, now)
+        self.faults = fault_schedule(settings, now)
         self.metrics = MetricsRenderer(self.engine, self.model_name, time.time())
         self.dcgm = DcgmTelemetry(self.engine, time.monotonic())
         self.created = int(time.time())
@@ -121,8 +134,13 @@ class SimServer:
                 self._work.clear()
                 await self._work.wait()
                 engine.advance_to(time.monotonic())
+            start = engine.now
             result = engine.step()
-            delay = result.end_s - time.monotonic()
+            end = result.end_s
+            if self.faults.active("slow", start):  # the step took SLOW_FACTOR times as long
+                end = start + (end - start) * SLOW_FACTOR
+                engine.advance_to(end)
+            delay = end - time.monotonic()
             await asyncio.sleep(delay if delay > 0 else 0)
             for seq in result.emitted:
                 stream = seq.waker
@@ -160,6 +178,12 @@ class SimServer:
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         if self._closed:
             return self._error("The server is shutting down.", "ServiceUnavailableError", 503)
+        if self.faults.active("garbage", time.monotonic()):
+            return Response(
+                b"\x00\xffnot json\r\n\r\n",
+                headers={"x-garbage": "g" * GARBAGE_HEADER_BYTES},
+                media_type="application/octet-stream",
+            )
         try:
             body = await request.body()
         except ClientDisconnect:  # the client hung up before sending its whole request
@@ -227,6 +251,25 @@ class SimServer:
             self.engine.abort(seq)
             return Response(status_code=499)
         return JSONResponse(writer.full(stream.visible, seq.finish_reason or "length"))
+
+    async def fault(self, request: Request) -> Response:
+        """POST /sim/fault {"fault": "NAME[@SECONDS][+FOR]"}: a timed fault from now (400
+        naming what is wrong); scheduler-stuck only at start (--fault)."""
+        try:
+            doc = json.loads(await request.body())
+            text = doc["fault"] if isinstance(doc, dict) else None
+            if not isinstance(text, str):
+                raise ValueError('expected {"fault": "NAME[@SECONDS][+FOR]"}')
+            faults = parse_faults(text)
+            if any(f.name == "scheduler-stuck" for f in faults):
+                raise ValueError("scheduler-stuck is set at start only (--fault)")
+        except (ValueError, KeyError, ClientDisconnect) as e:
+            message = str(e) if isinstance(e, ValueError) else 'expected {"fault": "..."}'
+            return self._error(message, "BadRequestError", 400)
+        now = time.monotonic()
+        for f in faults:
+            self.faults.add(f, now)
+        return JSONResponse({"faults": [list(w) for w in self.faults.windows], "now": now})
 
     async def models(self, request: Request) -> Response:
         created = self.created
@@ -305,6 +348,7 @@ def create_app(settings: SimSettings) -> Starlette:
             Route("/metrics", sim.prometheus, methods=["GET"]),
             Route("/metrics/", sim.prometheus_mount, methods=["GET"]),
             Route("/dcgm/metrics", sim.dcgm_metrics, methods=["GET"]),
+            Route("/sim/fault", sim.fault, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

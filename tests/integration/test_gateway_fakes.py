@@ -24,7 +24,8 @@ class FakeUpstream:
     tag (recorded in arrival order), chunks, hold_after (chunks sent before waiting on the
     gate), hang (never answers), status (answer with that status), think_s (a pause before
     the headers and before each chunk), linger_s (a pause after `data: [DONE]` before the
-    stream ends, as vLLM's server can leave between its last event and the end of the body)."""
+    stream ends, as vLLM's server can leave between its last event and the end of the body),
+    split_done (`data: [DONE]` sent in two writes 50 ms apart)."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -102,7 +103,14 @@ class FakeUpstream:
             chunk = f'data: {{"i": {i}}}\n\n'.encode()
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         linger_s = float(opts.get("linger_s", 0.0))
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+        if opts.get("split_done"):  # the last event in two writes, as two reads downstream
+            await send({"type": "http.response.body", "body": b"data: [DO", "more_body": True})
+            await asyncio.sleep(0.05)
+            await send({"type": "http.response.body", "body": b"NE]\n\n", "more_body": True})
+        else:
+            await send(
+                {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True}
+            )
         if linger_s:
             await asyncio.sleep(linger_s)
         await send({"type": "http.response.body", "body": b""})

@@ -249,6 +249,31 @@ async def test_client_leaving_after_done_is_completed_not_cancelled(
     accounted(s)
 
 
+async def test_done_split_over_two_reads_still_counts_the_stream_completed(
+    upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
+) -> None:
+    """`data: [DONE]` cut between two reads is still seen: the client that leaves right
+    after it got the whole answer."""
+    _, url = upstream
+    gw = start_gateway(url)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        async with (
+            httpx.AsyncClient(base_url=gw.url, timeout=10) as streamer,
+            streamer.stream(
+                "POST", "/v1/completions", json=gen(split_done=True, linger_s=1.0)
+            ) as r,
+        ):
+            seen = b""
+            async for chunk in r.aiter_raw():
+                seen += chunk
+                if b"data: [DONE]" in seen:
+                    break
+        s = await wait_stats(c, lambda s: s["in_flight"] == 0)
+    assert s["outcomes"]["completed"] == 1
+    assert s["outcomes"]["cancelled"] == 0
+    accounted(s)
+
+
 async def test_rate_limit_per_tenant(
     upstream: tuple[FakeUpstream, str], start_gateway: Callable[..., ServerThread]
 ) -> None:

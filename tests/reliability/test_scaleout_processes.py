@@ -119,6 +119,7 @@ def stack() -> Iterator[Stack]:
         for s in sims:
             cmd += ["--vllm", s.url]
         cmd += ["--redis", server.url, "--lease-ttl-s", str(TTL_S), "--eject-s", "1"]
+        cmd += ["--drain-grace-s", "0"]  # no balancer in front: the teardown's SIGTERM ends it
         cmd += ["--max-concurrency", str(CAP), "--max-queue", "200", "--queue-timeout-s", "8"]
         gateways.append(Proc(cmd, f"http://127.0.0.1:{port}"))
     procs = [*sims, *gateways]

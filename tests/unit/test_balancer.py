@@ -108,3 +108,34 @@ def test_full_ties_take_turns() -> None:
         bal.done(r)
         order.append(r.url[-1])
     assert order == ["0", "1", "2", "0", "1", "2"]
+
+
+def test_a_move_out_of_rotation_and_back_is_one_event_each() -> None:
+    bal, clock = make(eject_s=5.0)
+    a, b = bal.replicas
+    assert bal.to_check() == [a, b]
+    clock.t = 1.0
+    bal.probed(a, "no /health answer within 2 s (hung)")
+    assert bal.to_check() == [b]
+    assert bal.pick() is b
+    clock.t = 6.0  # its time is out: probed, still hung, ejected again: no second event
+    assert bal.to_probe() == [a]
+    bal.probed(a, "no /health answer within 2 s (hung)")
+    clock.t = 11.5
+    assert bal.to_probe() == [a]
+    bal.probed(a, None)  # it answers: back
+    bal.probed(b, None)  # in rotation all along: no event
+    assert [(e.time, e.url, e.change, e.reason) for e in bal.events] == [
+        (1.0, a.url, "out", "no /health answer within 2 s (hung)"),
+        (11.5, a.url, "back", None),
+    ]
+    assert bal.events_total == 2
+    assert a.state == OK
+
+
+def test_the_deadline_must_be_positive_seconds() -> None:
+    import pytest
+
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="replica_deadline_s must be > 0 seconds"):
+            make(deadline_s=bad)

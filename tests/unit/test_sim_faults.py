@@ -8,7 +8,7 @@ import pytest
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.engine import FINISHED, WAITING, Engine, EngineConfig
-from llmtop.sim.faults import Fault, parse_fault
+from llmtop.sim.faults import Fault, FaultSchedule, parse_fault, parse_faults
 from llmtop.sim.profiles import get_profile
 from llmtop.sim.server import banner, build_engine
 
@@ -16,14 +16,42 @@ from llmtop.sim.server import banner, build_engine
 def test_faults_parse() -> None:
     assert parse_fault("scheduler-stuck") == Fault("scheduler-stuck", 0.0)
     assert parse_fault("scheduler-stuck@30") == Fault("scheduler-stuck", 30.0)
-    with pytest.raises(ValueError, match=r"unknown fault 'hang' \(known: scheduler-stuck\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown fault 'hang' \(known: scheduler-stuck, slow, garbage\)"
+    ):
         parse_fault("hang")
-    with pytest.raises(ValueError, match=r"expected NAME@SECONDS, e\.g\. scheduler-stuck@30"):
+    with pytest.raises(
+        ValueError, match=r"expected NAME\[@SECONDS\]\[\+FOR\], e\.g\. scheduler-stuck@30"
+    ):
         parse_fault("scheduler-stuck@soon")
     with pytest.raises(ValueError, match="0 or more seconds"):
         parse_fault("scheduler-stuck@-1")
     with pytest.raises(UsageError, match="llmtop sim: unknown fault 'hang'"):
         build_engine(SimSettings(fault="hang"), now=0.0)
+
+
+def test_timed_faults_parse_and_hold_for_their_window() -> None:
+    assert parse_faults("slow@30+20, garbage+10") == (
+        Fault("slow", 30.0, 20.0),
+        Fault("garbage", 0.0, 10.0),
+    )
+    with pytest.raises(ValueError, match=r"e\.g\. slow@30\+10"):
+        parse_fault("slow+soon")
+    with pytest.raises(ValueError, match="more than 0 seconds"):
+        parse_fault("garbage+0")
+    with pytest.raises(ValueError, match=r"scheduler-stuck is for good \(no \+FOR\)"):
+        parse_fault("scheduler-stuck+5")
+    schedule = FaultSchedule()
+    for f in parse_faults("slow@30+20,garbage"):
+        schedule.add(f, now=100.0)
+    assert not schedule.active("slow", 129.9)
+    assert schedule.active("slow", 130.0)
+    assert schedule.active("slow", 149.9)
+    assert not schedule.active("slow", 150.0)
+    assert schedule.active("garbage", 100.0)
+    assert schedule.active("garbage", 1e9)  # for good
+    assert schedule.starts("slow") == 130.0
+    assert schedule.starts("scheduler-stuck") is None
 
 
 def test_a_stuck_scheduler_lets_what_runs_finish_and_admits_nothing_after() -> None:

@@ -1,13 +1,16 @@
-"""The gateway's Starlette app: /admin, /metrics, /healthz, and the proxy for every other path.
+"""The gateway's Starlette app: /admin, /metrics, /healthz (liveness), /readyz (readiness:
+503 from the first SIGTERM on, docs/gateway.md) and the proxy for every other path.
 
 The upstream aiohttp session and a 50 ms housekeeping task (queue timeouts, a light upstream
-health probe) are owned by the lifespan, so they open and close with the server.
+health probe, the drain's cut) are owned by the lifespan, so they open and close with the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -30,6 +33,8 @@ from llmtop.gateway.server.proxy import Proxy
 from llmtop.gateway.server.wire import describe_error
 from llmtop.gateway.upstreams.shared import LocalLimits, RedisLimits, SharedLimits
 from llmtop.settings import GatewaySettings, resolve_token
+
+log = logging.getLogger("llmtop.gateway")
 
 TICK_S = 0.05
 """How often queue timeouts are checked: a waiter leaves at most this late."""
@@ -82,14 +87,56 @@ async def _probe(state: GatewayContext) -> None:
         state.upstream.failed(f"upstream unreachable: {describe_error(e)}")
 
 
-async def _housekeeping(state: GatewayContext) -> None:
-    """Expire queued requests every tick; probe the upstream's /health now and then."""
+def _watch_drain(state: GatewayContext, proxy: Proxy, seen: str) -> str:
+    """One line in the log when the drain starts and when it cuts; the cut itself (each
+    request in flight ended with an error) is the proxy's. Returns the phase now."""
+    drain = state.drain
+    phase = drain.phase()
+    if phase == seen:
+        return phase
+    if seen == "ready":
+        log.info(
+            "llmtop gateway: %s: /readyz fails; new requests served %.3g s more, then up to"
+            " %.3g s for the %d in flight",
+            drain.signal_name,
+            max(0.0, drain.accept_until - drain.clock()),
+            drain.timeout_s,
+            len(proxy.live),
+        )
+    if phase == "cut" and proxy.live:
+        streams, waiting = proxy.cut_all(drain.cut_reason())
+        log.warning(
+            "llmtop gateway: drain over: %d requests cut (%d answering, %d not yet), each"
+            " ended with an error",
+            streams + waiting,
+            streams,
+            waiting,
+        )
+    return phase
+
+
+def final_counts(state: GatewayContext, proxy: Proxy) -> dict[str, object]:
+    """What the gateway answered over its life, logged as it stops: every proxied request's
+    status (0: the client left before any answer), admission's offered and outcomes."""
+    ctl = state.admission
+    return {
+        "answers": {str(k): v for k, v in sorted(proxy.statuses.items())},
+        "offered": ctl.offered,
+        "outcomes": dict(ctl.outcomes),
+    }
+
+
+async def _housekeeping(state: GatewayContext, proxy: Proxy) -> None:
+    """Expire queued requests every tick; probe the upstream's /health now and then; at the
+    drain's end, cut what is left."""
     ctl = state.admission
     next_probe = 0.0
     probe: asyncio.Future[None] | None = None
+    phase = "ready"
     try:
         while True:
             ctl.expire()
+            phase = _watch_drain(state, proxy, phase)
             now = time.monotonic()
             if now >= next_probe and state.session is not None and (probe is None or probe.done()):
                 next_probe = now + HEALTH_INTERVAL_S
@@ -119,7 +166,7 @@ class GatewayApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-_OWN_PATHS = frozenset({"/metrics", "/healthz", "/admin"})
+_OWN_PATHS = frozenset({"/metrics", "/healthz", "/readyz", "/admin"})
 
 
 def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None = None) -> Starlette:
@@ -146,16 +193,20 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
             shared = RedisLimits(settings.redis_url, ttl_s=settings.lease_ttl_s)
         except ValueError as e:
             raise ConfigError(f"gateway: redis_url {settings.redis_url!r}: {e}") from None
-    state = GatewayContext(
-        settings=settings, admission=controller, admin_token=token, shared=shared
-    )
+    try:
+        state = GatewayContext(
+            settings=settings, admission=controller, admin_token=token, shared=shared
+        )
+    except ValueError as e:  # the drain's seconds
+        raise ConfigError(f"gateway: {e}") from None
+    proxy = Proxy(state)
     state.apply_shares()  # with Redis: no room until it grants some
     controller_of_budget = autopilot_loop.attach(state)  # the autopilot (docs/autopilot.md)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.session = make_session(settings)
-        task = asyncio.ensure_future(_housekeeping(state))
+        task = asyncio.ensure_future(_housekeeping(state, proxy))
         autopilot = asyncio.ensure_future(autopilot_loop.run(state, controller_of_budget))
         watcher = asyncio.ensure_future(replica_watch.watch(state))
         sync = asyncio.ensure_future(state.shared.run(controller, state.apply_shares))
@@ -168,15 +219,21 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
                     await t
             await state.shared.close()
             await state.session.close()
+            log.info("llmtop gateway: stopped: %s", json.dumps(final_counts(state, proxy)))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "upstream": state.upstream.to_dict()})
 
+    async def readyz(request: Request) -> Response:
+        doc = state.drain.to_dict()
+        return JSONResponse(doc, status_code=200 if doc["ready"] else 503)
+
     app = GatewayApp(
-        Proxy(state),
+        proxy,
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", metrics_endpoint(state), methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint(state, proxy.statuses), methods=["GET"]),
             Mount("/admin", routes=admin_routes(state)),
         ],
         lifespan=lifespan,

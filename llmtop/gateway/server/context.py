@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import aiohttp
 
+from llmtop.asgi.drain import Drain
 from llmtop.core.base.admin_api import SloDoc, StatsDoc
 from llmtop.gateway.admission.callers import CallerRules
 from llmtop.gateway.admission.controller import AdmissionController, Limits
@@ -119,19 +120,28 @@ class GatewayContext:
     callers: CallerRules = field(init=False)
     """Who may claim which tenant and priority (llmtop/gateway/admission/callers.py)."""
     upstream_errors: UpstreamErrors = field(default_factory=UpstreamErrors)
+    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
     unanswered: Unanswered = field(default_factory=Unanswered)
     """Requests without a first byte yet: the age of the oldest queued and the oldest at the
     engine, which TTFT histograms only show once they are answered."""
-    """Upstream failures by reason: vLLM's 503 refusals apart from its faults."""
+    drain: Drain = field(init=False)
+    """The drain after SIGTERM (llmtop/asgi/drain.py): /readyz reads it, the runner's signal
+    handler starts it, the housekeeping tick cuts what is left at its end."""
 
     def __post_init__(self) -> None:
         s = self.settings
         urls = upstream_urls(s.upstream)
         self.base_url = urls[0]
-        self.balancer = Balancer(urls, eject_s=s.eject_s, max_per_replica=s.replica_max_concurrency)
+        self.balancer = Balancer(
+            urls,
+            eject_s=s.eject_s,
+            max_per_replica=s.replica_max_concurrency,
+            deadline_s=s.replica_deadline_s,
+        )
         self.callers = CallerRules(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)
         self.admission.tenant_ttft_slo_s = dict(s.tenant_ttft_slo_s)
+        self.drain = Drain(grace_s=s.drain_grace_s, timeout_s=s.drain_timeout_s)
 
     def apply_shares(self) -> None:
         """Admission's cap from outside its limits: the shared grant (Redis) and the room of

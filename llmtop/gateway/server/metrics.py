@@ -6,6 +6,7 @@ touches prometheus_client; each app has its own registry (tests run many gateway
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -35,8 +36,10 @@ def _hist(name: str, doc: str, h: CumulativeHistogram) -> HistogramMetricFamily:
 class GatewayCollector(Collector):
     """Exports one gateway's counters, gauges, limits and histograms."""
 
-    def __init__(self, state: GatewayContext) -> None:
+    def __init__(self, state: GatewayContext, statuses: Counter[int] | None = None) -> None:
         self.state = state
+        self.statuses = statuses
+        """The proxy's answers by status (Proxy.statuses), when it has one."""
 
     def collect(self) -> Iterator[Metric]:
         ctl = self.state.admission
@@ -63,6 +66,15 @@ class GatewayCollector(Collector):
         for outcome, n in ctl.outcomes.items():
             outcomes.add_metric([outcome], n)
         yield outcomes
+        if self.statuses is not None:
+            answers = CounterMetricFamily(
+                p + "responses",
+                "Proxied requests by the status answered (0: the client left first).",
+                labels=["status"],
+            )
+            for code, count in sorted(self.statuses.items()):
+                answers.add_metric([str(code)], count)
+            yield answers
         rejections = CounterMetricFamily(
             p + "rejections",
             "429 rejections by reason (queue_timeout: see timed_out).",
@@ -183,10 +195,12 @@ class GatewayCollector(Collector):
             )
 
 
-def metrics_endpoint(state: GatewayContext) -> Callable[[Request], Awaitable[Response]]:
+def metrics_endpoint(
+    state: GatewayContext, statuses: Counter[int] | None = None
+) -> Callable[[Request], Awaitable[Response]]:
     """The /metrics handler over a fresh registry holding this gateway's collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GatewayCollector(state))
+    registry.register(GatewayCollector(state, statuses))
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE)

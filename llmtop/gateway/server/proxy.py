@@ -3,38 +3,40 @@ through admission, and streams the answer back chunk by chunk.
 
 Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
 only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (aiohttp's `readany`, content encoding left alone). A watcher task waits for
-the client's http.disconnect while the request is queued or streaming, so a client that
-leaves frees its slot and closes the upstream request (vLLM then aborts it) at once.
+as they arrive (aiohttp's `readany`, content encoding left alone). The request's work runs in
+the handler's own task; a watcher task waits for the client's http.disconnect while it is
+queued or streaming and cancels it, so a client that leaves frees its slot and closes the
+upstream request (vLLM then aborts it) at once.
 
-A request's state travels as one `Exchange`: entered into admission, waited, sent to a replica
-(once more elsewhere if the first refused the connection), relayed. The bytes on the wire
-(headers dropped, error bodies, an upstream's 5xx wrapped, the bounded body read) are
-gateway/server/wire.py.
+A request's state travels as one `Exchange` (gateway/server/exchange.py): entered into
+admission, waited, sent to a replica (once more elsewhere if the first refused the connection),
+relayed (gateway/server/relay.py); the ones in flight are kept in `live`, so the drain's end
+can cut each with an error. The bytes on the wire (headers dropped, error bodies, an
+upstream's 5xx wrapped, the bounded body read) are gateway/server/wire.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections import Counter
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
-from llmtop.gateway.admission.controller import PRIORITIES, Rejected, Ticket
+from llmtop.gateway.admission.controller import PRIORITIES, Rejected
 from llmtop.gateway.admission.footprint import footprint_of
 from llmtop.gateway.admission.prompt import prompt_tokens
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.engine_priority import stamp
+from llmtop.gateway.server.exchange import Exchange, end_cut
+from llmtop.gateway.server.relay import relay
 from llmtop.gateway.server.upstream_errors import classify
 from llmtop.gateway.server.wire import (
     DROP_REQUEST,
-    DROP_RESPONSE,
     ClientGone,
     TooLarge,
     describe_error,
-    error_body,
     is_utf8,
     read_body,
     send_error,
@@ -47,51 +49,6 @@ GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/re
 """POST to these goes through admission; everything else is forwarded at once."""
 _RETRY = "retry"
 """An attempt that failed to connect: nothing was sent, another replica may take it."""
-# an OpenAI stream's last event: a client may close as soon as it has read it
-_DONE = b"data: [DONE]"
-
-
-class Exchange:
-    """One proxied request, from its head to the end of its answer: what each step of the
-    forward (admission, the retry over replicas, one attempt) reads and updates."""
-
-    __slots__ = (
-        "body",
-        "done_relayed",
-        "headers",
-        "method",
-        "queue_s",
-        "send",
-        "t0",
-        "target",
-        "ticket",
-    )
-
-    def __init__(
-        self,
-        method: str,
-        target: tuple[bytes, bytes],
-        headers: list[tuple[str, str]],
-        body: bytes,
-        t0: float,
-        send: Send,
-    ) -> None:
-        self.method = method
-        self.target = target
-        """(raw path, query string), forwarded as the client sent them."""
-        self.headers = headers
-        """The headers to forward, decoded as aiohttp writes them."""
-        self.body = body
-        self.t0 = t0
-        """When the request reached the gateway (the clock's seconds)."""
-        self.send = send
-        self.ticket: Ticket | None = None
-        """Its place in admission (generation requests only)."""
-        self.queue_s = 0.0
-        """Seconds it waited in the admission queue."""
-        self.done_relayed = False
-        """The stream's `data: [DONE]` reached the client, so a client that closes right after
-        it (before the upstream's body ends, as with vLLM) counts as completed, not cancelled."""
 
 
 class Proxy:
@@ -100,6 +57,22 @@ class Proxy:
     def __init__(self, state: GatewayContext) -> None:
         self.state = state
         self._urls: dict[tuple[str, bytes, bytes], URL] = {}
+        self.live: dict[asyncio.Task[object], Exchange] = {}
+        """Each request's task in flight (queued or forwarded) -> its exchange."""
+        self.statuses: Counter[int] = Counter()
+        """Answers by status since start, every proxied request once (0: none, the client
+        left first); logged when the gateway stops, exported in /metrics."""
+
+    def cut_all(self, reason: str) -> tuple[int, int]:
+        """The drain is over: cancel every request's task, each to be ended with an error by
+        its own handler (`end_cut`). Returns (answering, not answered yet)."""
+        answering = 0
+        for task, exchange in list(self.live.items()):
+            if exchange.cut is None and not task.done():
+                exchange.cut = reason
+                answering += exchange.started
+                task.cancel()
+        return answering, len(self.live) - answering
 
     def _url(self, base: str, path: bytes, query: bytes) -> URL:
         """The upstream URL of a path, parsed once: a few paths carry nearly all the traffic."""
@@ -143,7 +116,7 @@ class Proxy:
                 return
             forward.append((name, value))
         if header_bytes > settings.max_header_bytes:
-            await send_error(
+            await self._refuse(
                 send,
                 431,
                 f"request headers over {settings.max_header_bytes} bytes (max_header_bytes)",
@@ -156,17 +129,18 @@ class Proxy:
             await self._too_large(send)
             return
         except ClientGone:
+            self.statuses[0] += 1
             return
         target = (scope.get("raw_path") or scope["path"].encode(), scope["query_string"])
         try:
             self._url(state.base_url, *target)
         except ValueError as e:
-            await send_error(send, 400, f"bad request path: {e}", "invalid_request_error")
+            await self._refuse(send, 400, f"bad request path: {e}", "invalid_request_error")
             return
         generation = scope["method"] == "POST" and scope["path"] in GENERATION_PATHS
         prio = None if priority is None else priority.decode("latin-1")
         if generation and prio is not None and prio not in PRIORITIES:
-            await send_error(
+            await self._refuse(
                 send,
                 400,
                 f"x-llmtop-priority must be one of {', '.join(PRIORITIES)}, got {prio!r}",
@@ -179,36 +153,59 @@ class Proxy:
         except UnicodeDecodeError:
             bad = next(n for n, v in forward if n not in drop and not is_utf8(v))
             bad_name = bad.decode("latin-1")
-            await send_error(
+            await self._refuse(
                 send, 400, f"header {bad_name!r} is not valid UTF-8", "invalid_request_error"
             )
             return
-        x = Exchange(scope["method"], target, headers, body, t0, send)
-        if generation and not await self._enter(x, authorization, prio, tenant):
+        exchange = Exchange(scope["method"], target, headers, body, t0, send)
+        if generation and not await self._enter(exchange, authorization, prio, tenant):
+            self.statuses[429] += 1
             return
-        work = asyncio.ensure_future(self._admit_and_forward(x))
+        # the request's work runs in this task; a watcher cancels it when the client leaves
+        # (one task per request fewer than a work task beside it: BENCHMARKS.md, the chaos
+        # section, memory per queued request)
+        task = asyncio.current_task()
+        assert task is not None
+        live = self.live
+        live[task] = exchange
         watcher = asyncio.ensure_future(until_disconnect(receive))
+
+        def left(w: asyncio.Future[None]) -> None:
+            if exchange.watching and not w.cancelled():
+                exchange.gone = True
+                task.cancel()
+
+        watcher.add_done_callback(left)
         try:
-            await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await self._admit_and_forward(exchange)
+        except asyncio.CancelledError:
+            if not exchange.gone and exchange.cut is None:
+                raise  # not ours: the server's own shutdown
+            uncancel = getattr(task, "uncancel", None)  # 3.11+: the cancel was handled
+            if uncancel is not None:
+                uncancel()
         finally:
+            exchange.watching = False
+            del live[task]
             watcher.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await work
-            if x.ticket is not None:
-                x.ticket.cancel()  # a no-op unless `work` was cancelled before it ever ran
-        if not work.cancelled():
-            work.result()  # a bug in the handler surfaces instead of vanishing
+            if exchange.ticket is not None:
+                exchange.ticket.cancel()  # a no-op unless it was cancelled before it ran
+        if exchange.cut is not None and not exchange.gone:
+            await end_cut(exchange)
+        self.statuses[exchange.status or 0] += 1
 
     async def _enter(
-        self, x: Exchange, authorization: bytes | None, prio: str | None, tenant: bytes | None
+        self,
+        exchange: Exchange,
+        authorization: bytes | None,
+        prio: str | None,
+        tenant: bytes | None,
     ) -> bool:
-        """Enter a generation request into admission (`x.ticket`); False when it was refused
+        """Enter a generation request into admission (`exchange.ticket`); False when it was refused
         (the 429 is sent)."""
         state = self.state
         ctl = state.admission
-        body = x.body
+        body = exchange.body
         who = state.callers.caller(authorization, prio, tenant)
         kv_blocks, shape = footprint_of(ctl, body)
         lim = ctl.limits
@@ -235,51 +232,62 @@ class Proxy:
                 rate_checked=shared_rate is not None,
             )
         except Rejected as r:
-            await self._reject(x.send, r)
+            await self._reject(exchange, r)
             return False
-        x.ticket = ticket
+        exchange.ticket = ticket
         if state.settings.engine_priority:
-            x.body = stamp(body, ticket.priority)
+            exchange.body = stamp(body, ticket.priority)
         return True
+
+    async def _refuse(self, send: Send, status: int, message: str, type_: str) -> None:
+        """A request refused before it is an exchange (counted here)."""
+        self.statuses[status] += 1
+        await send_error(send, status, message, type_)
 
     async def _too_large(self, send: Send) -> None:
         limit = self.state.settings.max_body_bytes
-        await send_error(
+        await self._refuse(
             send,
             413,
             f"request body over {limit} bytes (max_body_bytes)",
             "invalid_request_error",
         )
 
-    async def _reject(self, send: Send, r: Rejected, queue_s: float = 0.0) -> None:
+    async def _reject(self, exchange: Exchange, r: Rejected, queue_s: float = 0.0) -> None:
+        exchange.status = 429
         headers = [
             (b"retry-after", r.retry_after_header.encode()),
             (b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()),
         ]
-        await send_error(send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason)
+        await send_error(
+            exchange.send, 429, r.message, "rate_limit_error", headers=headers, reason=r.reason
+        )
 
-    async def _admit_and_forward(self, x: Exchange) -> None:
+    async def _admit_and_forward(self, exchange: Exchange) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
         waiting = self.state.unanswered
-        ticket = x.ticket
+        ticket = exchange.ticket
         key = id(ticket)
         try:
             if ticket is not None and not ticket.admitted:
-                waiting.queued(key, x.t0)
+                waiting.queued(key, exchange.t0)
                 try:
                     await ticket.wait()
                 except Rejected as r:
-                    await self._reject(x.send, r, ticket.queue_wait_s)
+                    await self._reject(exchange, r, ticket.queue_wait_s)
                     return
-                x.queue_s = ticket.queue_wait_s
+                exchange.queue_s = ticket.queue_wait_s
             if ticket is not None:
                 # the engine's part only: time queued in the gateway is not the engine's delay
-                waiting.admitted(key, x.t0 + x.queue_s)
+                waiting.admitted(key, exchange.t0 + exchange.queue_s)
             outcome = "upstream_error"
             try:
-                outcome = await self._forward(x)
+                outcome = await self._forward(exchange)
             except (asyncio.CancelledError, OSError):
-                outcome = "completed" if x.done_relayed else "cancelled"
+                if exchange.done_relayed:
+                    outcome = "completed"
+                else:  # the drain's cut is the gateway's failure, not the client's leaving
+                    outcome = "cancelled" if exchange.cut is None else "upstream_error"
                 raise
             finally:
                 if ticket is not None:
@@ -287,22 +295,25 @@ class Proxy:
         finally:
             waiting.answered(key)
 
-    async def _forward(self, x: Exchange) -> str:
+    async def _forward(self, exchange: Exchange) -> str:
         """Send to the replica the balancer picks (once more elsewhere if it refused the
         connection: nothing was sent), stream the answer; the outcome of an admitted request."""
         state = self.state
         bal = state.balancer
-        kv = x.ticket.kv_blocks if x.ticket is not None else 0
+        kv = exchange.ticket.kv_blocks if exchange.ticket is not None else 0
         tried: list[Replica] = []
         while True:
             replica = bal.pick(kv, exclude=tried)
             if replica is None:
-                await send_error(x.send, 502, "no upstream replica can take it", "upstream_error")
+                exchange.status = 502
+                await send_error(
+                    exchange.send, 502, "no upstream replica can take it", "upstream_error"
+                )
                 return "upstream_error"
             bal.start(replica, kv)
             error: str | None = "cancelled"
             try:
-                outcome, error = await self._forward_to(x, replica, not tried)
+                outcome, error = await self._forward_to(exchange, replica, not tried)
             finally:
                 bal.done(replica, kv, None if error == "cancelled" else error)
                 state.apply_shares()
@@ -311,28 +322,29 @@ class Proxy:
             tried.append(replica)
 
     async def _forward_to(
-        self, x: Exchange, replica: Replica, may_retry: bool
+        self, exchange: Exchange, replica: Replica, may_retry: bool
     ) -> tuple[str, str | None]:
         """One attempt at one replica: (outcome or _RETRY, the error that ejects it or None)."""
         state = self.state
         session = state.session
         assert session is not None, "the upstream session is opened by the app's lifespan"
         clock = state.clock
-        send = x.send
-        url = self._url(replica.url, *x.target)
+        send = exchange.send
+        url = self._url(replica.url, *exchange.target)
         t_send = clock()
         try:
             response = await session.request(
-                x.method,
+                exchange.method,
                 url,
-                headers=x.headers,
-                data=x.body or None,
+                headers=exchange.headers,
+                data=exchange.body or None,
                 allow_redirects=False,
             )
         except asyncio.TimeoutError as e:
             reason = f"upstream timed out: {describe_error(e)}"
             state.upstream.failed(reason)
             state.upstream_errors.record("timeout")
+            exchange.status = 504
             await send_error(send, 504, "upstream timed out", "upstream_timeout")
             return "upstream_error", reason
         except aiohttp.ClientError as e:
@@ -341,6 +353,7 @@ class Proxy:
             if may_retry and isinstance(e, aiohttp.ClientConnectorError):
                 return _RETRY, reason  # nothing was sent: another replica may take it
             state.upstream_errors.record("unreachable")
+            exchange.status = 502
             await send_error(send, 502, reason, "upstream_error")
             return "upstream_error", reason
         # time awaiting the upstream (its headers, then each chunk): the upstream's, not ours;
@@ -352,8 +365,10 @@ class Proxy:
         try:
             status = response.status
             failed = f"upstream returned {status}" if status >= 500 else None
-            if failed is not None and x.ticket is not None:
-                if await wrap_5xx(response, send, state.upstream_errors):
+            if failed is not None and exchange.ticket is not None:
+                refused = await wrap_5xx(response, send, state.upstream_errors)
+                exchange.status = 503 if refused else 502
+                if refused:
                     # vLLM refused by its own queue limit: a busy engine, not a broken one, so
                     # it is neither marked unhealthy nor ejected from the replicas
                     return "upstream_error", None
@@ -364,13 +379,13 @@ class Proxy:
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            upstream_s, cut = await self._relay(x, response, upstream_s)
+            upstream_s, cut = await relay(state, exchange, response, upstream_s)
             if cut is not None:
                 return "upstream_error", cut
             whole = True
             await send({"type": "http.response.body", "body": b""})
             end = clock()
-            state.handler_time.observe(end, end - x.t0 - x.queue_s - upstream_s)
+            state.handler_time.observe(end, end - exchange.t0 - exchange.queue_s - upstream_s)
             return ("upstream_error" if status >= 500 else "completed"), failed
         finally:
             # close, not release, unless the body was read to its end: a request cut short
@@ -379,53 +394,3 @@ class Proxy:
                 response.release()
             else:
                 response.close()
-
-    async def _relay(
-        self, x: Exchange, response: aiohttp.ClientResponse, upstream_s: float
-    ) -> tuple[float, str | None]:
-        """Pass the answer's head and its body back as they arrive, all but the body's end:
-        (seconds spent awaiting the upstream, the error that cut the body or None)."""
-        state = self.state
-        clock = state.clock
-        send = x.send
-        t0, queue_s, ticket = x.t0, x.queue_s, x.ticket
-        status = response.status
-        out = [(n, v) for n, v in response.raw_headers if n.lower() not in DROP_RESPONSE]
-        out.append((b"x-llmtop-queue-ms", f"{queue_s * 1000.0:.3f}".encode()))
-        if ticket is not None:
-            out.append((b"x-llmtop-priority", ticket.priority.encode()))
-        so_far = clock() - t0 - queue_s - upstream_s
-        out.append((b"x-llmtop-handler-to-headers-ms", f"{so_far * 1000.0:.3f}".encode()))
-        await send({"type": "http.response.start", "status": status, "headers": out})
-        sse = response.content_type == "text/event-stream"
-        first = ticket is not None and status == 200
-        watch_done = sse and status == 200
-        tail = b""
-        content = response.content
-        try:
-            while True:
-                t_wait = clock()
-                chunk = await content.readany()
-                now = clock()
-                upstream_s += now - t_wait
-                if not chunk:
-                    break
-                if first and ticket is not None:
-                    ticket.first_token()  # unstreamed: its last byte too (prefill_due came first)
-                    state.admission.record_ttft(now - t0, queue_s)
-                    state.unanswered.answered(id(ticket))
-                    first = False
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if watch_done and not x.done_relayed:  # [DONE] may straddle two chunks
-                    x.done_relayed = _DONE in chunk or _DONE in tail + chunk[: len(_DONE)]
-                    tail = chunk[-len(_DONE) :]
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            reason = f"upstream failed mid-response: {describe_error(e)}"
-            state.upstream.failed(reason)
-            state.upstream_errors.record("mid_response")
-            if sse:  # a cut body must not look whole: a plain one ends without its last chunk
-                err = error_body(502, reason, "upstream_error").decode()
-                tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
-                await send({"type": "http.response.body", "body": tail})
-            return upstream_s, reason
-        return upstream_s, None

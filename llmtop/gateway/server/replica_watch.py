@@ -1,15 +1,18 @@
-"""The balancer's IO: probe ejected replicas' /health, read each replica's KV capacity and queue
-from its /metrics (read as the autopilot reads it: `pilot.read_scrape`) so the choice knows its
-headroom.
+"""The balancer's IO: probe each replica's /health (the ejected ones once their time is out, to
+bring them back; the ones in rotation every CHECK_EVERY_S, so a hung one that refuses nothing is
+out within the balancer's `deadline_s`), read each replica's KV capacity and queue from its
+/metrics (read as the autopilot reads it: `pilot.read_scrape`) so the choice knows its
+headroom, and log each move out of rotation and back (one line each).
 
-One task in the app's lifespan; each probe or read is bounded by a short timeout and runs on
-its own task, so a hung replica never stalls the others or the queue's timeouts.
+One task in the app's lifespan; each probe or read is bounded by a timeout and runs on its own
+task, so a hung replica never stalls the others or the queue's timeouts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import aiohttp
 
@@ -19,8 +22,13 @@ from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.wire import describe_error
 from llmtop.gateway.upstreams.balancer import Replica
 
+log = logging.getLogger("llmtop.gateway")
+
 TICK_S = 0.25
 """How often ejected replicas whose time is over are probed."""
+CHECK_EVERY_S = 0.5
+"""How often each replica in rotation has its /health asked (a hung one is out within the
+balancer's deadline_s plus this)."""
 SCRAPE_EVERY_S = 2.0
 """How often each replica's /metrics is read (only with several replicas)."""
 TIMEOUT = aiohttp.ClientTimeout(total=1.0)
@@ -28,17 +36,34 @@ TIMEOUT = aiohttp.ClientTimeout(total=1.0)
 
 async def _probe(state: GatewayContext, r: Replica) -> None:
     assert state.session is not None
+    bal = state.balancer
     error: str | None = None
     try:
         async with state.session.get(
-            r.url + "/health", timeout=TIMEOUT, allow_redirects=False
+            r.url + "/health",
+            timeout=aiohttp.ClientTimeout(total=bal.deadline_s),
+            allow_redirects=False,
         ) as resp:
             if resp.status >= 500:
                 error = f"/health returned {resp.status}"
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+    except asyncio.TimeoutError:
+        error = f"no /health answer within {bal.deadline_s:g} s (hung)"
+    except aiohttp.ClientError as e:
         error = f"unreachable: {describe_error(e)}"
-    state.balancer.probed(r, error)
+    bal.probed(r, error)
     state.apply_shares()
+
+
+def _log_events(state: GatewayContext, seen: int) -> int:
+    """One log line per replica event since the `seen`th; returns the count logged so far."""
+    events = state.balancer.events
+    total = state.balancer.events_total
+    for e in list(events)[len(events) - min(len(events), total - seen) :]:
+        if e.change == "out":
+            log.warning("llmtop gateway: replica %s out of rotation: %s", e.url, e.reason)
+        else:
+            log.info("llmtop gateway: replica %s back in rotation", e.url)
+    return total
 
 
 async def _scrape(state: GatewayContext, r: Replica) -> None:
@@ -64,14 +89,20 @@ async def watch(state: GatewayContext) -> None:
     bal = state.balancer
     tasks: dict[tuple[str, str], asyncio.Future[None]] = {}
     loop = asyncio.get_running_loop()
-    next_scrape = 0.0
+    next_scrape = next_check = 0.0
+    logged = 0
     try:
         while True:
-            for r in bal.to_probe():
+            now = loop.time()
+            due = bal.to_probe()
+            if now >= next_check:
+                next_check = now + CHECK_EVERY_S
+                due += bal.to_check()
+            for r in due:
                 key = ("probe", r.url)
                 if key not in tasks or tasks[key].done():
                     tasks[key] = asyncio.ensure_future(_probe(state, r))
-            now = loop.time()
+            logged = _log_events(state, logged)
             if len(bal.replicas) > 1 and now >= next_scrape:
                 next_scrape = now + SCRAPE_EVERY_S
                 for r in bal.replicas:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
+import sys
 
 from llmtop.errors import UsageError
 from llmtop.settings import GatewaySettings, resolve_token
@@ -39,8 +41,20 @@ def hash_key_from(text: str) -> str:
     return hash_key(key)
 
 
+def log_to_stderr() -> None:
+    """The gateway's own lines (the drain, replicas out and back, its counts as it stops) to
+    stderr, one line each; uvicorn's loggers keep their own handlers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("llmtop.gateway")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def run_gateway(settings: GatewaySettings) -> None:
-    """Build the app and serve until Ctrl-C (ServeError when the port is taken)."""
+    """Build the app and serve until its drain is over (SIGTERM, Ctrl-C: docs/gateway.md);
+    ServeError when the port is taken."""
     from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
     from llmtop.gateway.server.app import create_app
 
@@ -49,11 +63,13 @@ def run_gateway(settings: GatewaySettings) -> None:
     token = settings.admin_token
     check_exposure(host, token)
     app = create_app(settings)
+    log_to_stderr()
     auth = "token required" if token else "no token (loopback only)"
     serve_forever(
         app,
         host,
         port,
+        drain=app.state.gateway.drain,
         banner=(
             f"llmtop gateway on {{url}} -> {settings.upstream}  "
             f"(max_concurrency {settings.max_concurrency}, max_queue {settings.max_queue}; "

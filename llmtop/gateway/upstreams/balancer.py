@@ -10,15 +10,19 @@ then the fewest requests outstanding, then the one picked least recently. A repl
 own concurrency limit is skipped.
 
 Ejection: a refused connection, a timeout or a 5xx ejects a replica for `eject_s` (passive);
-after that it takes no traffic until an active /health probe answers (then it is back).
+after that it takes no traffic until an active /health probe answers (then it is back). A hung
+replica (SIGSTOP, a wedged host) refuses nothing, so every replica in rotation is also probed,
+and one whose /health goes unanswered for `deadline_s` is ejected the same way. Each move out of
+rotation and back in is an event (`events`), with its time and reason.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
@@ -53,6 +57,16 @@ class Replica:
         return (self.kv_in_flight + extra_blocks) / self.capacity_blocks
 
 
+@dataclass(frozen=True)
+class ReplicaEvent:
+    """A replica went out of rotation or came back."""
+
+    time: float
+    url: str
+    change: Literal["out", "back"]
+    reason: str | None = None
+
+
 @dataclass
 class Balancer:
     """The replicas, the choice and the ejections."""
@@ -61,13 +75,26 @@ class Balancer:
     eject_s: float = 5.0
     max_per_replica: int | None = None
     clock: Callable[[], float] = time.monotonic
+    deadline_s: float = 2.0
+    """A replica in rotation whose /health is unanswered this long is ejected (a hang)."""
     replicas: list[Replica] = field(init=False)
+    events: deque[ReplicaEvent] = field(init=False)
+    """The last 200 moves out of rotation and back, oldest first."""
 
     def __post_init__(self) -> None:
         if not self.urls:
             raise ValueError("at least one upstream is needed")
+        if not 0 < self.deadline_s < float("inf"):
+            raise ValueError(f"replica_deadline_s must be > 0 seconds, got {self.deadline_s:g}")
         self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+        self.events = deque(maxlen=200)
+        self.events_total = 0
+        """Events since start (those older than the last 200 are gone from `events`)."""
         self._picks = 0
+
+    def _event(self, event: ReplicaEvent) -> None:
+        self.events.append(event)
+        self.events_total += 1
 
     def eligible(self) -> list[Replica]:
         """Replicas that may take a request now (not ejected, not awaiting a probe)."""
@@ -113,6 +140,9 @@ class Balancer:
         self.fail(r, error)
 
     def fail(self, r: Replica, error: str) -> None:
+        """Out of rotation for eject_s (an event when it was in rotation)."""
+        if r.state == OK:
+            self._event(ReplicaEvent(self.clock(), r.url, "out", error))
         r.failures += 1
         r.healthy = False
         r.last_error = error
@@ -125,9 +155,16 @@ class Balancer:
         self._tick()
         return [r for r in self.replicas if r.state == PROBING]
 
+    def to_check(self) -> list[Replica]:
+        """Replicas in rotation, whose /health is checked against the deadline."""
+        self._tick()
+        return [r for r in self.replicas if r.state == OK]
+
     def probed(self, r: Replica, error: str | None) -> None:
-        """A /health answer: back in service, or ejected again."""
+        """A /health answer (or none within the deadline: `error`): in service, or out."""
         if error is None:
+            if r.state != OK:
+                self._event(ReplicaEvent(self.clock(), r.url, "back"))
             r.state, r.healthy = OK, True
         else:
             self.fail(r, error)
@@ -160,4 +197,4 @@ class Balancer:
         ]
 
 
-__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica"]
+__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent"]
