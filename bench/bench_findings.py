@@ -55,8 +55,9 @@ def score_one(path: Path, entry: dict[str, Any]) -> Result:
     pipeline = Pipeline(HealthSettings())
     onset = float(entry["onset_s"])
     expected = {e["finding"]: e for e in entry["expect"]}
-    start = rec.start or 0.0
-    out = Result(entry["class"], bool(entry["healthy"]), (rec.end or start) - start)
+    start = rec.times[0] if rec.times else 0.0
+    end = rec.times[-1] if rec.times else start
+    out = Result(entry["class"], bool(entry["healthy"]), end - start)
     out.within = {f: float(e["within_s"]) for f, e in expected.items()}
     out.max_severity = entry.get("max_severity")
     out.named = dict.fromkeys(expected)

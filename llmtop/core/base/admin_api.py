@@ -274,9 +274,6 @@ class StatsDoc(TypedDict, total=False):
     mode: str
     autopilot: dict[str, Any] | None
     """The autopilot's last state (budget, reason); None in manual mode before it ran."""
-    refusals: dict[str, Any]
-    """The SLO refusals of the last minutes checked against the starts that came (counts, a
-    line saying them, a row a minute)."""
     limits: LimitsDoc
     slo: SloDoc
     upstream: UpstreamDoc
