@@ -166,17 +166,11 @@ class FleetPipeline(Pipeline):
         self,
         health: HealthSettings,
         *,
-        rules: FleetRules | None = None,
         window_s: float | None = None,
         max_num_seqs: int | None = None,
     ) -> None:
         super().__init__(health, window_s=window_s, max_num_seqs=max_num_seqs)
-        self.rules = rules or FleetRules(
-            kv_high_frac=self.settings.kv_high_frac,
-            ttft_slo_s=self.settings.slo.ttft_s,
-            fire_after_s=self.settings.fire_after_s,
-            clear_after_s=self.settings.clear_after_s,
-        )
+        self.rules = FleetRules.of(self.settings)
         self.names: dict[str, str] = {}
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None
