@@ -31,13 +31,12 @@ class FleetScraper:
         *,
         timeout_s: float,
         max_bytes: int,
-        concurrency: int = 64,
         narrow: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes, concurrency=concurrency)
+        self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
@@ -50,7 +49,7 @@ class FleetScraper:
         return None if state is None else state.use(self._clock())
 
     async def scrape_all(self, urls: Sequence[str]) -> tuple[RawEngine, ...]:
-        """One scrape of each URL, all at once (at most `concurrency` in flight)."""
+        """One scrape of each URL, all at once (at most LeanClient's concurrency in flight)."""
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body

@@ -39,7 +39,6 @@ class AdminClient:
         *,
         timeout_s: float = 5.0,
         source: str = "tui",
-        transport: httpx.AsyncBaseTransport | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -48,7 +47,7 @@ class AdminClient:
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self._owns_client = client is None
-        self.http = client or http_client(timeout_s, transport=transport)
+        self.http = client or http_client(timeout_s)
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> AdminClient | None:

@@ -46,13 +46,11 @@ class PrometheusSource:
         timeout_s: float = 5.0,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.monotonic,
-        info_every_s: float = promql.INFO_EVERY_S,
     ) -> None:
         self.url = url.rstrip("/")
         self.queries = promql.Queries(promql.selector_matchers(selector), window_s, replica_label)
         self.timeout_s = timeout_s
         self.queries_sent = 0
-        self.info_every_s = info_every_s
         self._clock = clock
         self._info: promql_answers.Info | None = None
         self._info_at = 0.0
@@ -112,7 +110,7 @@ class PrometheusSource:
         label = self.queries.replica_label
         try:
             info = self._info
-            if info is None or self._clock() - self._info_at >= self.info_every_s:
+            if info is None or self._clock() - self._info_at >= promql.INFO_EVERY_S:
                 info = await self._read_info()
             answers = await self._ask(self._asks[0])
             rows = promql_answers.read_rows(answers, info, label)

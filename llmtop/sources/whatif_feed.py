@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,14 +75,12 @@ class WhatIfFeed:
         token: str | None,
         health: HealthSettings,
         *,
-        clock: Callable[[], float] = time.monotonic,
         points: Iterable[Point] = (),
         live: bool = True,
     ) -> None:
         self.vllm_url = vllm_url
         self.health = health
         self._reader = GatewayReader(gateway_url, token, optional=True) if gateway_url else None
-        self._clock = clock
         self.points: deque[Point] = deque(points)
         self.live = live
         """False: never scrape, predict from `points` only (tests, screenshots)."""

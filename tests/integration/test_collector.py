@@ -15,7 +15,7 @@ from starlette.routing import Route
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from llmtop.sources.gpu.backend import FakeGpuBackend
+from tests.support.fake_gpu import FakeGpuBackend
 
 
 def targets_app(load_text: str) -> Starlette:

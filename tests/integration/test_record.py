@@ -19,7 +19,7 @@ from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.gpu.backend import FakeGpuBackend
+from tests.support.fake_gpu import FakeGpuBackend
 
 TOKEN = "tok-3f9a1c77d2e04b5a"
 GPU = GpuStats(index=0, name="fake", util_frac=0.5, processes=("vllm",))

@@ -12,9 +12,9 @@ from llmtop.recording.reader import read_recording
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from llmtop.sources.gpu.backend import FakeGpuBackend
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.header import StatusHeader
+from tests.support.fake_gpu import FakeGpuBackend
 
 
 async def _wait_polls(pilot: Any, recorder: Recorder, n: int) -> None:

@@ -12,9 +12,10 @@ import pytest
 
 from llmtop.core.base.snapshot import GpuStats
 from llmtop.core.exposition import promtext
-from llmtop.sources.gpu.backend import CombinedGpuBackend, FakeGpuBackend, NvmlBackend
+from llmtop.sources.gpu.backend import CombinedGpuBackend, NvmlBackend
 from llmtop.sources.gpu.dcgm import DCGM_KEEP, DcgmBackend, parse_dcgm
 from llmtop.sources.gpu.nvml import NvmlReader, decode_throttle_reasons
+from tests.support.fake_gpu import FakeGpuBackend
 
 
 class NVMLError(Exception):

@@ -10,7 +10,7 @@ import httpx
 from llmtop.core.base.snapshot import GpuStats
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, target_timeout
-from llmtop.sources.gpu.backend import FakeGpuBackend
+from tests.support.fake_gpu import FakeGpuBackend
 
 GOOD = "http://good:8000"
 BAD = "http://bad:8000"

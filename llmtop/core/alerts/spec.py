@@ -55,9 +55,6 @@ class AlertSpec:
     """The inputs of a rules file."""
 
     health: HealthSettings = field(default_factory=HealthSettings)
-    fleet: FleetRules | None = None
-    """The fleet rules' thresholds; None: their defaults with health's SLO, KV mark and holds
-    (as the fleet pipeline makes them)."""
     vllm_matchers: str = ""
     """Matchers of vLLM's series (inside the braces): the scrape job, namespace, ..."""
     gateway_matchers: str = ""
@@ -73,13 +70,8 @@ class AlertSpec:
 
     @property
     def fleet_rules(self) -> FleetRules:
-        h = self.health
-        return self.fleet or FleetRules(
-            kv_high_frac=h.kv_high_frac,
-            ttft_slo_s=h.slo.ttft_s,
-            fire_after_s=h.fire_after_s,
-            clear_after_s=h.clear_after_s,
-        )
+        """The fleet rules' thresholds, as the fleet pipeline makes them."""
+        return FleetRules.of(self.health)
 
     @property
     def r(self) -> str:

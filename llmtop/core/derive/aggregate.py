@@ -10,12 +10,14 @@ from dataclasses import replace
 from llmtop.core.base.snapshot import EngineStats
 
 
-def _sum(values: Sequence[float | None]) -> float | None:
+def sum_known(values: Sequence[float | None]) -> float | None:
+    """The sum of the known values; None when none is known."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
 
-def _max(values: Sequence[float | None]) -> float | None:
+def max_known(values: Sequence[float | None]) -> float | None:
+    """The largest known value; None when none is known."""
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
@@ -34,22 +36,22 @@ def combine(engines: Sequence[EngineStats]) -> EngineStats | None:
         url=f"{len(engines)} engines",
         up=any(e.up for e in engines),
         error="; ".join(e.error for e in engines if e.error) or None,
-        running=_sum([e.running for e in up]),
-        waiting=_sum([e.waiting for e in up]),
-        waiting_capacity=_sum([e.waiting_capacity for e in up]),
-        kv_cache_usage_frac=_max([e.kv_cache_usage_frac for e in up]),
+        running=sum_known([e.running for e in up]),
+        waiting=sum_known([e.waiting for e in up]),
+        waiting_capacity=sum_known([e.waiting_capacity for e in up]),
+        kv_cache_usage_frac=max_known([e.kv_cache_usage_frac for e in up]),
         kv_capacity_tokens=None if any(c is None for c in cap) else sum(c or 0 for c in cap),
-        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
-        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
-        decode_tok_per_s_per_seq=_max([e.decode_tok_per_s_per_seq for e in up]),
-        preemptions_per_s=_sum([e.preemptions_per_s for e in up]),
-        ttft_p50_s=_max([e.ttft_p50_s for e in up]),
-        ttft_p95_s=_max([e.ttft_p95_s for e in up]),
-        ttft_p99_s=_max([e.ttft_p99_s for e in up]),
-        itl_p50_s=_max([e.itl_p50_s for e in up]),
-        itl_p95_s=_max([e.itl_p95_s for e in up]),
-        itl_p99_s=_max([e.itl_p99_s for e in up]),
-        e2e_p95_s=_max([e.e2e_p95_s for e in up]),
-        queue_time_p50_s=_max([e.queue_time_p50_s for e in up]),
-        queue_time_p95_s=_max([e.queue_time_p95_s for e in up]),
+        prompt_tok_per_s=sum_known([e.prompt_tok_per_s for e in up]),
+        decode_tok_per_s=sum_known([e.decode_tok_per_s for e in up]),
+        decode_tok_per_s_per_seq=max_known([e.decode_tok_per_s_per_seq for e in up]),
+        preemptions_per_s=sum_known([e.preemptions_per_s for e in up]),
+        ttft_p50_s=max_known([e.ttft_p50_s for e in up]),
+        ttft_p95_s=max_known([e.ttft_p95_s for e in up]),
+        ttft_p99_s=max_known([e.ttft_p99_s for e in up]),
+        itl_p50_s=max_known([e.itl_p50_s for e in up]),
+        itl_p95_s=max_known([e.itl_p95_s for e in up]),
+        itl_p99_s=max_known([e.itl_p99_s for e in up]),
+        e2e_p95_s=max_known([e.e2e_p95_s for e in up]),
+        queue_time_p50_s=max_known([e.queue_time_p50_s for e in up]),
+        queue_time_p95_s=max_known([e.queue_time_p95_s for e in up]),
     )

@@ -50,7 +50,8 @@ class Buckets:
 
     def quantiles(self, qs: Sequence[float], cap: float | None = None) -> list[float | None]:
         """`quantile` of each q, the histogram's checks made once; with a `cap`, a q that
-        `lands_in_first` reads the cap instead (derive: the window's mean, capped)."""
+        lands in the first bucket (where interpolation says nothing) reads the cap instead
+        (derive: the window's mean, capped)."""
         raw, bounds = self._raw, self._bounds
         peak = None
         if cap is not None and raw:
@@ -104,16 +105,6 @@ class Buckets:
             fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
             out.append(lower + (upper - lower) * fraction)
         return out
-
-    def lands_in_first(self, q: float) -> bool:
-        """Whether the q-quantile falls in the lowest bucket, where interpolation says nothing."""
-        raw = self._raw
-        if not raw:
-            return False
-        if self._peak is None:
-            self._peak = max(raw)
-        total = self._peak
-        return total > 0 and raw[0] >= q * total
 
     def first_bound(self) -> float | None:
         """The lowest bound (None without buckets)."""

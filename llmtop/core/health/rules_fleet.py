@@ -21,6 +21,7 @@ from llmtop.core.base import format as fmt
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.base.snapshot import Bottleneck, EngineStats, Finding, Replica
 from llmtop.core.health.rulebase import Hysteresis, Rule, Verdict
+from llmtop.core.health.thresholds import HealthSettings
 
 SHOWN = 4
 """Replicas named in one finding before "and N more"."""
@@ -44,9 +45,20 @@ class FleetRules:
     """...and this many more than the idlest."""
     kv_high_frac: float = 0.9
     ttft_slo_s: float = SloSettings().ttft_s
-    """The TTFT SLO (HealthSettings.slo; the fleet pipeline and the rules file pass it)."""
+    """The TTFT SLO (HealthSettings.slo, through `of`)."""
     fire_after_s: float = 3.0
     clear_after_s: float = 10.0
+
+    @classmethod
+    def of(cls, health: HealthSettings) -> FleetRules:
+        """The defaults with health's KV mark, TTFT SLO and holds: the fleet pipeline's and
+        the rules file's."""
+        return cls(
+            kv_high_frac=health.kv_high_frac,
+            ttft_slo_s=health.slo.ttft_s,
+            fire_after_s=health.fire_after_s,
+            clear_after_s=health.clear_after_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -213,10 +225,9 @@ class FleetHealth:
     """The fleet rules with the same hysteresis as `HealthState`: hold to fire, stay false to
     clear (immediate rules at once)."""
 
-    def __init__(self, rules: FleetRules, checks: Sequence[FleetRule] = FLEET_RULES) -> None:
+    def __init__(self, rules: FleetRules) -> None:
         self.rules = rules
-        self.checks = tuple(checks)
-        self._held = Hysteresis(self.checks)
+        self._held = Hysteresis(FLEET_RULES)
 
     def evaluate(self, view: FleetView) -> tuple[Finding, ...]:
         """The fleet findings active at `view.time`, critical first."""

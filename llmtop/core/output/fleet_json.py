@@ -11,8 +11,8 @@ from dataclasses import asdict
 from typing import Any
 
 from llmtop.core.base.format import utc_iso
-from llmtop.core.base.snapshot import Finding, Fleet, Replica
-from llmtop.core.output.summary import ENGINE_KEYS
+from llmtop.core.base.snapshot import Fleet, Replica
+from llmtop.core.output.summary import ENGINE_KEYS, finding_json
 
 
 def _clean(v: Any) -> Any:
@@ -23,17 +23,6 @@ def _clean(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
     return v
-
-
-def finding_json(f: Finding) -> dict[str, Any]:
-    """A finding as in the snapshot's own list."""
-    return {
-        "id": f.id,
-        "severity": f.severity,
-        "bottleneck": f.bottleneck,
-        "summary": f.summary,
-        "action": f.action,
-    }
 
 
 def replica_json(r: Replica) -> dict[str, Any]:

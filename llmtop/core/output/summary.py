@@ -15,6 +15,7 @@ from llmtop.core.base import format as fmt
 from llmtop.core.base.admin_api import LIMIT_FIELDS
 from llmtop.core.base.snapshot import (
     EngineStats,
+    Finding,
     GatewayStats,
     GpuStats,
     KvPeak,
@@ -118,14 +119,19 @@ def _seconds(s: float) -> float | None:
     return round(s, 3) if math.isfinite(s) else None
 
 
-def _finding(w: WindowFinding) -> dict[str, Any]:
-    f = w.finding
+def finding_json(f: Finding) -> dict[str, Any]:
+    """A finding's id, severity, bottleneck and words (the fleet's rows list theirs so)."""
     return {
         "id": f.id,
         "severity": f.severity,
         "bottleneck": f.bottleneck,
         "summary": f.summary,
         "action": f.action,
+    }
+
+
+def _finding(w: WindowFinding) -> dict[str, Any]:
+    return finding_json(w.finding) | {
         "first_s": _seconds(w.first_s),
         "last_s": _seconds(w.last_s),
         "held_polls": w.held_polls,

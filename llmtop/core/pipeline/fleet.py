@@ -29,6 +29,7 @@ from llmtop.core.base.snapshot import (
     Snapshot,
     Status,
 )
+from llmtop.core.derive.aggregate import max_known, sum_known
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
 from llmtop.core.derive.series import Key
 from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
@@ -106,16 +107,6 @@ def worst_first(rows: Sequence[Replica]) -> tuple[Replica, ...]:
     return tuple(out)
 
 
-def _sum(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _max(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
 def totals(servers: Sequence[Replica]) -> FleetTotals:
     """Fleet totals over the servers that answer: counts and rates summed, KV mean and max."""
     up = [r.stats for r in servers if r.stats.up]
@@ -123,14 +114,14 @@ def totals(servers: Sequence[Replica]) -> FleetTotals:
     return FleetTotals(
         replicas=len(servers),
         up=len(up),
-        running=_sum([e.running for e in up]),
-        waiting=_sum([e.waiting for e in up]),
-        prompt_tok_per_s=_sum([e.prompt_tok_per_s for e in up]),
-        decode_tok_per_s=_sum([e.decode_tok_per_s for e in up]),
+        running=sum_known([e.running for e in up]),
+        waiting=sum_known([e.waiting for e in up]),
+        prompt_tok_per_s=sum_known([e.prompt_tok_per_s for e in up]),
+        decode_tok_per_s=sum_known([e.decode_tok_per_s for e in up]),
         kv_cache_usage_frac_mean=sum(kv) / len(kv) if kv else None,
         kv_cache_usage_frac_max=max(kv) if kv else None,
-        ttft_p95_s_max=_max([e.ttft_p95_s for e in up]),
-        itl_p95_s_max=_max([e.itl_p95_s for e in up]),
+        ttft_p95_s_max=max_known([e.ttft_p95_s for e in up]),
+        itl_p95_s_max=max_known([e.itl_p95_s for e in up]),
     )
 
 
@@ -175,17 +166,11 @@ class FleetPipeline(Pipeline):
         self,
         health: HealthSettings,
         *,
-        rules: FleetRules | None = None,
         window_s: float | None = None,
         max_num_seqs: int | None = None,
     ) -> None:
         super().__init__(health, window_s=window_s, max_num_seqs=max_num_seqs)
-        self.rules = rules or FleetRules(
-            kv_high_frac=self.settings.kv_high_frac,
-            ttft_slo_s=self.settings.slo.ttft_s,
-            fire_after_s=self.settings.fire_after_s,
-            clear_after_s=self.settings.clear_after_s,
-        )
+        self.rules = FleetRules.of(self.settings)
         self.names: dict[str, str] = {}
         """Server URL -> the name to show (from --targets); host:port otherwise."""
         self.fleet: Fleet | None = None

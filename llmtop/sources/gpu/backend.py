@@ -1,4 +1,4 @@
-"""GPU readings behind one protocol: NVML for local GPUs, dcgm-exporter for remote ones, a fake.
+"""GPU readings behind one protocol: NVML for local GPUs, dcgm-exporter for remote ones.
 
 NVML is only touched here and in `sources.nvml` (ruff TID251 bans pynvml elsewhere). Its calls
 block, so they run in `asyncio.to_thread`. No driver or no library is "no NVIDIA GPU visible",
@@ -19,7 +19,6 @@ __all__ = [
     "NO_GPU",
     "CombinedGpuBackend",
     "DcgmBackend",
-    "FakeGpuBackend",
     "GpuBackend",
     "NvmlBackend",
 ]
@@ -59,23 +58,6 @@ class NvmlBackend:
     async def aclose(self) -> None:
         """Shut NVML down."""
         await asyncio.to_thread(self._reader.close)
-
-
-class FakeGpuBackend:
-    """Scripted readings for tests: each read returns the next item (the last one repeats)."""
-
-    def __init__(
-        self, readings: Sequence[tuple[tuple[GpuStats, ...], str | None] | Exception]
-    ) -> None:
-        self._readings = list(readings)
-        self.calls = 0
-
-    async def read(self) -> tuple[tuple[GpuStats, ...], str | None]:
-        item = self._readings[min(self.calls, len(self._readings) - 1)]
-        self.calls += 1
-        if isinstance(item, Exception):
-            raise item
-        return item
 
 
 class CombinedGpuBackend:
