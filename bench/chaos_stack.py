@@ -214,7 +214,7 @@ class Stack:
             args += ["--vllm", s.url]
         args += ["--gateway", self.gateways[0].url, "--record", str(self.recording)]
         self.terminal.start(args, clean_env(self.out))
-        self.terminal.wait_for(lambda s: "gateway" in s.lower(), "the TUI's first frame", 60)
+        self.terminal.wait_for("fleet of 2 replicas, 2 up", "the TUI's first poll shown", 60)
 
     def stop_tui(self) -> int | None:
         """Quit the TUI with its key; its exit status (None: it did not exit)."""

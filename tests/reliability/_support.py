@@ -226,6 +226,10 @@ class FaultUpstream:
         self.answer_health = answer_health
         self.requests = 0
         self.open = 0
+        """Connections open now (a kept-alive /health connection among them)."""
+        self.faulting = 0
+        """Requests the fault is answering now: what a client's leaving must abort (the
+        gateway's /health checks keep a connection of their own open, not a request)."""
         self.seen: list[tuple[bytes, bytes]] = []
         """(head, body) of every request the fault answered."""
         self._handlers: set[asyncio.Task[None]] = set()
@@ -258,7 +262,11 @@ class FaultUpstream:
                     continue
                 self.requests += 1
                 self.seen.append((head, body))
-                await self._fault_until_peer_leaves(reader, writer)
+                self.faulting += 1
+                try:
+                    await self._fault_until_peer_leaves(reader, writer)
+                finally:
+                    self.faulting -= 1
                 break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass

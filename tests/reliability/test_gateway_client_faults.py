@@ -82,7 +82,7 @@ async def test_clients_leaving_while_queued_and_while_streaming(
         streaming.append(writer)
     queued = [(await raw_post(gw.port))[1] for _ in range(40)]
     await wait_for(lambda: gw.probe.stats()["queued"] == 40, what="40 queued")
-    assert up.open == 10
+    assert up.faulting == 10
     # half leave with a reset, half with a clean close
     await asyncio.gather(*(drop(w, rst=i % 2 == 0) for i, w in enumerate(streaming + queued)))
     FIGURES["requests"] += 50
@@ -90,7 +90,7 @@ async def test_clients_leaving_while_queued_and_while_streaming(
     assert s["outcomes"]["cancelled"] == 50
     assert s["offered"] == 50
     await wait_for(
-        lambda: up.open == 0, what=f"upstream saw every abort; pool: {gw.probe.pool_states()}"
+        lambda: up.faulting == 0, what=f"upstream saw every abort; pool: {gw.probe.pool_states()}"
     )
     # a freed slot may go to a waiter whose own drop is not yet read; it is aborted upstream
     assert up.requests >= 10
@@ -125,7 +125,7 @@ async def test_a_thousand_queued_connections_all_dropped(
     assert s["rejections"]["queue_full"] == 1
     # the holder's freed slot may go to a waiter whose own drop is not yet read: it reaches
     # the upstream and is aborted there too
-    await wait_for(lambda: up.open == 0, what="every upstream request aborted")
+    await wait_for(lambda: up.faulting == 0, what="every upstream request aborted")
     assert up.requests >= 1
 
 
