@@ -107,10 +107,12 @@ def group_alive(pgid: int) -> bool:
 
 
 def stop(child: Child, grace_s: float = 15.0) -> None:
-    """TERM its process group, KILL what is left after `grace_s`; reap the leader."""
+    """INT its process group (a person stopped the stack: the gateway skips the readiness grace
+    a load balancer needs and drains what is in flight), KILL what is left after `grace_s`; reap
+    the leader."""
     pgid = child.pid
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGINT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if child.proc.poll() is not None and not group_alive(pgid):

@@ -54,16 +54,20 @@ async def test_ejected_replica_returns_after_its_health_probe(
 ) -> None:
     a = start_sim(profile="fast")
     b = start_sim(profile="fast")
-    gw = start_gateway(f"{a.url},{b.url}", eject_s=0.5)
+    gw = start_gateway(f"{a.url},{b.url}", eject_s=2.0)
     app: Any = gw._server.config.app
     state = app.state.gateway
     rb = state.balancer.replicas[1]
     state.balancer.fail(rb, "upstream returned 503")  # as the proxy does on a 5xx
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        while_ejected = 0
         for _ in range(4):
             assert (await c.post("/v1/completions", json=BODY)).status_code == 200
-        assert reached(engine_of(b)) == 0  # ejected: no traffic
-        await wait_for(lambda: rb.state == "ok", 5.0)  # eject_s over, /health answered
+            if rb.state != "ok":  # still ejected once answered: it was routed while ejected
+                while_ejected += 1
+                assert reached(engine_of(b)) == 0  # ejected: no traffic
+        assert while_ejected > 0  # the check above ran (a busy machine may take eject_s)
+        await wait_for(lambda: rb.state == "ok", 10.0)  # eject_s over, /health answered
         for _ in range(4):
             assert (await c.post("/v1/completions", json=BODY)).status_code == 200
         assert reached(engine_of(b)) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
+from typing import Any
 
 from llmtop.errors import UsageError
 from llmtop.settings import GatewaySettings, resolve_token
@@ -41,15 +42,28 @@ def hash_key_from(text: str) -> str:
     return hash_key(key)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the sys.stderr of the moment, so a replaced stderr (a test's capture) is
+    never written to after it closed."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def log_to_stderr() -> None:
     """The gateway's own lines (the drain, replicas out and back, its counts as it stops) to
-    stderr, one line each; uvicorn's loggers keep their own handlers."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    stderr, one line each; uvicorn's loggers keep their own handlers. Once per process."""
     logger = logging.getLogger("llmtop.gateway")
-    logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    logger.propagate = False
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
 
 
 def run_gateway(settings: GatewaySettings) -> None:
