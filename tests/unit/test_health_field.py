@@ -70,6 +70,17 @@ def test_lora_adapters_waiting_for_a_slot() -> None:
     assert never(run([loading] * 10), "lora-waiting")  # a slot is free
 
 
+def test_lora_reads_vllm_032s_labels_as_it_fills_them() -> None:
+    # vLLM 0.32 lists each adapter with a live request under both labels: a wait shows only
+    # as deferred requests (tests/fixtures/incidents/real-lora-waiting.jsonl.gz).
+    alone = healthy(lora=LoraAdapters(1, running=("a",), waiting=("a",)), waiting_deferred=0)
+    assert never(run([alone] * 10), "lora-waiting")
+    f = found(run([replace(alone, waiting_deferred=2)] * 5), "lora-waiting")
+    assert "requests wait for a LoRA slot (vLLM does not say for which adapter): 1 of 1 " in (
+        f.summary
+    )
+
+
 def test_kv_transfer_failures_with_errors_are_a_warning() -> None:
     failing = healthy(kv_transfer_failures_per_s=2.0, kv_transfer_bytes_per_s=4e9)
     f = found(run([failing] * 5), "kv-transfer-failing")

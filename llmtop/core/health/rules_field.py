@@ -109,24 +109,35 @@ def _spec_acceptance(e: EngineStats) -> float | None:
 
 
 def lora_waiting(ctx: Context) -> Verdict | None:
-    """Requests wait for a LoRA adapter slot: every slot holds another adapter."""
+    """Requests wait for a LoRA adapter slot: vLLM defers them (waiting reason `deferred`)
+    while the slots hold other adapters. vLLM 0.32 lists every adapter with a live request
+    under both labels of lora_requests_info (LoRARequestStates fills both dicts with the same
+    keys), so a name in `waiting_lora_adapters` waits only if it is not also running; without
+    the deferred count (before 0.20) such a name and every slot held are the sign."""
     for e in up_engines(ctx):
         lora = e.lora
-        if lora is None or not lora.waiting:
+        if lora is None:
+            continue
+        queued = tuple(a for a in lora.waiting if a not in lora.running)
+        deferred = e.waiting_deferred
+        full = lora.max_loras is None or len(lora.running) >= lora.max_loras
+        if not (deferred or (deferred is None and queued and full)):
             continue
         slots = (
             f"{len(lora.running)} of {lora.max_loras} slots held"
             if lora.max_loras is not None
             else "slots unknown (max_lora unread)"
         )
-        if lora.max_loras is not None and len(lora.running) < lora.max_loras:
-            continue  # a slot is free: the adapter is loading, not waiting for one
         held = f" by {', '.join(lora.running)}" if lora.running else ""
-        deferred = f"; {fmt.count(e.waiting_deferred)} requests deferred"
+        who = (
+            f"LoRA adapters {', '.join(queued)} wait for a slot"
+            if queued
+            else "requests wait for a LoRA slot (vLLM does not say for which adapter)"
+        )
         slo = read_slo(ctx, e)
         summary = (
-            f"{where(ctx, e)}LoRA adapters {', '.join(lora.waiting)} wait for a slot: "
-            f"{slots}{held} (--max-loras {lora.max_loras}){deferred}"
+            f"{where(ctx, e)}{who}: {slots}{held} (--max-loras {lora.max_loras}); "
+            f"{fmt.count(deferred)} requests deferred"
         )
         return Verdict(
             heads_up(slo, summary),
