@@ -139,3 +139,16 @@ def test_the_deadline_must_be_positive_seconds() -> None:
     for bad in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="replica_deadline_s must be > 0 seconds"):
             make(deadline_s=bad)
+
+
+def test_a_check_that_left_before_an_ejection_does_not_end_it() -> None:
+    bal, clock = make(eject_s=5.0)
+    b = bal.replicas[1]
+    assert b in bal.to_check()  # a /health check leaves for b
+    bal.fail(b, "upstream returned 503")  # the proxy ejects it meanwhile
+    bal.probed(b, None)  # the check's answer arrives
+    assert b.state == EJECTED
+    clock.t += 5.0
+    assert bal.to_probe() == [b]  # its time is out: now a probe may bring it back
+    bal.probed(b, None)
+    assert b.state == OK

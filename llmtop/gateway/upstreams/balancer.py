@@ -161,8 +161,13 @@ class Balancer:
         return [r for r in self.replicas if r.state == OK]
 
     def probed(self, r: Replica, error: str | None) -> None:
-        """A /health answer (or none within the deadline: `error`): in service, or out."""
+        """A /health answer (or none within the deadline: `error`): in service, or out. An
+        answer to a check that left before the replica was ejected does not end the ejection:
+        its time runs out first."""
+        self._tick()
         if error is None:
+            if r.state == EJECTED:
+                return
             if r.state != OK:
                 self._event(ReplicaEvent(self.clock(), r.url, "back"))
             r.state, r.healthy = OK, True
