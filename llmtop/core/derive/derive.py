@@ -261,6 +261,12 @@ _TRANSFER_FAILURES = (
 _TRANSFER_BYTES = ("kv_offload_load_bytes", "kv_offload_store_bytes")
 
 
+SPEC_WINDOW_S = 4.0
+"""Speculative decoding's figures cover the last few seconds, not the whole window: when the
+window's older part drafted many times more tokens (greedy requests before sampled ones), its
+acceptance would hide a fall for as long as those drafts stay in it."""
+
+
 class FieldFigures(NamedTuple):
     """The field guide's windowed figures; each None when its family is not exported."""
 
@@ -279,14 +285,16 @@ def field_figures(
     """Speculative decoding's acceptance and the KV connector's traffic over the window."""
     if not span:
         return FieldFigures()
-    drafts = deltas.get(("spec_drafts", None))
-    proposed = deltas.get(("spec_draft_tokens", None))
-    accepted = deltas.get(("spec_accepted_tokens", None))
+    spec = window.counter_deltas(min(window_s, SPEC_WINDOW_S))
+    spec_span = window.span_s(min(window_s, SPEC_WINDOW_S)) or span
+    drafts = spec.get(("spec_drafts", None))
+    proposed = spec.get(("spec_draft_tokens", None))
+    accepted = spec.get(("spec_accepted_tokens", None))
     by_pos: tuple[float, ...] = ()
     if drafts and accepted is not None:
         pos = sorted(
             (int(k[0].partition(":")[2]), v)
-            for k, v in deltas.items()
+            for k, v in spec.items()
             if k[0].startswith("spec_pos:") and k[0].partition(":")[2].isdigit()
         )
         by_pos = tuple(v / drafts for _, v in pos)
@@ -301,7 +309,7 @@ def field_figures(
         spec_acceptance_frac=accepted / proposed if proposed and accepted is not None else None,
         spec_mean_accepted_len=1.0 + accepted / drafts if drafts and accepted is not None else None,
         spec_acceptance_by_pos=by_pos,
-        spec_drafts_per_s=None if drafts is None else drafts / span,
+        spec_drafts_per_s=None if drafts is None else drafts / spec_span,
         kv_transfer_bytes_per_s=sum(moved) / span if moved else None,
         kv_transfer_failures_per_s=sum(failures) / span if failures else None,
         kv_transfer_time_mean_s=xfer_sum / xfer_count
