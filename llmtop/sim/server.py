@@ -3,8 +3,11 @@
 One asyncio task (owned by the Starlette lifespan) steps the engine against the real clock: it
 computes a step, sleeps until the step's end, then wakes the streams that got a token. Each
 request waits on its own asyncio.Event, so a step costs one wake per running stream, and
-hundreds of streams stay cheap. The engine's clock is time.monotonic(); a step starts no
-earlier than "now", so virtual time never lags the wall clock.
+hundreds of streams stay cheap. The engine's clock is time.monotonic(). A late wake-up (a
+starved process) is not time lost to the model: the steps that would have ended meanwhile run
+back to back, each admitting only the requests that had arrived by its start, and their tokens
+go out at once, late, as a real engine's output would. So the engine serves what its model
+says whatever the CPU it is given (up to MAX_CATCH_UP_S behind).
 
 A client that disconnects aborts its request (finished_reason="abort"), which frees its blocks.
 """
@@ -34,7 +37,7 @@ from starlette.routing import Route
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
-from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence
+from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence, StepResult
 from llmtop.sim.exposition import restrict
 from llmtop.sim.faults import GARBAGE_HEADER_BYTES, SLOW_FACTOR, FaultSchedule, parse_faults
 from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
@@ -43,9 +46,11 @@ from llmtop.sim.profiles import get_profile
 
 log = logging.getLogger(__name__)
 
-MAX_LAG_S = 0.05
-"""The engine clock may trail the wall clock by this much and catch up (sleep overshoot);
-beyond it, steps start at the wall clock, so a starved process runs slower, not in the past."""
+MAX_CATCH_UP_S = 5.0
+"""The engine clock may trail the wall clock by this much and catch up; a longer gap (the
+process was stopped, not starved) passes as idle time."""
+
+MAX_STEPS_PER_WAKE = 1000  # steps run back to back before the handlers get a turn
 
 
 class _Stream:
@@ -124,33 +129,57 @@ class SimServer:
     # -- the engine loop --------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Step the engine forever: sleep to each step's end, then deliver its tokens."""
+        """Step forever: the steps already due back to back, then sleep to the next's end."""
         engine = self.engine
         while True:
-            if engine.has_work():
-                # Late by a little (a slow wake-up)? Catch up; late by more: start now.
-                engine.advance_to(time.monotonic() - MAX_LAG_S)
-            else:
+            if not engine.has_work():
                 self._work.clear()
                 await self._work.wait()
-                engine.advance_to(time.monotonic())
+            # An idle engine starts at the first arrival (_step), not at this late wake-up.
+            engine.advance_to(time.monotonic() - MAX_CATCH_UP_S)
+            for _ in range(MAX_STEPS_PER_WAKE):
+                result = self._step()
+                if engine.now > time.monotonic() or not engine.has_work():
+                    break
+                self._deliver(result)  # ended already: its tokens are late, send them now
+            else:
+                await asyncio.sleep(0)
+                continue
+            delay = engine.now - time.monotonic()  # the step's end (a slow fault's, stretched)
+            await asyncio.sleep(delay if delay > 0 else 0)
+            self._deliver(result)
+
+    def _step(self) -> StepResult:
+        """One engine step at engine.now, of the requests that had arrived by then (a step
+        caught up late must not admit one that came later); idle to the next arrival first."""
+        engine = self.engine
+        waiting = engine.waiting
+        later: list[Sequence] = []  # the newest first (waiting is FCFS, newest last)
+        while waiting and waiting[-1].arrival_s > engine.now:
+            later.append(waiting.pop())
+            if not waiting and not engine.running:
+                engine.advance_to(later[-1].arrival_s)
+                waiting.append(later.pop())
+        try:
             start = engine.now
             result = engine.step()
-            end = result.end_s
             if self.faults.active("slow", start):  # the step took SLOW_FACTOR times as long
-                end = start + (end - start) * SLOW_FACTOR
-                engine.advance_to(end)
-            delay = end - time.monotonic()
-            await asyncio.sleep(delay if delay > 0 else 0)
-            for seq in result.emitted:
-                stream = seq.waker
-                if isinstance(stream, _Stream):
-                    stream.visible = seq.num_output
-                    stream.event.set()
-            for seq in result.finished:
-                stream = seq.waker
-                if isinstance(stream, _Stream):
-                    stream.done = True
+                engine.advance_to(start + (result.end_s - start) * SLOW_FACTOR)
+        finally:
+            waiting.extend(reversed(later))
+        return result
+
+    def _deliver(self, result: StepResult) -> None:
+        """Wake the streams that got a token in `result`; mark the finished ones done."""
+        for seq in result.emitted:
+            stream = seq.waker
+            if isinstance(stream, _Stream):
+                stream.visible = seq.num_output
+                stream.event.set()
+        for seq in result.finished:
+            stream = seq.waker
+            if isinstance(stream, _Stream):
+                stream.done = True
 
     def close(self) -> None:
         """Abort what is left and release every waiting handler (server shutdown)."""

@@ -29,6 +29,10 @@ def _whatif(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[st
     )
 
 
+WARM_ANSWERS = 8
+"""Answers back before the what-if command starts: about 2 s of the 4 req/s."""
+
+
 @pytest.fixture(scope="module")
 def h100_stack() -> Iterator[tuple[str, str]]:
     with serve_stack(
@@ -46,7 +50,11 @@ async def test_whatif_command_prints_labelled_predictions(h100_stack: tuple[str,
         await runner.resolve_model()
         load = asyncio.ensure_future(OpenLoop(runner, shape, 4.0, 1.0, seed=5).run())
         try:
-            await asyncio.sleep(3.0)
+            for _ in range(600):  # traffic flowing: answers back (not a fixed sleep), <= 30 s
+                if len(runner.results) >= WARM_ANSWERS:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(runner.results) >= WARM_ANSWERS, "no traffic through the gateway"
             args = ("--vllm", sim, "--gateway", gw, "--window-s", "4", "--interval-s", "0.5")
             text, as_json = await asyncio.gather(
                 asyncio.to_thread(_whatif, *args, "--cap", "2,16", "--horizon-s", "20"),
