@@ -300,12 +300,23 @@ def idle_fds(stack: Stack, gw: Proc) -> int:
     return gw.fds() - sum(n for p, n in gw.sockets_by_peer().items() if p in upstreams)
 
 
+def _settled(peers: dict[int, int], upstreams: set[int]) -> bool:
+    """No client connection left and no more to the upstreams than probes and scrapes hold."""
+    held = sum(n for port, n in peers.items() if port in upstreams)
+    clients = sum(n for port, n in peers.items() if port not in upstreams and port != 0)
+    return clients == 0 and held <= 3 * len(upstreams)
+
+
 def check_resources(stack: Stack, run: Run) -> None:
     """Each gateway now, idle: no connection to a client left, to each upstream (the replicas,
     Redis) no more than its probes and scrapes hold, its other file descriptors as many as at
     its start; RSS within 10 % of its warm-up's."""
-    time.sleep(3.0)  # idle upstream connections close after 2 s (the pool's keep-alive)
     upstreams = {s.port for s in stack.sims} | {stack.redis.port}
+    settle_until = time.monotonic() + 10.0  # idle keep-alives close after 2 s: wait for that
+    while time.monotonic() < settle_until and not all(
+        _settled(g.sockets_by_peer(), upstreams) for g in stack.gateways
+    ):
+        time.sleep(0.25)
     fds0, rss0 = run.figures.get("fds_start", {}), run.figures.get("rss_warm_kib", {})
     fds1, socks = {}, {}
     for g in stack.gateways:

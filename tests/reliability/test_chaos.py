@@ -15,7 +15,7 @@ from bench.chaos_ledger import FAULT_KINDS, NAMED_BY
 from tests.integration.redis_server import redis_binary
 from tests.system_tools import system_binary
 
-pytestmark = pytest.mark.xdist_group("realtime-load")
+pytestmark = pytest.mark.xdist_group("chaos")  # its own worker: beside, not behind, the rest
 
 
 @pytest.mark.slow(100)
