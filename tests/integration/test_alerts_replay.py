@@ -218,3 +218,62 @@ def test_promtool_checks_the_rules_clean(spec: AlertSpec, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     made, _ = alerts(spec)
     assert f"SUCCESS: {len(made) + len(figures(spec))} rules found" in done.stdout
+
+
+def test_field_levels_warn_when_latency_is_unknown_and_skip_a_restart(tmp_path: Path) -> None:
+    """Counters alone (no latency histograms: the SLO unknown, so warning, as llmtop's policy):
+    a: hit rate 90 % -> 3 % at 60 s; b: the same, its tokens counter reset at 70 s (no level
+    across a restart); c: acceptance 80 % -> 35 % (under half its level, above the floor);
+    d: the same with a restart. Only a's collapse and c's fall alert."""
+    steady = "0+10x120"
+    restarted = "0+10x69 0+10x50"
+
+    def engine(inst: str, tokens: str) -> list[tuple[str, str]]:
+        return [(f'vllm:generation_tokens_total{{instance="{inst}"}}', tokens)]
+
+    rows = [
+        *engine("a", steady),
+        *engine("b", restarted),
+        *engine("c", steady),
+        *engine("d", restarted),
+    ]
+    for inst in ("a", "b"):
+        rows += [
+            (f'vllm:prefix_cache_queries_total{{instance="{inst}"}}', "0+100x120"),
+            (f'vllm:prefix_cache_hits_total{{instance="{inst}"}}', "0+90x60 5403+3x59"),
+        ]
+    for inst in ("c", "d"):
+        rows += [
+            (f'vllm:spec_decode_num_drafts_total{{instance="{inst}"}}', "0+10x120"),
+            (f'vllm:spec_decode_num_draft_tokens_total{{instance="{inst}"}}', "0+30x120"),
+            (
+                f'vllm:spec_decode_num_accepted_tokens_total{{instance="{inst}"}}',
+                "0+24x60 1450+10.5x59",
+            ),
+        ]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render(AlertSpec(interval_s=INTERVAL_S)))
+
+    def alert(name: str, finding: str, bottleneck: str, inst: str) -> dict[str, str | float]:
+        labels = (
+            f'{{__name__="ALERTS",alertname="{name}",alertstate="firing",'
+            f'bottleneck="{bottleneck}",finding="{finding}",instance="{inst}",severity="warning"}}'
+        )
+        return {"labels": labels, "value": 1.0}
+
+    ours = 'ALERTS{alertstate="firing",alertname=~"LlmtopPrefixCacheCollapse|LlmtopSpecDecodeLow"}'
+    tests = [
+        {"expr": ours, "eval_time": "50s", "exp_samples": []},
+        {
+            "expr": ours,
+            "eval_time": "100s",
+            "exp_samples": [
+                alert("LlmtopPrefixCacheCollapse", "prefix-cache-collapse", "prefill", "a"),
+                alert("LlmtopSpecDecodeLow", "spec-decode-low", "decode", "c"),
+            ],
+        },
+    ]
+    series = [{"series": s, "values": v} for s, v in rows]
+    test_file = ar.write_assertions(rules, series, tests, tmp_path / "field.test.json")
+    done = ar.run_promtool(promtool(), test_file)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
