@@ -277,3 +277,49 @@ def test_field_levels_warn_when_latency_is_unknown_and_skip_a_restart(tmp_path: 
     test_file = ar.write_assertions(rules, series, tests, tmp_path / "field.test.json")
     done = ar.run_promtool(promtool(), test_file)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+def test_field_levels_summaries_carry_the_numbers(tmp_path: Path) -> None:
+    """The page says what llmtop's finding says: the level, the value now, the cost."""
+    import json
+
+    made = {a.finding: a for a in alerts(AlertSpec(interval_s=INTERVAL_S))[0]}
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render(AlertSpec(interval_s=INTERVAL_S)))
+    rows = {
+        "generation_tokens_total": "0+10x120",
+        "prompt_tokens_total": "0+10x120",
+        "prefix_cache_queries_total": "0+100x120",
+        "prefix_cache_hits_total": "0+90x60 5403+3x59",
+        "spec_decode_num_drafts_total": "0+10x120",
+        "spec_decode_num_draft_tokens_total": "0+30x120",
+        "spec_decode_num_accepted_tokens_total": "0+24x60 1450+3x59",
+    }
+    series = [{"series": f'vllm:{n}{{instance="a"}}', "values": v} for n, v in rows.items()]
+    summaries = {
+        "prefix-cache-collapse": "a: prefix cache hit rate 90% -> 3% within 60s: prompt tokens "
+        "computed per request 9.70x (10.0 prompt tokens/s)",
+        "spec-decode-low": "a: speculative decoding accepts 10% of draft tokens (its highest "
+        "within 60s: 80%)",
+    }
+    tests = []
+    for finding, summary in summaries.items():
+        a = made[finding]
+        labels = {**a.labels(), "instance": "a", "severity": "warning"}
+        notes = {"summary": summary, "action": a.action, "llmtop": "llmtop --vllm http://a"}
+        tests.append(
+            {
+                "eval_time": "100s",
+                "alertname": a.name,
+                "exp_alerts": [{"exp_labels": labels, "exp_annotations": notes}],
+            }
+        )
+    doc = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1s",
+        "tests": [{"interval": "1s", "input_series": series, "alert_rule_test": tests}],
+    }
+    path = tmp_path / "summaries.test.json"
+    path.write_text(json.dumps(doc))
+    done = ar.run_promtool(promtool(), path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
