@@ -20,7 +20,7 @@ import pytest
 
 from llmtop.core.alerts.alert import alert_name
 from llmtop.core.alerts.figures import figures
-from llmtop.core.alerts.rulesfile import alerts, render
+from llmtop.core.alerts.rulesfile import NOT_EXPRESSED, alerts, render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.slo import SloSettings
@@ -83,6 +83,18 @@ COMPARED: dict[str, dict[str, str]] = {
     "incidents/requests-corrupted.jsonl.gz": {"LlmtopRequestsCorrupted": ""},
     "incidents/kv-transfer-failing.jsonl.gz": {"LlmtopKvTransferFailing": ""},
     "incidents/engine-restarted.jsonl.gz": {"LlmtopEngineRestarted": ""},
+    "incidents/prefix-cache-collapse.jsonl.gz": {"LlmtopPrefixCacheCollapse": ""},
+    "incidents/real-prefix-cache-collapse.jsonl.gz": {"LlmtopPrefixCacheCollapse": ""},
+    "incidents/spec-decode-low.jsonl.gz": {"LlmtopSpecDecodeLow": ""},
+    # sampled requests after greedy ones: their long prompts also stall the decoders a while
+    "incidents/real-spec-decode-low.jsonl.gz": {
+        "LlmtopSpecDecodeLow": "",
+        "LlmtopDecodeStall": NOT_EXPRESSED["decode-stall"],
+    },
+    # healthy runs: no alert may fire
+    "incidents/healthy-low-prefix-hits.jsonl.gz": {},
+    "incidents/healthy-spec-steady.jsonl.gz": {},
+    "incidents/real-healthy-spec-steady.jsonl.gz": {},
 }
 """What llmtop finds in each recorded incident, and whether Prometheus is held to it."""
 
@@ -173,9 +185,10 @@ def test_a_changed_threshold_moves_both(tmp_path: Path) -> None:
 
 
 def test_every_alert_name_is_a_finding() -> None:
-    """The table names alerts by their finding's id (`alert_name`), so each maps back."""
+    """The table names alerts by their finding's id (`alert_name`), so each maps back (an
+    alert not made only for a finding `NOT_EXPRESSED` names)."""
     made, _ = alerts(AlertSpec())
-    names = {alert_name(a.finding) for a in made}
+    names = {alert_name(a.finding) for a in made} | {alert_name(f) for f in NOT_EXPRESSED}
     for compared in COMPARED.values():
         assert {_key(k)[0] for k in compared} <= names
 
@@ -205,3 +218,108 @@ def test_promtool_checks_the_rules_clean(spec: AlertSpec, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     made, _ = alerts(spec)
     assert f"SUCCESS: {len(made) + len(figures(spec))} rules found" in done.stdout
+
+
+def test_field_levels_warn_when_latency_is_unknown_and_skip_a_restart(tmp_path: Path) -> None:
+    """Counters alone (no latency histograms: the SLO unknown, so warning, as llmtop's policy):
+    a: hit rate 90 % -> 3 % at 60 s; b: the same, its tokens counter reset at 70 s (no level
+    across a restart); c: acceptance 80 % -> 35 % (under half its level, above the floor);
+    d: the same with a restart. Only a's collapse and c's fall alert."""
+    steady = "0+10x120"
+    restarted = "0+10x69 0+10x50"
+
+    def engine(inst: str, tokens: str) -> list[tuple[str, str]]:
+        return [(f'vllm:generation_tokens_total{{instance="{inst}"}}', tokens)]
+
+    rows = [
+        *engine("a", steady),
+        *engine("b", restarted),
+        *engine("c", steady),
+        *engine("d", restarted),
+    ]
+    for inst in ("a", "b"):
+        rows += [
+            (f'vllm:prefix_cache_queries_total{{instance="{inst}"}}', "0+100x120"),
+            (f'vllm:prefix_cache_hits_total{{instance="{inst}"}}', "0+90x60 5403+3x59"),
+        ]
+    for inst in ("c", "d"):
+        rows += [
+            (f'vllm:spec_decode_num_drafts_total{{instance="{inst}"}}', "0+10x120"),
+            (f'vllm:spec_decode_num_draft_tokens_total{{instance="{inst}"}}', "0+30x120"),
+            (
+                f'vllm:spec_decode_num_accepted_tokens_total{{instance="{inst}"}}',
+                "0+24x60 1450+10.5x59",
+            ),
+        ]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render(AlertSpec(interval_s=INTERVAL_S)))
+
+    def alert(name: str, finding: str, bottleneck: str, inst: str) -> dict[str, str | float]:
+        labels = (
+            f'{{__name__="ALERTS",alertname="{name}",alertstate="firing",'
+            f'bottleneck="{bottleneck}",finding="{finding}",instance="{inst}",severity="warning"}}'
+        )
+        return {"labels": labels, "value": 1.0}
+
+    ours = 'ALERTS{alertstate="firing",alertname=~"LlmtopPrefixCacheCollapse|LlmtopSpecDecodeLow"}'
+    tests = [
+        {"expr": ours, "eval_time": "50s", "exp_samples": []},
+        {
+            "expr": ours,
+            "eval_time": "100s",
+            "exp_samples": [
+                alert("LlmtopPrefixCacheCollapse", "prefix-cache-collapse", "prefill", "a"),
+                alert("LlmtopSpecDecodeLow", "spec-decode-low", "decode", "c"),
+            ],
+        },
+    ]
+    series = [{"series": s, "values": v} for s, v in rows]
+    test_file = ar.write_assertions(rules, series, tests, tmp_path / "field.test.json")
+    done = ar.run_promtool(promtool(), test_file)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+def test_field_levels_summaries_carry_the_numbers(tmp_path: Path) -> None:
+    """The page says what llmtop's finding says: the level, the value now, the cost."""
+    import json
+
+    made = {a.finding: a for a in alerts(AlertSpec(interval_s=INTERVAL_S))[0]}
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render(AlertSpec(interval_s=INTERVAL_S)))
+    rows = {
+        "generation_tokens_total": "0+10x120",
+        "prompt_tokens_total": "0+10x120",
+        "prefix_cache_queries_total": "0+100x120",
+        "prefix_cache_hits_total": "0+90x60 5403+3x59",
+        "spec_decode_num_drafts_total": "0+10x120",
+        "spec_decode_num_draft_tokens_total": "0+30x120",
+        "spec_decode_num_accepted_tokens_total": "0+24x60 1450+3x59",
+    }
+    series = [{"series": f'vllm:{n}{{instance="a"}}', "values": v} for n, v in rows.items()]
+    summaries = {
+        "prefix-cache-collapse": "a: prefix cache hit rate 90% -> 3% within 60s: prompt tokens "
+        "computed per request 9.70x (10.0 prompt tokens/s)",
+        "spec-decode-low": "a: speculative decoding accepts 10% of draft tokens (its highest "
+        "within 60s: 80%)",
+    }
+    tests = []
+    for finding, summary in summaries.items():
+        a = made[finding]
+        labels = {**a.labels(), "instance": "a", "severity": "warning"}
+        notes = {"summary": summary, "action": a.action, "llmtop": "llmtop --vllm http://a"}
+        tests.append(
+            {
+                "eval_time": "100s",
+                "alertname": a.name,
+                "exp_alerts": [{"exp_labels": labels, "exp_annotations": notes}],
+            }
+        )
+    doc = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1s",
+        "tests": [{"interval": "1s", "input_series": series, "alert_rule_test": tests}],
+    }
+    path = tmp_path / "summaries.test.json"
+    path.write_text(json.dumps(doc))
+    done = ar.run_promtool(promtool(), path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]

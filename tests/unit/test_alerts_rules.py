@@ -13,6 +13,7 @@ import pytest
 
 from llmtop.cli import main
 from llmtop.core.alerts.alert import ROWS, alert_name
+from llmtop.core.alerts.field import SLO_SEVERITY
 from llmtop.core.alerts.figures import figures
 from llmtop.core.alerts.rulesfile import NEEDS_SELECTOR, NOT_EXPRESSED, alerts, render
 from llmtop.core.alerts.spec import AlertSpec, duration
@@ -54,6 +55,7 @@ def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
         assert labels["finding"] == a.finding
         assert a.name == alert_name(a.finding)
         by_value = ("degraded-200", "gateway-saturated", "gateway-queue-over-slo", "kv-exhausted")
+        by_value += ("prefix-cache-collapse", "spec-decode-low")
         if a.finding not in (*by_value, "engine-asleep"):
             assert labels["severity"] == row.severity
         if a.finding not in ("degraded-200", "replica-outlier"):  # named by the expression
@@ -72,6 +74,37 @@ def test_kv_exhausted_alerts_by_the_slo() -> None:
     assert "llmtop:vllm_slo_ratio" in kv.expr
     assert kv.labels()["severity"].startswith("{{ if gt $value 1.0 }}critical")
     assert "{{ else }}info{{ end }}" in kv.labels()["severity"]
+
+
+def test_field_levels_alert_by_the_slo_with_the_rules_thresholds() -> None:
+    """prefix-cache-collapse and spec-decode-low: the rules' thresholds, a look-back before the
+    window over the recorded figure, none across a restart, the severity by the SLO."""
+    moved = replace(
+        HealthSettings(),
+        prefix_drop_from_frac=0.4,
+        prefix_drop_to_share=0.2,
+        prefix_lookback_s=120.0,
+        spec_acceptance_low_frac=0.3,
+        spec_drop_share=0.6,
+    )
+    made = {a.finding: a for a in alerts(AlertSpec(health=moved, interval_s=1.0))[0]}
+    prefix, spec = made["prefix-cache-collapse"], made["spec-decode-low"]
+    level = "max_over_time(llmtop:vllm_{}[110s] offset 10s) unless on (instance)"
+    assert level.format("prefix_cache_hit_frac") in prefix.expr
+    assert "(0.2 * (" in prefix.expr
+    assert ">= 0.4)" in prefix.expr
+    assert level.format("spec_acceptance_frac") in spec.expr
+    assert "llmtop:vllm_spec_acceptance_frac < 0.3 or" in spec.expr
+    assert "(0.6 * (" in spec.expr
+    for a in (prefix, spec):
+        assert "resets(vllm:generation_tokens_total[120s])" in a.expr
+        assert a.expr.startswith("(max by (instance) (llmtop:vllm_slo_ratio) and on (instance)")
+        assert a.labels()["severity"] == SLO_SEVERITY
+    names = {r.name for r in figures(AlertSpec(interval_s=1.0))}
+    assert {"llmtop:vllm_prefix_cache_hit_frac", "llmtop:vllm_spec_acceptance_frac"} <= names
+    sparse = render(AlertSpec(interval_s=15.0))  # four scrapes at least, as every rate
+    assert "rate(vllm:spec_decode_num_draft_tokens_total[60s])" in sparse
+    assert "rate(vllm:spec_decode_num_draft_tokens_total[4s])" in render(AlertSpec(interval_s=1))
 
 
 def test_a_changed_threshold_changes_the_rules() -> None:

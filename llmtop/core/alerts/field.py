@@ -4,8 +4,9 @@ the rule says (the others are in `rulesfile.NOT_EXPRESSED`, with why). Pure."""
 from __future__ import annotations
 
 from llmtop.core.alerts.alert import Alert
-from llmtop.core.alerts.spec import AlertSpec, duration
-from llmtop.core.alerts.templates import open_replica, replica, value
+from llmtop.core.alerts.figures import P
+from llmtop.core.alerts.spec import AlertSpec, duration, number
+from llmtop.core.alerts.templates import computed, figure, open_replica, replica, value
 from llmtop.core.vllm.names import COUNTERS, ENGINE_HEALTHY, SLEEP_STATE
 
 
@@ -95,11 +96,96 @@ def engine_restarted(spec: AlertSpec) -> Alert:
     )
 
 
+SLO_SEVERITY = "{{ if and (ge $value 0.0) (le $value 1.0) }}info{{ else }}warning{{ end }}"
+"""The field findings' severity by the SLO (`slo_policy`): the value is the worst latency over
+its SLO, -1 when unknown; inside it info, missed or unknown warning."""
+
+
+def _by_slo(spec: AlertSpec, held: str) -> str:
+    """`held`'s replicas with the worst latency over its SLO as the value (-1 when unknown)."""
+    r = spec.r
+    return f"(max by ({r}) ({P}slo_ratio) and on ({r}) {held}) or on ({r}) ({held} * 0 - 1)"
+
+
+def _level(spec: AlertSpec, figure_name: str, matcher: str = "") -> str:
+    """The highest of a recorded figure over the look-back (prefix_lookback_s), leaving out the
+    last window as llmtop does (`matcher`: one replica's, for a template), and nothing while
+    the look-back holds a restart (`resets` of the generated tokens: that level was another
+    process's)."""
+    r, h = spec.r, spec.health
+    off = spec.window_s
+    span = duration(spec.at_least_interval(h.prefix_lookback_s - off))
+    tokens = spec.vllm(*COUNTERS["generation_tokens"])
+    lookback = duration(spec.at_least_interval(h.prefix_lookback_s))
+    return (
+        f"(max_over_time({P}{figure_name}{matcher}[{span}] offset {duration(off)}) unless on "
+        f"({r}) sum by ({r}) (resets({tokens}[{lookback}])) > 0)"
+    )
+
+
+def prefix_cache_collapse(spec: AlertSpec) -> Alert:
+    r, h = spec.r, spec.health
+    level = _level(spec, "prefix_cache_hit_frac")
+    held = (
+        f"({P}prefix_cache_hit_frac < on ({r}) "
+        f"({number(h.prefix_drop_to_share)} * ({level} >= {number(h.prefix_drop_from_frac)})))"
+    )
+    one = _level(spec, "prefix_cache_hit_frac", f"{{{r}=%[1]q}}")
+    now = f"{P}prefix_cache_hit_frac{{{r}=%[1]q}}"
+    return Alert(
+        "prefix-cache-collapse",
+        _by_slo(spec, held),
+        f"{replica(spec)}: prefix cache hit rate {computed(spec, one, 'frac')} -> "
+        f"{figure(spec, P + 'prefix_cache_hit_frac', 'frac')} within "
+        f"{duration(h.prefix_lookback_s)}: prompt tokens computed per request "
+        f"{computed(spec, f'(1 - {now}) / (1 - {one})', 'number')}x "
+        f"({figure(spec, P + 'prompt_tok_per_s', 'rate')} prompt tokens/s)",
+        "did the system prompt or the routing change? (a deploy that changed the shared "
+        "prefix, a router no longer keeping a session on one replica)",
+        open_replica(spec),
+        "hit rate (prefix_cache_hits / prefix_cache_queries over the window, while queried) "
+        f"under prefix_drop_to_share ({h.prefix_drop_to_share:g}) of its highest over "
+        f"prefix_lookback_s ({h.prefix_lookback_s:g} s) before the window, that highest >= "
+        f"prefix_drop_from_frac ({h.prefix_drop_from_frac:g}), no restart in the look-back. "
+        "Severity by the SLO: warning over it or unknown, info inside it (llmtop's warning "
+        "for a rising p95 is not expressed)",
+        severity=SLO_SEVERITY,
+    )
+
+
+def spec_decode_low(spec: AlertSpec) -> Alert:
+    r, h = spec.r, spec.health
+    acc = f"{P}spec_acceptance_frac"
+    level = _level(spec, "spec_acceptance_frac")
+    held = (
+        f"({acc} < {number(h.spec_acceptance_low_frac)} or {acc} < on ({r}) "
+        f"({number(h.spec_drop_share)} * {level}))"
+    )
+    one = _level(spec, "spec_acceptance_frac", f"{{{r}=%[1]q}}")
+    return Alert(
+        "spec-decode-low",
+        _by_slo(spec, held),
+        f"{replica(spec)}: speculative decoding accepts {figure(spec, acc, 'frac')} of draft "
+        f"tokens (its highest within {duration(h.prefix_lookback_s)}: "
+        f"{computed(spec, one, 'frac')})",
+        "sampled requests (temperature > 0) or a draft that no longer fits the traffic: "
+        "lower num_speculative_tokens or restart vLLM without --speculative-config for it",
+        open_replica(spec),
+        "accepted / draft tokens over the last few seconds, while drafts are made, under "
+        f"spec_acceptance_low_frac ({h.spec_acceptance_low_frac:g}) or under spec_drop_share "
+        f"({h.spec_drop_share:g}) of its highest over prefix_lookback_s before the window (no "
+        "restart in it). Severity by the SLO, as prefix-cache-collapse's",
+        severity=SLO_SEVERITY,
+    )
+
+
 FIELD_ALERTS = (
     engine_unhealthy,
     engine_asleep,
     engine_restarted,
     requests_corrupted,
+    prefix_cache_collapse,
+    spec_decode_low,
     kv_transfer_failing,
 )
 """The field guide's findings PromQL expresses, in the order of `RULES`."""

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtop.core.alerts.spec import HISTORY_S, SIZE_LOOKBACK_S, AlertSpec, duration, number
+from llmtop.core.alerts.spec import (
+    HISTORY_S,
+    RATE_SCRAPES,
+    SIZE_LOOKBACK_S,
+    AlertSpec,
+    duration,
+    number,
+)
+from llmtop.core.derive.derive import SPEC_WINDOW_S
 from llmtop.core.vllm.names import CACHE_CONFIG, COUNTERS, FINISHED
 
 P = "llmtop:vllm_"
@@ -171,7 +179,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ),
     ]
     out = _upstream(spec) + [Recorded(P + name, expr, doc) for name, expr, doc in rows]
-    out += _gateway_side(spec)
+    out += _field_side(spec) + _gateway_side(spec)
     return tuple(out)
 
 
@@ -192,6 +200,38 @@ def _upstream(spec: AlertSpec) -> list[Recorded]:
             '"instance", "$1", "replica", "https?://([^/]+).*")) * 0 + 1',
             "1 for each (gateway, the host:port of an engine it sends to)",
         )
+    ]
+
+
+def spec_window_s(spec: AlertSpec) -> float:
+    """Speculative decoding's window: llmtop's last `SPEC_WINDOW_S` (its acceptance swings with
+    the requests of the moment), or more scrapes when they are sparser."""
+    return max(min(spec.health.window_s, SPEC_WINDOW_S), RATE_SCRAPES * spec.interval_s)
+
+
+def _field_side(spec: AlertSpec) -> list[Recorded]:
+    """The prefix cache's hit rate and speculative decoding's acceptance, each only while it is
+    used (queries, drafts made), as derive reads them: their look-backs range over these."""
+    r, w = spec.r, duration(spec.window_s)
+    sw = duration(spec_window_s(spec))
+
+    def rate(key: str, over: str) -> str:
+        each = [f"rate({spec.vllm(n)}[{over}])" for n in COUNTERS[key]]  # newest name first
+        return f"sum by ({r}) ({' or '.join(each)})"
+
+    drafting = f"{rate('spec_drafts', sw)} > 0"
+    return [
+        Recorded(
+            P + "prefix_cache_hit_frac",
+            f"{rate('prefix_hits', w)} / on ({r}) ({rate('prefix_queries', w)} > 0)",
+            "prefix-cache hits per token queried over the window, while queries flow",
+        ),
+        Recorded(
+            P + "spec_acceptance_frac",
+            f"({rate('spec_accepted_tokens', sw)} / on ({r}) "
+            f"({rate('spec_draft_tokens', sw)} > 0)) and on ({r}) ({drafting})",
+            f"draft tokens accepted per draft token over the last {sw}, while drafts are made",
+        ),
     ]
 
 

@@ -23,15 +23,8 @@ NOT_EXPRESSED: dict[str, str] = {
     "gpu-memory-full": "read through NVML on llmtop's host, as gpu-throttled; with "
     "dcgm-exporter: DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
     "replica-down": "the fleet's name for target-down: LlmtopTargetDown fires per replica",
-    "prefix-cache-collapse": "compares the hit rate with its highest over the look-back, "
-    "skipping the time before a restart; alert on the ratio of "
-    "rate(vllm:prefix_cache_hits_total) to rate(vllm:prefix_cache_queries_total) against its "
-    "max_over_time where Prometheus keeps a recording rule of it",
     "decode-stall": "a poll-to-poll decode rate against its running median over a minute: "
     "at Prometheus' scrape interval the stall (seconds long) is averaged away",
-    "spec-decode-low": "its severity follows the SLO and its look-back skips a restart; alert "
-    "on rate(vllm:spec_decode_num_accepted_tokens_total) / "
-    "rate(vllm:spec_decode_num_draft_tokens_total) < spec_acceptance_low_frac",
     "lora-waiting": "vllm:lora_requests_info's state is in its labels, one series per state "
     "change, the newest by value: PromQL cannot pick the newest series' labels and count them",
     "gpu-xid-error": "read through NVML or dcgm-exporter by llmtop, as gpu-throttled; alert on "
