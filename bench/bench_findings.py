@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.recording.reader import read_recording
 from llmtop.settings import HealthSettings
@@ -52,7 +53,7 @@ class Result:
 def score_one(path: Path, entry: dict[str, Any]) -> Result:
     """Run one recording through a fresh pipeline and compare with its manifest entry."""
     rec = read_recording(path)
-    pipeline = Pipeline(HealthSettings())
+    pipeline = (FleetPipeline if entry.get("fleet") else Pipeline)(HealthSettings())
     onset = float(entry["onset_s"])
     expected = {e["finding"]: e for e in entry["expect"]}
     start = rec.times[0] if rec.times else 0.0
