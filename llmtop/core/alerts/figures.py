@@ -16,7 +16,7 @@ from llmtop.core.alerts.spec import (
     duration,
     number,
 )
-from llmtop.core.derive.derive import SPEC_WINDOW_S
+from llmtop.core.derive.derive import LEVEL_WINDOW_S
 from llmtop.core.vllm.names import CACHE_CONFIG, COUNTERS, FINISHED
 
 P = "llmtop:vllm_"
@@ -203,17 +203,17 @@ def _upstream(spec: AlertSpec) -> list[Recorded]:
     ]
 
 
-def spec_window_s(spec: AlertSpec) -> float:
-    """Speculative decoding's window: llmtop's last `SPEC_WINDOW_S` (its acceptance swings with
-    the requests of the moment), or more scrapes when they are sparser."""
-    return max(min(spec.health.window_s, SPEC_WINDOW_S), RATE_SCRAPES * spec.interval_s)
+def level_window_s(spec: AlertSpec) -> float:
+    """The prefix hit rate's and spec acceptance's window: llmtop's last `LEVEL_WINDOW_S` (each
+    swings with the requests of the moment), or more scrapes when they are sparser."""
+    return max(min(spec.health.window_s, LEVEL_WINDOW_S), RATE_SCRAPES * spec.interval_s)
 
 
 def _field_side(spec: AlertSpec) -> list[Recorded]:
     """The prefix cache's hit rate and speculative decoding's acceptance, each only while it is
     used (queries, drafts made), as derive reads them: their look-backs range over these."""
-    r, w = spec.r, duration(spec.window_s)
-    sw = duration(spec_window_s(spec))
+    r = spec.r
+    sw = duration(level_window_s(spec))
 
     def rate(key: str, over: str) -> str:
         each = [f"rate({spec.vllm(n)}[{over}])" for n in COUNTERS[key]]  # newest name first
@@ -223,8 +223,8 @@ def _field_side(spec: AlertSpec) -> list[Recorded]:
     return [
         Recorded(
             P + "prefix_cache_hit_frac",
-            f"{rate('prefix_hits', w)} / on ({r}) ({rate('prefix_queries', w)} > 0)",
-            "prefix-cache hits per token queried over the window, while queries flow",
+            f"{rate('prefix_hits', sw)} / on ({r}) ({rate('prefix_queries', sw)} > 0)",
+            "prefix-cache hits per token queried over the last seconds, while queries flow",
         ),
         Recorded(
             P + "spec_acceptance_frac",

@@ -170,7 +170,8 @@ def derive_engine(
             if d is not None:
                 (finished if is_finished else refused)[reason] = d / span
 
-    hits, queries = delta("prefix_hits"), delta("prefix_queries")
+    recent = window.counter_deltas(min(window_s, LEVEL_WINDOW_S))
+    hits, queries = recent.get(("prefix_hits", None)), recent.get(("prefix_queries", None))
     if not queries:
         hits, queries = scrape.counters.get("prefix_hits"), scrape.counters.get("prefix_queries")
     prefix_frac = hits / queries if hits is not None and queries else None
@@ -261,10 +262,11 @@ _TRANSFER_FAILURES = (
 _TRANSFER_BYTES = ("kv_offload_load_bytes", "kv_offload_store_bytes")
 
 
-SPEC_WINDOW_S = 4.0
-"""Speculative decoding's figures cover the last few seconds, not the whole window: when the
-window's older part drafted many times more tokens (greedy requests before sampled ones), its
-acceptance would hide a fall for as long as those drafts stay in it."""
+LEVEL_WINDOW_S = 4.0
+"""The prefix cache's hit rate and speculative decoding's figures cover the last few seconds,
+not the whole window: when the window's older part held many times more of the traffic
+(greedy drafts before sampled ones, shared prompts before new ones), its level would hide a
+fall for as long as that part stays in it."""
 
 
 class FieldFigures(NamedTuple):
@@ -285,8 +287,8 @@ def field_figures(
     """Speculative decoding's acceptance and the KV connector's traffic over the window."""
     if not span:
         return FieldFigures()
-    spec = window.counter_deltas(min(window_s, SPEC_WINDOW_S))
-    spec_span = window.span_s(min(window_s, SPEC_WINDOW_S)) or span
+    spec = window.counter_deltas(min(window_s, LEVEL_WINDOW_S))
+    spec_span = window.span_s(min(window_s, LEVEL_WINDOW_S)) or span
     drafts = spec.get(("spec_drafts", None))
     proposed = spec.get(("spec_draft_tokens", None))
     accepted = spec.get(("spec_accepted_tokens", None))
