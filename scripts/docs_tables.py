@@ -160,8 +160,19 @@ def flags_block() -> str:
     return "\n\n".join(parts)
 
 
+def findings_block() -> str:
+    """README's findings table: llmtop.core.health.guide's rows."""
+    from llmtop.core.health.guide import GUIDE
+
+    rows = [
+        (", ".join(f"`{i}`" for i in g.ids), g.bottleneck, g.fires_when, g.action) for g in GUIDE
+    ]
+    return md_table(("id", "bottleneck", "fires when", "action"), rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "keys": keys_block,
+    "findings": findings_block,
     "words": words_block,
     "limits": limits_block,
     "flags": flags_block,
