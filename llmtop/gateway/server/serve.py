@@ -46,7 +46,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to the sys.stderr of the moment, so a replaced stderr (a test's capture) is
     never written to after it closed."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
