@@ -56,16 +56,9 @@ class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        ordered = window.sorted_histogram("h:" + key, window_s)
-        self._first_bound: float | None = None
-        if ordered is not None:  # the layout's bounds, in order: none is NaN
-            self._sorted, self.sum, self.count = ordered
-            self._first_bound = self._sorted.first_bound()
-        else:
-            buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
-            self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
-            if buckets:
-                self._first_bound = min(map(_BOUND, buckets))
+        buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
+        self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
+        self._first_bound = min(map(_BOUND, buckets)) if buckets else None
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
