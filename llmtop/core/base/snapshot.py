@@ -156,13 +156,13 @@ class GatewayStats:
     mode: str | None = None
     """auto: the autopilot moves the KV budget; manual: people do."""
     autopilot_reason: str | None = None
+    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     binding: str | None = None
     """The limit holding the head of the gateway's queue now (None: nobody waits)."""
     binding_reason: str | None = None
     """...in words, with the arithmetic ("prefill backlog 9,100 tokens, budget 2,400: ...")."""
     unprefilled_prompt_tokens: int | None = None
     """Prompt tokens admitted with no first token yet (the prefill budget's count)."""
-    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     paused: bool | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""
