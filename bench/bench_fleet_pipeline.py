@@ -3,7 +3,7 @@
 No sockets: each second the 100 replicas' bodies (bench/fleet_targets.py's Payload, counters
 advancing at a speed of each replica's own) are parsed (promtext.parse), then one
 `FleetPipeline.update` of them is timed (process time), after the replicas' 120 s history has
-filled. `--without plan` reads every scrape sample by sample (`engines.extract_direct`: no
+filled. `--without plan` reads every scrape sample by sample (tests/support/direct_reading.py: no
 `scrape_plan`), `--without lookbacks` answers the KV look-backs by scanning each replica's kept
 snapshots, as the plain code would, instead of `derive.sliding_max`. Each variant runs in its
 own process (the patches are made before the pipeline is built), the variants alternating,
@@ -81,9 +81,12 @@ class ScanLookbacks:
 def run(variant: str, polls: int, full: bool) -> float:
     """Median CPU ms of one FleetPipeline.update of 100 replicas, history full."""
     if variant == "without plan":
-        from llmtop.core.vllm import scrape_plan
+        from llmtop.core.vllm import engines
 
-        scrape_plan.plan_of = lambda names, labels: None  # type: ignore[assignment]
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+        from tests.support.direct_reading import extract_direct
+
+        engines.extract = lambda samples, names=None: extract_direct(samples)  # type: ignore[assignment]
     elif variant == "without lookbacks":
         import llmtop.core.pipeline.fleet as fleet_module
 

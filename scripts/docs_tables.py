@@ -43,9 +43,16 @@ def keys_block() -> str:
 
 
 def words_block() -> str:
-    from llmtop.tui.view.keyhelp import words_table
+    """Every `:` word with its argument, the limit it sets and what it bounds, then the actions
+    and the aliases."""
+    from llmtop.core.base.admin_api import LIMITS
+    from llmtop.tui.view.commands import ACTIONS, ALIASES
+    from llmtop.tui.view.keyhelp import limit_word_usage
 
-    rows = [(f"`{w}`", field, what) for w, field, what in words_table()]
+    rows = [(f"`{limit_word_usage(s)}`", f"`{s.field}`", s.help) for s in LIMITS]
+    said = {"pause": "admit nobody new; the queue holds", "resume": "admit again"}
+    rows += [(f"`{a}`", "", said[a]) for a in ACTIONS]
+    rows += [(f"`{alias}`", "", f"the same as `{word}`") for alias, word in ALIASES.items()]
     return md_table(("`:` word", "sets", "what"), rows)
 
 

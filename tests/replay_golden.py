@@ -27,7 +27,9 @@ tenant_ttft_slo_s: issue 28) and the prefill budget's (max_unprefilled_prompt_to
 binding_reason, unprefilled_prompt_tokens: issue 27), checked the same way: every digest equal
 with those fields, all None in these recordings, taken out; and when gateway-down's action
 named the gateway's flag by its new name (`--vllm`, was `--upstream`: issue 31), checked equal
-with the old name put back.
+with the old name put back; and when EngineStats dropped five figures nothing showed (e2e
+p50/p99, queue p99, prefill p95, the KV-transfer share of prompts: issue 36), checked equal
+with those fields taken out of the old tree's repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 

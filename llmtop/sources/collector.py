@@ -114,17 +114,14 @@ class Collector:
         return tuple(await asyncio.gather(*(self._engine(u) for u in self.monitor.vllm_urls)))
 
     async def _engine(self, url: str) -> RawEngine:
-        try:
-            raw = await scrape_engine(
-                self._client,
-                url,
-                timeout_s=self.timeout_s,
-                max_bytes=self.monitor.max_scrape_bytes,
-                version=self._versions.get(url),
-                ask_version=url not in self._versions,
-            )
-        except Exception as e:  # scrape_engine does not raise; belt and braces for the loop
-            return RawEngine(url=url, samples=None, error=f"{url}: {type(e).__name__}: {e}")
+        raw = await scrape_engine(  # never raises: a target problem is its error field
+            self._client,
+            url,
+            timeout_s=self.timeout_s,
+            max_bytes=self.monitor.max_scrape_bytes,
+            version=self._versions.get(url),
+            ask_version=url not in self._versions,
+        )
         if raw.samples is not None and url not in self._versions:
             self._versions[url] = raw.version
         return raw
@@ -134,10 +131,7 @@ class Collector:
     ) -> tuple[dict[str, Any] | None, str | None, tuple[dict[str, Any], ...], bool]:
         if self._gateway is None:
             return None, None, (), False
-        try:
-            return await self._gateway.read(self._client, self.timeout_s)
-        except Exception as e:
-            return None, f"{self._gateway.url}: {type(e).__name__}: {e}", (), True
+        return await self._gateway.read(self._client, self.timeout_s)  # never raises
 
     async def _gpus(self) -> tuple[tuple[GpuStats, ...], str | None]:
         if self.gpu_backend is None:

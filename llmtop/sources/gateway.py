@@ -162,10 +162,6 @@ class GatewayReader:
                 raise GatewayReadError(
                     f"{self.url}/admin/stats is not a JSON object", target=self.url
                 )
-            if "limits" not in stats:
-                limits = await asyncio.wait_for(self._get(client, "/admin/limits"), timeout_s)
-                if isinstance(limits, dict):
-                    stats = {**stats, "limits": limits}
         except GatewayReadError as e:
             if self.optional and not self.answered and not e.is_gateway:
                 return None, None, (), False  # something else on the default port

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.derive import counter_columns, counter_values
 from llmtop.core.exposition import promtext
-from llmtop.core.vllm import engines
 from llmtop.core.vllm.engines import extract
 from llmtop.core.vllm.names import sample_names
 from llmtop.core.vllm.scrape import EngineScrape
+from tests.support.direct_reading import extract_direct
 
 KEEP = promtext.keep_names(sample_names())
 
@@ -187,7 +187,7 @@ _LABEL_VALUES = {
     "reason": ["capacity", "deferred", "max_num_queued_reqs"],
     "finished_reason": ["stop", "length", "error"],
     "source": ["local_compute", "local_cache_hit"],
-    "le": ["0.1", "1", "1.0", "+Inf"],
+    "le": ["0.1", "1", "1.0", "+Inf", "NaN"],
     "model_name": ["m", "n"],
     "num_gpu_blocks": ["32", "64", "None"],
     "block_size": ["16", "128"],
@@ -229,16 +229,16 @@ def _scrapes(draw: st.DrawFn) -> list[tuple[Sample, ...]]:
 @settings(max_examples=300)
 def test_planned_extraction_equals_the_direct_reading(scrapes: list[tuple[Sample, ...]]) -> None:
     """Whatever the structure (families old and new, engines, reasons, bounds spelled two
-    ways, cache_config with or without blocks): the plan's figures are the direct reading's,
+    ways or NaN, cache_config with or without blocks): the plan's figures are the direct reading's,
     bit for bit and in the same order, scrape after scrape of one structure."""
     for samples in scrapes:
         try:
-            want = repr(engines.extract_direct(samples))
+            want = repr(extract_direct(samples))
         except (ValueError, ZeroDivisionError) as e:
             with pytest.raises(type(e)):
                 extract(samples)
             continue
         planned = extract(samples)
         assert repr(planned) == want
-        values = counter_values(engines.extract_direct(samples))
+        values = counter_values(extract_direct(samples))
         assert repr(counter_columns(planned)) == repr((tuple(values), list(values.values())))

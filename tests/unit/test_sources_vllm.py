@@ -133,19 +133,6 @@ async def test_gateway_stats_token_and_new_events() -> None:
     assert set(seen_auth) == {"Bearer s3cret"}
 
 
-async def test_gateway_fetches_limits_when_stats_lack_them() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/admin/stats":
-            return httpx.Response(200, json={"in_flight": 0})
-        if request.url.path == "/admin/limits":
-            return httpx.Response(200, json={"max_queue": 5})
-        return httpx.Response(200, json={"events": []})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
-        stats, _, _, _ = await GatewayReader("http://gw", None, optional=False).read(c, 1.0)
-    assert stats == {"in_flight": 0, "limits": {"max_queue": 5}}
-
-
 async def test_default_gateway_absent_is_no_gateway_but_named_one_is_an_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("Connection refused", request=request)

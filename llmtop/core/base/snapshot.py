@@ -66,15 +66,11 @@ class EngineStats:
     itl_p50_s: float | None = None
     itl_p95_s: float | None = None
     itl_p99_s: float | None = None
-    e2e_p50_s: float | None = None
     e2e_p95_s: float | None = None
     queue_time_p50_s: float | None = None
     queue_time_p95_s: float | None = None
-    prefill_time_p95_s: float | None = None
     stats_disabled: bool = False
     """The target answers but exports no vllm:* series (--disable-log-stats)."""
-    e2e_p99_s: float | None = None
-    queue_time_p99_s: float | None = None
     ttft_mean_s: float | None = None
     """Mean time to first token over the window (Δsum/Δcount)."""
     queue_time_mean_s: float | None = None
@@ -109,8 +105,6 @@ class EngineStats:
     requests, offload allocation failures); None when no connector family is exported."""
     kv_transfer_time_mean_s: float | None = None
     """Mean NIXL transfer time over the window."""
-    kv_external_prompt_frac: float | None = None
-    """Share of prompt tokens that came by KV transfer (`source=external_kv_transfer`)."""
     sleep_state: str | None = None
     """awake, weights_offloaded (sleep level 1), discard_all (level 2); None: not exported."""
     healthy: bool | None = None
@@ -156,13 +150,13 @@ class GatewayStats:
     mode: str | None = None
     """auto: the autopilot moves the KV budget; manual: people do."""
     autopilot_reason: str | None = None
+    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     binding: str | None = None
     """The limit holding the head of the gateway's queue now (None: nobody waits)."""
     binding_reason: str | None = None
     """...in words, with the arithmetic ("prefill backlog 9,100 tokens, budget 2,400: ...")."""
     unprefilled_prompt_tokens: int | None = None
     """Prompt tokens admitted with no first token yet (the prefill budget's count)."""
-    """The autopilot's last move and why ("KV budget 2,907 -> 2,592 blocks: preempting 2.0/s")."""
     paused: bool | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     """Cumulative outcome counters: completed, rejected:<reason>, timed_out, cancelled, ..."""

@@ -56,16 +56,9 @@ class _Hist:
     """A histogram's increments over the window."""
 
     def __init__(self, window: CounterWindow, key: str, window_s: float) -> None:
-        ordered = window.sorted_histogram("h:" + key, window_s)
-        self._first_bound: float | None = None
-        if ordered is not None:  # the layout's bounds, in order: none is NaN
-            self._sorted, self.sum, self.count = ordered
-            self._first_bound = self._sorted.first_bound()
-        else:
-            buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
-            self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
-            if buckets:
-                self._first_bound = min(map(_BOUND, buckets))
+        buckets, self.sum, self.count = window.histogram("h:" + key, window_s)
+        self._sorted = Buckets(buckets)  # sorted once for all the quantiles read
+        self._first_bound = min(map(_BOUND, buckets)) if buckets else None
 
     def mean(self) -> float | None:
         if self.sum is None or not self.count:
@@ -187,9 +180,8 @@ def derive_engine(
         mean_gen = _cumulative_mean(scrape, "generation_len")
     ttft_p50, ttft_p95, ttft_p99 = ttft.quantiles(0.5, 0.95, 0.99)
     itl_p50, itl_p95, itl_p99 = itl.quantiles(0.5, 0.95, 0.99)
-    e2e_p50, e2e_p95, e2e_p99 = e2e.quantiles(0.5, 0.95, 0.99)
-    queue_p50, queue_p95, queue_p99 = queue.quantiles(0.5, 0.95, 0.99)
-    (prefill_p95,) = prefill.quantiles(0.95)
+    (e2e_p95,) = e2e.quantiles(0.95)
+    queue_p50, queue_p95 = queue.quantiles(0.5, 0.95)
 
     f = field_figures(deltas, span, window, window_s)
     found = scrape.field_families
@@ -220,13 +212,9 @@ def derive_engine(
         itl_p50_s=itl_p50,
         itl_p95_s=itl_p95,
         itl_p99_s=itl_p99,
-        e2e_p50_s=e2e_p50,
         e2e_p95_s=e2e_p95,
         queue_time_p50_s=queue_p50,
         queue_time_p95_s=queue_p95,
-        prefill_time_p95_s=prefill_p95,
-        e2e_p99_s=e2e_p99,
-        queue_time_p99_s=queue_p99,
         error=None if running is not None else NO_GAUGES,
         ttft_mean_s=ttft.mean(),
         queue_time_mean_s=queue.mean(),
@@ -236,7 +224,6 @@ def derive_engine(
         prompt_computed_tok_per_s=rate("prompt_source:local_compute"),
         prefix_cache_queried_tok_per_s=rate("prefix_queries"),
         corrupted_per_s=rate("corrupted_requests"),
-        kv_external_prompt_frac=_share(deltas, "prompt_source:external_kv_transfer", names.sources),
         spec_acceptance_frac=f.spec_acceptance_frac,
         spec_mean_accepted_len=f.spec_mean_accepted_len,
         spec_acceptance_by_pos=f.spec_acceptance_by_pos,
@@ -318,15 +305,6 @@ def field_figures(
         if xfer_sum is not None and xfer_count
         else None,
     )
-
-
-def _share(deltas: dict[Key, float], key: str, sources: list[str]) -> float | None:
-    """One source's share of the prompt tokens by source over the window."""
-    if key not in sources:
-        return None
-    total = sum(deltas.get((k, None)) or 0.0 for k in sources)
-    part = deltas.get((key, None))
-    return part / total if part is not None and total > 0 else None
 
 
 def _cache_share(

@@ -37,13 +37,6 @@ class Buckets:
         self._counts: list[float] | None = None
         self._peak: float | None = None
 
-    @classmethod
-    def of_sorted(cls, bounds: list[float], counts: list[float]) -> Buckets:
-        """Buckets already in the order `sorted` gives them, as bounds and counts."""
-        self = cls.__new__(cls)
-        self._bounds, self._raw, self._counts, self._peak = bounds, counts, None, None
-        return self
-
     def quantile(self, q: float) -> float | None:
         """`histogram_quantile(q, buckets)`."""
         return self.quantiles((q,))[0]
@@ -105,10 +98,6 @@ class Buckets:
             fraction = min(1.0, max(0.0, (rank - below) / in_bucket))
             out.append(lower + (upper - lower) * fraction)
         return out
-
-    def first_bound(self) -> float | None:
-        """The lowest bound (None without buckets)."""
-        return self._bounds[0] if self._bounds else None
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -25,9 +25,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
-
-from llmtop.core.derive.histogram import Buckets
+from collections.abc import Hashable, Mapping
 
 Key = tuple[str, Hashable]
 """(group, member): e.g. ("prompt_tokens", None) or ("ttft", 0.25) for one bucket."""
@@ -59,7 +57,7 @@ class _Layout:
 class _HistogramLayout:
     """Where a histogram's bounds (numeric members, as floats), sum and count sit in a layout."""
 
-    __slots__ = ("bounds", "count", "ordered", "sum")
+    __slots__ = ("bounds", "count", "sum")
 
     def __init__(self, members: list[tuple[Hashable, int]]) -> None:
         positions = dict(members)
@@ -70,20 +68,6 @@ class _HistogramLayout:
             for m, i in positions.items()
             if m not in ("sum", "count") and isinstance(m, float | int)
         ]
-        self.ordered: tuple[list[float], Callable[[list[float]], list[float]]] | None = None
-        """The bounds ascending and a getter of their counts in that order; None when a bound
-        is NaN (sorting (bound, count) pairs then depends on the counts)."""
-        if self.bounds and not any(math.isnan(le) for le, _ in self.bounds):
-            ranked = sorted(self.bounds)  # distinct bounds (distinct keys): by bound alone
-            where = [i for _, i in ranked]
-            if where == list(range(where[0], where[0] + len(where))):  # a plan's: in order
-                get: Callable[[list[float]], list[float]] = operator.itemgetter(
-                    slice(where[0], where[0] + len(where))
-                )
-            else:
-                gather = operator.itemgetter(*where)  # two or more: a tuple
-                get = lambda v: list(gather(v))  # noqa: E731
-            self.ordered = ([le for le, _ in ranked], get)
 
 
 class _Step:
@@ -284,25 +268,6 @@ class CounterWindow:
         total, count = members.pop("sum", None), members.pop("count", None)
         bounds = [(float(le), c) for le, c in members.items() if isinstance(le, float | int)]
         return bounds, total, count
-
-    def sorted_histogram(
-        self, group: str, window_s: float
-    ) -> tuple[Buckets, float | None, float | None] | None:
-        """`histogram` as `Buckets`, without building and sorting (bound, count) pairs: the
-        layout has the bounds in order. None where `histogram` must be read instead (the
-        window's polls of different layouts, a NaN bound, no bounds)."""
-        w = self._window(window_s)
-        if w.sums is None or w.layout is None:
-            return None
-        sums, h = w.sums, w.layout.histogram(group)
-        if h.ordered is None:
-            return None
-        bounds, counts = h.ordered
-        return (
-            Buckets.of_sorted(bounds, counts(sums)),
-            None if h.sum is None else sums[h.sum],
-            None if h.count is None else sums[h.count],
-        )
 
     def group(self, group: str, window_s: float) -> dict[Hashable, float]:
         """Summed increments of every member of `group` over the window."""

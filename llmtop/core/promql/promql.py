@@ -40,11 +40,10 @@ QUANTILES: dict[str, tuple[float, ...]] = {
     "itl": (0.5, 0.95, 0.99),
     "e2e": (0.95,),
     "queue_time": (0.95,),
-    "prefill_time": (0.95,),
 }
 """The quantiles the replica rows and the rules read. Each costs llmtop one label, but costs
 Prometheus a `histogram_quantile` over every bucket's rate (most of its work for a poll), so
-the e2e p50/p99 and the queue p50/p99 of a direct scrape are left unknown here."""
+the queue p50 of a direct scrape (the latency panel's) is left unknown here."""
 MEANS = ("ttft", "itl", "queue_time", "prefill_time", "prompt_len", "generation_len")
 _SINCE_START = frozenset({"prompt_len", "generation_len"})
 """Means that fall back to the totals since start when nothing finished in the window."""

@@ -190,9 +190,8 @@ _QUANTILE_FIELDS: tuple[tuple[str, str, str | None, str], ...] = tuple(
     for key, qs in (
         ("ttft", (0.5, 0.95, 0.99)),
         ("itl", (0.5, 0.95, 0.99)),
-        ("e2e", (0.5, 0.95, 0.99)),
-        ("queue_time", (0.5, 0.95, 0.99)),
-        ("prefill_time", (0.95,)),
+        ("e2e", (0.95,)),
+        ("queue_time", (0.5, 0.95)),
     )
     for q in qs
 )

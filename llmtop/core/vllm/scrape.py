@@ -1,7 +1,7 @@
 """One vLLM scrape as the values llmtop uses: `EngineScrape` and its `Histogram`s. Pure.
 
 Engines summed, None where not exported; built by `engines.extract` (through a
-`scrape_plan.ScrapePlan`, or sample by sample) and read by `derive`.
+`scrape_plan.ScrapePlan`) and read by `derive`.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 A vLLM exports the same series with the same labels poll after poll, and a fleet's replicas
 share them: which samples each figure adds up (and how), which bound each `le` label means, the
 KV capacity, model and names read from labels alone. A `ScrapePlan` holds that for one
-structure; each scrape then only adds its values, in the order `engines.extract_direct` does,
-so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py). It reads the
-families of `names.GAUGES`, `COUNTERS` and `HISTOGRAMS`, as extract_direct does. Pure.
+structure; each scrape then only adds its values, in the order the plain reading sample by
+sample does, so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py,
+against tests/support/direct_reading.py). It reads the families of `names.GAUGES`, `COUNTERS`
+and `HISTOGRAMS`. Pure.
 
 It earns its place: reading every scrape sample by sample instead costs 7.2-9.3 ms a poll of
 100 replicas, 0.7-0.9 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths
@@ -14,7 +15,6 @@ in proportion").
 
 from __future__ import annotations
 
-import math
 import operator
 
 from llmtop.core.base.raw import Labels
@@ -68,19 +68,19 @@ class _BucketPlan:
         return tuple(out)
 
 
-_BUCKET_PLANS: dict[tuple[Labels, ...], _BucketPlan | None] = {}
-"""Label sets of one family's buckets -> their plan (None: a NaN bound, added up as it comes).
-Label sets repeat every scrape; the bound of each is parsed once."""
+_BUCKET_PLANS: dict[tuple[Labels, ...], _BucketPlan] = {}
+"""Label sets of one family's buckets -> their plan. Label sets repeat every scrape; the bound
+of each is parsed once."""
 _BUCKET_PLANS_MAX = 4096
 
 
-def bucket_plan(labels: tuple[Labels, ...]) -> _BucketPlan | None:
-    """The plan of one family's buckets by their label sets (None: a NaN bound)."""
-    plan = _BUCKET_PLANS.get(labels, False)
-    if plan is not False:
-        return plan  # type: ignore[return-value]
+def bucket_plan(labels: tuple[Labels, ...]) -> _BucketPlan:
+    """The plan of one family's buckets by their label sets."""
+    plan = _BUCKET_PLANS.get(labels)
+    if plan is not None:
+        return plan
     les = [None if (le := label_value(ls, "le")) is None else bucket_bound(le) for ls in labels]
-    made = None if any(le is not None and math.isnan(le) for le in les) else _BucketPlan(les)
+    made = _BucketPlan(les)
     if len(_BUCKET_PLANS) >= _BUCKET_PLANS_MAX:
         _BUCKET_PLANS.clear()
     _BUCKET_PLANS[labels] = made
@@ -94,7 +94,7 @@ from 0.0 one by one (its counters.get(key, 0.0) + value)."""
 
 class ScrapePlan:
     """What a scrape's structure decides, worked out once: which samples each figure adds up
-    and how (the same additions in the same order as `extract_direct`), and the figures read
+    and how (the same additions in the same order as the plain reading), and the figures read
     from labels alone (KV capacity, model, the names used)."""
 
     def __init__(self, names: list[str], labels: list[Labels]) -> None:
@@ -162,12 +162,10 @@ class ScrapePlan:
                 if fam + "_count" in by_name or fam + "_bucket" in by_name:
                     self.used[key] = fam
                     buckets = by_name.get(fam + "_bucket", [])
-                    plan = bucket_plan(tuple([labels[i] for i in buckets])) if buckets else None
-                    if buckets and plan is None:
-                        raise ValueError("a NaN bucket bound: read sample by sample")
-                    bounds = [le for le, _ in plan.bounds] if plan is not None else []
+                    plan = bucket_plan(tuple([labels[i] for i in buckets]))
+                    bounds = [le for le, _ in plan.bounds]
                     self.histograms.append((key, bounds, len(keys)))
-                    for le, members in plan.bounds if plan is not None else ():
+                    for le, members in plan.bounds:
                         keys.append(("h:" + key, le))
                         folds.append((False, [buckets[i] for i in members]))
                     keys += [("h:" + key, "sum"), ("h:" + key, "count")]
@@ -248,22 +246,18 @@ class ScrapePlan:
         )
 
 
-_SCRAPE_PLANS: dict[tuple[tuple[str, ...], tuple[Labels, ...]], ScrapePlan | None] = {}
-"""Structures seen -> their plan (None: read sample by sample)."""
+_SCRAPE_PLANS: dict[tuple[tuple[str, ...], tuple[Labels, ...]], ScrapePlan] = {}
+"""Structures seen -> their plan."""
 _SCRAPE_PLANS_MAX = 256
 
 
-def plan_of(names: list[str], labels: list[Labels]) -> ScrapePlan | None:
-    """The plan of a scrape with these sample names and label sets (None: read it sample by
-    sample)."""
+def plan_of(names: list[str], labels: list[Labels]) -> ScrapePlan:
+    """The plan of a scrape with these sample names and label sets."""
     key = (tuple(names), tuple(labels))
-    found = _SCRAPE_PLANS.get(key, False)
-    if found is False:
-        try:
-            found = ScrapePlan(names, labels)
-        except Exception:  # what the direct reading makes of it, it says itself
-            found = None
+    found = _SCRAPE_PLANS.get(key)
+    if found is None:
+        found = ScrapePlan(names, labels)
         if len(_SCRAPE_PLANS) >= _SCRAPE_PLANS_MAX:
             _SCRAPE_PLANS.clear()
         _SCRAPE_PLANS[key] = found
-    return found  # type: ignore[return-value]
+    return found

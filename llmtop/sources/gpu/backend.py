@@ -1,6 +1,6 @@
 """GPU readings behind one protocol: NVML for local GPUs, dcgm-exporter for remote ones.
 
-NVML is only touched here and in `sources.nvml` (ruff TID251 bans pynvml elsewhere). Its calls
+NVML is only touched here and in `sources.gpu.nvml` (ruff TID251 bans pynvml elsewhere). Its calls
 block, so they run in `asyncio.to_thread`. No driver or no library is "no NVIDIA GPU visible",
 an NVMLError is an error string: the TUI never crashes on a GPU problem.
 """
@@ -12,16 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from llmtop.core.base.snapshot import GpuStats
-from llmtop.sources.gpu.dcgm import DcgmBackend
 from llmtop.sources.gpu.nvml import NO_GPU, NvmlReader, NvmlUnavailable
-
-__all__ = [
-    "NO_GPU",
-    "CombinedGpuBackend",
-    "DcgmBackend",
-    "GpuBackend",
-    "NvmlBackend",
-]
 
 
 class GpuBackend(Protocol):

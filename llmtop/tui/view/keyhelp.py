@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmtop.core.base.admin_api import LIMITS, LimitSpec
-from llmtop.tui.view.commands import ACTIONS, ALIASES, FINE_STEP_BELOW, QUEUE_STEP
+from llmtop.tui.view.commands import ACTIONS, FINE_STEP_BELOW, QUEUE_STEP
 
 
 @dataclass(frozen=True)
@@ -71,13 +71,3 @@ KEYS: tuple[KeyHelp, ...] = (
     KeyHelp(("quit",), "`q`, Ctrl-C", "quit"),
 )
 """The dashboard's keys, in the order the `?` screen and README show them."""
-
-
-def words_table() -> list[tuple[str, str, str]]:
-    """(`:` word with its argument, the limit it sets, what it bounds) for every limit, then
-    the actions and the aliases."""
-    rows = [(limit_word_usage(s), f"`{s.field}`", s.help) for s in LIMITS]
-    said = {"pause": "admit nobody new; the queue holds", "resume": "admit again"}
-    rows += [(a, "", said[a]) for a in ACTIONS]
-    rows += [(alias, "", f"the same as `{word}`") for alias, word in ALIASES.items()]
-    return rows
