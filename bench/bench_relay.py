@@ -27,6 +27,7 @@ import asyncio
 import multiprocessing as mp
 import os
 import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -80,10 +81,14 @@ def _serve_upstream(q: Any) -> None:
 class Gateway:
     """`llmtop gateway` of one source tree, in its own process."""
 
-    def __init__(self, tree: Path, upstream: str) -> None:
+    def __init__(self, tree: Path, upstream: str, profile: Path | None = None) -> None:
         self.tree = tree
+        self.profiled = profile is not None
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-m", "llmtop", "gateway", "--vllm", upstream]
+        cmd = [sys.executable]
+        if profile is not None:  # cProfile writes it when the gateway exits (at `stop`)
+            cmd += ["-m", "cProfile", "-o", str(profile.resolve())]
+        cmd += ["-m", "llmtop", "gateway", "--vllm", upstream]
         cmd += ["--listen", "127.0.0.1:0", "--max-concurrency", "4096", "--max-queue", "20000"]
         cmd += ["--queue-timeout-s", "300"]
         self.proc = subprocess.Popen(
@@ -104,7 +109,9 @@ class Gateway:
         return 0
 
     def stop(self) -> None:
-        self.proc.terminate()
+        # SIGINT under cProfile: uvicorn raises the signal again once stopped, and only
+        # KeyboardInterrupt (not a death by SIGTERM) lets cProfile write its file
+        self.proc.send_signal(signal.SIGINT if self.profiled else signal.SIGTERM)
         try:
             self.proc.wait(20)
         except subprocess.TimeoutExpired:
