@@ -16,6 +16,7 @@ the query string). Rounds alternate the trees, so a busy box weighs on each alik
 
     python bench/bench_relay.py --trees /work/wt/chaos-base /work/wt/chaos
     python bench/bench_relay.py --trees A B --rounds 3 --streams 1000 --queued 5000
+    python bench/bench_relay.py --trees . --rounds 1 --streams 10 --profile /tmp/prof  # cProfile
 
 Loopback only; bounded (each phase has a count and a 120 s deadline).
 """
@@ -214,6 +215,7 @@ async def main() -> None:
     ap.add_argument("--streams", type=int, default=1000, help="in flight, for the added TTFT")
     ap.add_argument("--probes", type=int, default=200, help="TTFT probes each way")
     ap.add_argument("--queued", type=int, default=3000, help="for the memory per queued")
+    ap.add_argument("--profile", type=Path, help="a folder: each tree's gateway under cProfile")
     a = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # children inherit it
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -221,7 +223,8 @@ async def main() -> None:
     up_proc = mp.get_context("spawn").Process(target=_serve_upstream, args=(q,), daemon=True)
     up_proc.start()
     upstream = q.get(timeout=60)
-    gws = [Gateway(t.resolve(), upstream) for t in a.trees]
+    profiles = [None if a.profile is None else a.profile / f"{i}.prof" for i in range(len(a.trees))]
+    gws = [Gateway(t.resolve(), upstream, p) for t, p in zip(a.trees, profiles, strict=True)]
     figures: dict[str, dict[str, list[float]]] = {str(g.tree): {} for g in gws}
     try:
         for _ in range(a.rounds):
