@@ -12,7 +12,9 @@ the query string). Rounds alternate the trees, so a busy box weighs on each alik
 - Memory per queued request: the gateway paused, N raw sockets each send one request; RSS
   with N queued less RSS before, over N.
 - Added TTFT: S long streams in flight through the gateway (a chunk each 33 ms), then probe
-  requests one at a time, directly and through the gateway in turn: p50 and p99 of each.
+  requests one at a time, directly and through the gateway in turn: p50 and p99 of each. The
+  streams' client shares this process with the probes; bench_added_ttft.py keeps them apart
+  and at a modest rate, for the figure at 1,000 streams.
 
     python bench/bench_relay.py --trees /work/wt/chaos-base /work/wt/chaos
     python bench/bench_relay.py --trees A B --rounds 3 --streams 1000 --queued 5000
