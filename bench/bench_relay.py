@@ -12,10 +12,13 @@ the query string). Rounds alternate the trees, so a busy box weighs on each alik
 - Memory per queued request: the gateway paused, N raw sockets each send one request; RSS
   with N queued less RSS before, over N.
 - Added TTFT: S long streams in flight through the gateway (a chunk each 33 ms), then probe
-  requests one at a time, directly and through the gateway in turn: p50 and p99 of each.
+  requests one at a time, directly and through the gateway in turn: p50 and p99 of each. The
+  streams' client shares this process with the probes; bench_added_ttft.py keeps them apart
+  and at a modest rate, for the figure at 1,000 streams.
 
     python bench/bench_relay.py --trees /work/wt/chaos-base /work/wt/chaos
     python bench/bench_relay.py --trees A B --rounds 3 --streams 1000 --queued 5000
+    python bench/bench_relay.py --trees . --rounds 1 --streams 10 --profile /tmp/prof  # cProfile
 
 Loopback only; bounded (each phase has a count and a 120 s deadline).
 """
@@ -27,6 +30,7 @@ import asyncio
 import multiprocessing as mp
 import os
 import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -80,10 +84,14 @@ def _serve_upstream(q: Any) -> None:
 class Gateway:
     """`llmtop gateway` of one source tree, in its own process."""
 
-    def __init__(self, tree: Path, upstream: str) -> None:
+    def __init__(self, tree: Path, upstream: str, profile: Path | None = None) -> None:
         self.tree = tree
+        self.profiled = profile is not None
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-m", "llmtop", "gateway", "--vllm", upstream]
+        cmd = [sys.executable]
+        if profile is not None:  # cProfile writes it when the gateway exits (at `stop`)
+            cmd += ["-m", "cProfile", "-o", str(profile.resolve())]
+        cmd += ["-m", "llmtop", "gateway", "--vllm", upstream]
         cmd += ["--listen", "127.0.0.1:0", "--max-concurrency", "4096", "--max-queue", "20000"]
         cmd += ["--queue-timeout-s", "300"]
         self.proc = subprocess.Popen(
@@ -104,7 +112,9 @@ class Gateway:
         return 0
 
     def stop(self) -> None:
-        self.proc.terminate()
+        # SIGINT under cProfile: uvicorn raises the signal again once stopped, and only
+        # KeyboardInterrupt (not a death by SIGTERM) lets cProfile write its file
+        self.proc.send_signal(signal.SIGINT if self.profiled else signal.SIGTERM)
         try:
             self.proc.wait(20)
         except subprocess.TimeoutExpired:
@@ -207,6 +217,7 @@ async def main() -> None:
     ap.add_argument("--streams", type=int, default=1000, help="in flight, for the added TTFT")
     ap.add_argument("--probes", type=int, default=200, help="TTFT probes each way")
     ap.add_argument("--queued", type=int, default=3000, help="for the memory per queued")
+    ap.add_argument("--profile", type=Path, help="a folder: each tree's gateway under cProfile")
     a = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # children inherit it
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -214,7 +225,8 @@ async def main() -> None:
     up_proc = mp.get_context("spawn").Process(target=_serve_upstream, args=(q,), daemon=True)
     up_proc.start()
     upstream = q.get(timeout=60)
-    gws = [Gateway(t.resolve(), upstream) for t in a.trees]
+    profiles = [None if a.profile is None else a.profile / f"{i}.prof" for i in range(len(a.trees))]
+    gws = [Gateway(t.resolve(), upstream, p) for t, p in zip(a.trees, profiles, strict=True)]
     figures: dict[str, dict[str, list[float]]] = {str(g.tree): {} for g in gws}
     try:
         for _ in range(a.rounds):

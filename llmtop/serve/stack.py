@@ -45,8 +45,13 @@ def check_free(host: str, port: int) -> None:
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (Linux prctl; else nothing)."""
+def _child_setup() -> None:
+    """In the child before exec: SIGINT at its default, since `stop` sends it and an ignored
+    signal stays ignored across exec (a shell's background job inherits SIGINT ignored);
+    SIGTERM when the parent dies (Linux prctl; else nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if sys.platform != "linux":
+        return
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -87,7 +92,7 @@ def spawn(name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None 
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_child_setup,
                 env=env,
             )
         except OSError as e:
@@ -184,8 +189,11 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def term_is_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop the stack like Ctrl-C does (the `finally` runs)."""
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    """SIGINT, SIGTERM and SIGHUP stop the stack (the `finally` runs). SIGINT too because a
+    process that starts with it ignored (a shell's background job: `llmtop serve ... &`) gets
+    no KeyboardInterrupt handler from Python, and would ignore Ctrl-C and `kill -INT`."""
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, _raise_interrupt) for s in stops}
     try:
         yield
     finally:

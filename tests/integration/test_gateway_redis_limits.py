@@ -106,10 +106,14 @@ async def test_redis_gone_falls_back_to_a_share_and_rejoins() -> None:
             server.kill()
             tickets = [c.enter() for _ in range(4)]
             await until(lambda: s.connected is False)
+            t_down = asyncio.get_running_loop().time()
             assert s.status()["status"] == "fallback"
-            assert s.slots == 2
-            assert c.in_flight == 2
+            assert s.slots == 0  # it held nothing: the others may hold all 6 (fallback.py)
+            assert c.in_flight == 0
             assert "redis unreachable" in (s.last_error or "")
+            await until(lambda: s.slots == 2, 5.0)  # its share, once one TTL has passed
+            assert asyncio.get_running_loop().time() - t_down >= 0.9  # the TTL, less the poll
+            await until(lambda: c.in_flight == 2)
             server.start()
             await until(lambda: s.connected is True, 5.0)
             assert s.status()["status"] == "ok"
@@ -166,3 +170,40 @@ async def test_two_gateway_apps_share_the_rate_limit_and_the_limits(
         assert s2["shared"]["live_gateways"] == 2
         assert s2["rejections"]["rate_limited"] == 1
         assert s2["offered"] == sum(s2["outcomes"].values()) + s2["in_flight"] + s2["queued"]
+
+
+async def test_the_fallback_learns_each_request_life_and_keeps_none_that_ended(
+    start_sim: Any, serve_app: Any
+) -> None:
+    """The proxy tells the shared limits of each admitted request and its end, whatever the
+    end (served, the client gone mid-stream): what the fallback's rise waits on."""
+    from llmtop.gateway.server.app import create_app
+    from llmtop.settings import GatewaySettings
+
+    with redis_server() as server:
+        sim = start_sim(profile="fast")
+        app = create_app(GatewaySettings(upstream=sim.url, redis_url=server.url))
+        gw = serve_app(app)
+        shared = app.state.gateway.shared
+        assert isinstance(shared, RedisLimits)
+        body = {"model": "llmtop-sim", "prompt": "hi", "max_tokens": 4}
+        async with httpx.AsyncClient(timeout=10) as c:
+            for _ in range(3):
+                assert (await c.post(f"{gw.url}/v1/completions", json=body)).status_code == 200
+            long = {**body, "max_tokens": 2000, "stream": True}
+            async with c.stream("POST", f"{gw.url}/v1/completions", json=long) as r:
+                async for _ in r.aiter_bytes():
+                    assert shared.lives.oldest_admitted() is not None  # in flight now
+                    break  # the client leaves mid-stream
+
+            async def idle() -> bool:
+                doc: dict[str, Any] = (await c.get(f"{gw.url}/admin/stats")).json()
+                return bool(doc["in_flight"] == 0)
+
+            deadline = asyncio.get_running_loop().time() + 5
+            while not await idle():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.02)
+        now = app.state.gateway.admission.now()
+        assert shared.lives.oldest_admitted() is None  # every end was told
+        assert 0.0 < shared.lives.longest_s(now) < 5.0

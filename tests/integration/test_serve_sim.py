@@ -24,7 +24,14 @@ SIM = (
 )
 
 
-def start_serve(tmp_path: Path, engine_cmd: str = SIM) -> tuple[subprocess.Popen[str], str]:
+def ignore_sigint() -> None:
+    """As a shell does for a background job (`pytest ... &`): SIGINT ignored from the start."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_serve(
+    tmp_path: Path, engine_cmd: str = SIM, *, sigint_ignored: bool = False
+) -> tuple[subprocess.Popen[str], str]:
     listen = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     proc = subprocess.Popen(
@@ -49,6 +56,7 @@ def start_serve(tmp_path: Path, engine_cmd: str = SIM) -> tuple[subprocess.Popen
         text=True,
         env=env,
         start_new_session=True,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
     )
     return proc, listen
 
@@ -97,10 +105,13 @@ def gone(pgid: int, timeout_s: float = 20.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "background-job"])
 def test_serves_through_the_gateway_and_ctrl_c_stops_everything(
-    tmp_path: Path, cleanup: list[subprocess.Popen[str]]
+    tmp_path: Path, cleanup: list[subprocess.Popen[str]], sigint_ignored: bool
 ) -> None:
-    proc, listen = start_serve(tmp_path)
+    """Also when llmtop starts with SIGINT ignored, as under a suite run in the background:
+    it stopped nothing then, until the test's 30 s ran out and its cleanup killed it."""
+    proc, listen = start_serve(tmp_path, sigint_ignored=sigint_ignored)
     cleanup.append(proc)
     lines = read_until(proc, r"^gateway\s+pid \d+ ready")
     text = "".join(lines)

@@ -265,7 +265,7 @@ class Proxy:
 
     async def _admit_and_forward(self, exchange: Exchange) -> None:
         """Wait for a slot (if queued), forward, stream back; release the slot exactly once."""
-        waiting = self.state.unanswered
+        waiting, shared = self.state.unanswered, self.state.shared
         ticket = exchange.ticket
         key = id(ticket)
         try:
@@ -280,6 +280,7 @@ class Proxy:
             if ticket is not None:
                 # the engine's part only: time queued in the gateway is not the engine's delay
                 waiting.admitted(key, exchange.t0 + exchange.queue_s)
+                shared.admitted(key, self.state.admission.now())
             outcome = "upstream_error"
             try:
                 outcome = await self._forward(exchange)
@@ -292,6 +293,7 @@ class Proxy:
             finally:
                 if ticket is not None:
                     ticket.release(outcome)
+                    shared.ended(key, self.state.admission.now())
         finally:
             waiting.answered(key)
 

@@ -6,8 +6,9 @@ so a dead gateway's room comes back within the TTL; one Lua script (atomic) drop
 records, grants what the others do not hold (no more than a fair share while another waits)
 and renews. Admission stays pure and sees only its share (`AdmissionController.set_share`).
 The limits and the pause state live in a versioned hash, applied by every gateway at its next
-sync. Redis unreachable: each takes limit / live gateways last seen, says so in /admin/stats
-and /metrics, and rejoins at the next answer.
+sync. Redis unreachable: each keeps to min(its grant, limit / live gateways last seen), takes
+the share once what the others held could have ended (fallback.py says when, and why the sum
+stays within the cap), says so in /admin/stats and /metrics, and rejoins at the next answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import socket
 from collections.abc import Callable
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from yarl import URL
 
 from llmtop.gateway.admission.controller import LEVERS, AdmissionController, LimitError
+from llmtop.gateway.upstreams.fallback import Fallback, Lives, Rejoin, fallback_share
 
 RENEW_S = 0.25
 """A record is renewed at least this often (and at once when the demand changes)."""
@@ -99,13 +100,6 @@ return string.format('%.6f', wait)
 """
 
 
-def fallback_share(limit: int | None, live: int) -> int | None:
-    """One gateway's share of a limit while Redis is away: limit / live gateways, at least 1."""
-    if limit is None:
-        return None
-    return max(1, math.floor(limit / max(1, live)))
-
-
 class SharedLimits(Protocol):
     """What the app needs of shared limits."""
 
@@ -120,6 +114,12 @@ class SharedLimits(Protocol):
     async def publish(self, ctl: AdmissionController) -> None: ...
 
     async def rate_check(self, tenant: str, rpm: float) -> float | None: ...
+
+    def admitted(self, key: int, now: float) -> None:
+        """A request went to the engine (the controller's clock)."""
+
+    def ended(self, key: int, now: float) -> None:
+        """That request ended, whatever its outcome."""
 
     async def close(self) -> None: ...
 
@@ -141,6 +141,12 @@ class LocalLimits:
 
     async def rate_check(self, tenant: str, rpm: float) -> float | None:
         return None  # admission's own token buckets decide
+
+    def admitted(self, key: int, now: float) -> None:
+        return None
+
+    def ended(self, key: int, now: float) -> None:
+        return None
 
     async def close(self) -> None:
         return None
@@ -186,6 +192,10 @@ class RedisLimits:
         self._ctl: AdmissionController | None = None
         self._full = False
         """The last sync granted less than was wanted: nothing more was free."""
+        self.lives = Lives()
+        """The requests in flight here and the longest life lately (a fallback's rise)."""
+        self._fallback: Fallback | None = None
+        self._rejoin: Rejoin | None = None
 
     def wake(self) -> None:
         """The demand changed: sync now rather than at the next renewal, unless it only wants
@@ -223,6 +233,8 @@ class RedisLimits:
     async def _once(self, ctl: AdmissionController, apply: Callable[[], None]) -> None:
         lim = ctl.limits
         want_s, want_b = ctl.demand()
+        if self._rejoin is not None:
+            want_s, want_b = self._rejoin.clamp(want_s, want_b)
         floor_s, floor_b = ctl.in_flight, ctl.in_flight_kv_blocks
         if self.slots is not None and want_s < self.slots:
             self.slots = want_s  # give back before Redis hears of it: never over the record
@@ -237,6 +249,7 @@ class RedisLimits:
         if self.connected is False:
             self.last_error = None
         self.connected = True
+        self._back(ctl.now(), live)
         self.live, self.global_in_flight, self.global_kv_blocks = live, held_s, held_b
         self.slots = g_s
         self.kv_blocks = None if g_b < 0 else g_b
@@ -292,14 +305,39 @@ class RedisLimits:
             return None
         return float(wait)
 
+    def admitted(self, key: int, now: float) -> None:
+        self.lives.admitted(key, now)
+
+    def ended(self, key: int, now: float) -> None:
+        self.lives.ended(key, now)
+
     def _fall_back(self, ctl: AdmissionController, e: BaseException) -> None:
+        """Redis did not answer: hold what fallback.py allows now (from the grant held)."""
+        now = ctl.now()
         if self.connected is not False:
             self.fallbacks += 1
         self.connected = False
         self.last_error = f"redis unreachable: {type(e).__name__}: {e}"[:200]
+        if self._fallback is None:
+            longest = self.lives.longest_s(now)
+            self._fallback = Fallback.begin(now, self.slots, self.kv_blocks, self.ttl_s, longest)
         lim = ctl.limits
-        self.slots = fallback_share(lim.max_concurrency, self.live)
-        self.kv_blocks = fallback_share(lim.max_inflight_kv_blocks, self.live)
+        oldest = self.lives.oldest_admitted()
+        self.slots, self.kv_blocks = self._fallback.limits(
+            now, lim.max_concurrency, lim.max_inflight_kv_blocks, self.live, oldest
+        )
+        self._rejoin = Rejoin(self.slots, self.kv_blocks, self.live)  # the ask at the next answer
+
+    def _back(self, now: float, live: int) -> None:
+        """An answer from Redis: a fallback ends, and its rejoin lasts until the others are
+        registered again (fallback.py)."""
+        self._fallback = None
+        rejoin = self._rejoin
+        if rejoin is not None:
+            if rejoin.until is None:
+                rejoin.until = now + self.ttl_s
+            if rejoin.over(now, live):
+                self._rejoin = None
 
     async def close(self) -> None:
         """Give this gateway's room back at once (a clean stop), then close the client."""
