@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.gateway.upstreams.balancer import EJECTED, OK, PROBING, Balancer
+from llmtop.gateway.upstreams.balancer import EJECTED, OK, PROBING, RATE_MAX_AGE_S, Balancer
 
 
 class Clock:
@@ -152,3 +152,42 @@ def test_a_check_that_left_before_an_ejection_does_not_end_it() -> None:
     assert bal.to_probe() == [b]  # its time is out: now a probe may bring it back
     bal.probed(b, None)
     assert b.state == OK
+
+
+def test_out_of_rotation_says_for_how_long_and_since_when_it_last_left() -> None:
+    bal, clock = make(eject_s=1.0)
+    a, b = bal.replicas
+    clock.t = 10.0
+    bal.fail(a, "upstream returned 500")
+    clock.t = 12.5  # its ejection is over: probing, still out
+    doc = {d["url"]: d for d in bal.to_list()}[a.url]
+    assert doc["state"] == PROBING
+    assert doc["out_for_s"] == 2.5
+    assert doc["last_out_s_ago"] == 2.5
+    assert doc["last_error"] == "upstream returned 500"
+    bal.probed(a, None)  # back
+    clock.t = 14.0
+    doc = {d["url"]: d for d in bal.to_list()}[a.url]
+    assert doc["state"] == OK
+    assert doc["out_for_s"] is None
+    assert doc["last_out_s_ago"] == 4.0
+    never = {d["url"]: d for d in bal.to_list()}[b.url]
+    assert never["out_for_s"] is None
+    assert never["last_out_s_ago"] is None
+
+
+def test_stream_rate_is_the_median_of_the_last_streams_that_ended_lately() -> None:
+    bal, clock = make()
+    a, b = bal.replicas
+    for i, (events, seconds) in enumerate([(33, 0.2), (33, 0.4), (33, 0.1), (3, 0.01)]):
+        clock.t = float(i)
+        bal.streamed(a, events, seconds)  # 160, 80, 320 events/s; 3 events say nothing
+    assert a.stream_rate(clock.t) == (160.0, 3)
+    for i in range(7):  # only the last RATE_STREAMS count
+        bal.streamed(b, 11 if i < 2 else 21, 1.0)
+    assert b.stream_rate(clock.t) == (20.0, 5)
+    clock.t = 1.0 + RATE_MAX_AGE_S + 0.5  # only the stream that ended at 2 s is recent
+    assert a.stream_rate(clock.t) == (320.0, 1)
+    clock.t += 10.0
+    doc = {d["url"]: d for d in bal.to_list()}[a.url]
+    assert (doc["stream_tok_per_s"], doc["streams_timed"]) == (None, 0)

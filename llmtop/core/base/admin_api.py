@@ -201,6 +201,16 @@ class ReplicaDoc(TypedDict):
     """Its part of all requests sent so far (None before the first)."""
     failures: int
     last_error: str | None
+    out_for_s: float | None
+    """Seconds since it left rotation, while it is out (None: in rotation)."""
+    last_out_s_ago: float | None
+    """Seconds since it last left rotation (None: never): a replica that fails, is probed
+    back and fails again is out most of the time, though each turn is short."""
+    stream_tok_per_s: float | None
+    """The median decode rate (events per second, first to last) of its last streams that
+    ended within 10 s (None: none did)."""
+    streams_timed: int
+    """How many streams that median is of (at most 5)."""
 
 
 class SharedDoc(TypedDict, total=False):

@@ -382,6 +382,8 @@ class Proxy:
             upstream_s, cut = await relay(state, exchange, response, upstream_s)
             if cut is not None:
                 return "upstream_error", cut
+            if exchange.done_relayed:
+                state.balancer.streamed(replica, exchange.events, exchange.events_s)
             whole = True
             await send({"type": "http.response.body", "body": b""})
             end = clock()

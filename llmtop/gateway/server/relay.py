@@ -2,7 +2,8 @@
 gateway's own added), then its body chunk by chunk as it arrives, all but the body's end.
 
 The hot path of a stream: per chunk, one read (aiohttp's `readany`: whatever has arrived), one
-ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch. An
+ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch (which
+also counts the stream's events and when the first and last came: its replica's decode rate). An
 upstream that fails mid-body ends an event stream with an error event and `[DONE]`, so a cut
 stream never looks whole. Measured: bench/bench_relay.py (BENCHMARKS.md, the chaos section).
 """
@@ -43,6 +44,7 @@ async def relay(
     first = ticket is not None and status == 200
     watch_done = sse and status == 200
     tail = b""
+    events, t_first, t_last = 0, 0.0, 0.0  # the stream's events up to [DONE], and when
     readany = response.content.readany
     try:
         while True:
@@ -59,6 +61,10 @@ async def relay(
                 first = False
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if watch_done:  # [DONE] may straddle two reads: one cut mid-event keeps a tail
+                if not events:
+                    t_first = now
+                events += chunk.count(b"data:")
+                t_last = now
                 if _DONE in chunk or (tail and _DONE in tail + chunk[: len(_DONE)]):
                     exchange.done_relayed = True
                     watch_done = False
@@ -73,4 +79,5 @@ async def relay(
             tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
             await send({"type": "http.response.body", "body": tail})
         return upstream_s, reason
+    exchange.events, exchange.events_s = events, t_last - t_first
     return upstream_s, None

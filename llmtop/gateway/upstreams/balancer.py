@@ -14,6 +14,12 @@ after that it takes no traffic until an active /health probe answers (then it is
 replica (SIGSTOP, a wedged host) refuses nothing, so every replica in rotation is also probed,
 and one whose /health goes unanswered for `deadline_s` is ejected the same way. Each move out of
 rotation and back in is an event (`events`), with its time and reason.
+
+What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
+has been out of rotation and since when it last left (a replica that fails, is probed back and
+fails again spends little time out at each turn), its last error, and the decode rate of its
+recent streams (`streamed`: the relay's events over the time from the first to the last), so
+a replica far slower than its peers is seen within seconds, without waiting for any window.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from typing import Any, Literal
 HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
 OK, EJECTED, PROBING = "ok", "ejected", "probing"
+RATE_STREAMS = 5
+"""A replica's stream decode rate is the median of its last this many timed streams..."""
+RATE_MAX_AGE_S = 10.0
+"""...that ended within this many seconds (older ones say nothing of it now)."""
 
 
 @dataclass
@@ -50,6 +60,22 @@ class Replica:
     """None before the first answer or probe."""
     last_pick: int = 0
     """When it was last given a request (a counter): full ties go to the least recent."""
+    out_since: float | None = None
+    """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
+    last_out: float | None = None
+    """When it last left rotation (None: never)."""
+    rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_STREAMS))
+    """(when it ended, events per second) of its last timed streams."""
+
+    def stream_rate(self, now: float) -> tuple[float | None, int]:
+        """The median decode rate of its recent streams (events/s) and how many it is of;
+        (None, 0) without one in the last RATE_MAX_AGE_S."""
+        recent = sorted(r for t, r in self.rates if now - t <= RATE_MAX_AGE_S)
+        if not recent:
+            return None, 0
+        n = len(recent)
+        mid = recent[n // 2] if n % 2 else (recent[n // 2 - 1] + recent[n // 2]) / 2
+        return mid, n
 
     def kv_used_frac(self, extra_blocks: int) -> float:
         if not self.capacity_blocks:
@@ -139,10 +165,18 @@ class Balancer:
             return
         self.fail(r, error)
 
+    def streamed(self, r: Replica, events: int, seconds: float) -> None:
+        """A stream from `r` ended whole: `events` events over `seconds` from its first to
+        its last. Fewer than 4 events, or no time between them, say nothing of a rate."""
+        if events >= 4 and seconds > 0:
+            r.rates.append((self.clock(), (events - 1) / seconds))
+
     def fail(self, r: Replica, error: str) -> None:
         """Out of rotation for eject_s (an event when it was in rotation)."""
         if r.state == OK:
-            self._event(ReplicaEvent(self.clock(), r.url, "out", error))
+            now = self.clock()
+            self._event(ReplicaEvent(now, r.url, "out", error))
+            r.out_since = r.last_out = now
         r.failures += 1
         r.healthy = False
         r.last_error = error
@@ -170,7 +204,7 @@ class Balancer:
                 return
             if r.state != OK:
                 self._event(ReplicaEvent(self.clock(), r.url, "back"))
-            r.state, r.healthy = OK, True
+            r.state, r.healthy, r.out_since = OK, True, None
         else:
             self.fail(r, error)
 
@@ -183,23 +217,31 @@ class Balancer:
     def to_list(self) -> list[dict[str, Any]]:
         """The replicas for /admin/stats (core.base.admin_api.ReplicaDoc)."""
         self._tick()
+        now = self.clock()
         total = sum(r.sent for r in self.replicas)
-        return [
-            {
-                "url": r.url,
-                "state": r.state,
-                "healthy": r.healthy,
-                "in_flight": r.in_flight,
-                "kv_in_flight_blocks": r.kv_in_flight,
-                "capacity_blocks": r.capacity_blocks,
-                "waiting": r.waiting,
-                "sent": r.sent,
-                "share": r.sent / total if total else None,
-                "failures": r.failures,
-                "last_error": r.last_error,
-            }
-            for r in self.replicas
-        ]
+        out = []
+        for r in self.replicas:
+            rate, streams = r.stream_rate(now)
+            out.append(
+                {
+                    "url": r.url,
+                    "state": r.state,
+                    "healthy": r.healthy,
+                    "in_flight": r.in_flight,
+                    "kv_in_flight_blocks": r.kv_in_flight,
+                    "capacity_blocks": r.capacity_blocks,
+                    "waiting": r.waiting,
+                    "sent": r.sent,
+                    "share": r.sent / total if total else None,
+                    "failures": r.failures,
+                    "last_error": r.last_error,
+                    "out_for_s": None if r.out_since is None else now - r.out_since,
+                    "last_out_s_ago": None if r.last_out is None else now - r.last_out,
+                    "stream_tok_per_s": rate,
+                    "streams_timed": streams,
+                }
+            )
+        return out
 
 
 __all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent"]
