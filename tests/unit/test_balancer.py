@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.gateway.upstreams.balancer import EJECTED, OK, PROBING, RATE_MAX_AGE_S, Balancer
+from llmtop.gateway.upstreams.balancer import EJECTED, OK, PROBING, Balancer
 
 
 class Clock:
@@ -176,18 +176,40 @@ def test_out_of_rotation_says_for_how_long_and_since_when_it_last_left() -> None
     assert never["last_out_s_ago"] is None
 
 
-def test_stream_rate_is_the_median_of_the_last_streams_that_ended_lately() -> None:
+def test_stream_rate_is_events_per_stream_second_over_the_last_second() -> None:
     bal, clock = make()
     a, b = bal.replicas
-    for i, (events, seconds) in enumerate([(33, 0.2), (33, 0.4), (33, 0.1), (3, 0.01)]):
-        clock.t = float(i)
-        bal.streamed(a, events, seconds)  # 160, 80, 320 events/s; 3 events say nothing
-    assert a.stream_rate(clock.t) == (160.0, 3)
-    for i in range(7):  # only the last RATE_STREAMS count
-        bal.streamed(b, 11 if i < 2 else 21, 1.0)
-    assert b.stream_rate(clock.t) == (20.0, 5)
-    clock.t = 1.0 + RATE_MAX_AGE_S + 0.5  # only the stream that ended at 2 s is recent
-    assert a.stream_rate(clock.t) == (320.0, 1)
-    clock.t += 10.0
-    doc = {d["url"]: d for d in bal.to_list()}[a.url]
-    assert (doc["stream_tok_per_s"], doc["streams_timed"]) == (None, 0)
+    m = a.meter
+    assert m.rate() == (None, 0.0)
+    m.begin()
+    m.begin()  # two streams decoding
+    for _ in range(8):  # 0.25 s apart: 50 events a stream-second
+        clock.t += 0.25
+        m.events += 25
+        bal.eligible()  # the balancer's tick keeps the meters' samples
+    rate, stream_s = m.rate()
+    assert rate == 50.0
+    assert stream_s == 2.0  # two streams over the 1 s window
+    m.end()
+    for i in range(4):  # one left, 5x slower: the window holds only that now
+        clock.t += 0.25
+        m.events += 5 * (i % 2)
+        bal.eligible()
+    assert m.rate() == (10.0, 1.0)
+    m.end()
+    clock.t += 5.0  # none decoding: nothing to say
+    doc = {d["url"]: d for d in bal.to_list()}
+    assert doc[a.url]["stream_tok_per_s"] is None
+    assert doc[b.url]["stream_seconds"] == 0.0
+
+
+def test_a_stalled_stream_counts_its_time_at_once() -> None:
+    """A stream whose replica stopped sending has its time counted, events or not."""
+    bal, clock = make()
+    m = bal.replicas[0].meter
+    m.begin()
+    for i in range(4):  # events for half a second, then a stall
+        clock.t += 0.25
+        m.events += 50 if i < 2 else 0
+        bal.eligible()
+    assert m.rate() == (100.0, 1.0)  # 100 events over 1 stream-second, half of it silent

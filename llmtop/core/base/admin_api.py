@@ -207,10 +207,11 @@ class ReplicaDoc(TypedDict):
     """Seconds since it last left rotation (None: never): a replica that fails, is probed
     back and fails again is out most of the time, though each turn is short."""
     stream_tok_per_s: float | None
-    """The median decode rate (events per second, first to last) of its last streams that
-    ended within 10 s (None: none did)."""
-    streams_timed: int
-    """How many streams that median is of (at most 5)."""
+    """Its streams' rate over the last 1 s: the events relayed per second a stream spent from
+    its head to its end (the wait for its first token included), running ones included
+    (None: under half a stream-second to say)."""
+    stream_seconds: float
+    """The stream-seconds that rate is of."""
 
 
 class SharedDoc(TypedDict, total=False):

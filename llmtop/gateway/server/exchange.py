@@ -19,8 +19,6 @@ class Exchange:
         "body",
         "cut",
         "done_relayed",
-        "events",
-        "events_s",
         "gone",
         "headers",
         "method",
@@ -60,10 +58,6 @@ class Exchange:
         self.done_relayed = False
         """The stream's `data: [DONE]` reached the client, so a client that closes right after
         it (before the upstream's body ends, as with vLLM) counts as completed, not cancelled."""
-        self.events = 0
-        """Events of its stream up to [DONE] (0: not a stream, or not relayed whole)."""
-        self.events_s = 0.0
-        """Seconds from its stream's first chunk to its last."""
         self.started = False
         """The answer's head went to the client."""
         self.sse = False

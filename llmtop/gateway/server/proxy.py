@@ -379,11 +379,9 @@ class Proxy:
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            upstream_s, cut = await relay(state, exchange, response, upstream_s)
+            upstream_s, cut = await relay(state, exchange, response, upstream_s, replica.meter)
             if cut is not None:
                 return "upstream_error", cut
-            if exchange.done_relayed:
-                state.balancer.streamed(replica, exchange.events, exchange.events_s)
             whole = True
             await send({"type": "http.response.body", "body": b""})
             end = clock()

@@ -3,7 +3,7 @@ gateway's own added), then its body chunk by chunk as it arrives, all but the bo
 
 The hot path of a stream: per chunk, one read (aiohttp's `readany`: whatever has arrived), one
 ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch (which
-also counts the stream's events and when the first and last came: its replica's decode rate). An
+also counts the stream's events into its replica's meter: the replica's decode rate). An
 upstream that fails mid-body ends an event stream with an error event and `[DONE]`, so a cut
 stream never looks whole. Measured: bench/bench_relay.py (BENCHMARKS.md, the chaos section).
 """
@@ -17,16 +17,22 @@ import aiohttp
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.exchange import Exchange
 from llmtop.gateway.server.wire import DROP_RESPONSE, describe_error, error_body
+from llmtop.gateway.upstreams.balancer import StreamMeter
 
 _DONE = b"data: [DONE]"
 """An OpenAI stream's last event: a client may close as soon as it has read it."""
 
 
 async def relay(
-    state: GatewayContext, exchange: Exchange, response: aiohttp.ClientResponse, upstream_s: float
+    state: GatewayContext,
+    exchange: Exchange,
+    response: aiohttp.ClientResponse,
+    upstream_s: float,
+    meter: StreamMeter,
 ) -> tuple[float, str | None]:
     """Pass the answer's head and its body back as they arrive, all but the body's end:
-    (seconds spent awaiting the upstream, the error that cut the body or None)."""
+    (seconds spent awaiting the upstream, the error that cut the body or None). A stream's
+    events and decoding time go to `meter` (its replica's)."""
     clock = state.clock
     send = exchange.send
     t0, queue_s, ticket = exchange.t0, exchange.queue_s, exchange.ticket
@@ -44,7 +50,9 @@ async def relay(
     first = ticket is not None and status == 200
     watch_done = sse and status == 200
     tail = b""
-    events, t_first, t_last = 0, 0.0, 0.0  # the stream's events up to [DONE], and when
+    begun = watch_done  # a stream counts in its replica's meter from its head to its end
+    if begun:
+        meter.begin()
     readany = response.content.readany
     try:
         while True:
@@ -61,13 +69,11 @@ async def relay(
                 first = False
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if watch_done:  # [DONE] may straddle two reads: one cut mid-event keeps a tail
-                if not events:
-                    t_first = now
-                events += chunk.count(b"data:")
-                t_last = now
+                meter.events += chunk.count(b"data:")
                 if _DONE in chunk or (tail and _DONE in tail + chunk[: len(_DONE)]):
                     exchange.done_relayed = True
-                    watch_done = False
+                    watch_done = begun = False
+                    meter.end()
                 else:
                     tail = b"" if chunk.endswith(b"\n\n") else chunk[-len(_DONE) :]
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -79,5 +85,7 @@ async def relay(
             tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
             await send({"type": "http.response.body", "body": tail})
         return upstream_s, reason
-    exchange.events, exchange.events_s = events, t_last - t_first
+    finally:
+        if begun:
+            meter.end()
     return upstream_s, None

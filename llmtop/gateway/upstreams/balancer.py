@@ -18,8 +18,10 @@ rotation and back in is an event (`events`), with its time and reason.
 What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
 has been out of rotation and since when it last left (a replica that fails, is probed back and
 fails again spends little time out at each turn), its last error, and the decode rate of its
-recent streams (`streamed`: the relay's events over the time from the first to the last), so
-a replica far slower than its peers is seen within seconds, without waiting for any window.
+streams over the last RATE_WINDOW_S (`StreamMeter`: the events the relay passed on over the
+seconds its streams spent from their head to their end, waiting for the first token
+included), so a replica far slower than its peers is seen within a second or two, streams
+still running included.
 """
 
 from __future__ import annotations
@@ -33,10 +35,62 @@ from typing import Any, Literal
 HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
 OK, EJECTED, PROBING = "ok", "ejected", "probing"
-RATE_STREAMS = 5
-"""A replica's stream decode rate is the median of its last this many timed streams..."""
-RATE_MAX_AGE_S = 10.0
-"""...that ended within this many seconds (older ones say nothing of it now)."""
+RATE_WINDOW_S = 1.0
+"""A replica's stream decode rate is read over about this many seconds..."""
+RATE_MIN_STREAM_S = 0.5
+"""...of at least this many stream-seconds (fewer: not known)."""
+_SAMPLE_S = 0.25
+"""How often a meter's totals are kept (the window's ends fall on these)."""
+
+
+@dataclass
+class StreamMeter:
+    """One replica's streams as the relay sees them: the events passed on (`events`, added to
+    by the relay per chunk) and the stream-seconds spent (streams from their head to their end,
+    times the time), read over a window of samples."""
+
+    clock: Callable[[], float] = time.monotonic
+    events: int = 0
+    active: int = 0
+    """Streams whose head came and that have not ended."""
+    stream_s: float = 0.0
+    since: float | None = None
+    samples: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=16))
+    """(time, events, stream-seconds) every _SAMPLE_S at most."""
+
+    def _advance(self) -> float:
+        now = self.clock()
+        if self.since is not None:
+            self.stream_s += self.active * (now - self.since)
+        self.since = now
+        return now
+
+    def begin(self) -> None:
+        """A stream's head came."""
+        self.sample()
+        self.active += 1
+
+    def end(self) -> None:
+        """A stream that had begun ended (whole or not)."""
+        self.sample()
+        self.active -= 1
+
+    def sample(self) -> None:
+        """Keep the totals now, at most every _SAMPLE_S."""
+        now = self._advance()
+        if not self.samples or now - self.samples[-1][0] >= _SAMPLE_S:
+            self.samples.append((now, self.events, self.stream_s))
+
+    def rate(self) -> tuple[float | None, float]:
+        """Events per stream-second over the last RATE_WINDOW_S (None: too few stream-seconds
+        to say), and the stream-seconds it is of."""
+        self.sample()
+        now, events, stream_s = self.samples[-1]
+        start = next(s for s in self.samples if now - s[0] <= RATE_WINDOW_S)
+        span = stream_s - start[2]
+        if span < RATE_MIN_STREAM_S:
+            return None, span
+        return (events - start[1]) / span, span
 
 
 @dataclass
@@ -64,18 +118,8 @@ class Replica:
     """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
     last_out: float | None = None
     """When it last left rotation (None: never)."""
-    rates: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RATE_STREAMS))
-    """(when it ended, events per second) of its last timed streams."""
-
-    def stream_rate(self, now: float) -> tuple[float | None, int]:
-        """The median decode rate of its recent streams (events/s) and how many it is of;
-        (None, 0) without one in the last RATE_MAX_AGE_S."""
-        recent = sorted(r for t, r in self.rates if now - t <= RATE_MAX_AGE_S)
-        if not recent:
-            return None, 0
-        n = len(recent)
-        mid = recent[n // 2] if n % 2 else (recent[n // 2 - 1] + recent[n // 2]) / 2
-        return mid, n
+    meter: StreamMeter = field(default_factory=StreamMeter)
+    """Its streams' events and decoding time (the relay's), on the balancer's clock."""
 
     def kv_used_frac(self, extra_blocks: int) -> float:
         if not self.capacity_blocks:
@@ -112,7 +156,7 @@ class Balancer:
             raise ValueError("at least one upstream is needed")
         if not 0 < self.deadline_s < float("inf"):
             raise ValueError(f"replica_deadline_s must be > 0 seconds, got {self.deadline_s:g}")
-        self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+        self.replicas = [Replica(u.rstrip("/"), meter=StreamMeter(self.clock)) for u in self.urls]
         self.events = deque(maxlen=200)
         self.events_total = 0
         """Events since start (those older than the last 200 are gone from `events`)."""
@@ -165,12 +209,6 @@ class Balancer:
             return
         self.fail(r, error)
 
-    def streamed(self, r: Replica, events: int, seconds: float) -> None:
-        """A stream from `r` ended whole: `events` events over `seconds` from its first to
-        its last. Fewer than 4 events, or no time between them, say nothing of a rate."""
-        if events >= 4 and seconds > 0:
-            r.rates.append((self.clock(), (events - 1) / seconds))
-
     def fail(self, r: Replica, error: str) -> None:
         """Out of rotation for eject_s (an event when it was in rotation)."""
         if r.state == OK:
@@ -213,6 +251,7 @@ class Balancer:
         for r in self.replicas:
             if r.state == EJECTED and now >= r.ejected_until:
                 r.state = PROBING
+            r.meter.sample()
 
     def to_list(self) -> list[dict[str, Any]]:
         """The replicas for /admin/stats (core.base.admin_api.ReplicaDoc)."""
@@ -221,7 +260,7 @@ class Balancer:
         total = sum(r.sent for r in self.replicas)
         out = []
         for r in self.replicas:
-            rate, streams = r.stream_rate(now)
+            rate, stream_s = r.meter.rate()
             out.append(
                 {
                     "url": r.url,
@@ -238,10 +277,10 @@ class Balancer:
                     "out_for_s": None if r.out_since is None else now - r.out_since,
                     "last_out_s_ago": None if r.last_out is None else now - r.last_out,
                     "stream_tok_per_s": rate,
-                    "streams_timed": streams,
+                    "stream_seconds": stream_s,
                 }
             )
         return out
 
 
-__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent"]
+__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent", "StreamMeter"]
