@@ -189,6 +189,10 @@ class GatewayStats:
     shared_status: str | None = None
     """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
     shared_live_gateways: int | None = None
+    shared_url: str | None = None
+    """The Redis the limits are shared through (no password)."""
+    shared_error: str | None = None
+    """Why Redis is unreachable, in the gateway's words (None: it answers)."""
     global_in_flight: int | None = None
     """Slots held by all gateways sharing the limits, at this gateway's last sync."""
     slo_ttft_s: float | None = None
@@ -212,6 +216,19 @@ class ReplicaStats:
     ok: bool
     """Takes traffic (False: ejected, or awaiting a /health probe)."""
     share: float | None
+    state: str | None = None
+    """ok, ejected or probing (None: a gateway too old to say)."""
+    last_error: str | None = None
+    """Why it last left rotation (or last failed)."""
+    out_for_s: float | None = None
+    """Seconds since it left rotation, while it is out (None: in rotation, or unknown)."""
+    last_out_s_ago: float | None = None
+    """Seconds since it last left rotation (None: never, or unknown)."""
+    stream_tok_per_s: float | None = None
+    """Its streams' decode rate at the gateway over the last 1 s, events per stream-second
+    (None: too few streams to say, or unknown)."""
+    stream_seconds: float = 0.0
+    """The stream-seconds that rate is of."""
 
 
 @dataclass(frozen=True)
