@@ -183,13 +183,13 @@ def test_stream_rate_is_events_per_stream_second_over_the_last_second() -> None:
     assert m.rate() == (None, 0.0)
     m.begin()
     m.begin()  # two streams decoding
-    for _ in range(8):  # 0.25 s apart: 50 events a stream-second
+    for _ in range(8):  # 0.25 s apart: 50 events a request-second
         clock.t += 0.25
         m.events += 25
         bal.eligible()  # the balancer's tick keeps the meters' samples
-    rate, stream_s = m.rate()
+    rate, request_s = m.rate()
     assert rate == 50.0
-    assert stream_s == 2.0  # two streams over the 1 s window
+    assert request_s == 2.0  # two streams over the 1 s window
     m.end()
     for i in range(4):  # one left, 5x slower: the window holds only that now
         clock.t += 0.25
@@ -199,8 +199,8 @@ def test_stream_rate_is_events_per_stream_second_over_the_last_second() -> None:
     m.end()
     clock.t += 5.0  # none decoding: nothing to say
     doc = {d["url"]: d for d in bal.to_list()}
-    assert doc[a.url]["stream_tok_per_s"] is None
-    assert doc[b.url]["stream_seconds"] == 0.0
+    assert doc[a.url]["request_tok_per_s"] is None
+    assert doc[b.url]["request_seconds"] == 0.0
 
 
 def test_a_stalled_stream_counts_its_time_at_once() -> None:
@@ -212,4 +212,14 @@ def test_a_stalled_stream_counts_its_time_at_once() -> None:
         clock.t += 0.25
         m.events += 50 if i < 2 else 0
         bal.eligible()
-    assert m.rate() == (100.0, 1.0)  # 100 events over 1 stream-second, half of it silent
+    assert m.rate() == (100.0, 1.0)  # 100 events over 1 request-second, half of it silent
+
+
+def test_a_whole_answer_counts_its_completion_tokens_over_its_time_at_its_end() -> None:
+    bal, clock = make()
+    m = bal.replicas[0].meter
+    body = b'"usage":{"prompt_tokens":12,"total_tokens":44,"completion_tokens":32}}'
+    clock.t = 1.0
+    m.answered(body, 0.8)  # 32 tokens in 0.8 s: 40 a request-second
+    m.answered(b'{"choices": []}', 0.5)  # no usage where it would be: says nothing
+    assert m.rate() == (40.0, 0.8)

@@ -100,19 +100,19 @@ def test_an_older_gateway_without_states_says_nothing() -> None:
 
 
 def test_a_replica_five_times_slower_is_named_with_both_rates() -> None:
-    fast = {"stream_tok_per_s": 190.0, "stream_seconds": 4.0}
-    slow = gw(rep(A, **fast), rep(B, stream_tok_per_s=38.0, stream_seconds=3.0))
+    fast = {"request_tok_per_s": 190.0, "request_seconds": 4.0}
+    slow = gw(rep(A, **fast), rep(B, request_tok_per_s=38.0, request_seconds=3.0))
     found = run([gw(rep(A, **fast), rep(B, **fast))] * 3 + [slow] * 4)
     assert all(only(f, "replica-slow") is None for f in found[:4])  # held to the next poll
     f = only(found[4], "replica-slow")
     assert f is not None
     assert f.bottleneck == "decode"
-    assert "127.0.0.1:8002 decodes 38.0 tok/s a stream, 5.0x slower" in f.summary
-    assert "3.0 stream-seconds" in f.summary
+    assert "127.0.0.1:8002 gives 38.0 tok/s a request, 5.0x slower" in f.summary
+    assert "3.0 request-seconds" in f.summary
     # 26 ms a token is inside the 100 ms ITL SLO: a heads-up
     assert f.severity == "info"
     assert f.summary.startswith("heads-up: ")
-    over = gw(rep(A, **fast), rep(B, stream_tok_per_s=5.0, stream_seconds=3.0))
+    over = gw(rep(A, **fast), rep(B, request_tok_per_s=5.0, request_seconds=3.0))
     f = only(run([over] * 2)[1], "replica-slow")
     assert f is not None
     assert f.severity == "warning"
@@ -120,9 +120,9 @@ def test_a_replica_five_times_slower_is_named_with_both_rates() -> None:
 
 
 def test_a_lull_in_a_replicas_streams_keeps_its_last_rate_a_few_seconds() -> None:
-    fast = {"stream_tok_per_s": 190.0, "stream_seconds": 4.0}
-    slow = gw(rep(A, **fast), rep(B, stream_tok_per_s=38.0, stream_seconds=1.0))
-    lull = gw(rep(A, **fast), rep(B, stream_tok_per_s=None, stream_seconds=0.1))
+    fast = {"request_tok_per_s": 190.0, "request_seconds": 4.0}
+    slow = gw(rep(A, **fast), rep(B, request_tok_per_s=38.0, request_seconds=1.0))
+    lull = gw(rep(A, **fast), rep(B, request_tok_per_s=None, request_seconds=0.1))
     found = run([slow, lull, lull, lull, lull])
     assert only(found[1], "replica-slow") is not None  # fired on the carried rate
     assert only(found[3], "replica-slow") is not None  # 3 s after: still carried
@@ -132,32 +132,40 @@ def test_a_lull_in_a_replicas_streams_keeps_its_last_rate_a_few_seconds() -> Non
         assert (replica_slow(ctx) is not None) is held
 
 
+def test_a_replica_back_from_a_hang_is_not_called_slow() -> None:
+    """Its answers that waited out the hang end slow: replica-out-of-rotation's, not this."""
+    fast = {"request_tok_per_s": 190.0, "request_seconds": 4.0}
+    back = rep(B, request_tok_per_s=15.0, request_seconds=21.6, last_out_s_ago=4.0)
+    found = run([gw(rep(A, **fast), back)] * 3)
+    assert all(only(f, "replica-slow") is None for f in found)
+
+
 def test_slow_needs_enough_streams_and_a_minority() -> None:
     few = gw(
-        rep(A, stream_tok_per_s=190.0, stream_seconds=4.0),
-        rep(B, stream_tok_per_s=9.0, stream_seconds=0.2),
+        rep(A, request_tok_per_s=190.0, request_seconds=4.0),
+        rep(B, request_tok_per_s=9.0, request_seconds=0.2),
     )
     assert all(only(f, "replica-slow") is None for f in run([few] * 5))
     even = gw(
-        rep(A, stream_tok_per_s=100.0, stream_seconds=4.0),
-        rep(B, stream_tok_per_s=60.0, stream_seconds=4.0),
+        rep(A, request_tok_per_s=100.0, request_seconds=4.0),
+        rep(B, request_tok_per_s=60.0, request_seconds=4.0),
     )
     assert all(only(f, "replica-slow") is None for f in run([even] * 5))
     three = gw(
-        rep(A, stream_tok_per_s=100.0, stream_seconds=4.0),
-        rep(B, stream_tok_per_s=20.0, stream_seconds=4.0),
-        rep(C, stream_tok_per_s=25.0, stream_seconds=4.0),
+        rep(A, request_tok_per_s=100.0, request_seconds=4.0),
+        rep(B, request_tok_per_s=20.0, request_seconds=4.0),
+        rep(C, request_tok_per_s=25.0, request_seconds=4.0),
     )  # one fast replica is not the pace the others are slow against
     assert all(only(f, "replica-slow") is None for f in run([three] * 5))
     four = gw(
-        rep(A, stream_tok_per_s=100.0, stream_seconds=4.0),
-        rep(B, stream_tok_per_s=20.0, stream_seconds=4.0),
-        rep(C, stream_tok_per_s=25.0, stream_seconds=4.0),
-        rep("http://127.0.0.1:8004", stream_tok_per_s=22.0, stream_seconds=4.0),
+        rep(A, request_tok_per_s=100.0, request_seconds=4.0),
+        rep(B, request_tok_per_s=20.0, request_seconds=4.0),
+        rep(C, request_tok_per_s=25.0, request_seconds=4.0),
+        rep("http://127.0.0.1:8004", request_tok_per_s=22.0, request_seconds=4.0),
     )  # three of four under a third of the fastest: the pace of the fleet
     assert all(only(f, "replica-slow") is None for f in run([four] * 5))
     one = replace(
-        three, replicas=(*three.replicas[:2], rep(C, stream_tok_per_s=90.0, stream_seconds=4.0))
+        three, replicas=(*three.replicas[:2], rep(C, request_tok_per_s=90.0, request_seconds=4.0))
     )
     f = only(run([one] * 4)[3], "replica-slow")
     assert f is not None
@@ -214,8 +222,8 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
                 "last_error": "x",
                 "out_for_s": 3.5,
                 "last_out_s_ago": 3.5,
-                "stream_tok_per_s": None,
-                "stream_seconds": 0.0,
+                "request_tok_per_s": None,
+                "request_seconds": 0.0,
             },
             {
                 "url": B,
@@ -225,8 +233,8 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
                 "last_error": None,
                 "out_for_s": None,
                 "last_out_s_ago": None,
-                "stream_tok_per_s": 180.5,
-                "stream_seconds": 3.5,
+                "request_tok_per_s": 180.5,
+                "request_seconds": 3.5,
             },
         ],
         "shared": {
@@ -240,7 +248,7 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
     g = gateway_stats("http://gw", doc, T0, CounterWindow(), 10.0)
     a, b = g.replicas
     assert (a.state, a.ok, a.out_for_s, a.last_error) == ("probing", False, 3.5, "x")
-    assert (b.stream_tok_per_s, b.stream_seconds, b.last_out_s_ago) == (180.5, 3.5, None)
+    assert (b.request_tok_per_s, b.request_seconds, b.last_out_s_ago) == (180.5, 3.5, None)
     assert (g.shared_status, g.shared_url, g.shared_error) == (
         "fallback",
         "redis://h:6379",

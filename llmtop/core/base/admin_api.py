@@ -206,12 +206,13 @@ class ReplicaDoc(TypedDict):
     last_out_s_ago: float | None
     """Seconds since it last left rotation (None: never): a replica that fails, is probed
     back and fails again is out most of the time, though each turn is short."""
-    stream_tok_per_s: float | None
-    """Its streams' rate over the last 1 s: the events relayed per second a stream spent from
-    its head to its end (the wait for its first token included), running ones included
-    (None: under half a stream-second to say)."""
-    stream_seconds: float
-    """The stream-seconds that rate is of."""
+    request_tok_per_s: float | None
+    """Its tokens per request-second over the last 1 s: a stream's events per second from its
+    head to its end (the wait for its first token included; running ones too), a whole
+    answer's completion tokens over its time at the replica, at its end (None: under half a
+    request-second to say)."""
+    request_seconds: float
+    """The request-seconds that rate is of."""
 
 
 class SharedDoc(TypedDict, total=False):

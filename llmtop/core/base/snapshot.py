@@ -224,11 +224,11 @@ class ReplicaStats:
     """Seconds since it left rotation, while it is out (None: in rotation, or unknown)."""
     last_out_s_ago: float | None = None
     """Seconds since it last left rotation (None: never, or unknown)."""
-    stream_tok_per_s: float | None = None
-    """Its streams' decode rate at the gateway over the last 1 s, events per stream-second
-    (None: too few streams to say, or unknown)."""
-    stream_seconds: float = 0.0
-    """The stream-seconds that rate is of."""
+    request_tok_per_s: float | None = None
+    """Its tokens per request-second at the gateway over the last 1 s, streams and whole
+    answers (None: too few to say, or unknown)."""
+    request_seconds: float = 0.0
+    """The request-seconds that rate is of."""
 
 
 @dataclass(frozen=True)

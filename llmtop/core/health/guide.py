@@ -127,8 +127,8 @@ GUIDE: tuple[GuideRow, ...] = (
         ("replica-slow",),
         "decode",
         (
-            "a replica's streams, timed by the gateway, decode under 1/3 of its peers' median "
-            "(3 streams each at least); info inside the ITL SLO"
+            "a replica's answers, timed by the gateway, get tokens under 1/3 of its peers' rate "
+            "(over 1 s, running streams included); info inside the ITL SLO"
         ),
         "check its GPU (throttling, another process); take it out of rotation meanwhile",
     ),

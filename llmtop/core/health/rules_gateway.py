@@ -1,10 +1,10 @@
 """Health rules over what the watched gateway knows of its replicas and of the gateways it
-shares limits with (its /admin/stats): a replica out of its rotation, a replica whose streams
-decode far slower than its peers', Redis away (the limits held per gateway), a peer gone. Pure.
+shares limits with (its /admin/stats): a replica out of its rotation, a replica whose answers
+come far slower than its peers', Redis away (the limits held per gateway), a peer gone. Pure.
 
 They read the gateway alone, so they hold the same for one engine and for a fleet (whose edge
 pipeline judges the gateway), and each is named within seconds: the gateway has already judged
-a replica's errors and deadlines and timed every stream it relayed, so nothing waits for a
+a replica's errors and deadlines and timed every answer it relayed, so nothing waits for a
 window of scrapes to fill.
 """
 
@@ -77,20 +77,23 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
 
 
 RATE_CARRY_S = 3.0
-"""A replica whose streams were too few to time at this poll keeps its rate of up to this
-long ago: a lull in its streams says nothing of its pace."""
+"""A replica whose answers were too few to time at this poll keeps its rate of up to this
+long ago: a lull in its traffic says nothing of its pace."""
 
 
-def _timed(r: ReplicaStats, min_stream_s: float) -> float | None:
-    rate = r.stream_tok_per_s
-    return rate if rate is not None and rate > 0 and r.stream_seconds >= min_stream_s else None
+def _timed(r: ReplicaStats, min_request_s: float) -> float | None:
+    rate = r.request_tok_per_s
+    return rate if rate is not None and rate > 0 and r.request_seconds >= min_request_s else None
 
 
-def _stream_rate(ctx: Context, r: ReplicaStats) -> float | None:
-    """`r`'s stream rate now, else its last within RATE_CARRY_S (None: none known)."""
-    least = ctx.settings.replica_slow_min_stream_s
+def _token_rate(ctx: Context, r: ReplicaStats) -> float | None:
+    """`r`'s token rate now, else its last within RATE_CARRY_S (None: none known, or it is
+    out of rotation or was lately, which replica-out-of-rotation names)."""
+    least = ctx.settings.replica_slow_min_request_s
+    if _is_out(r, ctx.settings.replica_recent_out_s):
+        return None  # its answers' times hold its hang or its errors: out-of-rotation's
     rate = _timed(r, least)
-    if rate is not None or r.state != "ok":
+    if rate is not None:
         return rate
     for t, then in _gateways_back(ctx):
         if ctx.time - t > RATE_CARRY_S:
@@ -104,15 +107,15 @@ def _stream_rate(ctx: Context, r: ReplicaStats) -> float | None:
 
 
 def replica_slow(ctx: Context) -> Verdict | None:
-    """A replica whose streams, as the gateway timed them, decode under `replica_slow_share`
-    of the replicas' median rate (of the other, with two; each rate the events a replica's
-    streams got per second over the gateway's last 1 s, running ones included, enough
-    stream-seconds of them): a throttled or shared GPU, a noisy neighbour. Info while
+    """A replica whose answers, as the gateway timed them, come under `replica_slow_share`
+    of the replicas' median rate (of the other, with two; each rate the tokens a replica's
+    requests got per second over the gateway's last 1 s, running streams included, enough
+    request-seconds of them): a throttled or shared GPU, a noisy neighbour. Info while
     its pace is inside the ITL SLO, warning over it (slo_policy)."""
     g, s = ctx.gateway, ctx.settings
     if g is None or not g.up or len(g.replicas) < 2:
         return None
-    timed = [(r, rate) for r in g.replicas if (rate := _stream_rate(ctx, r)) is not None]
+    timed = [(r, rate) for r in g.replicas if (rate := _token_rate(ctx, r)) is not None]
     if len(timed) < 2:
         return None
     slow = []
@@ -125,12 +128,12 @@ def replica_slow(ctx: Context) -> Verdict | None:
     if not slow or len(slow) * 2 > len(timed):
         return None  # half of them slow: that is the fleet's pace, not one replica's
     r, rate, peers = min(slow, key=lambda x: x[1] / x[2])
-    reading = itl_reading(ctx, 1.0 / rate, "its streams at")
+    reading = itl_reading(ctx, 1.0 / rate, "its requests at")
     against = "the other replica" if len(timed) == 2 else "the replicas' median"
     text = (
-        f"replica {r.url} decodes {fmt.tok_per_s(rate)} a stream, {peers / rate:.1f}x slower "
-        f"than {against} {fmt.tok_per_s(peers)} (the gateway's timing of its streams over "
-        f"the last 1 s, {r.stream_seconds:.1f} stream-seconds)"
+        f"replica {r.url} gives {fmt.tok_per_s(rate)} a request, {peers / rate:.1f}x slower "
+        f"than {against} {fmt.tok_per_s(peers)} (the gateway's timing of its answers over "
+        f"the last 1 s, {r.request_seconds:.1f} request-seconds)"
     )
     also = [x.url for x, _, _ in slow if x is not r]
     others = f"; also {', '.join(also)}" if also else ""

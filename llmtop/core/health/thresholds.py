@@ -82,9 +82,9 @@ class HealthSettings:
     """replica-out-of-rotation holds while a replica is out of the gateway's rotation and this
     long after it last left (one that is probed back and fails again is out at every turn)."""
     replica_slow_share: float = 0.33
-    """replica-slow: a replica whose streams decode under this share of its peers' median..."""
-    replica_slow_min_stream_s: float = 0.5
-    """...each rate of at least this many stream-seconds in the gateway's 1 s window."""
+    """replica-slow: a replica whose requests get tokens under this share of its peers'..."""
+    replica_slow_min_request_s: float = 0.5
+    """...each rate of at least this many request-seconds in the gateway's 1 s window."""
     peer_lookback_s: float = 60.0
     """gateway-peer-lost: fewer gateways share the limits than the most seen this long back..."""
     peer_settle_s: float = 10.0

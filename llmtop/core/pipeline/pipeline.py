@@ -291,8 +291,8 @@ def _replicas(raw: object) -> tuple[ReplicaStats, ...]:
             last_error=_str(r, "last_error"),
             out_for_s=_num(r, "out_for_s"),
             last_out_s_ago=_num(r, "last_out_s_ago"),
-            stream_tok_per_s=_num(r, "stream_tok_per_s"),
-            stream_seconds=_num(r, "stream_seconds") or 0.0,
+            request_tok_per_s=_num(r, "request_tok_per_s"),
+            request_seconds=_num(r, "request_seconds") or 0.0,
         )
         for r in raw
         if isinstance(r, dict)

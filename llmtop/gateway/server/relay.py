@@ -3,7 +3,8 @@ gateway's own added), then its body chunk by chunk as it arrives, all but the bo
 
 The hot path of a stream: per chunk, one read (aiohttp's `readany`: whatever has arrived), one
 ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch (which
-also counts the stream's events into its replica's meter: the replica's decode rate). An
+also counts the stream's events into its replica's meter, as a whole answer's completion tokens
+at its end: the replica's decode rate). An
 upstream that fails mid-body ends an event stream with an error event and `[DONE]`, so a cut
 stream never looks whole. Measured: bench/bench_relay.py (BENCHMARKS.md, the chaos section).
 """
@@ -17,7 +18,7 @@ import aiohttp
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.exchange import Exchange
 from llmtop.gateway.server.wire import DROP_RESPONSE, describe_error, error_body
-from llmtop.gateway.upstreams.balancer import StreamMeter
+from llmtop.gateway.upstreams.balancer import TokenMeter
 
 _DONE = b"data: [DONE]"
 """An OpenAI stream's last event: a client may close as soon as it has read it."""
@@ -28,7 +29,7 @@ async def relay(
     exchange: Exchange,
     response: aiohttp.ClientResponse,
     upstream_s: float,
-    meter: StreamMeter,
+    meter: TokenMeter,
 ) -> tuple[float, str | None]:
     """Pass the answer's head and its body back as they arrive, all but the body's end:
     (seconds spent awaiting the upstream, the error that cut the body or None). A stream's
@@ -51,6 +52,7 @@ async def relay(
     watch_done = sse and status == 200
     tail = b""
     begun = watch_done  # a stream counts in its replica's meter from its head to its end
+    whole = first and not sse  # a whole answer counts at its end: its tokens over its time
     if begun:
         meter.begin()
     readany = response.content.readany
@@ -76,6 +78,8 @@ async def relay(
                     meter.end()
                 else:
                     tail = b"" if chunk.endswith(b"\n\n") else chunk[-len(_DONE) :]
+            elif whole:
+                tail = chunk  # the usage comes last
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         reason = f"upstream failed mid-response: {describe_error(e)}"
         state.upstream.failed(reason)
@@ -88,4 +92,6 @@ async def relay(
     finally:
         if begun:
             meter.end()
+    if whole:
+        meter.answered(tail, clock() - t0 - queue_s)
     return upstream_s, None

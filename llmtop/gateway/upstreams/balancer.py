@@ -18,14 +18,16 @@ rotation and back in is an event (`events`), with its time and reason.
 What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
 has been out of rotation and since when it last left (a replica that fails, is probed back and
 fails again spends little time out at each turn), its last error, and the decode rate of its
-streams over the last RATE_WINDOW_S (`StreamMeter`: the events the relay passed on over the
+requests over the last RATE_WINDOW_S (`TokenMeter`: the events the relay passed on over the
 seconds its streams spent from their head to their end, waiting for the first token
-included), so a replica far slower than its peers is seen within a second or two, streams
-still running included.
+included, and each whole answer's completion tokens over its time at the replica, at its
+end), so a replica far slower than its peers is seen within a second or two, streams still
+running included.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -36,32 +38,34 @@ HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
 OK, EJECTED, PROBING = "ok", "ejected", "probing"
 RATE_WINDOW_S = 1.0
-"""A replica's stream decode rate is read over about this many seconds..."""
-RATE_MIN_STREAM_S = 0.5
-"""...of at least this many stream-seconds (fewer: not known)."""
+"""A replica's token rate per request is read over about this many seconds..."""
+RATE_MIN_REQUEST_S = 0.5
+"""...of at least this many request-seconds (fewer: not known)."""
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _SAMPLE_S = 0.25
 """How often a meter's totals are kept (the window's ends fall on these)."""
 
 
 @dataclass
-class StreamMeter:
-    """One replica's streams as the relay sees them: the events passed on (`events`, added to
-    by the relay per chunk) and the stream-seconds spent (streams from their head to their end,
-    times the time), read over a window of samples."""
+class TokenMeter:
+    """One replica's answers as the relay sees them: the tokens passed on (`events`: a stream's
+    events, added to by the relay per chunk; a whole answer's completion tokens at its end)
+    and the request-seconds they took (streams from their head to their end; a whole answer's
+    time at the replica, at its end), read over a window of samples."""
 
     clock: Callable[[], float] = time.monotonic
     events: int = 0
     active: int = 0
     """Streams whose head came and that have not ended."""
-    stream_s: float = 0.0
+    request_s: float = 0.0
     since: float | None = None
     samples: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=16))
-    """(time, events, stream-seconds) every _SAMPLE_S at most."""
+    """(time, events, request-seconds) every _SAMPLE_S at most."""
 
     def _advance(self) -> float:
         now = self.clock()
         if self.since is not None:
-            self.stream_s += self.active * (now - self.since)
+            self.request_s += self.active * (now - self.since)
         self.since = now
         return now
 
@@ -75,22 +79,33 @@ class StreamMeter:
         self.sample()
         self.active -= 1
 
+    def answered(self, tail: bytes, seconds: float) -> None:
+        """A whole answer (not a stream) ended after `seconds` at the replica: its completion
+        tokens (read from its last chunk, where the usage is) count as events over that time,
+        at its end. An answer without a usage there says nothing."""
+        found = _COMPLETION_TOKENS.search(tail)
+        if found is None or seconds <= 0:
+            return
+        self.sample()
+        self.events += int(found.group(1))
+        self.request_s += seconds
+
     def sample(self) -> None:
         """Keep the totals now, at most every _SAMPLE_S."""
         now = self._advance()
         if not self.samples or now - self.samples[-1][0] >= _SAMPLE_S:
-            self.samples.append((now, self.events, self.stream_s))
+            self.samples.append((now, self.events, self.request_s))
 
     def rate(self) -> tuple[float | None, float]:
-        """Events per stream-second over the last RATE_WINDOW_S (None: too few stream-seconds
-        to say), and the stream-seconds it is of."""
+        """Events per request-second over the last RATE_WINDOW_S (None: too few request-seconds
+        to say), and the request-seconds it is of."""
         self.sample()
-        now, events, stream_s = self.samples[-1]
+        now = self.samples[-1][0]
         start = next(s for s in self.samples if now - s[0] <= RATE_WINDOW_S)
-        span = stream_s - start[2]
-        if span < RATE_MIN_STREAM_S:
+        span = self.request_s - start[2]
+        if span < RATE_MIN_REQUEST_S:
             return None, span
-        return (events - start[1]) / span, span
+        return (self.events - start[1]) / span, span
 
 
 @dataclass
@@ -118,8 +133,8 @@ class Replica:
     """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
     last_out: float | None = None
     """When it last left rotation (None: never)."""
-    meter: StreamMeter = field(default_factory=StreamMeter)
-    """Its streams' events and decoding time (the relay's), on the balancer's clock."""
+    meter: TokenMeter = field(default_factory=TokenMeter)
+    """Its answers' tokens and time (the relay's), on the balancer's clock."""
 
     def kv_used_frac(self, extra_blocks: int) -> float:
         if not self.capacity_blocks:
@@ -156,7 +171,7 @@ class Balancer:
             raise ValueError("at least one upstream is needed")
         if not 0 < self.deadline_s < float("inf"):
             raise ValueError(f"replica_deadline_s must be > 0 seconds, got {self.deadline_s:g}")
-        self.replicas = [Replica(u.rstrip("/"), meter=StreamMeter(self.clock)) for u in self.urls]
+        self.replicas = [Replica(u.rstrip("/"), meter=TokenMeter(self.clock)) for u in self.urls]
         self.events = deque(maxlen=200)
         self.events_total = 0
         """Events since start (those older than the last 200 are gone from `events`)."""
@@ -260,7 +275,7 @@ class Balancer:
         total = sum(r.sent for r in self.replicas)
         out = []
         for r in self.replicas:
-            rate, stream_s = r.meter.rate()
+            rate, request_s = r.meter.rate()
             out.append(
                 {
                     "url": r.url,
@@ -276,11 +291,11 @@ class Balancer:
                     "last_error": r.last_error,
                     "out_for_s": None if r.out_since is None else now - r.out_since,
                     "last_out_s_ago": None if r.last_out is None else now - r.last_out,
-                    "stream_tok_per_s": rate,
-                    "stream_seconds": stream_s,
+                    "request_tok_per_s": rate,
+                    "request_seconds": request_s,
                 }
             )
         return out
 
 
-__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent", "StreamMeter"]
+__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent", "TokenMeter"]
