@@ -154,7 +154,7 @@ def test_a_check_that_left_before_an_ejection_does_not_end_it() -> None:
     assert b.state == OK
 
 
-def test_out_of_rotation_says_for_how_long_and_since_when_it_last_left() -> None:
+def test_out_of_rotation_says_for_how_long_and_how_long_it_is_back() -> None:
     bal, clock = make(eject_s=1.0)
     a, b = bal.replicas
     clock.t = 10.0
@@ -163,17 +163,21 @@ def test_out_of_rotation_says_for_how_long_and_since_when_it_last_left() -> None
     doc = {d["url"]: d for d in bal.to_list()}[a.url]
     assert doc["state"] == PROBING
     assert doc["out_for_s"] == 2.5
-    assert doc["last_out_s_ago"] == 2.5
+    assert doc["back_s_ago"] is None
     assert doc["last_error"] == "upstream returned 500"
-    bal.probed(a, None)  # back
+    bal.probed(a, "no /health answer within 2 s (hung)")  # out again: still one stretch out
     clock.t = 14.0
+    assert {d["url"]: d for d in bal.to_list()}[a.url]["out_for_s"] == 4.0
+    clock.t = 15.0
+    bal.probed(a, None)  # back
+    clock.t = 17.0
     doc = {d["url"]: d for d in bal.to_list()}[a.url]
     assert doc["state"] == OK
     assert doc["out_for_s"] is None
-    assert doc["last_out_s_ago"] == 4.0
+    assert doc["back_s_ago"] == 2.0
     never = {d["url"]: d for d in bal.to_list()}[b.url]
     assert never["out_for_s"] is None
-    assert never["last_out_s_ago"] is None
+    assert never["back_s_ago"] is None
 
 
 def test_stream_rate_is_events_per_stream_second_over_the_last_second() -> None:

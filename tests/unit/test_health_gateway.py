@@ -61,9 +61,9 @@ def only(found: tuple[Finding, ...], fid: str) -> Finding | None:
 def test_a_replica_ejected_for_garbage_is_named_at_once_with_its_error() -> None:
     healthy = gw(rep(A), rep(B))
     why = "upstream unreachable: BadHttpMessage: 400, message: Got more than 65536 bytes"
-    out = gw(rep(A), rep(B, state="ejected", out_for_s=0.4, last_out_s_ago=0.4, last_error=why))
-    back = gw(rep(A), rep(B, last_out_s_ago=3.0, last_error=why))  # probed back, failing again
-    later = gw(rep(A), rep(B, last_out_s_ago=S.replica_recent_out_s + 1, last_error=why))
+    out = gw(rep(A), rep(B, state="ejected", out_for_s=0.4, last_error=why))
+    back = gw(rep(A), rep(B, back_s_ago=3.0, last_error=why))  # probed back, failing again
+    later = gw(rep(A), rep(B, back_s_ago=S.replica_recent_out_s + 1, last_error=why))
     found = run([healthy] * 3 + [out, back, later])
     assert all(only(f, "replica-out-of-rotation") is None for f in found[:3])
     f = only(found[3], "replica-out-of-rotation")
@@ -76,14 +76,14 @@ def test_a_replica_ejected_for_garbage_is_named_at_once_with_its_error() -> None
     assert "1 in rotation" in f.action
     f = only(found[4], "replica-out-of-rotation")
     assert f is not None
-    assert "last out of rotation 3.0 s ago" in f.summary
+    assert "127.0.0.1:8002 back in rotation 3.0 s ago" in f.summary
     assert only(found[5], "replica-out-of-rotation") is None
 
 
 def test_a_hung_replica_says_no_answer_within_the_deadline_and_none_left_is_critical() -> None:
     why = "no /health answer within 2 s (hung)"
-    hung = rep(A, state="probing", out_for_s=6.0, last_out_s_ago=6.0, last_error=why)
-    gone = rep(B, state="ejected", out_for_s=1.0, last_out_s_ago=1.0, last_error="refused")
+    hung = rep(A, state="probing", out_for_s=6.0, last_error=why)
+    gone = rep(B, state="ejected", out_for_s=1.0, last_error="refused")
     (found,) = run([gw(hung, gone)])
     f = only(found, "replica-out-of-rotation")
     assert f is not None
@@ -135,7 +135,7 @@ def test_a_lull_in_a_replicas_streams_keeps_its_last_rate_a_few_seconds() -> Non
 def test_a_replica_back_from_a_hang_is_not_called_slow() -> None:
     """Its answers that waited out the hang end slow: replica-out-of-rotation's, not this."""
     fast = {"request_tok_per_s": 190.0, "request_seconds": 4.0}
-    back = rep(B, request_tok_per_s=15.0, request_seconds=21.6, last_out_s_ago=4.0)
+    back = rep(B, request_tok_per_s=15.0, request_seconds=21.6, back_s_ago=1.0)
     found = run([gw(rep(A, **fast), back)] * 3)
     assert all(only(f, "replica-slow") is None for f in found)
 
@@ -221,7 +221,7 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
                 "share": 0.5,
                 "last_error": "x",
                 "out_for_s": 3.5,
-                "last_out_s_ago": 3.5,
+                "back_s_ago": None,
                 "request_tok_per_s": None,
                 "request_seconds": 0.0,
             },
@@ -232,7 +232,7 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
                 "share": 0.5,
                 "last_error": None,
                 "out_for_s": None,
-                "last_out_s_ago": None,
+                "back_s_ago": 2.0,
                 "request_tok_per_s": 180.5,
                 "request_seconds": 3.5,
             },
@@ -248,7 +248,7 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
     g = gateway_stats("http://gw", doc, T0, CounterWindow(), 10.0)
     a, b = g.replicas
     assert (a.state, a.ok, a.out_for_s, a.last_error) == ("probing", False, 3.5, "x")
-    assert (b.request_tok_per_s, b.request_seconds, b.last_out_s_ago) == (180.5, 3.5, None)
+    assert (b.request_tok_per_s, b.request_seconds, b.back_s_ago) == (180.5, 3.5, 2.0)
     assert (g.shared_status, g.shared_url, g.shared_error) == (
         "fallback",
         "redis://h:6379",

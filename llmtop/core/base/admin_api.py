@@ -203,9 +203,10 @@ class ReplicaDoc(TypedDict):
     last_error: str | None
     out_for_s: float | None
     """Seconds since it left rotation, while it is out (None: in rotation)."""
-    last_out_s_ago: float | None
-    """Seconds since it last left rotation (None: never): a replica that fails, is probed
-    back and fails again is out most of the time, though each turn is short."""
+    back_s_ago: float | None
+    """Seconds since it came back into rotation (None: never out, or out now): a replica
+    that fails, is probed back and fails again is out most of the time, though each turn
+    is short."""
     request_tok_per_s: float | None
     """Its tokens per request-second over the last 1 s: a stream's events per second from its
     head to its end (the wait for its first token included; running ones too), a whole

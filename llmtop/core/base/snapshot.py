@@ -222,8 +222,8 @@ class ReplicaStats:
     """Why it last left rotation (or last failed)."""
     out_for_s: float | None = None
     """Seconds since it left rotation, while it is out (None: in rotation, or unknown)."""
-    last_out_s_ago: float | None = None
-    """Seconds since it last left rotation (None: never, or unknown)."""
+    back_s_ago: float | None = None
+    """Seconds since it came back into rotation (None: never out, out now, or unknown)."""
     request_tok_per_s: float | None = None
     """Its tokens per request-second at the gateway over the last 1 s, streams and whole
     answers (None: too few to say, or unknown)."""

@@ -33,7 +33,7 @@ def _gateways_back(ctx: Context) -> Iterator[tuple[float, GatewayStats | None]]:
 def _is_out(r: ReplicaStats, recent_s: float) -> bool:
     if r.state is None:
         return False  # a gateway too old to say which state: nothing to judge
-    recently = r.last_out_s_ago is not None and r.last_out_s_ago <= recent_s
+    recently = r.back_s_ago is not None and r.back_s_ago <= recent_s
     return r.state != "ok" or recently
 
 
@@ -41,14 +41,15 @@ def _out_words(r: ReplicaStats) -> str:
     why = r.last_error or "no reason given"
     if r.state != "ok" and r.out_for_s is not None:
         return f"{r.url} {r.state} for {fmt.seconds(r.out_for_s)} ({why})"
-    ago = fmt.seconds(r.last_out_s_ago)
-    return f"{r.url} {r.state}, last out of rotation {ago} ago ({why})"
+    ago = fmt.seconds(r.back_s_ago)
+    return f"{r.url} back in rotation {ago} ago ({why})"
 
 
 def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     """Replicas the gateway took out of its rotation: ejected for errors (refused, timed out,
     5xx, an answer no HTTP client reads) or for no /health answer within its deadline (a hang),
-    and those that left it lately (probed back, failing again). Critical when none is left."""
+    and those back in it lately (probed back and failing again; back from a hang). Critical
+    when none is left."""
     g = ctx.gateway
     if g is None or not g.up or not g.replicas:
         return None

@@ -80,7 +80,7 @@ class HealthSettings:
     """... while the engine's other GPUs are all at or above this."""
     replica_recent_out_s: float = 10.0
     """replica-out-of-rotation holds while a replica is out of the gateway's rotation and this
-    long after it last left (one that is probed back and fails again is out at every turn)."""
+    long after it came back (one that is probed back and fails again is out at every turn)."""
     replica_slow_share: float = 0.33
     """replica-slow: a replica whose requests get tokens under this share of its peers'..."""
     replica_slow_min_request_s: float = 0.5

@@ -290,7 +290,7 @@ def _replicas(raw: object) -> tuple[ReplicaStats, ...]:
             state=_str(r, "state"),
             last_error=_str(r, "last_error"),
             out_for_s=_num(r, "out_for_s"),
-            last_out_s_ago=_num(r, "last_out_s_ago"),
+            back_s_ago=_num(r, "back_s_ago"),
             request_tok_per_s=_num(r, "request_tok_per_s"),
             request_seconds=_num(r, "request_seconds") or 0.0,
         )

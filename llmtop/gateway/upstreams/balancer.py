@@ -16,8 +16,9 @@ and one whose /health goes unanswered for `deadline_s` is ejected the same way. 
 rotation and back in is an event (`events`), with its time and reason.
 
 What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
-has been out of rotation and since when it last left (a replica that fails, is probed back and
-fails again spends little time out at each turn), its last error, and the decode rate of its
+has been out of rotation, or how long since it came back (a replica that fails, is probed back
+and fails again spends little time out at each turn; one back from a hang ends what waited it
+out, slow), its last error, and the decode rate of its
 requests over the last RATE_WINDOW_S (`TokenMeter`: the events the relay passed on over the
 seconds its streams spent from their head to their end, waiting for the first token
 included, and each whole answer's completion tokens over its time at the replica, at its
@@ -131,8 +132,8 @@ class Replica:
     """When it was last given a request (a counter): full ties go to the least recent."""
     out_since: float | None = None
     """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
-    last_out: float | None = None
-    """When it last left rotation (None: never)."""
+    back_at: float | None = None
+    """When it last came back into rotation (None: never out, or out now)."""
     meter: TokenMeter = field(default_factory=TokenMeter)
     """Its answers' tokens and time (the relay's), on the balancer's clock."""
 
@@ -229,7 +230,7 @@ class Balancer:
         if r.state == OK:
             now = self.clock()
             self._event(ReplicaEvent(now, r.url, "out", error))
-            r.out_since = r.last_out = now
+            r.out_since, r.back_at = now, None
         r.failures += 1
         r.healthy = False
         r.last_error = error
@@ -257,6 +258,8 @@ class Balancer:
                 return
             if r.state != OK:
                 self._event(ReplicaEvent(self.clock(), r.url, "back"))
+            if r.state != OK:
+                r.back_at = self.clock()
             r.state, r.healthy, r.out_since = OK, True, None
         else:
             self.fail(r, error)
@@ -290,7 +293,7 @@ class Balancer:
                     "failures": r.failures,
                     "last_error": r.last_error,
                     "out_for_s": None if r.out_since is None else now - r.out_since,
-                    "last_out_s_ago": None if r.last_out is None else now - r.last_out,
+                    "back_s_ago": None if r.back_at is None else now - r.back_at,
                     "request_tok_per_s": rate,
                     "request_seconds": request_s,
                 }
