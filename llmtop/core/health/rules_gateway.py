@@ -58,7 +58,15 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     if not out:
         return None
     left = sum(1 for r in g.replicas if r.state == "ok")
-    names = "; ".join(_out_words(r) for r in out)
+    now = [r for r in out if r.state != "ok"]
+    back = "; ".join(_out_words(r) for r in out if r.state == "ok")
+    if now:
+        summary = f"{len(now)} of {len(g.replicas)} replicas out of the gateway's rotation: "
+        summary += "; ".join(_out_words(r) for r in now) + (f"; lately out: {back}" if back else "")
+    else:
+        summary = (
+            f"{len(out)} of {len(g.replicas)} replicas lately out of the gateway's rotation: {back}"
+        )
     hung = any("no /health answer" in (r.last_error or "") for r in out)
     check = (
         "hung or stopped (no answer within the gateway's deadline)"
@@ -71,7 +79,7 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     else:
         rest = "no replica is in rotation: the gateway tries them all (panic routing)"
     return Verdict(
-        f"{len(out)} of {len(g.replicas)} replicas out of the gateway's rotation: {names}",
+        summary,
         f"check {urls}: {check}; {rest} and probes /health to bring them back",
         severity="warning" if left else "critical",
     )
