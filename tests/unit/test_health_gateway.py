@@ -138,6 +138,12 @@ def test_a_replica_back_from_a_hang_is_not_called_slow() -> None:
     back = rep(B, request_tok_per_s=15.0, request_seconds=21.6, back_s_ago=1.0)
     found = run([gw(rep(A, **fast), back)] * 3)
     assert all(only(f, "replica-slow") is None for f in found)
+    # but it is the peer the other is compared with: a slow one is named beside it
+    slow = rep(A, request_tok_per_s=40.0, request_seconds=2.0)
+    peer = rep(B, request_tok_per_s=200.0, request_seconds=2.0, back_s_ago=3.0)
+    f = only(run([gw(slow, peer)] * 2)[1], "replica-slow")
+    assert f is not None
+    assert "127.0.0.1:8001 gives 40.0 tok/s a request" in f.summary
 
 
 def test_slow_needs_enough_streams_and_a_minority() -> None:

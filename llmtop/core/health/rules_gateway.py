@@ -97,10 +97,10 @@ def _timed(r: ReplicaStats, min_request_s: float) -> float | None:
 
 def _token_rate(ctx: Context, r: ReplicaStats) -> float | None:
     """`r`'s token rate now, else its last within RATE_CARRY_S (None: none known, or it is
-    out of rotation or was lately, which replica-out-of-rotation names)."""
+    out of rotation)."""
     least = ctx.settings.replica_slow_min_request_s
-    if _is_out(r, ctx.settings.replica_recent_out_s):
-        return None  # its answers' times hold its hang or its errors: out-of-rotation's
+    if r.state != "ok":
+        return None
     rate = _timed(r, least)
     if rate is not None:
         return rate
@@ -119,8 +119,9 @@ def replica_slow(ctx: Context) -> Verdict | None:
     """A replica whose answers, as the gateway timed them, come under `replica_slow_share`
     of the replicas' median rate (of the other, with two; each rate the tokens a replica's
     requests got per second over the gateway's last 1 s, running streams included, enough
-    request-seconds of them): a throttled or shared GPU, a noisy neighbour. Info while
-    its pace is inside the ITL SLO, warning over it (slo_policy)."""
+    request-seconds of them): a throttled or shared GPU, a noisy neighbour. A replica back in
+    rotation lately is a peer to compare with, not judged. Info while its pace is inside the
+    ITL SLO, warning over it (slo_policy)."""
     g, s = ctx.gateway, ctx.settings
     if g is None or not g.up or len(g.replicas) < 2:
         return None
@@ -129,7 +130,10 @@ def replica_slow(ctx: Context) -> Verdict | None:
         return None
     slow = []
     fleet = statistics.median(v for _, v in timed)
+    recent_s = s.replica_recent_out_s
     for r, rate in timed:
+        if _is_out(r, recent_s):
+            continue  # back lately: what waited out its hang ends slow (out-of-rotation's)
         # two replicas: against the other; more: against all (a fast one is not the pace)
         peers = statistics.median(v for q, v in timed if q is not r) if len(timed) == 2 else fleet
         if peers > 0 and rate < s.replica_slow_share * peers:
