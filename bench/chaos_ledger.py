@@ -207,8 +207,10 @@ the first gateway: a killed or hung replica stops answering its /metrics (replic
 leaves the gateway's rotation; one answering garbage leaves the rotation only (its /metrics
 answer); one 5x slower is seen in the gateway's timing of its streams (replica-slow: the
 engines' histograms take a window to show it); Redis away is the gateway's fallback; the
-watched gateway rolled stops answering (gateway-down), the other one leaves Redis' leases
-(gateway-peer-lost, once its drain is over)."""
+watched gateway rolled stops answering (gateway-down). The other one's roll (the 10-minute
+run's second round) is not named: its lease leaves Redis at the end of its drain and the
+restarted one's comes within a second, under the console's poll; gateway-peer-lost would name
+it had it stayed gone (docs/reliability.md)."""
 
 
 @dataclass(frozen=True)
