@@ -82,6 +82,14 @@ gateway refuses (down, 401, 400) is shown in red and written to the event log.
   answering 503s. Let the gateway queue instead, or raise the limit.
 - **gateway-paused**: admission is paused: requests wait, then time out. `p` resumes.
 - **gateway-down**: the gateway does not answer its admin API; the admission keys fail.
+- **replica-out-of-rotation**: the gateway took a replica out (errors, or no /health answer in
+  its deadline: hung) or it came back lately; the others take its requests.
+- **replica-slow**: a replica's answers, as the gateway times them, come at under a third of
+  its peers' rate: check its GPU; take it out of rotation meanwhile.
+- **gateway-shared-limits-lost**: Redis does not answer: each gateway admits its share alone,
+  so the global cap may be exceeded or left unused. Check Redis.
+- **gateway-peer-lost**: fewer gateways share the limits than a minute ago: a peer stopped or
+  crashed. Check it, if it was not planned.
 - **gpu-throttled**: a GPU is throttling (thermal, power cap): check cooling and power limits.
 - **gpu-memory-full**: a GPU's memory is nearly full outside the KV cache: another process?
 - **target-down**: the engine does not answer its /metrics. Check the process and the URL.
