@@ -93,6 +93,16 @@ def test_a_hung_replica_says_no_answer_within_the_deadline_and_none_left_is_crit
     assert "panic routing" in f.action
 
 
+def test_a_lone_replica_out_is_a_warning() -> None:
+    """One engine behind the gateway still gets every request: not the fleet's outage."""
+    alone = rep(A, state="ejected", out_for_s=2.0, last_error="upstream returned 500")
+    (found,) = run([gw(alone)])
+    f = only(found, "replica-out-of-rotation")
+    assert f is not None
+    assert f.severity == "warning"
+    assert "only replica" in f.action
+
+
 def test_an_older_gateway_without_states_says_nothing() -> None:
     old = ReplicaStats(url=A, in_flight=0, ok=False, share=None)
     (found,) = run([gw(old, rep(B))])

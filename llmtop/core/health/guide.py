@@ -119,7 +119,7 @@ GUIDE: tuple[GuideRow, ...] = (
         "target",
         (
             "the gateway took a replica out of its rotation (errors, or no /health answer "
-            "within its deadline), or it came back lately; critical with none left"
+            "within its deadline), or it came back lately; critical with none of several left"
         ),
         "check that replica (hung, crashed, answering garbage); the others take its requests",
     ),

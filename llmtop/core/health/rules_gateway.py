@@ -49,7 +49,7 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     """Replicas the gateway took out of its rotation: ejected for errors (refused, timed out,
     5xx, an answer no HTTP client reads) or for no /health answer within its deadline (a hang),
     and those back in it lately (probed back and failing again; back from a hang). Critical
-    when none is left."""
+    when none of several is left."""
     g = ctx.gateway
     if g is None or not g.up or not g.replicas:
         return None
@@ -76,12 +76,17 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     urls = ", ".join(r.url for r in out)
     if left:
         rest = f"the gateway sends their requests to the {left} in rotation"
+    elif len(g.replicas) == 1:
+        rest = "it is the gateway's only replica, so it still gets every request"
     else:
         rest = "no replica is in rotation: the gateway tries them all (panic routing)"
+    # one engine out is target-down's to weigh (it still gets every request); a fleet with
+    # none left in rotation is the outage
+    critical = not left and len(g.replicas) > 1
     return Verdict(
         summary,
         f"check {urls}: {check}; {rest} and probes /health to bring them back",
-        severity="warning" if left else "critical",
+        severity="critical" if critical else "warning",
     )
 
 
