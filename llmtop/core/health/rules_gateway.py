@@ -222,7 +222,8 @@ def gateway_peer_lost(ctx: Context) -> Verdict | None:
     reading = gateway_reading(ctx)
     text = (
         f"{gone} of the {most} gateways sharing limits through Redis at "
-        f"{g.shared_url or '?'} gone (all last seen at {_clock(last_seen)}): {live} left, "
+        f"{g.shared_url or '?'} gone (more than {live} last seen at {_clock(last_seen)}): "
+        f"{live} left, "
         f"{g.url} among them (a lease given back at a stop, or run out after a crash)"
     )
     return Verdict(
