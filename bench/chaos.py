@@ -17,6 +17,7 @@ end by `llmtop report`, and which faults the report names within 5 s.
 
     python bench/chaos.py --duration-s 600 --out /tmp/chaos    # the 10-minute run
     python bench/chaos.py --duration-s 90                      # what the suite runs
+    python bench/chaos.py --duration-s 150 --no-faults --load-x 0.7   # a healthy run
 
 Bounded: requests are Poisson arrivals for the load's seconds only, each with a 60 s client
 timeout; every wait has a deadline.
@@ -234,7 +235,7 @@ async def inject(stack: Stack, inj: Injection, run: Run, t0: float) -> None:
 
 
 async def load(stack: Stack, run: Run, load_s: float, rounds: int) -> None:
-    """The open-loop client for `load_s` seconds with the faults of `rounds` rounds."""
+    """The open-loop client for `load_s` seconds with the faults of `rounds` rounds (none: 0)."""
     rng = random.Random(35)
     router = Router(stack.gateways)
     stop = asyncio.Event()
@@ -242,9 +243,8 @@ async def load(stack: Stack, run: Run, load_s: float, rounds: int) -> None:
     async with aiohttp.ClientSession(connector=conn) as session:
         watcher = asyncio.ensure_future(router.watch(session, stop))
         t0 = time.monotonic()
-        faults = [
-            asyncio.ensure_future(inject(stack, i, run, t0)) for i in schedule(load_s, rounds)
-        ]
+        plan = schedule(load_s, rounds) if rounds else []
+        faults = [asyncio.ensure_future(inject(stack, i, run, t0)) for i in plan]
         tasks: set[asyncio.Task[None]] = set()
         while (now := time.monotonic()) < t0 + load_s:
             gw = router.pick()
@@ -381,11 +381,13 @@ def check_report(stack: Stack, run: Run) -> None:
     ]  # fmt: skip
 
 
-def chaos(duration_s: float, out: Path) -> Run:
-    """One chaos run of `duration_s` seconds of load (faults in rounds of 60 s)."""
+def chaos(duration_s: float, out: Path, *, faults: bool = True, load_x: float = 1.5) -> Run:
+    """One chaos run of `duration_s` seconds of load at `load_x` times the measured capacity
+    (faults in rounds of 60 s; `faults=False`: the same stack and traffic, nothing injected,
+    the healthy run the incident library holds the new findings' silence to)."""
     run = Run(duration_s)
     stack = Stack(out)
-    rounds = max(1, min(2, int(duration_s // 120)))
+    rounds = max(1, min(2, int(duration_s // 120))) if faults else 0
     try:
         stack.start()
         tmux = shutil.which("tmux")
@@ -394,7 +396,7 @@ def chaos(duration_s: float, out: Path) -> Run:
         else:
             run.problems.append("no tmux: the TUI did not record")
         run.capacity_per_s = asyncio.run(calibrate(run, Router(stack.gateways), WARMUP_S))
-        run.rate_per_s = 1.5 * run.capacity_per_s
+        run.rate_per_s = load_x * run.capacity_per_s
         time.sleep(2.5)
         run.figures["fds_start"] = {g.incarnation: idle_fds(stack, g) for g in stack.gateways}
         run.figures["rss_warm_kib"] = {g.incarnation: g.rss_kib() for g in stack.gateways}
@@ -411,6 +413,9 @@ def chaos(duration_s: float, out: Path) -> Run:
             check_report(stack, run)
     finally:
         stack.close()
+        doc = {k: v for k, v in asdict(run).items() if k != "entries"}
+        doc["outcomes"] = dict(run.outcomes())
+        (out / "run.json").write_text(json.dumps(doc, default=str, indent=1))
     return run
 
 
@@ -418,7 +423,8 @@ def summary(run: Run) -> str:
     o = run.outcomes()
     lines = [
         f"chaos: {len(run.entries)} requests in {run.duration_s:g} s at {run.rate_per_s:.1f}/s"
-        f" (1.5x the measured {run.capacity_per_s:.1f}/s)",
+        f" ({run.rate_per_s / (run.capacity_per_s or 1):.1f}x the measured"
+        f" {run.capacity_per_s:.1f}/s)",
         "outcomes: " + ", ".join(f"{k} {o[k]}" for k in sorted(o)),
         "faults: " + ", ".join(f"{i.kind}@{i.at_s:.0f}s" for i, _, _ in run.injections),
     ]
@@ -433,15 +439,17 @@ def main() -> int:
     p.add_argument("--duration-s", type=float, default=600.0, help="seconds of load (>= 64)")
     p.add_argument("--out", type=Path, help="logs and the recording here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print the run as JSON")
+    p.add_argument("--load-x", type=float, default=1.5, help="offered load / capacity")
+    p.add_argument("--no-faults", action="store_true", help="inject nothing (a healthy run)")
     a = p.parse_args()
     if a.duration_s < 64:
         p.error("--duration-s must be at least 64 (one round of faults)")
     out = a.out or Path(tempfile.mkdtemp(prefix="llmtop-chaos-"))
-    run = chaos(a.duration_s, out)
+    if not 0 < a.load_x <= 10:
+        p.error("--load-x must be in (0, 10]")
+    run = chaos(a.duration_s, out, faults=not a.no_faults, load_x=a.load_x)
     if a.json:
-        doc = {k: v for k, v in asdict(run).items() if k != "entries"}
-        doc["outcomes"] = dict(run.outcomes())
-        print(json.dumps(doc, default=str, indent=1))
+        print((out / "run.json").read_text())
     print(summary(run))
     print(f"logs and recording: {out}")
     return 1 if run.problems else 0

@@ -195,17 +195,22 @@ def schedule(load_s: float, rounds: int) -> list[Injection]:
 # ---- the report names each fault ---------------------------------------------------------
 
 NAMED_BY: dict[str, tuple[str, ...]] = {
-    "replica-kill": ("target-down", "replica-down"),
-    "replica-stop": ("target-down", "replica-down", "stale-data"),
-    "replica-slow": (),
-    "redis-kill": (),
-    "gateway-roll": ("gateway-down",),
-    "replica-garbage": (),
+    "replica-kill": ("target-down", "replica-down", "replica-out-of-rotation"),
+    "replica-stop": ("target-down", "replica-down", "stale-data", "replica-out-of-rotation"),
+    "replica-slow": ("replica-slow",),
+    "redis-kill": ("gateway-shared-limits-lost",),
+    "gateway-roll": ("gateway-down", "gateway-peer-lost"),
+    "replica-garbage": ("replica-out-of-rotation",),
 }
-"""The findings of `llmtop report` that name each fault. None yet for three: Redis away
-(`shared_status: fallback`) and a replica out of the gateway's rotation (garbage) are in the
-recorded gateway stats but no finding reads them; a replica 5x slower shows only once the
-fleet's windows fill (load-imbalance, tens of seconds later), not within 5 s."""
+"""The findings of `llmtop report` that name each fault. The console watches both replicas and
+the first gateway: a killed or hung replica stops answering its /metrics (replica-down) and
+leaves the gateway's rotation; one answering garbage leaves the rotation only (its /metrics
+answer); one 5x slower is seen in the gateway's timing of its streams (replica-slow: the
+engines' histograms take a window to show it); Redis away is the gateway's fallback; the
+watched gateway rolled stops answering (gateway-down). The other one's roll (the 10-minute
+run's second round) is not named: its lease leaves Redis at the end of its drain and the
+restarted one's comes within a second, under the console's poll; gateway-peer-lost would name
+it had it stayed gone (docs/reliability.md)."""
 
 
 @dataclass(frozen=True)

@@ -152,3 +152,78 @@ def test_a_check_that_left_before_an_ejection_does_not_end_it() -> None:
     assert bal.to_probe() == [b]  # its time is out: now a probe may bring it back
     bal.probed(b, None)
     assert b.state == OK
+
+
+def test_out_of_rotation_says_for_how_long_and_how_long_it_is_back() -> None:
+    bal, clock = make(eject_s=1.0)
+    a, b = bal.replicas
+    clock.t = 10.0
+    bal.fail(a, "upstream returned 500")
+    clock.t = 12.5  # its ejection is over: probing, still out
+    doc = {d["url"]: d for d in bal.to_list()}[a.url]
+    assert doc["state"] == PROBING
+    assert doc["out_for_s"] == 2.5
+    assert doc["back_s_ago"] is None
+    assert doc["last_error"] == "upstream returned 500"
+    bal.probed(a, "no /health answer within 2 s (hung)")  # out again: still one stretch out
+    clock.t = 14.0
+    assert {d["url"]: d for d in bal.to_list()}[a.url]["out_for_s"] == 4.0
+    clock.t = 15.0
+    bal.probed(a, None)  # back
+    clock.t = 17.0
+    doc = {d["url"]: d for d in bal.to_list()}[a.url]
+    assert doc["state"] == OK
+    assert doc["out_for_s"] is None
+    assert doc["back_s_ago"] == 2.0
+    never = {d["url"]: d for d in bal.to_list()}[b.url]
+    assert never["out_for_s"] is None
+    assert never["back_s_ago"] is None
+
+
+def test_stream_rate_is_events_per_stream_second_over_the_last_second() -> None:
+    bal, clock = make()
+    a, b = bal.replicas
+    m = a.meter
+    assert m.rate() == (None, 0.0)
+    m.begin()
+    m.begin()  # two streams decoding
+    for _ in range(8):  # 0.25 s apart: 50 events a request-second
+        clock.t += 0.25
+        m.events += 25
+        bal.eligible()  # the balancer's tick keeps the meters' samples
+    rate, request_s = m.rate()
+    assert rate == 50.0
+    assert request_s == 2.0  # two streams over the 1 s window
+    m.end()
+    for i in range(4):  # one left, 5x slower: the window holds only that now
+        clock.t += 0.25
+        m.events += 5 * (i % 2)
+        bal.eligible()
+    assert m.rate() == (10.0, 1.0)
+    m.end()
+    clock.t += 5.0  # none decoding: nothing to say
+    doc = {d["url"]: d for d in bal.to_list()}
+    assert doc[a.url]["request_tok_per_s"] is None
+    assert doc[b.url]["request_seconds"] == 0.0
+
+
+def test_a_stalled_stream_counts_its_time_at_once() -> None:
+    """A stream whose replica stopped sending has its time counted, events or not."""
+    bal, clock = make()
+    m = bal.replicas[0].meter
+    m.begin()
+    for i in range(4):  # events for half a second, then a stall
+        clock.t += 0.25
+        m.events += 50 if i < 2 else 0
+        bal.eligible()
+    assert m.rate() == (100.0, 1.0)  # 100 events over 1 request-second, half of it silent
+
+
+def test_a_whole_answer_counts_its_completion_tokens_over_its_time_at_its_end() -> None:
+    bal, clock = make()
+    m = bal.replicas[0].meter
+    body = b'"usage":{"prompt_tokens":12,"total_tokens":44,"completion_tokens":32}}'
+    clock.t = 1.0
+    m.answered(body, 0.8)  # 32 tokens in 0.8 s: 40 a request-second
+    m.answered(b'{"choices": []}', 0.5)  # no usage where it would be: says nothing
+    assert m.rate() == (40.0, 0.8)

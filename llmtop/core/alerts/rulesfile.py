@@ -13,6 +13,7 @@ from llmtop.core.alerts.edge import EDGE_ALERTS
 from llmtop.core.alerts.engine import ENGINE_ALERTS
 from llmtop.core.alerts.field import FIELD_ALERTS
 from llmtop.core.alerts.figures import Recorded, figures
+from llmtop.core.alerts.gateway import GATEWAY_ALERTS
 from llmtop.core.alerts.spec import RATE_SCRAPES, AlertSpec, duration
 
 GROUP = "llmtop"
@@ -31,6 +32,8 @@ NOT_EXPRESSED: dict[str, str] = {
     "DCGM_FI_DEV_XID_ERRORS > 0 and DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 where it is scraped",
     "tp-gpu-idle": "the GPUs are read by llmtop, as gpu-throttled; with dcgm-exporter: "
     "DCGM_FI_DEV_GPU_UTIL < 10 on one GPU of a host whose others are >= 50",
+    "replica-slow": "the gateway times each replica's streams for /admin/stats, which llmtop "
+    "reads; its /metrics has no per-replica stream rate for PromQL to compare",
 }
 """Findings with no alert here, and why (every other finding of llmtop's has one)."""
 NEEDS_SELECTOR = {
@@ -41,7 +44,7 @@ NEEDS_SELECTOR = {
 
 def alerts(spec: AlertSpec) -> tuple[tuple[Alert, ...], dict[str, str]]:
     """The alerts for `spec`, and the findings left out with the reason."""
-    made = [make(spec) for make in (*ENGINE_ALERTS, *FIELD_ALERTS, *EDGE_ALERTS)]
+    made = [make(spec) for make in (*ENGINE_ALERTS, *FIELD_ALERTS, *EDGE_ALERTS, *GATEWAY_ALERTS)]
     left = dict(NOT_EXPRESSED)
     if not spec.vllm_matchers:
         made = [a for a in made if a.finding not in NEEDS_SELECTOR]

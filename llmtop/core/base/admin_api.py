@@ -201,6 +201,19 @@ class ReplicaDoc(TypedDict):
     """Its part of all requests sent so far (None before the first)."""
     failures: int
     last_error: str | None
+    out_for_s: float | None
+    """Seconds since it left rotation, while it is out (None: in rotation)."""
+    back_s_ago: float | None
+    """Seconds since it came back into rotation (None: never out, or out now): a replica
+    that fails, is probed back and fails again is out most of the time, though each turn
+    is short."""
+    request_tok_per_s: float | None
+    """Its tokens per request-second over the last 1 s: a stream's events per second from its
+    head to its end (the wait for its first token included; running ones too), a whole
+    answer's completion tokens over its time at the replica, at its end (None: under half a
+    request-second to say)."""
+    request_seconds: float
+    """The request-seconds that rate is of."""
 
 
 class SharedDoc(TypedDict, total=False):

@@ -183,6 +183,10 @@ class GatewayStats:
     shared_status: str | None = None
     """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
     shared_live_gateways: int | None = None
+    shared_url: str | None = None
+    """The Redis the limits are shared through (no password)."""
+    shared_error: str | None = None
+    """Why Redis is unreachable, in the gateway's words (None: it answers)."""
     global_in_flight: int | None = None
     """Slots held by all gateways sharing the limits, at this gateway's last sync."""
     slo_ttft_s: float | None = None
@@ -206,6 +210,19 @@ class ReplicaStats:
     ok: bool
     """Takes traffic (False: ejected, or awaiting a /health probe)."""
     share: float | None
+    state: str | None = None
+    """ok, ejected or probing (None: a gateway too old to say)."""
+    last_error: str | None = None
+    """Why it last left rotation (or last failed)."""
+    out_for_s: float | None = None
+    """Seconds since it left rotation, while it is out (None: in rotation, or unknown)."""
+    back_s_ago: float | None = None
+    """Seconds since it came back into rotation (None: never out, out now, or unknown)."""
+    request_tok_per_s: float | None = None
+    """Its tokens per request-second at the gateway over the last 1 s, streams and whole
+    answers (None: too few to say, or unknown)."""
+    request_seconds: float = 0.0
+    """The request-seconds that rate is of."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,36 @@ GUIDE: tuple[GuideRow, ...] = (
         "check them; the others carry the load",
     ),
     GuideRow(
+        ("replica-out-of-rotation",),
+        "target",
+        (
+            "the gateway took a replica out of its rotation (errors, or no /health answer "
+            "within its deadline), or it came back lately; critical with none of several left"
+        ),
+        "check that replica (hung, crashed, answering garbage); the others take its requests",
+    ),
+    GuideRow(
+        ("replica-slow",),
+        "decode",
+        (
+            "a replica's answers, timed by the gateway, get tokens under 1/3 of its peers' rate "
+            "(over 1 s, running streams included); info inside the ITL SLO"
+        ),
+        "check its GPU (throttling, another process); take it out of rotation meanwhile",
+    ),
+    GuideRow(
+        ("gateway-shared-limits-lost",),
+        "gateway",
+        "Redis, which the gateways share limits through, does not answer the watched one",
+        "check Redis at its URL; until it answers each gateway admits its share on its own",
+    ),
+    GuideRow(
+        ("gateway-peer-lost",),
+        "gateway",
+        "fewer gateways share the limits in Redis than in the last minute (a stop, a crash)",
+        "if not planned, check that gateway; its clients need a balancer reading /readyz",
+    ),
+    GuideRow(
         ("prefix-cache-collapse",),
         "prefill",
         "prefix-cache hit rate under 0.35x its level over the last minute (88 % -> 3 %)",

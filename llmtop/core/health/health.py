@@ -7,8 +7,9 @@ once) and must stay false `clear_after_s` before the finding clears, so a findin
 flap on one noisy window. A rule whose inputs are unknown (None) does not hold; the pipeline
 separately reports status "unknown" when the core inputs are missing, so unknown never reads
 as healthy. Actions name the right fix: for backlog and KV exhaustion, cap concurrency at the
-gateway (never raise --max-num-seqs). The checks live in `rules_engine` (engines) and
-`rules_edge` (gateway, GPUs); their vocabulary in `rulebase`.
+gateway (never raise --max-num-seqs). The checks live in `rules_engine` (engines),
+`rules_edge` (gateway, GPUs) and `rules_gateway` (the gateway's replicas and peers); their
+vocabulary in `rulebase`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ from llmtop.core.health.rules_field import (
     requests_corrupted,
     spec_decode_low,
 )
+from llmtop.core.health.rules_gateway import (
+    gateway_peer_lost,
+    gateway_shared_limits_lost,
+    replica_out_of_rotation,
+    replica_slow,
+)
 from llmtop.core.health.rules_gpu import gpu_xid_error, tp_gpu_idle
 from llmtop.core.health.thresholds import HealthSettings
 
@@ -69,6 +76,17 @@ RULES: tuple[Rule[Context], ...] = (
     Rule("gateway-queue-over-slo", "warning", "gateway", gateway_queue_over_slo),
     Rule("gateway-paused", "warning", "gateway", gateway_paused, immediate=True),
     Rule("gateway-down", "warning", "gateway", gateway_down, immediate=True),
+    # what the gateway knows of its replicas and peers (rules_gateway): judged already there
+    Rule("replica-out-of-rotation", "warning", "target", replica_out_of_rotation, immediate=True),
+    Rule("replica-slow", "warning", "decode", replica_slow, fire_after_s=0.5),
+    Rule(
+        "gateway-shared-limits-lost",
+        "warning",
+        "gateway",
+        gateway_shared_limits_lost,
+        immediate=True,
+    ),
+    Rule("gateway-peer-lost", "warning", "gateway", gateway_peer_lost, immediate=True),
     Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
     Rule("gpu-memory-full", "warning", "gpu", gpu_memory_full),
     # the field guide (rules_field, rules_gpu): severities by the SLO, see slo_policy
@@ -91,6 +109,10 @@ _EDGE_CHECKS = frozenset(
         gateway_queue_over_slo,
         gateway_paused,
         gateway_down,
+        replica_out_of_rotation,
+        replica_slow,
+        gateway_shared_limits_lost,
+        gateway_peer_lost,
         gpu_throttled,
         gpu_memory_full,
         gpu_xid_error,

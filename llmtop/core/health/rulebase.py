@@ -66,6 +66,10 @@ class Rule(Generic[X]):
     check: Callable[[X], Verdict | None]
     immediate: bool = False
     """Fire and clear without hysteresis (the fact itself is not noisy: a target is down)."""
+    fire_after_s: float | None = None
+    """Its own hold before firing, shorter than the settings' (None: theirs), for a figure
+    already averaged where it is measured (the gateway's 1 s stream rates: 0.5 s is the next
+    poll agreeing, whatever the polls' jitter)."""
 
 
 @dataclass
@@ -99,7 +103,8 @@ class Hysteresis(Generic[X]):
                 if st.fired_since is None:
                     if st.pending_since is None:
                         st.pending_since = t
-                    if rule.immediate or t - st.pending_since >= fire_after_s:
+                    hold = fire_after_s if rule.fire_after_s is None else rule.fire_after_s
+                    if rule.immediate or t - st.pending_since >= hold:
                         st.fired_since = t
             else:
                 st.pending_since = None

@@ -168,3 +168,29 @@ def heads_up(reading: SloReading, text: str) -> str:
     if reading.state == "inside":
         return f"heads-up: {text}; {reading.words}"
     return f"{text}; {reading.words}"
+
+
+def itl_reading(ctx: Context, itl_s: float | None, whose: str) -> SloReading:
+    """A time between tokens the gateway measured itself (one replica's streams) against the
+    ITL SLO: missed over it, inside under it, unknown without one."""
+    slo = ctx.settings.slo.itl_s
+    if itl_s is None:
+        return SloReading("unknown", f"{whose} ITL unknown (SLO {fmt.seconds(slo)})")
+    words = f"{whose} ~{fmt.seconds(itl_s)} a token"
+    if itl_s > slo:
+        return SloReading("missed", f"{words}: over the ITL SLO ({fmt.seconds(slo)})")
+    room = f", headroom {slo / itl_s:.1f}x" if itl_s > 0 else ""
+    return SloReading("inside", f"{words}: inside the ITL SLO ({fmt.seconds(slo)}){room}")
+
+
+def gateway_reading(ctx: Context) -> SloReading:
+    """The watched gateway's own TTFT p95 (what its clients got) against the TTFT SLO, for a
+    finding about the gateways themselves, which no engine's figures judge."""
+    g, slo = ctx.gateway, ctx.settings.slo.ttft_s
+    ttft = g.ttft_p95_s if g is not None and g.up else None
+    if ttft is None:
+        return SloReading("unknown", f"the gateway's TTFT p95 unknown (SLO {fmt.seconds(slo)})")
+    words = f"the gateway's TTFT p95 {fmt.seconds(ttft)}"
+    if ttft > slo:
+        return SloReading("missed", f"{words}: over the SLO ({fmt.seconds(slo)})")
+    return SloReading("inside", f"{words}: inside the SLO ({fmt.seconds(slo)})")

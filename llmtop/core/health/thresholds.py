@@ -78,3 +78,15 @@ class HealthSettings:
     """tp-gpu-idle: a GPU under this utilisation ..."""
     gpu_busy_frac: float = 0.5
     """... while the engine's other GPUs are all at or above this."""
+    replica_recent_out_s: float = 10.0
+    """replica-out-of-rotation holds while a replica is out of the gateway's rotation and this
+    long after it came back (one that is probed back and fails again is out at every turn)."""
+    replica_slow_share: float = 0.33
+    """replica-slow: a replica whose requests get tokens under this share of its peers'..."""
+    replica_slow_min_request_s: float = 0.5
+    """...each rate of at least this many request-seconds in the gateway's 1 s window."""
+    peer_lookback_s: float = 60.0
+    """gateway-peer-lost: fewer gateways share the limits than the most seen this long back..."""
+    peer_settle_s: float = 10.0
+    """...and Redis and the watched gateway have answered this long (after either comes back,
+    the gateways register again over a few syncs, and an old lease runs out its TTL)."""

@@ -255,6 +255,8 @@ def gateway_stats(
         replicas=_replicas(data.get("replicas")),
         shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
         shared_live_gateways=_int(shared, "live_gateways"),
+        shared_url=_str(shared, "url"),
+        shared_error=_str(shared, "last_error"),
         global_in_flight=_int(shared, "global_in_flight"),
         slo_ttft_s=_num(slo, "ttft_s"),
         queue_budget_s=_num(slo, "queue_budget_s"),
@@ -285,6 +287,12 @@ def _replicas(raw: object) -> tuple[ReplicaStats, ...]:
             in_flight=_int(r, "in_flight"),
             ok=r.get("state") == "ok",
             share=_num(r, "share"),
+            state=_str(r, "state"),
+            last_error=_str(r, "last_error"),
+            out_for_s=_num(r, "out_for_s"),
+            back_s_ago=_num(r, "back_s_ago"),
+            request_tok_per_s=_num(r, "request_tok_per_s"),
+            request_seconds=_num(r, "request_seconds") or 0.0,
         )
         for r in raw
         if isinstance(r, dict)

@@ -381,7 +381,7 @@ class Proxy:
                 state.upstream_errors.record(classify(status, b""), status)
             else:
                 state.upstream.ok()
-            upstream_s, cut = await relay(state, exchange, response, upstream_s)
+            upstream_s, cut = await relay(state, exchange, response, upstream_s, replica.meter)
             if cut is not None:
                 return "upstream_error", cut
             whole = True

@@ -2,7 +2,9 @@
 gateway's own added), then its body chunk by chunk as it arrives, all but the body's end.
 
 The hot path of a stream: per chunk, one read (aiohttp's `readany`: whatever has arrived), one
-ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch. An
+ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch (which
+also counts the stream's events into its replica's meter, as a whole answer's completion tokens
+at its end: the replica's decode rate). An
 upstream that fails mid-body ends an event stream with an error event and `[DONE]`, so a cut
 stream never looks whole. Measured: bench/bench_relay.py (BENCHMARKS.md, the chaos section).
 """
@@ -16,16 +18,22 @@ import aiohttp
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.exchange import Exchange
 from llmtop.gateway.server.wire import DROP_RESPONSE, describe_error, error_body
+from llmtop.gateway.upstreams.balancer import TokenMeter
 
 _DONE = b"data: [DONE]"
 """An OpenAI stream's last event: a client may close as soon as it has read it."""
 
 
 async def relay(
-    state: GatewayContext, exchange: Exchange, response: aiohttp.ClientResponse, upstream_s: float
+    state: GatewayContext,
+    exchange: Exchange,
+    response: aiohttp.ClientResponse,
+    upstream_s: float,
+    meter: TokenMeter,
 ) -> tuple[float, str | None]:
     """Pass the answer's head and its body back as they arrive, all but the body's end:
-    (seconds spent awaiting the upstream, the error that cut the body or None)."""
+    (seconds spent awaiting the upstream, the error that cut the body or None). A stream's
+    events and decoding time go to `meter` (its replica's)."""
     clock = state.clock
     send = exchange.send
     t0, queue_s, ticket = exchange.t0, exchange.queue_s, exchange.ticket
@@ -43,6 +51,10 @@ async def relay(
     first = ticket is not None and status == 200
     watch_done = sse and status == 200
     tail = b""
+    begun = watch_done  # a stream counts in its replica's meter from its head to its end
+    whole = first and not sse  # a whole answer counts at its end: its tokens over its time
+    if begun:
+        meter.begin()
     readany = response.content.readany
     try:
         while True:
@@ -59,11 +71,15 @@ async def relay(
                 first = False
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if watch_done:  # [DONE] may straddle two reads: one cut mid-event keeps a tail
+                meter.events += chunk.count(b"data:")
                 if _DONE in chunk or (tail and _DONE in tail + chunk[: len(_DONE)]):
                     exchange.done_relayed = True
-                    watch_done = False
+                    watch_done = begun = False
+                    meter.end()
                 else:
                     tail = b"" if chunk.endswith(b"\n\n") else chunk[-len(_DONE) :]
+            elif whole:
+                tail = chunk  # the usage comes last
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         reason = f"upstream failed mid-response: {describe_error(e)}"
         state.upstream.failed(reason)
@@ -73,4 +89,9 @@ async def relay(
             tail = f"data: {err}\n\ndata: [DONE]\n\n".encode()
             await send({"type": "http.response.body", "body": tail})
         return upstream_s, reason
+    finally:
+        if begun:
+            meter.end()
+    if whole:
+        meter.answered(tail, clock() - t0 - queue_s)
     return upstream_s, None

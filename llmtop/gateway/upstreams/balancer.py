@@ -14,10 +14,21 @@ after that it takes no traffic until an active /health probe answers (then it is
 replica (SIGSTOP, a wedged host) refuses nothing, so every replica in rotation is also probed,
 and one whose /health goes unanswered for `deadline_s` is ejected the same way. Each move out of
 rotation and back in is an event (`events`), with its time and reason.
+
+What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
+has been out of rotation, or how long since it came back (a replica that fails, is probed back
+and fails again spends little time out at each turn; one back from a hang ends what waited it
+out, slow), its last error, and the decode rate of its
+requests over the last RATE_WINDOW_S (`TokenMeter`: the events the relay passed on over the
+seconds its streams spent from their head to their end, waiting for the first token
+included, and each whole answer's completion tokens over its time at the replica, at its
+end), so a replica far slower than its peers is seen within a second or two, streams still
+running included.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,6 +38,75 @@ from typing import Any, Literal
 HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
 OK, EJECTED, PROBING = "ok", "ejected", "probing"
+RATE_WINDOW_S = 1.0
+"""A replica's token rate per request is read over about this many seconds..."""
+RATE_MIN_REQUEST_S = 0.5
+"""...of at least this many request-seconds (fewer: not known)."""
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_SAMPLE_S = 0.25
+"""How often a meter's totals are kept (the window's ends fall on these)."""
+
+
+@dataclass
+class TokenMeter:
+    """One replica's answers as the relay sees them: the tokens passed on (`events`: a stream's
+    events, added to by the relay per chunk; a whole answer's completion tokens at its end)
+    and the request-seconds they took (streams from their head to their end; a whole answer's
+    time at the replica, at its end), read over a window of samples."""
+
+    clock: Callable[[], float] = time.monotonic
+    events: int = 0
+    active: int = 0
+    """Streams whose head came and that have not ended."""
+    request_s: float = 0.0
+    since: float | None = None
+    samples: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=16))
+    """(time, events, request-seconds) every _SAMPLE_S at most."""
+
+    def _advance(self) -> float:
+        now = self.clock()
+        if self.since is not None:
+            self.request_s += self.active * (now - self.since)
+        self.since = now
+        return now
+
+    def begin(self) -> None:
+        """A stream's head came."""
+        self.sample()
+        self.active += 1
+
+    def end(self) -> None:
+        """A stream that had begun ended (whole or not)."""
+        self.sample()
+        self.active -= 1
+
+    def answered(self, tail: bytes, seconds: float) -> None:
+        """A whole answer (not a stream) ended after `seconds` at the replica: its completion
+        tokens (read from its last chunk, where the usage is) count as events over that time,
+        at its end. An answer without a usage there says nothing."""
+        found = _COMPLETION_TOKENS.search(tail)
+        if found is None or seconds <= 0:
+            return
+        self.sample()
+        self.events += int(found.group(1))
+        self.request_s += seconds
+
+    def sample(self) -> None:
+        """Keep the totals now, at most every _SAMPLE_S."""
+        now = self._advance()
+        if not self.samples or now - self.samples[-1][0] >= _SAMPLE_S:
+            self.samples.append((now, self.events, self.request_s))
+
+    def rate(self) -> tuple[float | None, float]:
+        """Events per request-second over the last RATE_WINDOW_S (None: too few request-seconds
+        to say), and the request-seconds it is of."""
+        self.sample()
+        now = self.samples[-1][0]
+        start = next(s for s in self.samples if now - s[0] <= RATE_WINDOW_S)
+        span = self.request_s - start[2]
+        if span < RATE_MIN_REQUEST_S:
+            return None, span
+        return (self.events - start[1]) / span, span
 
 
 @dataclass
@@ -50,6 +130,12 @@ class Replica:
     """None before the first answer or probe."""
     last_pick: int = 0
     """When it was last given a request (a counter): full ties go to the least recent."""
+    out_since: float | None = None
+    """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
+    back_at: float | None = None
+    """When it last came back into rotation (None: never out, or out now)."""
+    meter: TokenMeter = field(default_factory=TokenMeter)
+    """Its answers' tokens and time (the relay's), on the balancer's clock."""
 
     def kv_used_frac(self, extra_blocks: int) -> float:
         if not self.capacity_blocks:
@@ -86,7 +172,7 @@ class Balancer:
             raise ValueError("at least one upstream is needed")
         if not 0 < self.deadline_s < float("inf"):
             raise ValueError(f"replica_deadline_s must be > 0 seconds, got {self.deadline_s:g}")
-        self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+        self.replicas = [Replica(u.rstrip("/"), meter=TokenMeter(self.clock)) for u in self.urls]
         self.events = deque(maxlen=200)
         self.events_total = 0
         """Events since start (those older than the last 200 are gone from `events`)."""
@@ -142,7 +228,9 @@ class Balancer:
     def fail(self, r: Replica, error: str) -> None:
         """Out of rotation for eject_s (an event when it was in rotation)."""
         if r.state == OK:
-            self._event(ReplicaEvent(self.clock(), r.url, "out", error))
+            now = self.clock()
+            self._event(ReplicaEvent(now, r.url, "out", error))
+            r.out_since, r.back_at = now, None
         r.failures += 1
         r.healthy = False
         r.last_error = error
@@ -170,7 +258,9 @@ class Balancer:
                 return
             if r.state != OK:
                 self._event(ReplicaEvent(self.clock(), r.url, "back"))
-            r.state, r.healthy = OK, True
+            if r.state != OK:
+                r.back_at = self.clock()
+            r.state, r.healthy, r.out_since = OK, True, None
         else:
             self.fail(r, error)
 
@@ -179,27 +269,36 @@ class Balancer:
         for r in self.replicas:
             if r.state == EJECTED and now >= r.ejected_until:
                 r.state = PROBING
+            r.meter.sample()
 
     def to_list(self) -> list[dict[str, Any]]:
         """The replicas for /admin/stats (core.base.admin_api.ReplicaDoc)."""
         self._tick()
+        now = self.clock()
         total = sum(r.sent for r in self.replicas)
-        return [
-            {
-                "url": r.url,
-                "state": r.state,
-                "healthy": r.healthy,
-                "in_flight": r.in_flight,
-                "kv_in_flight_blocks": r.kv_in_flight,
-                "capacity_blocks": r.capacity_blocks,
-                "waiting": r.waiting,
-                "sent": r.sent,
-                "share": r.sent / total if total else None,
-                "failures": r.failures,
-                "last_error": r.last_error,
-            }
-            for r in self.replicas
-        ]
+        out = []
+        for r in self.replicas:
+            rate, request_s = r.meter.rate()
+            out.append(
+                {
+                    "url": r.url,
+                    "state": r.state,
+                    "healthy": r.healthy,
+                    "in_flight": r.in_flight,
+                    "kv_in_flight_blocks": r.kv_in_flight,
+                    "capacity_blocks": r.capacity_blocks,
+                    "waiting": r.waiting,
+                    "sent": r.sent,
+                    "share": r.sent / total if total else None,
+                    "failures": r.failures,
+                    "last_error": r.last_error,
+                    "out_for_s": None if r.out_since is None else now - r.out_since,
+                    "back_s_ago": None if r.back_at is None else now - r.back_at,
+                    "request_tok_per_s": rate,
+                    "request_seconds": request_s,
+                }
+            )
+        return out
 
 
-__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent"]
+__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent", "TokenMeter"]
