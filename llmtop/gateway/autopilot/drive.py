@@ -112,7 +112,8 @@ def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) 
         itl * c.room_itl_factor if itl is not None and itl > 0 and c.room_itl_factor > 0 else None
     )
     limit, free = c.room_use * cap, c.room_use * cap - held
-    spare = c.room_spare_requests * per if cap < c.room_spare_below * per else 0.0
+    coarse = cap < c.room_spare_below * per and not ctl.queued  # nobody waits: one more
+    spare = c.room_spare_requests * per if coarse else 0.0
     more = ctl.newcomers_fit(size, limit + spare, held, per_token, free_blocks=free)
     largest = ctl.largest_in_flight_kv_blocks()
     return None if more is None else ctl.in_flight_kv_blocks + more * largest
