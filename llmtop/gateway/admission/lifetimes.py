@@ -152,22 +152,92 @@ class Lifetimes:
         per = self.per_token_s() or per_token_s
         if per is None:
             return None
-        rows = []
-        for t in held:
-            life = per * (t.expected_out + 1)
-            start = t.admitted_at if t.admitted_at is not None else now
-            if start + life <= now or life <= 0:  # due to end: all of its footprint, now
-                rows.append((now, float(t.kv_blocks), 0.0, t.kv_blocks))
-                continue
-            prompt = min(t.kv_blocks, -(-t.prompt_tokens // max(1, block_size)))
-            grow = (t.kv_blocks - prompt) / life
-            rows.append((start + life, prompt - grow * start, grow, t.kv_blocks))
+        rows = _rows(now, held, block_size, per)
         footprint = sum(r[3] for r in rows)
         if footprint <= 0:
             return None
         rows.sort(reverse=True)  # latest end first: at each end, those ending later still hold
-        base = slope = peak = 0.0
-        for end, b, g, _ in rows:
-            base, slope = base + b, slope + g
-            peak = max(peak, min(base + slope * end, footprint))
-        return min(1.0, peak / footprint)
+        return min(1.0, _peak(rows) / footprint)
+
+
+Row = tuple[float, float, float, float]
+"""A request's KV over time: (its end, intercept, slope, footprint): it holds intercept +
+slope x t blocks at time t until its end."""
+
+
+def _rows(now: float, held: Iterable[Living], block_size: int, per: float) -> list[Row]:
+    rows: list[Row] = []
+    for t in held:
+        life = per * (t.expected_out + 1)
+        start = t.admitted_at if t.admitted_at is not None else now
+        if start + life <= now or life <= 0:  # due to end: all of its footprint, now
+            rows.append((now, float(t.kv_blocks), 0.0, float(t.kv_blocks)))
+            continue
+        prompt = min(t.kv_blocks, -(-t.prompt_tokens // max(1, block_size)))
+        grow = (t.kv_blocks - prompt) / life
+        rows.append((start + life, prompt - grow * start, grow, float(t.kv_blocks)))
+    return rows
+
+
+def _peak(rows: list[Row], extra: Row | None = None, k: int = 0) -> float:
+    """The most the rows (and `k` copies of `extra`) hold together from now on: the sum
+    peaks just before one of them ends. `rows` sorted latest end first."""
+    base = slope = peak = 0.0
+    pending = extra if extra is not None and k > 0 else None
+    for end, b, g, _ in rows:
+        if pending is not None and pending[0] >= end:
+            base, slope = base + k * pending[1], slope + k * pending[2]
+            peak = max(peak, base + slope * pending[0])
+            pending = None
+        base, slope = base + b, slope + g
+        peak = max(peak, base + slope * end)
+    if pending is not None:
+        base, slope = base + k * pending[1], slope + k * pending[2]
+        peak = max(peak, base + slope * pending[0])
+    return peak
+
+
+def newcomers_fit(
+    now: float,
+    held: Iterable[Living],
+    block_size: int,
+    per_token_s: float,
+    limit_blocks: float,
+    held_blocks: float,
+    most: int,
+    free_blocks: float | None = None,
+) -> int:
+    """How many more requests like the largest of those in flight (a bimodal mix is judged
+    by its heavy side: a long prompt holds all of its footprint at once), admitted now, keep the
+    predicted peak of all of them within `limit_blocks`. The trajectories are moved to the
+    engine's own measure: `held_blocks` is what the engine holds now for the requests in
+    flight, and the difference from what their trajectories say they hold now is added to
+    the peak (an engine that holds less than predicted has that much more room). Each must
+    also start now: their prompts within `free_blocks` (the cache the engine has free; a
+    prompt that does not fit waits inside it). 0 with nothing in flight (no mix to go by);
+    at most `most`."""
+    tickets = list(held)
+    if not tickets or per_token_s <= 0:
+        return 0
+    rows = _rows(now, tickets, block_size, per_token_s)
+    rows.sort(reverse=True)
+    like = max(tickets, key=lambda t: (t.kv_blocks, t.prompt_tokens))
+    blocks = float(like.kv_blocks)
+    prompt = min(blocks, float(-(-like.prompt_tokens // max(1, block_size))))
+    life = per_token_s * (like.expected_out + 1)
+    grow = (blocks - prompt) / life
+    if free_blocks is not None:
+        most = min(most, math.floor(max(0.0, free_blocks) / max(prompt, 1.0)))
+    extra: Row = (now + life, prompt - grow * now, grow, blocks)
+    modelled_now = sum(min(f, b + g * now) for _, b, g, f in rows)
+    limit = limit_blocks - (held_blocks - modelled_now)
+    if most <= 0 or _peak(rows) > limit:
+        return 0
+    lo, hi = 0, most  # the largest k whose peak fits: the peak grows with k
+    while lo < hi:
+        k = (lo + hi + 1) // 2
+        if _peak(rows, extra, k) <= limit:
+            lo = k
+        else:
+            hi = k - 1
+    return lo

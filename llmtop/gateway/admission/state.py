@@ -17,6 +17,7 @@ from typing import Any
 from llmtop.gateway.admission.budgets import Budgets
 from llmtop.gateway.admission.estimates import Estimates
 from llmtop.gateway.admission.footprint import FootprintModel
+from llmtop.gateway.admission.lifetimes import newcomers_fit
 from llmtop.gateway.admission.limits import Limits, validate_limits
 from llmtop.gateway.admission.queueing import POLICIES, WaitQueue
 from llmtop.gateway.admission.ratelimit import TenantRateLimiter
@@ -175,6 +176,30 @@ class AdmissionState:
         footprint (lifetimes.py); `per_token_s` before a life was measured (None: unknown)."""
         lives = self.estimates.lifetimes
         return lives.peak_share(self._clock(), self._held, block_size, per_token_s)
+
+    def newcomers_fit(
+        self,
+        block_size: int,
+        limit_blocks: float,
+        held_blocks: float,
+        per_token_s: float | None = None,
+        most: int = 1024,
+        free_blocks: float | None = None,
+    ) -> int | None:
+        """How many more requests of the mix in flight could start now and keep the predicted
+        peak KV of all within `limit_blocks`, the trajectories moved to the engine's measured
+        hold `held_blocks`, their prompts within `free_blocks` (lifetimes.newcomers_fit); None
+        before a life or an ITL is known."""
+        per = self.estimates.lifetimes.per_token_s() or per_token_s
+        if per is None:
+            return None
+        return newcomers_fit(
+            self._clock(), self._held, block_size, per, limit_blocks, held_blocks, most, free_blocks
+        )
+
+    def largest_in_flight_kv_blocks(self) -> int:
+        """The largest predicted footprint among the requests in flight (0: none)."""
+        return max((t.kv_blocks for t in self._held), default=0)
 
     def prefill_tok_per_s(self) -> float | None:
         """The engine's measured prefill rate (estimates.py: PrefillRate); None: not

@@ -12,16 +12,14 @@ yet, or no replica could be read) holds the budgets where they are, and the reas
   engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
   what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
   a time, the rest wait in the gateway where they can be seen and refused early.
-* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: it starts at the
-  cache, goes at once to the overcommit that is safe for the mix (`overcommit`), and past it
-  probes upward while there is demand and what users get holds: requests served within the
-  TTFT SLO per second not falling, the engine's mean ITL and TTFT p95 inside the SLO, and the
-  engine not queueing at a full cache. vLLM may then overcommit its cache and preempt a little,
-  when that serves more. It backs off on real trouble (an SLO missed inside the engine, or
-  preemptions thrashing: more than `thrash` per request finished), holds at what the engine
-  runs when it queues at a full cache, and keeps the level that failed as a ceiling it forgets
-  slowly, so the probe comes back (docs/autopilot.md says why these and not a latency
-  gradient).
+* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: from the cache
+  at once to the larger of the overcommit safe for the mix (`overcommit`), the predicted peak
+  of those in flight, and the room the engine reports (its measured KV, the trajectories of
+  those in flight: what it would start now); past that it probes upward while requests
+  served within the SLO per second rise. It backs off on real trouble (an SLO missed inside
+  the engine, preemptions thrashing), holds at what the engine runs when it queues at a full
+  cache, and keeps the level that failed as a ceiling it forgets slowly (docs/autopilot.md
+  says why these and not a latency gradient).
 """
 
 from __future__ import annotations
@@ -61,6 +59,7 @@ def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
 
 
 _blocks = blocks_text
+DRAINING = "; the last cut still draining"
 
 
 Figures = tuple[float, float, float]
@@ -102,6 +101,9 @@ class Autopilot:
         """The last probe step not yet judged: (the gain before it, served within SLO per
         second at that gain)."""
         self._peak_share: float | None = None
+        self._room: float | None = None
+        """The budget the engine's measured room allows this step (None: not known or not calm)."""
+        self._kv_use = 0.0
         self.advisory = False
         """Mode advise: `applied` is the suggestion, not the limit in force, so no probe (a
         level not in force cannot be judged)."""
@@ -174,9 +176,11 @@ class Autopilot:
             return why
         thrash = preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
         self._thrash_ticks = self._thrash_ticks + 1 if thrash else 0
-        if thrash and self._thrash_ticks >= c.thrash_ticks:  # a storm, not one step's worth
+        if thrash and self._thrash_ticks >= c.thrash_ticks:
             done = finished_per_s or 0.0
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
+            if in_flight_blocks > t:  # the last cut has not drained yet: no 4 cuts for one storm
+                return f"{why}{DRAINING}"
             self.ceiling = float(max(lo, min(t, in_flight_blocks)))
             self.target = self.ceiling * c.cut
             self._probe = self._period = None
@@ -211,6 +215,7 @@ class Autopilot:
         finished_total: float = 0.0,
         served_total: float = 0.0,
         peak_share: float | None = None,
+        room_blocks: float | None = None,
     ) -> Move | None:
         """One control step of the KV budget; a Move when the applied budget changes.
         `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
@@ -219,8 +224,11 @@ class Autopilot:
         `served_total` count the requests finished, and served within the TTFT SLO, so far:
         what a probe step must not lower. `peak_share`: the most of their footprint the
         requests in flight will hold together (admission's lifetimes), what a burst's
-        newcomers may be overcommitted by before any has turned over."""
+        newcomers may be overcommitted by before any has turned over. `room_blocks`: the
+        budget the engine's room allows now (drive.room_blocks; None: unknown, or it queues
+        or preempts)."""
         self._peak_share = peak_share
+        self._room, self._kv_use = room_blocks, sig.kv_usage_frac or 0.0
         c = self.config
         cap = sig.kv_capacity_blocks
         if cap is None:
@@ -242,7 +250,8 @@ class Autopilot:
         why = self._trouble(sig, figures, in_flight_blocks, lo, finished_per_s)
         if why is not None:
             self.target = max(lo, self.target)
-            self._hold_until = now + c.hold_s
+            if not why.endswith(DRAINING):  # a new cut: nothing grows for hold_s
+                self._hold_until = now + c.hold_s
             new = round(self.target)
             if new < self.applied:
                 return self._apply(new, why)
@@ -317,6 +326,10 @@ class Autopilot:
         if peak and per:  # the in-flight set's own predicted peak allows more
             safe = max(safe, c.peak_use * cap / peak)
         top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
+        room = self._room
+        roomy = room is not None and room > safe and not self._thrash_ticks and not self._slow_ticks
+        if roomy and room is not None:  # the engine's own room: the level it would start now
+            safe = min(room, max(top, safe))
         if self._rebase:
             self._rebase = False
             self.gain = max(1.0, self.target / safe)
@@ -349,7 +362,11 @@ class Autopilot:
         elif demand and want > self.target:
             # up to the safe level at once (what the engine would start now), past it a step
             self.target = max(min(want, self.target + step), min(want, safe))
-            why = why or f"headroom: {held:.0%} of the footprint held, {queued} queued"
+            why = why or (
+                f"room in the engine: KV {self._kv_use:.0%} used, {queued} queued"
+                if roomy
+                else f"headroom: {held:.0%} of the footprint held, {queued} queued"
+            )
         new = round(self.target)
         back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
         moved = abs(new - self.applied) >= band or why.startswith("prob") or back_to_safe

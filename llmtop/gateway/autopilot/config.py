@@ -66,5 +66,19 @@ class AutopilotConfig:
     """Scrapes a mean ITL over the SLO must last to count: a long prompt's prefill stalls the
     decodes for a scrape or two by itself."""
     engine_ttft_share: float = 0.8
+    room_use: float = 1.0
+    """The engine's room (drive.room_requests): newcomers of the mix are counted in while
+    the predicted peak KV of them and those in flight stays within this share of the cache
+    (0: off), the trajectories moved to the KV the engine reports held..."""
+    room_spare_requests: float = 1.0
+    """...plus this many requests of the mix: vLLM preempts its newest when the cache runs
+    out, and one preempted at the peak resumes when the next one ends (at 0.5x on the
+    profile fitted to the real vLLM, the 5th of 4 young requests: straight serves it)."""
+    room_spare_below: float = 16.0
+    """...on a cache of fewer than this many requests of the mix, where one request is a coarse
+    step (6 % or more of it); on `seed`'s 45 the spare preempted 3x as much for nothing."""
+    room_itl_factor: float = 1.5
+    """Before a life is measured, lives are taken at this multiple of the engine's mean ITL
+    per token (ITL grows with the batch a cold burst builds; 1.0 overcommitted it)."""
     deadband: float = 0.02
     """Moves smaller than this share of the cache, or half a request of the mix, are not made."""

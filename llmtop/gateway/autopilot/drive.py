@@ -9,6 +9,7 @@ each scrape's signals and the controller's clock.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from llmtop.core.derive.signals import EngineSignals
@@ -81,10 +82,41 @@ def drive(
         finished_total=ctl.estimates.finished_total,
         served_total=ctl.estimates.served_total,
         peak_share=ctl.peak_share(sig.kv_block_size or 16, sig.itl_mean_s),
+        room_blocks=room_blocks(ctl, pilot, sig),
     )
     if move is not None and not advise:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
     _publish(ctl, pilot)
+
+
+def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) -> float | None:
+    """The KV budget the engine's own room allows now: the footprint in flight plus as many
+    more requests like the largest in flight as can start with the predicted peak KV of all
+    (admission's lifetimes) within `room_use` of the cache (plus `room_spare_requests` on a
+    cache of fewer than `room_spare_below` requests of the mix), the trajectories anchored to
+    the KV the engine reports held (plus the prompts admitted and not yet prefilled, which it
+    may not hold yet), each newcomer's prompt within the cache free now (vLLM's own condition
+    to start it). None when a figure is unknown (no KV gauge, nothing in flight, no life and
+    no ITL) or the engine queues or preempts inside."""
+    cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
+    c = pilot.config
+    n = ctl.in_flight
+    if cap is None or kv is None or not math.isfinite(kv) or not size or c.room_use <= 0 or not n:
+        return None
+    if sig.waiting != 0 or sig.preemptions != 0:  # not calm inside: no room to claim
+        return None
+    per = ctl.in_flight_kv_blocks / n
+    held = kv * cap + ctl.unprefilled_tokens / size
+    itl = sig.itl_mean_s
+    per_token = (
+        itl * c.room_itl_factor if itl is not None and itl > 0 and c.room_itl_factor > 0 else None
+    )
+    limit, free = c.room_use * cap, c.room_use * cap - held
+    coarse = cap < c.room_spare_below * per and not ctl.queued  # nobody waits: one more
+    spare = c.room_spare_requests * per if coarse else 0.0
+    more = ctl.newcomers_fit(size, limit + spare, held, per_token, free_blocks=free)
+    largest = ctl.largest_in_flight_kv_blocks()
+    return None if more is None else ctl.in_flight_kv_blocks + more * largest
 
 
 def _publish(ctl: AdmissionController, pilot: Autopilot) -> None:
@@ -132,4 +164,4 @@ def _now(value: int | None) -> str:
     return "none" if value is None else blocks_text(value)
 
 
-__all__ = ["AUTO_MAX_CONCURRENCY", "MODES_DRIVEN", "drive", "suggestion"]
+__all__ = ["AUTO_MAX_CONCURRENCY", "MODES_DRIVEN", "drive", "room_blocks", "suggestion"]
