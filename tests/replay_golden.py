@@ -29,7 +29,9 @@ with those fields, all None in these recordings, taken out; and when gateway-dow
 named the gateway's flag by its new name (`--vllm`, was `--upstream`: issue 31), checked equal
 with the old name put back; and when EngineStats dropped five figures nothing showed (e2e
 p50/p99, queue p99, prefill p95, the KV-transfer share of prompts: issue 36), checked equal
-with those fields taken out of the old tree's repr.
+with those fields taken out of the old tree's repr; and when the gateway's stats gained
+shared_url and shared_error (the Redis findings: issue 35), checked equal with those two,
+None in these recordings, taken out.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 

@@ -233,6 +233,7 @@ class FaultUpstream:
         self.seen: list[tuple[bytes, bytes]] = []
         """(head, body) of every request the fault answered."""
         self._handlers: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -246,6 +247,7 @@ class FaultUpstream:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
+        self._writers.add(writer)
         self.open += 1
         try:
             while True:
@@ -305,6 +307,13 @@ class FaultUpstream:
                 for t in rest:
                     t.cancel()
                 await asyncio.gather(*rest, return_exceptions=True)
+            # a closed transport with unsent bytes waits for a peer that may be gone: abort what
+            # is left, and let connection_lost run before the loop stops (else the socket is
+            # garbage-collected open, a ResourceWarning in whichever test runs then)
+            for w in self._writers:
+                w.transport.abort()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)

@@ -7,6 +7,7 @@ What passes and what is refused is written down in docs/reliability.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +51,8 @@ async def exchange(port: int, head: bytes, body: bytes = b"", read_s: float = 5.
         return out
     finally:
         writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 def _complete(response: bytes) -> bool:
