@@ -1,8 +1,7 @@
 """PNG charts of a report: TTFT p95, KV usage, and engine waiting vs gateway queued over time.
 
-matplotlib's object API (`Figure`, rendered by Agg) is used without pyplot, so no GUI backend
-is ever chosen and nothing global changes. Gaps (unknown values) stay gaps; each limit change is
-a dashed vertical line labelled with what changed.
+matplotlib's `Figure` on Agg, never pyplot: no GUI backend is chosen and nothing global changes.
+Unknown values stay gaps; each limit change is a dashed vertical line labelled with what changed.
 """
 
 from __future__ import annotations

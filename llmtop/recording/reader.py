@@ -1,11 +1,7 @@
 """Reading recordings: the whole file into memory, checked line by line, decoded lazily.
 
-The format: docs/recording.md. A gzip file is read member
-by member with zlib, so a stream cut by a killed writer (no trailer) or appended after such a
-cut still yields every whole line before the cut; that cut is reported in `warnings`, not
-raised. Everything else wrong (missing, not a recording, a bad line in the middle, a delta with
-no base) is a `RecordingError` naming the file and the line. Each line's samples are checked
-on the way in, so `Recording.raw(i)` cannot fail later.
+A stream cut by a killed writer yields its whole lines and a `warnings` entry; anything else
+wrong is a `RecordingError` naming file and line, raised at once, so `raw(i)` cannot fail later.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Replay a recording: a `SnapshotSource` whose poll() returns the snapshot at the playhead.
 
-The recorded RawPolls go through a fresh `Pipeline` (the `FleetPipeline` when the run watched
-several engines), so the findings are those of the *current* rules. Snapshots are computed in
-order, once, and kept: seeking back is free, seeking forward computes up to the target, and
-the TUI computes them on a background thread (`start_background`) while the playhead stops at
-the last one computed, so no key waits. The playhead moves in recording time (wall time x
-`speed` unless paused; step and seek move it at once). No textual here: the TUI binds keys to
-these methods, the report reads `snapshots()`.
+RawPolls go through a fresh (Fleet)Pipeline, so findings are today's rules'. Each snapshot is
+computed once, in order, and kept; `start_background` does it on a thread, so no key waits.
 """
 
 from __future__ import annotations

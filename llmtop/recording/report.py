@@ -1,13 +1,7 @@
 """A postmortem summary of a run: what an on-call engineer pastes into the incident write-up.
 
-Pure: it reads a sequence of Snapshots (from a fresh Pipeline over a recording, so findings are
-those of the current rules) and the limit changes the gateway reported, and returns a `Report`:
-start and end, peaks of waiting, gateway queue, KV usage and TTFT p95, each finding with when it
-fired and cleared, and every limit change with TTFT p95 averaged over `AROUND_S` before and after.
-`to_markdown` and `to_dict` render it; `recording.charts` draws its `series`.
-
-A limit change comes from the gateway's events (exact time, who made it); a change seen only as a
-difference in the limits between two polls (events missed) is reported at the later poll.
+Pure: Snapshots (a fresh Pipeline's, so today's rules) and limit changes in, a `Report` out;
+`to_markdown`/`to_dict` render it, `recording.charts` draws it. Its contents: docs/recording.md.
 """
 
 from __future__ import annotations
@@ -253,10 +247,8 @@ def build(
 ) -> Report:
     """The report of a run: `snapshots` in time order, `events` the gateway's limit changes.
 
-    With `ttft_slo_s`, each limit change also says how long the engine's TTFT p95 took to get
-    back under it (the effect of a cap often shows only after the admitted work drains).
-    `live_findings` (per poll, as recorded) lets the report say where today's rules disagree
-    with what the live screen showed.
+    With `ttft_slo_s`, each change says when TTFT p95 got back under it; with `live_findings` (per
+    poll, as recorded), where today's rules disagree with what the live screen showed.
     """
     live = None
     if live_findings is not None:

@@ -1,12 +1,7 @@
 """Recordings: every poll's raw inputs as compact JSON lines, gzip-compressed for a ``.gz`` name.
 
-A recording keeps what llmtop *read* (a `RawPoll` per poll) and, for reference, the findings
-the live run showed, so replay and report re-run today's rules over an old incident. Samples
-are delta-encoded per engine with a keyframe every `KEYFRAME_EVERY` polls (a seek decodes at
-most that many lines); the gzip stream is flushed after every line, so a killed process leaves
-a file readable up to its last poll. Secrets are never written: the admin token and `secrets`
-are redacted, credential keys dropped, user:password@ cut from URLs. The format and the API:
-docs/recording.md.
+Raw inputs, so replay re-runs today's rules; samples delta-encoded (a keyframe every
+`KEYFRAME_EVERY` polls), each line flushed, secrets redacted. Format and API: docs/recording.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Telemetry of the simulated GPU in NVIDIA dcgm-exporter's text format.
+"""Telemetry of the simulated GPU in NVIDIA dcgm-exporter's text format; pure (engine, clock in).
 
-The figures follow the roofline: GPU_UTIL is the share of time a step (a kernel) ran, and
-MEM_COPY_UTIL the share of time the memory pipe was busy, so a decode-heavy load reads as
-memory-bound (copy utilisation near GPU utilisation, high) while a prefill burst reads as
-compute-bound (copy utilisation drops). Frame-buffer use is flat, as with vLLM: it allocates
-gpu_memory_utilization of the card at start. Power follows the activity, temperature follows
-power with a thermal lag, and the SM clock idles low and boosts under load.
-Pure: the caller passes the engine and its clock.
+Roofline: GPU_UTIL is the share of time a step ran, MEM_COPY_UTIL the memory pipe's, so decode
+reads memory-bound and a prefill burst compute-bound. Every field: docs/sim.md, /dcgm/metrics.
 """
 
 from __future__ import annotations

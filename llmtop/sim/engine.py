@@ -1,25 +1,7 @@
 """The simulated vLLM engine: V1 scheduler semantics and a roofline step time, on a virtual clock.
 
-Pure: no IO, no sleeps, no wall clock. `Engine.step()` runs one engine iteration at `engine.now`
-and advances the clock by its modelled duration; the server (llmtop/sim/server.py) paces the
-steps against the real clock, tests and what-if analysis run them back to back.
-
-Scheduler (vLLM V1, FCFS): each step first gives the running sequences their tokens (one decode
-token each, or the next chunk of an unfinished prefill), then admits waiting sequences as
-prefill chunks, within the token budget (max_num_batched_tokens) and max_num_seqs. The KV cache
-is a pool of blocks of block_size tokens; a sequence holds ceil(tokens/block_size) blocks. When a
-running sequence needs a block and none is free, the most recently admitted running sequence is
-preempted (recompute: its blocks are freed and it goes back to the front of the waiting queue,
-to be prefilled again, generated tokens included). No waiting sequence is admitted in a step
-that preempted. A prompt longer than max_model_len is refused (vLLM's 400).
-
-Step time (roofline)::
-
-    step_s = step_overhead_s + max(2 x params x tokens / effective FLOP/s,
-                                   (weight bytes + KV bytes of the decoding sequences)
-                                   / effective bandwidth)
-
-Which profile constant is fitted to which reference figure: docs/sim.md, "Calibration".
+Pure (no IO, no wall clock): `Engine.step()` runs one iteration at `engine.now` and advances the
+clock by its modelled duration. Scheduler, preemption, step time, calibration: docs/sim.md.
 """
 
 from __future__ import annotations

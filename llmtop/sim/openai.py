@@ -1,11 +1,7 @@
-"""The OpenAI-compatible surface of the sim, as pure functions: parse a request, count its
-tokens, and build vLLM 0.32's JSON shapes (completion, chat completion, their SSE chunks,
-errors). No HTTP here: llmtop/sim/server.py wires these to Starlette.
+"""The sim's OpenAI API as pure functions: parse, count tokens, build vLLM 0.32's JSON and SSE.
 
-Token counting (there is no tokenizer): a prompt given as a list of token ids has exactly that
-many tokens; text counts ceil(characters / 4), at least 1; a chat request counts each message's
-content that way plus 4 tokens of template per message, plus 3 for the assistant's header.
-The output is deterministic filler, one word per token.
+No tokenizer: a token-id list counts its length, text ceil(chars / 4) (at least 1), plus 4 a chat
+message and 3 a chat; the output is filler, one word a token. The HTTP side: server.py.
 """
 
 from __future__ import annotations

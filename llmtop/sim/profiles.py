@@ -1,14 +1,7 @@
 """Hardware/model profiles of the simulated engine, as data.
 
-A profile names a GPU (memory, bandwidth, FLOP/s) and a model (parameters, layers, KV heads,
-head size, dtype). The KV-cache capacity follows from them the way vLLM sizes it::
-
-    kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x dtype_bytes
-    kv_tokens = (gpu_memory x gpu_memory_utilization - weights - reserved) / kv_bytes_per_token,
-                rounded down to whole blocks of block_size tokens
-
-unless the profile (or --kv-tokens) pins it. The efficiencies and the fixed step overhead are
-fitted constants: docs/sim.md says which figure fixed which number.
+The KV capacity follows from GPU and model as vLLM sizes it (`derived_kv_tokens`) unless the
+profile or --kv-tokens pins it; which figure fixed each fitted constant: docs/sim.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The sim's HTTP server: vLLM's OpenAI API, /metrics and dcgm telemetry over the engine model.
 
-One asyncio task (owned by the Starlette lifespan) steps the engine against the real clock: it
-computes a step, sleeps until the step's end, then wakes the streams that got a token. Each
-request waits on its own asyncio.Event, so a step costs one wake per running stream, and
-hundreds of streams stay cheap. The engine's clock is time.monotonic(). A late wake-up (a
-starved process) is not time lost to the model: the steps that would have ended meanwhile run
-back to back, each admitting only the requests that had arrived by its start, and their tokens
-go out at once, late, as a real engine's output would. So the engine serves what its model
-says whatever the CPU it is given (up to MAX_CATCH_UP_S behind).
-
-A client that disconnects aborts its request (finished_reason="abort"), which frees its blocks.
+A lifespan task steps the engine on time.monotonic(), one asyncio.Event a stream so hundreds stay
+cheap, and runs the steps a late wake-up missed back to back (docs/sim.md); a disconnect aborts.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Counters and histograms the simulated engine keeps, with vLLM 0.32's bucket boundaries.
 
-Pure data: the engine observes into these on its virtual clock, llmtop/sim/metrics.py renders
-them as Prometheus text. Buckets are copied from vLLM 0.32 (vllm/v1/metrics/loggers.py and
-buckets.py, checked against tests/fixtures/metrics-load.txt).
+Pure data: the engine observes into them on its virtual clock, sim/metrics.py renders them. The
+buckets are vllm/v1/metrics' (loggers.py, buckets.py), checked against metrics-load.txt.
 """
 
 from __future__ import annotations

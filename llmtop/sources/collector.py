@@ -1,8 +1,7 @@
 """One poll of every target, concurrently, each bounded below the poll interval; never raises.
 
 `Collector.read` returns the raw inputs (`RawPoll`, what recordings store); `poll` also runs the
-pure `Pipeline` and keeps the RawPoll in `last_raw` for the recorder. A target problem (down,
-slow, HTML, too large, malformed, NVML raising) fills an error field instead of raising.
+`Pipeline`, keeping the RawPoll in `last_raw`. A target problem fills an error field instead.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Scrape many vLLM /metrics at once over keep-alive connections: the fleet's direct source.
 
-Over `lean_http.LeanClient`; concurrency bounded, each scrape bounded in time and size. Never
-raises for a target problem: it becomes `RawEngine.error`, in the words of `sources.vllm`. A
-target that can say so is asked for only the series llmtop reads (`core.exposition.narrow`),
-found out by a probe after a full scrape, never assumed; `narrow=False` scrapes every target in
-full. A body byte for byte the target's last (an idle replica) is not parsed again.
+Over `lean_http.LeanClient`, bounded in number, time and size; never raises (`RawEngine.error`).
+A target a probe shows can narrow gets asked only for llmtop's series (`narrow=False`: never).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The fleet collector: many targets (or one Prometheus) through the per-replica pipeline.
 
-Used where `sources.collector.is_fleet`: more than one engine to watch (several `--vllm`,
-`--targets FILE`, `--prometheus URL`); one engine keeps the plain `Collector`. The gateway and
-the GPUs are read as the plain collector reads them.
+Used where `sources.collector.is_fleet` (several engines, `--targets`, `--prometheus`); one
+engine keeps the plain `Collector`, which reads the gateway and GPUs the same way.
 """
 
 from __future__ import annotations
@@ -92,11 +91,9 @@ class FleetCollector(Collector):
 async def take_fleet_snapshot(
     monitor: MonitorSettings, health: HealthSettings, window_s: float
 ) -> tuple[WindowSnapshot, dict[str, Any]]:
-    """`llmtop snapshot` of a fleet: poll at the interval across the window, then the window's
-    verdict (as for one engine) and {"fleet": every replica with its figures and findings}.
-
-    Through Prometheus there are no scraped engines to judge: the verdict is the fleet's own
-    last Snapshot (servers as engines, fleet and replica findings).
+    """`llmtop snapshot` of a fleet: polls across the window, then its verdict and {"fleet": every
+    replica with its figures and findings}; through Prometheus (no engines scraped) the verdict is
+    the fleet's last Snapshot.
     """
     judged = replace(health, fire_after_s=0.0, clear_after_s=0.0, window_s=window_s)
     collector = FleetCollector(monitor, judged, timeout_s=min(5.0, max(1.0, window_s * 0.8)))

@@ -1,13 +1,7 @@
-"""The llmtop gateway's admin API, seen from llmtop: one client (`AdminClient`) for reads and
-writes, and the poll's reader on top of it (`GatewayReader`: /admin/stats, limits included, and
-the limit-change events since the last poll). The documents are typed in core.base.admin_api.
+"""The gateway's admin API seen from llmtop: `AdminClient`, and `GatewayReader` for the poll.
 
-Every failure of a change (refused, timed out, 401, 400, 5xx, a body that is not the contract)
-becomes one `AdminError` with a one-line message for the status line; the token is sent as a
-bearer header and never appears in a message. For the poll, a gateway at the default URL that
-has never answered (refused, timed out, or something else on that port) is "no gateway", not an
-alarm, unless its admin API answered 401 (a gateway is there: the token is wrong). Once it has
-answered, or when the user named a URL, every failure is an error the TUI shows.
+A failed change is one `AdminError`, a line for the status bar, never showing the token. A gateway
+at the default URL that never answered (nor said 401) is "no gateway"; else failures are errors.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Read every vLLM replica through a Prometheus-compatible HTTP API (/api/v1/query).
+"""Read every vLLM replica through a Prometheus-compatible API (POST /api/v1/query, LeanClient).
 
-Prometheus, Thanos, Mimir and VictoriaMetrics all answer POST /api/v1/query with the same JSON.
-A poll is two queries asked at once (the quantiles, and the rest), each answering with one series
-per replica (`core.promql.promql` builds them and reads the answers), two more only when a
-data-parallel server is seen; the slow-changing figures
-(`promql_answers.Info`) are asked at the start, every `promql.INFO_EVERY_S`, and when a replica
-appears, restarts or shows a new finished reason. Over `lean_http.LeanClient`, as the direct
-fleet scrape. Never raises: when the server cannot answer, the fleet shows one down row naming
-it and why.
+A poll asks two queries at once, one series a replica (`core.promql.promql`), the slow figures
+(`Info`) every `promql.INFO_EVERY_S`; never raises: a server that cannot answer is one down row.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The TUI's what-if source: its own rolling window of scrapes (the what-if reads histogram
-buckets the dashboard's poll drops), started the first time a prediction is asked for, and
-predictions computed on a thread of their own so the UI never waits on the model.
-`with_whatif` joins it to the snapshot source the TUI polls, so the TUI gets both from one
-object and starts no IO itself.
+"""The TUI's what-if source: its own window of scrapes (keeping the buckets the dashboard's poll
+drops), started at the first prediction asked for, which runs on a thread so the UI never waits.
+`with_whatif` joins it to the snapshot source the TUI polls.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ def off_the_loop(work: Callable[..., Analysis], *args: object) -> asyncio.Future
     """`work(*args)` on a daemon thread of its own, its answer on the loop.
 
     Not `asyncio.to_thread`: the default executor's threads are joined at exit, so `q` pressed
-    during a prediction (seconds of CPU on a busy box) would wait for it; a daemon thread is
-    dropped with the process, and an answer nobody awaits any more is discarded."""
+    during a prediction (seconds of CPU) would wait for it; a daemon thread is dropped with
+    the process, and an answer nobody awaits any more is discarded."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Analysis] = loop.create_future()
 

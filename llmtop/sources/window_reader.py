@@ -1,9 +1,7 @@
 """`llmtop snapshot`'s IO: read every target at the monitor interval across the window.
 
-The same `Collector` as the TUI reads the polls (each target bounded below the interval); the
-pure `core.pipeline.verdict.judge_window` then turns them into the verdict. Polls are due at the
-first poll's time plus whole intervals, the last exactly at the end of the window, on the clock
-that stamps the polls: the last poll is never short of the window (stale-data needs all 15 s).
+The TUI's `Collector` reads, `core.pipeline.verdict.judge_window` judges. Polls are due at whole
+intervals from the first, the last at the window's very end (stale-data needs all 15 s).
 """
 
 from __future__ import annotations
@@ -28,11 +26,8 @@ async def read_window(
 ) -> list[RawPoll]:
     """Polls from now to `window_s` later, `interval_s` apart; one only if no engine answers.
 
-    The first read opens the connections and asks each engine's /version, so what it read is
-    later than its time stamp (against the sim, the 1-second decode rate after it read 8% low,
-    most of batching-cliff's 10% "flat"). It only says whether anything answers; the window
-    starts at the next read. A poll that overruns its interval (a slow target) moves the next one to
-    the next due time still ahead, never to a burst of late polls.
+    The first read only checks that something answers (it lags its stamp); the window starts at the
+    next. A poll that overruns moves the next to the next due time, never to a burst of late polls.
     """
     first = await read()
     if not any(e.samples is not None for e in first.engines):

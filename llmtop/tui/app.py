@@ -1,15 +1,7 @@
 """The llmtop TUI: one long-lived poll worker feeds immutable views to panels that only render.
 
-The app does not know where snapshots come from (`SnapshotSource`: the live Collector, a
-recording, a script). The poll worker awaits `source.poll()`, posts a coalescing message and
-sleeps to the next deadline, so a slow target never blocks keys and a failing one is shown, not
-fatal. The app owns its parts and calls them: the key router (`keys`), the gateway's controls
-(`controls`), the what-if (`whatif`, when the source can predict) and a fleet's replicas
-(`replica_nav`).
-
-Start-up imports what the first frame needs and nothing more (tests/unit/test_import_hygiene.py):
-the help and replica screens, the what-if and the charts (plotext) are imported when first
-used; the charts are mounted just after the first frame with figures.
+The app knows only a `SnapshotSource` and owns the parts it calls (keys, controls, whatif,
+replica_nav); start-up imports only what the first frame needs (test_import_hygiene.py).
 """
 
 from __future__ import annotations

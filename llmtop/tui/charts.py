@@ -1,8 +1,7 @@
 """The dashboard's two charts (TTFT, throughput over the last 10 minutes), owned by the app.
 
-They are mounted just after the first frame with figures (plotext and their first figures
-would delay it) and redrawn every CHART_EVERY_S of snapshot time: a 10-minute chart gains
-nothing from a redraw each poll, which costs more than all the panels (docs/tui.md#cost).
+Mounted just after the first frame (plotext would delay it) and redrawn every CHART_EVERY_S of
+snapshot time: a redraw costs more than all the panels, and a 10-minute chart gains nothing a poll.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What the keys change: the gateway's limits, pause/resume, the `:` command line, recording.
 
-Each change runs on its own worker, one at a time, against the admin API; success and every
-failure (down, timeout, 401, 400, 5xx) are shown as a notification and written to the event
-log. `--read-only` turns each of these keys into a notice.
+Each change runs on its own worker, one at a time, against the admin API; its success or failure
+is a notification and an event-log line. `--read-only` turns each of these keys into a notice.
 """
 
 from __future__ import annotations
@@ -46,9 +45,8 @@ def one_line(e: BaseException) -> str:
 class AdminControls:
     """The gateway's keys and the command line, owned by the app.
 
-    `app` shows notifications, runs the workers and the pause question; `log` writes the event
-    log; `changed` is called after a change made here, for the app to show it now
-    (`with_changes_here`); `line_closed` after the command line closes.
+    `app` shows notifications, runs workers and the pause question; `log` writes the event log;
+    `changed` is called after a change made here (`with_changes_here`), `line_closed` on closing.
     """
 
     def __init__(

@@ -1,8 +1,7 @@
 """`llmtop demo`'s screen: the live app with one line on top that says what to do now.
 
-The line reads the cap from the active findings at every poll (`suggested_cap`: the `:cap N`
-their action shows), so the demo's advice is the finding's own and changes when it does,
-never a number fixed in a scenario.
+The line shows the active findings' own cap (`suggested_cap`, the `:cap N` of their action) at
+every poll, so the advice changes with the findings, never a number fixed in a scenario.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Every key and paste, acted on one at a time in the order they arrived.
 
-A burst (a paste, `tmux send-keys ':cap 3' Enter +`, a fast typist) reaches the app in one read
-of the terminal, and Textual's own routing (priority bindings at the app, the rest through the
-focused widget's queue and back) could make its keys act out of order. So the app hands every
-key and paste to a `KeyRouter`, which decides each on the state the keys before it left: into
-the open command line, Enter or Escape for the line, or the one binding the screen on top has
-for it. Nothing is forwarded to a widget's queue, a key no binding takes does nothing, and keys
-behind one that opened a screen wait, in order, until that screen is mounted.
+A burst (a paste, a fast typist) comes in one read, which Textual's queues could reorder, so a
+`KeyRouter` decides each on the state the keys before it left (docs/tui.md, "How it works").
 """
 
 from __future__ import annotations

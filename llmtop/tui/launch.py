@@ -1,10 +1,8 @@
-"""The TUI's wiring, once for every command that opens it: `top` and `demo` get the live app
-(collector -> recorder -> app, the what-if joined to that source, with the admin client),
-`replay` gets the app on a recording. Every source and client is built here from sources/ and
-recording/; the app itself opens no connection and starts no thread.
-
-What `top` does not show on its first frame is imported when used: a fleet's collector, the
-replay (tests/unit/test_import_hygiene.py)."""
+"""The TUI's wiring for every command that opens it: the live app for `top` and `demo` (collector,
+recorder, app; the what-if and admin client joined), the app on a recording for `replay`.
+Every source and client is built here, so the app opens no connection and starts no thread;
+what `top`'s first frame does not show is imported when used (test_import_hygiene.py).
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """`llmtop replay`: the same TUI on a recording, read-only, with a timeline and playback keys.
 
-`ReplayApp` is the live app with a `ReplaySource` as its source. The poll worker keeps running
-(each poll moves the playhead by wall time x speed); playback keys move the playhead and show
-the new moment at once. Whatever moved it, the charts' history and the event log are rebuilt
-from the replayed snapshots up to the playhead, so seeking back never shows the future. Keys:
-space/p play-pause, ←/→ seek 10 s, ,/. step one poll, Home/End, </> speed x1..x60. Admin keys
-answer "read-only" (a recording cannot change a gateway).
+`ReplayApp` is the live app on a `ReplaySource`; whatever moves the playhead, the charts and the
+event log are rebuilt up to it, so seeking back never shows the future. Keys: docs/recording.md.
 """
 
 from __future__ import annotations

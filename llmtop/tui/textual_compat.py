@@ -1,9 +1,7 @@
 """The one module that uses Textual's private names; everything else in llmtop calls these.
 
-Textual has no public way to run a key's binding on demand or to read a widget's own bindings,
-and llmtop's key router needs both (`tui.keys`). pyproject.toml pins textual below its next
-major version, and tests/tui/test_textual_compat.py fails when a name used here is gone, takes
-other arguments or stops behaving as this module says.
+Textual has no public way to run a key's binding or read a widget's own bindings (`tui.keys` needs
+both); textual is pinned below 9 and tests/tui/test_textual_compat.py fails when one changes.
 """
 
 from __future__ import annotations

@@ -81,11 +81,9 @@ def fit_window(points: Sequence[Point], opts: Options) -> tuple[Observed, Calibr
 
 
 def analyse(points: Sequence[Point], opts: Options) -> Analysis:
-    """Calibrate on the window and predict every candidate (pure; about a second of CPU).
-
-    With `opts.band`, each candidate is also run at the arrival rate one standard error below
-    and above the estimate (a shorter horizon), so the table shows how much the rate's own
-    sampling error moves the answer.
+    """Calibrate on the window and predict every candidate (pure, but heavy: the TUI runs it on a
+    thread). With `opts.band`, each is also run at the arrival rate one standard error either side
+    (a shorter horizon), so the table shows how much the rate's sampling error moves the answer.
     """
     obs, cal = fit_window(points, opts)
     cands = candidates(cal, opts)

@@ -1,8 +1,7 @@
 """GPU readings behind one protocol: NVML for local GPUs, dcgm-exporter for remote ones.
 
-NVML is only touched here and in `sources.gpu.nvml` (ruff TID251 bans pynvml elsewhere). Its calls
-block, so they run in `asyncio.to_thread`. No driver or no library is "no NVIDIA GPU visible",
-an NVMLError is an error string: the TUI never crashes on a GPU problem.
+NVML (only here and in `gpu.nvml`) blocks, so it runs in `asyncio.to_thread`; no driver or library
+is "no NVIDIA GPU visible", an NVMLError an error string: a GPU problem never crashes the TUI.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """GPUs on another host through dcgm-exporter's /metrics (also the sim's /dcgm/metrics).
 
-Field names are DCGM's (`DCGM_FI_DEV_*`); labels are matched case-insensitively since
-deployments differ (`gpu`, `modelName`, `Hostname`/`hostname`). Memory comes in MiB; utilisation
-in percent. A field the exporter does not export stays None.
+`DCGM_FI_DEV_*` fields, labels matched case-insensitively (deployments differ); memory in MiB,
+utilisation in percent; a field not exported stays None.
 """
 
 from __future__ import annotations

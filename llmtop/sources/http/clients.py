@@ -1,17 +1,7 @@
-"""Where llmtop's HTTP clients are built. Three stacks, each where it was measured to earn its
-place, each in one sentence:
+"""Where llmtop's HTTP clients are built: httpx (`http_client`) where a person reads the errors.
 
-- httpx (`http_client`, here): a few requests a second where a person reads the errors (one
-  engine's /metrics and /version, the gateway's admin API behind the TUI's keys, dcgm-exporter,
-  the what-if's scrapes).
-- aiohttp: streams (the gateway's upstream, `gateway.server.app.make_session`, and the load
-  generator, `load.runner.Runner`), at 0.46x httpx's CPU per proxied stream (BENCHMARKS.md
-  section 2).
-- the lean client (`lean_http.LeanClient`): the fleet's hundred reads a second (every replica's
-  /metrics, Prometheus's answers), 0.7 % of a core below aiohttp at 100 replicas (BENCHMARKS.md
-  "Speed paths in proportion").
-
-The admin token is read once, by `settings.load`; the clients take the token, never the file.
+aiohttp carries streams (gateway upstream, load generator): 0.46x httpx's CPU, BENCHMARKS §2;
+`lean_http.LeanClient` the fleet's reads: 0.7 % of a core at 100 replicas, BENCHMARKS §15.
 """
 
 from __future__ import annotations
@@ -25,12 +15,10 @@ DEFAULT_TIMEOUT_S = 5.0
 
 
 class SchemeTransport(httpx.AsyncBaseTransport):
-    """http:// through a transport that never builds a TLS context, https:// through httpx's
-    own verified one, built when the first https request is sent.
-
-    httpx builds a verified TLS context (the CA bundle read and parsed) for every client it
-    makes, https or not: 0.06-0.2 s of CPU a client before the TUI's first frame (BENCHMARKS.md
-    section 3, bench/bench_first_frame.py). A /metrics on loopback needs none."""
+    """http:// through a transport that never builds a TLS context (httpx builds one per client,
+    https or not), https:// through httpx's verified one, made at the first https request: buys
+    0.06-0.2 s of CPU before the first frame (docs/tui.md, "Cost"; BENCHMARKS §3).
+    """
 
     def __init__(self) -> None:
         self._plain = httpx.AsyncHTTPTransport(verify=False)  # its requests are all http://

@@ -1,14 +1,7 @@
 """A lean HTTP/1.1 client for reading many /metrics a second: asyncio.Protocol + httptools.
 
-It earns its place beside aiohttp (the gateway's client): a hundred narrow scrapes a second cost
-0.7 % of a core less over it (0.8 % in full), measured in the running fleet collector side by
-side (`bench/bench_fleet.py --against`, BENCHMARKS.md "Speed paths in proportion"). It does only
-what a scrape or a Prometheus query needs: GET, or POST of a form; keep-alive; bodies by
-Content-Length, chunks or connection close; gzip or deflate a server sends though identity was
-asked; redirects; http and https; userinfo as Basic auth; a size bound and one deadline for the
-whole request. A request on an idle keep-alive connection the server has just closed is sent
-again once on a new one (both kinds are reads); anything else fails with an exception whose
-words name the problem.
+Buys 0.7 % of a core against aiohttp at 100 replicas (BENCHMARKS §15) by doing only what a scrape
+needs: GET or form POST, keep-alive, redirects, http(s), Basic auth, a size bound, one deadline.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """One replica's full view: the single-engine panels on that replica's figures and findings.
 
-Opened from the replica table (Enter); Esc goes back. The app hands it a `View` per poll
-(`show`), built from the fleet's Snapshot by `tui.replicas`; ↑/↓ move to the next replica
-without going back. It renders only: no polling, no state of its own but what it was shown.
+Opened from the replica table (Enter), Esc back, ↑/↓ to the next replica; the app hands it a
+`View` per poll (`show`). It renders only: no polling, no state but what it was shown.
 """
 
 from __future__ import annotations

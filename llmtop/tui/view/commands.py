@@ -1,9 +1,7 @@
 """The TUI's limit changes as pure functions: the `:` command language and the key steps.
 
-`parse_command("cap 8")` -> {"max_concurrency": 8}; a bad command raises UsageError with a
-one-line message for the status line. Keys: `+`/`-` change max_concurrency by 1 (at least 1),
-`]`/`[` change max_queue by QUEUE_STEP (at least 0). Only syntax is checked here; the gateway
-judges ranges, so its own 400 message ("max_concurrency must be an integer >= 1") is what shows.
+A bad command is a one-line UsageError for the status line. Only syntax is checked here: the
+gateway judges ranges, so its own 400 message is what shows.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""What each key and `:` word does, in one table: the `?` screen, README's key table and
-docs/tui.md's `:` table are all made from it (scripts/docs_tables.py), and tests/unit/test_docs.py
+"""What each key and `:` word does, in one table of pure data: the `?` screen, README's and
+docs/tui.md's tables are made from it (scripts/docs_tables.py), and tests/unit/test_docs.py
 checks that it names every binding of the app and nothing else.
-
-Pure data, no textual: the docs script and the tests read it without a screen.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Pure view logic of the replica table and of one replica's full view. No textual, no rich.
 
-A fleet Snapshot (`core.base.snapshot.FleetSnapshot`) carries its `Fleet`: every replica worst
-first, data-parallel engines right after their server. The table shows one row per replica, its
-columns sized to the width (numbers fixed, names, models and the worst finding share the rest,
-truncated with an ellipsis), as many rows as the height holds, worst first, the selected one
-kept in sight. Opening a replica shows the single-engine panels on that replica's own figures
-and findings: `replica_snapshot` turns its row into the Snapshot those panels read.
+The table shows the fleet Snapshot's replicas worst first, sized to the width and height, the
+selected one in sight; `replica_snapshot` turns a row into the Snapshot the engine panels read.
 """
 
 from __future__ import annotations
@@ -99,13 +95,10 @@ def row(r: Replica) -> Row:
 
 
 def widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
-    """Each column's width for a table `width` cells wide (after the mark).
-
-    The numbers keep their width; the name gets up to its longest (a sub-row's with its indent,
-    at most NAME_MAX), the model what is left after the finding's minimum, the finding the
-    rest. Narrow: the model goes first, then the name shrinks, the numbers never. Read from the
-    replicas' names and models, not their rows: the table builds (and words) only the rows it
-    shows.
+    """Each column's width for a table `width` cells wide (after the mark): the numbers keep theirs,
+    the name gets up to its longest (at most NAME_MAX), the model what the finding's minimum leaves,
+    the finding the rest; narrow, the model goes first, then the name. From the replicas, not their
+    rows: the table builds only the rows it shows.
     """
     names = [len(r.name) + (0 if r.parent is None else 2) for r in replicas]
     models = {r.stats.model or "" for r in replicas}

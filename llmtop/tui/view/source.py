@@ -1,8 +1,6 @@
-"""Where the app's data comes from: snapshots from the live Collector or a recording's replay,
-and, from a live source only, what-if predictions.
-
-The app knows only these protocols, so `llmtop top`, `llmtop demo` and `llmtop replay` share
-it, and the IO behind them (HTTP, the prediction's thread) is built outside tui/.
+"""Where the app's data comes from: snapshots (the live Collector, a recording's replay) and, from
+a live source only, what-if predictions. The app knows only these protocols, so `top`, `demo` and
+`replay` share it, and their IO (HTTP, the prediction's thread) is built outside tui/.
 """
 
 from __future__ import annotations

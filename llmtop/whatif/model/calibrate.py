@@ -1,14 +1,7 @@
-"""An observed window -> the engine model's inputs: a profile whose roofline step time matches
-what the engine showed, its KV capacity, and the workload arriving now. Pure.
+"""An observed window -> the engine model's inputs: a fitted profile, its KV, the workload. Pure.
 
-Metrics give no step-by-step timing, so the step time's four constants are fitted from what
-they show: the decode floor and KV slope from each interval's mean ITL against the KV in use
-(prefill steps taken out first; with too little spread in KV use the slope follows from
-PRIOR_WEIGHT_TOKENS), the overhead as OVERHEAD_SHARE of the floor, and the seconds per prefill
-token so the model's mean prefill step equals the observed one (capped at the ridge point,
-PRIOR_RIDGE_TOKENS, when prefills hide under the floor). They are written as a synthetic
-`Profile` (efficiencies 1), so the real engine model runs them. The method in full:
-docs/whatif.md, "How the model is calibrated".
+The step time's four constants are fitted from metrics alone (no step timing is exported) into a
+synthetic `Profile` (efficiencies 1) that the real engine model runs; the method: docs/whatif.md.
 """
 
 from __future__ import annotations

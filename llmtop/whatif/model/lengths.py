@@ -1,13 +1,7 @@
-"""Token-length distributions rebuilt from vLLM's `request_prompt_tokens` and
-`request_generation_tokens` histograms (1-2-5 buckets up to max_model_len).
+"""Token-length distributions rebuilt from vLLM's prompt and generation token histograms. Pure.
 
-The buckets alone are coarse (a 256-token output lands in (200, 500]), so the histogram's
-exact mean (sum/count) pins the distribution: lengths are uniform inside each bucket, and the
-range is cut where it most likely ends (the top of the highest bucket when the mean is below
-the buckets' midpoints, else the bottom of the lowest) at the point where the mean comes out
-exact; the prompts' tail sets the prefill tail and so the TTFT p95. Where one cut cannot reach
-the mean, samples are drawn as ``lo + (hi - lo) * u ** a`` with one exponent `a` chosen so it
-matches. The bucket shares are kept exactly. Pure.
+The 1-2-5 buckets are coarse, so the exact mean (sum/count) pins the distribution: shares kept,
+uniform in each bucket, the range cut (or shaped) so the mean comes out exact; docs/whatif.md.
 """
 
 from __future__ import annotations

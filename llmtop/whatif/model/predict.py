@@ -1,10 +1,7 @@
-"""Predict a limit's effect: the calibrated engine model behind the real admission controller,
-run in virtual time on the workload arriving now (llmtop/whatif/model/simulate.py). Pure and
-deterministic (seeded). Figures are taken over `horizon_s` after a `warmup_s` that lets the
-queue and the batch reach their level, or, from a live state, that covers the change itself.
+"""A limit's predicted effect: the calibrated engine model behind the real admission controller.
 
-`predict` runs the simulation on a private event loop (the admission controller makes futures
-for queued tickets; nothing is awaited), so it can run on any worker thread.
+Deterministic virtual time (`simulate`, seeded) on the workload arriving now, measured after a
+warm-up in which queue and batch settle (or, from a live state, the change plays out).
 """
 
 from __future__ import annotations
@@ -108,15 +105,10 @@ def predict(
     expected_count: bool = True,
     observer: Observer | None = None,
 ) -> Prediction:
-    """Run one candidate in virtual time; safe on any thread (a private event loop).
-
-    With `start`, the run begins from that state and the candidate's limits are applied to it
-    at time 0 through `set_limits`, as PATCH /admin/limits does live; figures cover
-    [warmup_s, warmup_s + horizon_s). `observer(t, engine, controller)` is called once a
-    virtual second (tests scrape with it) and such a run stops at the horizon's end.
-    `replicas` runs with different traffic seeds are pooled, and `expected_count` gives each
-    the expected number of arrivals: a prediction is the expected figure, not one draw of the
-    traffic.
+    """One candidate in virtual time over [warmup_s, warmup_s + horizon_s), on a private event loop
+    (any thread). `start`: its limits applied to that state at time 0, as PATCH /admin/limits does;
+    `observer(t, engine, controller)`: each virtual second, the run then ending at the horizon;
+    `replicas` seeds pooled, each of `expected_count` arrivals: the expected figure, not one draw.
     """
     end = warmup_s + horizon_s
     loop = asyncio.new_event_loop()

@@ -1,16 +1,7 @@
-"""The virtual-time run behind every prediction and every ground truth: the engine model
-(`llmtop.sim.engine.Engine`) behind the gateway's own `AdmissionController`, on a fake clock.
-Pure and deterministic (seeded).
-
-Requests arrive as a Poisson process (`arrival_times`) with lengths drawn from the calibrated
-histograms. Each enters the controller (its queue timeouts fire from `expire`, as the app's 50 ms
-timer does); the admitted ones go to the engine, which steps back to back. Limits may change at
-given times (`Change`, as PATCH /admin/limits does), and the requests offered in each measured
-`Span` are kept apart, so one run can hold a calibration window and several caps in a row. What
-a run is given (the start `State`, the spans, the changes, the arrivals) is scenario.py.
-
-The controller creates asyncio futures for queued tickets, so a run needs an event loop; it
-never awaits anything (the caller runs it on a private loop).
+"""The virtual-time run behind every prediction and ground truth: the engine model behind the
+gateway's own `AdmissionController` on a fake clock, seeded; Poisson arrivals (scenario.py gives
+the rest). Limits change at given times (`Change`) and each `Span` is measured apart, so one run
+can hold a calibration window and several caps in a row.
 """
 
 from __future__ import annotations
@@ -84,12 +75,11 @@ async def simulate(
 
 
 class WhatIfRun:
-    """One run in virtual time: the engine, the controller in front of it (None: no gateway),
-    the requests on their way, and what each measured span saw. Built at time 0 (with `start`,
-    the present already in place); `run` steps it to the end. Arrivals come on
-    [0, arrivals_until_s), `limits` from the start (or, with `start`, applied to that state at
-    time 0), each `Change` at its time; then the queue drains. Needs a running event loop (the
-    controller's queued tickets are futures), though nothing is awaited."""
+    """One run in virtual time: the engine, the controller (None: no gateway), the requests on their
+    way and what each span saw, built at time 0 (with `start`, on that state); `run` steps it until
+    the queue drains. Arrivals on [0, arrivals_until_s), `limits` from the start, each `Change` at
+    its time. Needs a running event loop (queued tickets are futures), though nothing is awaited.
+    """
 
     def __init__(
         self,

@@ -1,12 +1,7 @@
-"""A window of scrapes (vLLM /metrics, and the gateway's /admin/stats when there is one) ->
-what the engine did over it: rates, means, quantiles, per-interval step figures. Pure.
+"""A window of scrapes (/metrics, /admin/stats) -> what the engine did over it. Pure.
 
-The scrapes are read by core's vLLM reader (`core.vllm.engines`; histogram increases, means and
-quantiles from `core.derive`). Counters are differenced between the first and last scrape (a
-counter that went down means the engine restarted: the window is then refused, not silently
-wrong; one not exported is an error, not a zero). The per-interval figures (mean ITL against KV
-tokens in use, prefills per step) are what the step-time fit reads; an interval whose KV
-use is unknown is left out of it.
+Rates, means, quantiles (core's vLLM reader) and the per-interval figures the step-time fit reads.
+A counter that went down (a restart) refuses the window; one not exported is an error, never 0.
 """
 
 from __future__ import annotations
