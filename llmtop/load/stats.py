@@ -1,7 +1,7 @@
 """The arithmetic of a load run, pure, so the generator, the demo and the tests share one "good
 request" (docs/load.md): TTFT from the first attempt's offer (a 429's Retry-After counts), ITL
 judged per request on its mean gap (TPOT, as vLLM's benchmark), goodput the 200s within every
-bound over those judged (a request cut at the duration only once it had missed).
+bound over those judged (one cut at the duration is judged only if it had already missed).
 """
 
 from __future__ import annotations

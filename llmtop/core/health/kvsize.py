@@ -124,10 +124,10 @@ def kv_size(
     *,
     kv_maxima: KvMaxima | None = None,
 ) -> KvSize | None:
-    """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses. A
-    slot costs the larger of the window's finished mean (prompt + output) and the most KV a
-    running sequence held over `SIZE_LOOKBACK_S` (`kv_maxima`, else made from `history`); the
-    capacity at `target_frac` holds (blocks - 1) / ceil(cost / block size), else capacity / cost.
+    """What a sequence costs in KV and how many fit (every rule and panel sizes so): a slot costs
+    the larger of the window's finished mean (prompt + output) and the most KV a running sequence
+    held over `SIZE_LOOKBACK_S` (`kv_maxima`, else from `history`). Fits: whole blocks less vLLM's
+    null block, (blocks - 1) / ceil(cost / block size), else capacity / cost, at `target_frac`.
     None: capacity unknown, or nothing ran or finished. Why: docs/snapshot.md, "Why the KV size"."""
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
