@@ -1,14 +1,7 @@
-"""Named workloads for `llmtop demo`: closed-loop streams whose concurrency changes by phase.
-
-Pure data plus time arithmetic (no IO): the demo's driver asks `Scenario.at(t)` which phase is
-on and sets each stream's concurrency. A stream keeps N requests in flight (a closed loop, like
-users who send again once answered). Each scenario also says which simulated engine it was
-shaped for (`sim`: SimSettings overrides) and which health timings suit it (`health`), so its
-story holds whatever the defaults are elsewhere. The cap that fixes it is not a constant here:
-the demo follows what the live finding suggests (`--apply-cap auto`, the line on the screen).
-
-The phases were tuned by running the simulated engine in virtual time (llmtop/sim/engine.py),
-with the gateway modelled as a FIFO cap; the figures quoted in each note come from those runs.
+"""Named workloads for `llmtop demo`: closed-loop streams (N in flight, like users who send again
+once answered) whose concurrency changes by phase; pure data, asked `Scenario.at(t)`. Each names
+the sim it was shaped for (`sim`) and its health timings (`health`), so its story holds whatever
+the defaults; the cap that fixes it is the live finding's (`--apply-cap auto`), not a constant.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""`llmtop demo`: the simulated engine, the gateway in front of it, a scenario's load, and a
-monitor, all in this one process so that quitting leaves no orphan and frees every port.
-
-The sim and the gateway each run on their own thread and event loop (`ServerThread`, port 0:
-free ports, printed). The load is a `ScenarioDriver`: closed-loop streams against the gateway
-whose concurrency follows the scenario's phases. With a screen the load runs on a `LoadThread`
-(demo.interactive); the headless run drives load and polls in one loop (demo.headless).
+"""`llmtop demo`: the simulated engine, the gateway, a scenario's load and a monitor in one
+process, so quitting leaves no orphan and frees every port. The sim and the gateway run each on
+a thread and event loop of its own (`ServerThread`, free ports, printed); the load is a
+`ScenarioDriver`, on a `LoadThread` with a screen, in the headless loop without (demo.headless).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The drivers of a load run: who decides when the `Runner` sends its next request.
-
-`ClosedLoop` keeps N requests in flight, each worker sending back to back, and N can change
-while it runs (the demo's scenarios); `OpenLoop` offers requests at a rate with
-gamma-distributed gaps however many are in flight (`llmtop load --rate`); `stop_after` ends a
-run at its duration. Each stops by itself when the runner's budget is spent or it is stopped.
+"""The drivers of a load run: who decides when the `Runner` sends its next request. `ClosedLoop`
+keeps N in flight, each worker back to back, N resizable (the demo); `OpenLoop` offers at a rate
+with gamma-distributed gaps however many are in flight (`--rate`); `stop_after` ends a run at its
+duration. Each stops by itself when the runner's budget is spent or it is stopped.
 """
 
 from __future__ import annotations

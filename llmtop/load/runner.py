@@ -1,11 +1,7 @@
 """Streaming load against an OpenAI-compatible endpoint: the IO half of `llmtop load` and the demo.
-
-A `Runner` owns one aiohttp session and the run's bounds (a request budget and a stop event that the
-duration, Ctrl-C or the demo sets). Drivers (load/drivers.py: closed loop, open loop, the
-duration) feed it through `admit` and `one`. Each request is streamed and timed on the client;
-the arithmetic lives in load/stats.
-When the run stops, requests still in flight are cancelled and reported as cut, so a run never
-outlives its bounds.
+A `Runner` owns one aiohttp session and the run's bounds (a request budget, a stop event); the
+`drivers` feed it through `admit` and `one`, each request streamed and timed on the client
+(`stats` does the arithmetic). At the stop, requests in flight are cut: no run outlives its bounds.
 """
 
 from __future__ import annotations
@@ -131,10 +127,8 @@ class Runner:
 
     def _http(self) -> aiohttp.ClientSession:
         """The session, opened on first use (it belongs to the event loop that first uses it).
-
-        aiohttp rather than httpx: its C parser costs the generator about half the CPU per
-        streamed token, and a load generator that saturates its own core measures itself.
-        """
+        aiohttp, not httpx: half the CPU per streamed token (BENCHMARKS §2), and a load generator
+        that saturates its own core measures itself."""
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)

@@ -1,11 +1,7 @@
-"""The arithmetic of a load run: per-request results in, percentiles, goodput and a summary out.
-
-Pure (no clock, no IO) so the load generator, the demo and the tests share one definition of
-"a good request" (docs/load.md): TTFT counts from the first attempt's offer (a 429's
-Retry-After waited out counts against it); the SLO's ITL is judged per request on its mean gap
-(TPOT), as vLLM's benchmark does; goodput is the requests that ended 200 within every bound
-over those judged, where a request cut at the duration bound is judged only once it had
-already missed; open-loop arrivals are gamma-distributed with shape = burstiness (1: Poisson).
+"""The arithmetic of a load run, pure, so the generator, the demo and the tests share one "good
+request" (docs/load.md): TTFT from the first attempt's offer (a 429's Retry-After counts), ITL
+judged per request on its mean gap (TPOT, as vLLM's benchmark), goodput the 200s within every
+bound over those judged (one cut at the duration is judged only if it had already missed).
 """
 
 from __future__ import annotations

@@ -35,11 +35,9 @@ class Recorded:
 
 
 def _label_number(spec: AlertSpec, label: str) -> str:
-    """A numeric label of vLLM's cache_config_info as a value, per (replica, engine).
-
-    PromQL has no label-to-number function, but `histogram_quantile` reads its `le` label as
-    a number: a bucket at le=<the label's value> beside a +Inf bucket, both counting 1, has
-    that value as its 1-quantile (interpolated from 0 over the whole first bucket). A value
+    """A numeric label of vLLM's cache_config_info as a value, per (replica, engine). PromQL
+    has no label-to-number function, but a bucket at le=<the label's value> beside a +Inf
+    bucket, both counting 1, has that value as its `histogram_quantile` 1-quantile. A value
     that is not a number ("None") makes no bucket, and the answer NaN (unknown)."""
     info = spec.vllm(CACHE_CONFIG)
     r = spec.r

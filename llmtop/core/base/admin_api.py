@@ -1,10 +1,7 @@
 """The gateway's admin API as types: what /admin/stats, /admin/limits and /admin/events carry,
-and the one table of the gateway's limits (field, command word, type, unit, range).
-
-The gateway produces these documents (gateway.admin, gateway.state), the readers parse them
-(sources.gateway, core.pipeline.pipeline), and every place that lists the limits reads `LIMITS`: the
-admin API's validation, the TUI's command line and event log, the report and the snapshot.
-Pure: no IO, no web stack.
+and `LIMITS`, the one table of the gateway's limits (field, command word, type, unit, range).
+The gateway serves these documents and the readers parse them; every place that lists the
+limits (validation, the TUI's command line and event log, report, snapshot) reads `LIMITS`. Pure.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""Units for people: the one place that turns numbers and times into text, for the TUI, the
-snapshot, the findings and the report.
-
-Every function takes None for unknown and prints "n/a", so a missing value is never shown as 0
-(the sentence forms also take NaN and infinities as unknown). Two families: sentence forms with
-a space before the unit ('850 ms', '14.2 GiB') for findings, the snapshot and the report, and
-compact forms for the TUI's narrow panels ('850ms', '14.2G', '1.2k').
-
-Time zones. Three clocks run in llmtop, and only one is ever shown as a time of day:
-- wall time, epoch seconds (`time.time`): Snapshot.time, recordings, the gateway's events. On a
-  screen (the event log, the replay timeline) it is shown as the viewer's local HH:MM:SS
-  (`local_clock`), like top and journalctl; in a document (the report, the snapshot JSON) it is
-  UTC and says so (`utc_time` '... UTC', `utc_iso` '...Z'), so a pasted report reads the same
-  in every zone. Epoch seconds travel unchanged on the wire and in files. A default file name
-  (`llmtop-YYYYmmdd-HHMMSS.jsonl.gz`, the `r` key) is local time, like the screen it came from.
-- monotonic time (`time.monotonic`): intervals, ages, the demo's t=; shown only as durations.
-- virtual time (the sim's clock): the model's own; shown only as durations.
+"""Units for people: the one place numbers and times become text. None prints "n/a", never 0
+(so do NaN and infinities in the sentence forms): '850 ms', '14.2 GiB' for findings, snapshot
+and report; compact '850ms', '14.2G', '1.2k' for the TUI's panels. An epoch time is local on
+a screen, UTC saying so in a document; other clocks show as durations (docs/recording.md).
 """
 
 from __future__ import annotations
@@ -95,7 +82,7 @@ def mhz(v: float | None) -> str:
     return NA if _unknown(v) or v is None else f"{v:,.0f} MHz"
 
 
-# ---- time of day (see the time-zone policy above) -------------------------------------------
+# ---- time of day (the time-zone policy: docs/recording.md) ----------------------------------
 
 
 def local_clock(t: float) -> str:

@@ -1,11 +1,7 @@
-"""The raw inputs of one poll, before any derivation: what recordings store and replay re-runs.
-
-A `RawPoll` holds the scraped samples llmtop reads (already filtered to the families it uses),
-or, for a fleet read through Prometheus, its decoded answers (`PromAnswers`: PromQL computes the
-figures, so those are the raw inputs), the gateway's admin JSON, the GPU readings and the limit
-changes seen. Feeding the same RawPolls to a fresh `Pipeline` gives the same Snapshots, so an
-improved health rule can be re-run over an old incident. Everything here is JSON-serialisable
-through `to_dict`/`from_dict`.
+"""One poll's raw inputs, before any derivation: what recordings store and replay re-runs. A
+`RawPoll` holds the kept samples (through Prometheus, its decoded answers), the gateway's admin
+JSON, the GPU readings and the limit changes; fed to a fresh `Pipeline` they give the same
+Snapshots, so a better rule re-runs over an old incident. JSON via `to_dict`/`from_dict`.
 """
 
 from __future__ import annotations

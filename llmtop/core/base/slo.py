@@ -1,20 +1,7 @@
-"""What "good" means, once: the TTFT and ITL a request must meet (the `[slo]` settings).
-
-Every judge reads these two numbers and nothing else: the health rules (degraded-200, the
-gateway's queue over the SLO, the fleet's outliers), the alert rules file, the gateway's
-deadline queue and its autopilot, `llmtop load`'s goodput, the what-if's goodput, snapshot,
-the TUI's latency colours and charts, and the report's charts.
-
-One request is good when it ended 200, its TTFT (arrival, gateway queue included, to the
-first token) is at most `ttft_s`, and its mean inter-token gap (TPOT) is at most `itl_s`
-(`load.stats` judges each): goodput counts those. The monitors see vLLM's histograms, not
-requests, so the health rules judge the p95 of the same figures against the same numbers:
-more than one request in twenty over the SLO is degraded. The gateway's deadline queue gives
-each request `ttft_s` less the engine's recent TTFT to wait in its queue (docs/autopilot.md);
-a tenant's `tenant_ttft_slo_s` or a live `slo` limit overrides that for admission only.
-
-Pure: the settings loader (llmtop.settings) fills it from `--ttft-slo-s`/`--itl-slo-s`, the
-LLMTOP_TTFT_SLO_S/LLMTOP_ITL_SLO_S variables or the config file's `[slo]` table.
+"""What "good" means, once: the TTFT and ITL a request must meet (`[slo]`, docs/slo.md), the only
+numbers every judge reads (health and alert rules, the gateway's deadline queue, goodput, the
+TUI, the report). Good: ended 200, first token within `ttft_s` (the gateway's queue included),
+mean gap (TPOT) within `itl_s`; the monitors judge vLLM's p95s by the same numbers. Pure.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""One engine's scrapes over a window -> `EngineStats`: rates, quantiles, KV arithmetic.
-
-Rates are reset-aware increments over the window divided by the time they span. Quantiles come
-from the window's bucket increments (`histogram.Buckets`). ITL caveat (vLLM's metrics docs):
-at a few ms per token every observation lands in the first bucket (le=0.01) and interpolation
-would report 0.005 s whatever the truth (the same for the request-phase histograms below 0.3 s);
-when a quantile falls in the first bucket the window mean (Δsum/Δcount) is reported instead,
-capped at that bucket's bound. Token means per request
-use Δsum/Δcount of request_prompt_tokens/request_generation_tokens, falling back to the
-cumulative means when no request finished inside the window.
+"""One engine's scrapes over a window -> `EngineStats`: reset-aware rates, quantiles, KV arithmetic.
+A quantile in the first bucket (ITL at a few ms a token all lands under le=0.01, where
+interpolation says 0.005 s whatever the truth) reads the window's mean, Δsum/Δcount, capped at
+that bound. Tokens per request: Δsum/Δcount, else (none finished) the cumulative means.
 """
 
 from __future__ import annotations

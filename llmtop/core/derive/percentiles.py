@@ -1,15 +1,7 @@
-"""Percentiles of samples: the one home of both methods llmtop uses, each named for it. Pure.
-
-- `percentile_linear` interpolates between the two closest ranks (numpy's default, Hyndman and
-  Fan's type 7): a smooth figure for the summary of a run (`llmtop load`, the what-if's
-  predictions and its check against a real run).
-- `percentile_nearest_rank` is the smallest sample with at least `pct` % of the samples (or of
-  their weight) at or below it, always a value that was seen: the gateway's live windows
-  (queue wait, TTFT, handler time) and the what-if's ITL, each engine step weighted by the
-  tokens it produced.
-
-A Prometheus histogram's quantile (interpolated inside a bucket) is another reading, of
-buckets rather than samples: `series.histogram_quantile`.
+"""Percentiles of samples, the one home of both methods llmtop uses. Pure. `percentile_linear`
+(numpy's default, Hyndman-Fan type 7): a smooth figure for a run's summary (`llmtop load`, the
+what-if); `percentile_nearest_rank`: always a seen sample, optionally weighted (the gateway's
+live windows, the what-if's token-weighted ITL). Of buckets: `histogram.histogram_quantile`.
 """
 
 from __future__ import annotations

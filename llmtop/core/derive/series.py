@@ -1,23 +1,7 @@
-"""Time series arithmetic: reset-aware counter increments over a sliding window, read as
-rates, sums and histograms (whose quantiles `histogram` computes).
-
-A counter that goes down was reset (the engine restarted): its increment for that poll is its
-new value, as Prometheus's rate() assumes. Counters are grouped (one histogram's buckets, sum
-and count form one group) so a reset seen on any member resets the whole group. Rates over the
-window survive resets and gaps. Pure: time comes in.
-
-Cost: a scrape exports the same series in the same order poll after poll, so each poll's values
-are kept as one list in the order of a shared `_Layout` (the keys, their positions, the members
-of each group), with the list its increments start from: the previous poll's own list, or after
-a reset a copy with 0 for the reset group's members (and 0 for a key new at this poll). Polls
-with no reset, one layout and finite values form a run, over which every key's increase is its
-last value less its first: one subtraction per key, in C, as Prometheus' increase() does,
-instead of adding up every poll's increment. A window over several runs of one layout (a reset
-inside it) adds each run's last less first. That is exact for integer counters (vLLM's tokens
-and requests) and rounds once a run for float sums, where the per-poll sum rounded at every
-poll: the figures differ from it in the last bits only. Windows of several layouts (a series
-appeared or went) or holding a non-finite value are summed key by key from each poll's
-increments, as before.
+"""Reset-aware counter increments over a sliding window, read as rates, sums and histograms. A
+counter that goes down was reset and counts its new value (as Prometheus' rate()); a group's
+members (one histogram's buckets, sum, count) reset together. Pure: time comes in. Polls of one
+layout are summed by runs, last less first (`_Window`; BENCHMARKS §10, the derive step).
 """
 
 from __future__ import annotations
@@ -102,7 +86,9 @@ class _Step:
 
 
 class _Window:
-    """The steps of one window, and every key's sum over them when they share a layout."""
+    """The steps of one window, and every key's sum over them when they share a layout: each run's
+    last less first (exact for integer counters, the last bits for float sums); else (a layout
+    changed, a non-finite value) each step's increments, summed key by key."""
 
     __slots__ = ("counters", "incs", "layout", "span", "steps", "sums")
 

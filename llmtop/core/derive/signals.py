@@ -1,14 +1,7 @@
-"""The engine between two scrapes: what the gateway's autopilot steps on. Pure.
-
-Two `EngineScrape`s (core/vllm, the one reader of vLLM's exposition: data-parallel engines
-summed, old and new metric names) -> `EngineSignals`. Each figure carries its unit in its name,
-and None means unknown: not exported, or no interval yet (the first scrape). A reader must not
-take None for zero (no queue, no preemption); the controller holds the budget on it.
-
-A counter that went down was reset (the engine restarted): its increase counts from zero, as
-Prometheus' increase() and the monitor's counter window (`series.CounterWindow`) count it. A
-histogram's buckets, sum and count reset together. Several replicas behind one gateway add up
-(`fleet_signals`): the balancer spreads one budget over all of them.
+"""The engine between two scrapes (`EngineScrape`s -> `EngineSignals`): what the autopilot steps
+on. Pure. Units in the names; None is unknown (not exported, or the first scrape), never zero:
+the controller holds its budget on it. A counter that went down was reset and counts from zero
+(as `series.CounterWindow`); `fleet_signals` adds up the replicas one gateway's budget spans.
 """
 
 from __future__ import annotations
@@ -201,11 +194,10 @@ def fleet_signals(
     pairs: Sequence[tuple[EngineScrape, EngineScrape | None]], interval_s: float
 ) -> EngineSignals:
     """Several replicas behind one gateway as one engine: capacity, queues, increases and
-    histograms add up (each replica's interval taken on its own, so a restart there counts
-    from zero there), KV use is the capacity-weighted mean, and "full with a queue" is the
-    fullest replica that has one; the capacity in blocks of the first replica's size. A figure
-    one replica does not know is unknown for all: a sum that left it out would read that
-    replica's share as zero."""
+    histograms add up (each replica's interval on its own, so a restart counts from zero there),
+    KV use is the capacity-weighted mean, "full with a queue" the fullest replica with one, the
+    capacity in blocks of the first replica's size. A figure one replica lacks is unknown for
+    all: a sum without it would read that replica's share as zero."""
     each = [signals(new, old, interval_s) for new, old in pairs]
     if len(each) == 1:
         return each[0]

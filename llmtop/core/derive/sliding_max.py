@@ -1,13 +1,7 @@
-"""The most of a figure over the last seconds, per engine, as polls come in. Pure.
-
-A sliding-window maximum (a monotonic deque per engine URL): a value older and no higher than a
-newer one is dropped, so each poll costs O(1) amortised. Ties go to the newest; a NaN is no
-maximum; time that steps back starts the window over, as `series.CounterWindow` does.
-
-It earns its place: kv-exhausted reads two look-backs for every full replica at every poll, and
-scanning each replica's kept snapshots for them instead costs 6.4-8.2 ms a poll of 100
-replicas, 0.6-0.8 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths in
-proportion").
+"""The most of a figure over the last seconds, per engine URL, as polls come in. Pure. A monotonic
+deque: a value older and no higher than a newer one is dropped (O(1) amortised a poll); ties go
+to the newest, a NaN is no maximum, time stepping back starts over (as `series.CounterWindow`).
+Buys 0.6-0.8 % of a core at 100 replicas (the KV look-backs), BENCHMARKS §15.
 """
 
 from __future__ import annotations

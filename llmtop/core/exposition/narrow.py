@@ -1,17 +1,7 @@
-"""Narrow scrapes: asking an exporter for only the series llmtop reads, where it can say so.
-
-prometheus_client's exposition apps answer `?name[]=A&name[]=B` with only the samples named.
-vLLM mounts one under /metrics; its plain /metrics route (prometheus-fastapi-instrumentator's)
-ignores the query, the mount answers /metrics/ (checked on vLLM 0.32's CPU build). It earns its
-place: a 53 KB vLLM scrape narrowed to the ~40 sample names llmtop reads is ~16 KB, and a poll
-of 100 replicas costs 7-9 ms less (0.7-0.9 % of a core; BENCHMARKS.md "Speed paths in
-proportion"), besides the exporters' CPU and ~3.7 MB/s of traffic.
-
-Whether a target narrows is found out, never assumed: right after a full scrape a probe reads
-each candidate URL, and one is used only when its answer holds exactly the kept series of the
-full scrape and is clearly smaller than it (`WORTH`). A narrow scrape that fails in a way the
-full one might not (a status, an unreadable body) goes back to full at once, the same poll,
-and the target is probed again `REPROBE_S` later; so is a target whose probe found nothing.
+"""Narrow scrapes: asking an exporter for only the series llmtop reads (`?name[]=...`, answered by
+prometheus_client's apps: vLLM's mount at /metrics/, not its plain /metrics). Never assumed: a
+probe after a full scrape must hold exactly its kept series in clearly fewer bytes (`WORTH`),
+and is redone `REPROBE_S` later. Buys 0.7-0.9 % of a core at 100 replicas, BENCHMARKS §15.
 """
 
 from __future__ import annotations
@@ -83,6 +73,6 @@ class Narrowing:
         self.probe_at = now + REPROBE_S
 
     def failed(self, now: float) -> None:
-        """The narrow URL answered in a way a full scrape is tried after: full until the next
-        probe."""
+        """The narrow URL answered in a way a full scrape is tried after (a status, an unreadable
+        body): full from this poll on, until the next probe."""
         self.found(None, now)

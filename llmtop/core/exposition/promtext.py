@@ -1,14 +1,7 @@
-"""Prometheus exposition text -> the `Sample`s llmtop reads, with errors that name the line.
-
-Two paths, the same answer (held equal by tests/unit/test_promtext.py and the fuzz tests). The
-exact one is prometheus_client's parser over the kept lines; a bare ValueError from it is
-turned into a `ScrapeError` naming the first bad line. The fast one, taken with a `keep_names`
-filter on text in the plain shape every exporter writes, reads it in one regex pass, a family
-block per match: a skipped family is only checked, a kept one read line by line, each line's
-name and labels parsed once and looked up after that. It earns its place: 0.10 ms a narrow
-vLLM scrape (0.17 ms a full 53 KB one) against 2.3 (2.6) ms for the exact path, ~22 % of a core
-at 100 replicas a second (BENCHMARKS.md, "Speed paths in proportion"). Anything unusual
-(escapes, timestamps, CRs, odd TYPE lines) takes the exact path.
+"""Exposition text -> the `Sample`s llmtop reads; errors name the line. Two paths, one answer
+(tests/unit/test_promtext.py, the fuzz tests): prometheus_client's parser, its ValueError made
+a `ScrapeError`, and for `keep_names` on text in every exporter's plain shape one regex pass
+(escapes, timestamps, CRs go exact): buys ~22 % of a core at 100 replicas, BENCHMARKS §15.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The two look-backs the KV rules read at every poll, kept as the pipeline keeps snapshots. Pure.
-
-`kv_peak` (kv-exhausted, kv_pressed): the highest KV use over the rules' window, and at least
-at the latest kept snapshot (polls a window apart still compare with the one before).
-`kv_size`'s `held`: the most KV tokens a running sequence held over `SIZE_LOOKBACK_S`, with the
-usage and the running count of that row. Both are sliding maxima (`derive.sliding_max`), fed
-with each kept snapshot's up rows; the pipelines keep one `KvMaxima` beside their history, and
-a reader holding only snapshots (the TUI's KV panel, the what-if) builds one from them
-(`of_history`), so every caller reads the same definition.
+"""The two look-backs the KV rules read each poll, kept as the pipeline keeps snapshots. Pure.
+`kv_peak`: the highest KV use over the rules' window, the latest kept snapshot's included (polls
+a window apart still compare); `held`: the most KV tokens a running sequence held over
+`SIZE_LOOKBACK_S`. A reader of bare snapshots builds one (`of_history`): one definition for all.
 """
 
 from __future__ import annotations

@@ -124,18 +124,11 @@ def kv_size(
     *,
     kv_maxima: KvMaxima | None = None,
 ) -> KvSize | None:
-    """What a sequence costs in KV and how many fit: the one sizing every rule and panel uses.
-
-    A slot costs the larger of two figures: the mean prompt + output of the requests that
-    finished in the window (each request once) and the most KV a running sequence held over the
-    last `SIZE_LOOKBACK_S` (usage x capacity / running: a cap is filled by what runs longest).
-    With the block size known the count is in whole blocks, one kept back (vLLM's null block):
-    (blocks - 1) / ceil(tokens per request / block size); without it, capacity / tokens. The
-    capacity is first taken at `target_frac`, room for longer requests, growing answers and
-    vLLM's free-block watermark. None when the capacity is unknown or nothing has run or
-    finished. The look-back is `kv_maxima` (the pipeline's), else one made from `history`. The
-    recorded runs behind each choice: docs/snapshot.md, "Why the KV size is what it is".
-    """
+    """What a sequence costs in KV and how many fit (every rule and panel sizes so): a slot costs
+    the larger of the window's finished mean (prompt + output) and the most KV a running sequence
+    held over `SIZE_LOOKBACK_S` (`kv_maxima`, else from `history`). Fits: whole blocks less vLLM's
+    null block, (blocks - 1) / ceil(cost / block size), else capacity / cost, at `target_frac`.
+    None: capacity unknown, or nothing ran or finished. Why: docs/snapshot.md, "Why the KV size"."""
     cap = e.kv_capacity_tokens
     if cap is None or not math.isfinite(cap) or cap <= 0:
         return None

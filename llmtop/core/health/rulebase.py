@@ -160,12 +160,10 @@ def _of(ctx: Context) -> KvMaxima:
 
 
 def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
-    """Advice to cap concurrency at ~n, read against the watched gateway (in `ctx`).
-
-    Two cases where "press -" would be wrong: vLLM runs more than the gateway has in flight
-    (traffic reaches it around the gateway, so no gateway cap can help), and the gateway's cap
-    is already at or below n (seconds after `:cap`, the window still holds what came before).
-    """
+    """Advice to cap concurrency at ~n, read against the watched gateway (`ctx`): never
+    "press -" when vLLM runs more than the gateway has in flight (traffic goes around it, so
+    no gateway cap helps) or the gateway's cap is already at or below n (the window still
+    holds the time before it)."""
     if ctx is None or ctx.gateway is None:
         return cap_advice(n, why)
     return cap_advice(n, why, ctx.gateway, running_total(ctx.engines))
@@ -211,14 +209,10 @@ _CAP_ADVICE = re.compile(r"press - or :cap (\d+)\b")
 
 
 def suggested_cap(findings: Iterable[Finding]) -> tuple[int, Finding] | None:
-    """The cap the findings tell the user to type now, and the finding that says so.
-
-    Read from the action itself (the `:cap N` that `cap_action` writes), so the demo's banner
-    and `--apply-cap auto` follow exactly what the screen shows: the most severe finding that
-    advises a cap, the oldest first among equals (the order the screen lists them). None when
-    none does: nothing is wrong, the gateway cap is already at or below the suggestion, or
-    traffic goes around the gateway.
-    """
+    """The cap the findings tell the user to type now, and the finding that says so: read from the
+    `:cap N` that `cap_action` writes, so the demo's banner and `--apply-cap auto` follow the
+    screen (the most severe such finding, oldest first among equals). None when none advises one:
+    nothing is wrong, the gateway cap is at or below it, or traffic goes around the gateway."""
     ranked = sorted(
         findings,
         key=lambda f: (_SEVERITY_RANK.get(f.severity, 2), f.since if f.since is not None else 0.0),

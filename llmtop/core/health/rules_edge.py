@@ -139,12 +139,10 @@ def gpu_memory_full(ctx: Context) -> Verdict | None:
 
 
 def gateway_queue_over_slo(ctx: Context) -> Verdict | None:
-    """Requests have waited in the gateway's own queue past the TTFT SLO: their clients are
-    already late, whatever the engine's figures say (the engine sees only what was admitted,
-    so at a low cap vLLM looks healthy while every client waits). Read from the queue as it is
-    now, the oldest age and the waits of those still queued, not from the admitted ones' waits
-    (`gateway-saturated`), so it fires seconds after the first request is late, before any 429.
-    """
+    """Requests have waited in the gateway's queue past the TTFT SLO: their clients are late
+    whatever the engine says (it sees only the admitted: at a low cap vLLM looks healthy while
+    clients wait). Read from the queue now (its oldest age, the waits of those queued), not the
+    admitted ones' waits (`gateway-saturated`): it fires seconds after the first late request."""
     g, s = ctx.gateway, ctx.settings
     if g is None or not g.up or g.oldest_queued_s is None or g.oldest_queued_s <= s.slo.ttft_s:
         return None

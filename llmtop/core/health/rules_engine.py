@@ -45,12 +45,10 @@ def stats_disabled(ctx: Context) -> Verdict | None:
 
 
 def _itl_tail_from_prefill(e: EngineStats, itl_slo_s: float) -> bool:
-    """Whether the running sequences alone fit the ITL SLO at the measured decode rate.
-
-    N sequences sharing D decode tok/s see a mean ITL of N / D. When that is within the SLO but
-    the p95 is not, the slow steps are the ones a prefill chunk shares (or a recompute): fewer
-    sequences would not help, so "cap concurrency" would be the wrong advice.
-    """
+    """Whether the running sequences alone fit the ITL SLO at the measured decode rate: N
+    sequences sharing D decode tok/s see a mean ITL of N / D. Within the SLO while the p95 is
+    not, the slow steps are those a prefill chunk (or a recompute) shares: "cap concurrency"
+    would be the wrong advice."""
     if not e.running or not e.decode_tok_per_s:
         return False
     return e.running / e.decode_tok_per_s <= itl_slo_s

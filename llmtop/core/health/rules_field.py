@@ -1,8 +1,7 @@
-"""The field guide's engine rules: how a vLLM degrades while it answers 200, named from its own
-signals (prefix cache, speculative decoding, LoRA slots, KV transfer, sleep, health, corrupted
-requests, a restart, decoders stalled by a prefill). Each is a pure check over a `Context`;
-its severity follows the SLO (`slo_policy`). A rule that compares with an earlier level waits
-for that level: after a restart it says nothing until the look-back is the new process's.
+"""The field guide's engine rules: how a vLLM degrades while it answers 200 (prefix cache, spec
+decoding, LoRA slots, KV transfer, sleep, health, corrupted requests, a restart, decode stalls),
+each a pure check over a `Context`, its severity from the SLO (`slo_policy`). A rule comparing
+with an earlier level says nothing after a restart until the look-back is the new process's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Fleet rules: what only a comparison of replicas shows. Pure checks with hysteresis.
-
-- replica-down: replicas that do not answer, named with their errors;
-- replica-outlier: one replica whose waiting queue, KV usage or TTFT p95 is far above the
-  median of the others (named, with both numbers): it gets more than its share, or serves slower;
-- load-imbalance: in-flight requests spread unevenly (the busiest carries several times the
-  mean): the router does not balance.
-
-Replicas compared are the leaves: single-engine servers and the engines of data-parallel ones.
-A restart (counters going back) is an event, not a finding: see `fleet`.
+"""Fleet rules: what only a comparison of replicas shows (replica-down; replica-outlier: waiting,
+KV or TTFT p95 far above the others' median; load-imbalance: the busiest carries several times
+the mean in flight). Pure checks with hysteresis over the leaves (single-engine servers and the
+engines of data-parallel ones); a restart is an event, not a finding (`pipeline.fleet`).
 """
 
 from __future__ import annotations

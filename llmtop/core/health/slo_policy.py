@@ -1,10 +1,7 @@
-"""The severity policy: a finding's severity follows what users get. Pure.
-
-critical or warning need the SLO missed now, or about to be: a TTFT or ITL p95 whose rise over
-the window, carried on, crosses its SLO within `trend_horizon_s` (the finding states that
-trend). Inside the SLO a full cache, a queue or a slowdown is info: a heads-up worded with its
-headroom. Latency that is unknown while the rule holds is not read as inside the SLO: it is a
-warning, saying so.
+"""The severity policy: a finding's severity follows what users get. Pure. Critical or warning
+need the SLO missed now or about to be (a TTFT or ITL p95 trend crossing it within
+`trend_horizon_s`, stated); inside it, a full cache, a queue or a slowdown is info, worded with
+its headroom. Latency unknown while the rule holds is a warning that says so, never "inside".
 """
 
 from __future__ import annotations
@@ -65,13 +62,11 @@ def _eta_s(
     slo: float,
     lately: tuple[float, float | None] | None,
 ) -> float | None:
-    """Seconds until a p95 reaches its SLO at its rise over the last window (`dt` s), when
-    that is a trend: it rose over each of the last two windows (by 5 % at least, the later
-    rise no more than three times the earlier). A step (a prefill burst landing on steady
-    decoders) shows in one window only, smeared over it as the window fills with the new
-    level: a level, not a trend. And it must still rise over the last polls (`lately`: seconds
-    ago and the p95 then) at half its pace over the window at least: a settled level has
-    stopped."""
+    """Seconds until a p95 reaches its SLO at its rise over the last window (`dt` s), when that
+    is a trend: it rose over each of the last two windows (by 5 % at least, the later rise at most
+    three times the earlier; a step shows in one window only), and still rises over the last
+    polls (`lately`: seconds ago and the p95 then) at half its window pace at least (a level has
+    stopped)."""
     if then is None or older is None or dt <= 0 or lately is None or lately[1] is None:
         return None
     early, late = then - older, now - then

@@ -1,10 +1,7 @@
-"""The incident timeline: what happened between two snapshots, computed once.
-
-`incidents(prev, cur)` lists, at `cur.time`: findings fired (in `cur`'s order) and cleared (in
-`prev`'s order), engines down / back up / restarted (in `cur`'s order), gateway limits changed
-(in the order of `admin_api.LIMITS`), admission paused / resumed, and the gateway down / back up.
-The TUI's event log, the headless demo's timeline and the report's finding spans and observed
-limit changes are all read from it. Pure.
+"""The incident timeline: what changed between two snapshots, computed once, for the TUI's event
+log, the headless demo's timeline and the report. `incidents(prev, cur)`, at `cur.time`: findings
+fired (`cur`'s order) and cleared (`prev`'s), engines down / up / restarted, gateway limits
+changed (`admin_api.LIMITS` order), admission paused / resumed, the gateway down / up. Pure.
 """
 
 from __future__ import annotations

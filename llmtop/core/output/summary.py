@@ -1,9 +1,7 @@
-"""`llmtop snapshot`'s verdict as its JSON object and as a compact human summary.
-
-The JSON schema (documented in docs/snapshot.md) is a contract for scripts: keys are always
-present, null where unknown; non-finite numbers become null. Exit codes follow the status. Both
-say which poll everything comes from: the figures and `findings` are the last poll's, the KV
-peak names its poll, and findings that held only earlier carry the polls they held at.
+"""`llmtop snapshot`'s verdict as its JSON object and as a compact summary. The JSON
+(docs/snapshot.md) is a contract for scripts: every key present, null where unknown or not
+finite; the exit code follows the status. Both say which poll each thing is from: the figures
+and `findings` the last's, the KV peak its own, findings held only earlier their polls.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Many engines, each visible: per-replica figures and findings, fleet totals, fleet findings.
-
-A replica is one vLLM server (a `--vllm` URL, a line of `--targets`, an instance in
-Prometheus); a data-parallel server also gets a sub-row per engine. Each row keeps its own
-counter window, rules with hysteresis and history, as `Pipeline` does for one engine, so a
-replica's findings read as when it is watched alone; `rules_fleet` then compares them. A counter
-going back is a restart: an event, a reset for the window, never a fault. Pure: time comes from
-the RawPoll. `FleetPipeline.update` returns the `Snapshot` every view reads (the fleet's
-findings, then each replica finding grouped by rule) and keeps the per-replica `Fleet` in `.fleet`.
+"""Many engines, each visible: per-replica figures and findings, fleet totals and findings. Pure.
+A replica (a `--vllm` URL, a `--targets` line, a Prometheus instance; data-parallel engines as
+sub-rows) keeps its own window, hysteresis and history, so its findings read as when watched
+alone; `rules_fleet` compares them. A counter going back is a restart: an event, not a fault.
 """
 
 from __future__ import annotations
@@ -180,7 +175,9 @@ class FleetPipeline(Pipeline):
         self._events: deque[FleetEvent] = deque()
 
     def update(self, raw: RawPoll, derived: Sequence[DerivedReplica] = ()) -> Snapshot:
-        """Fold one poll in (scraped engines in `raw`, PromQL ones in `derived`)."""
+        """Fold one poll in (scraped engines in `raw`, PromQL ones in `derived`): the Snapshot every
+        view reads (the fleet's findings, then the replicas' grouped by rule); the per-replica
+        `Fleet` is kept in `.fleet`."""
         t = raw.time
         rows: list[Replica] = []
         for e in raw.engines:

@@ -1,10 +1,6 @@
-"""The targets file of a fleet: one engine URL per line, an optional name after it. Pure.
-
-    # comments and blank lines are skipped
-    http://10.0.0.7:8000  gpu7-a
-    http://10.0.0.8:8000            <- named 10.0.0.8:8000
-
-`sources/targets_file.py` re-reads the file when it changes; a bad line is an error that names it.
+"""The targets file of a fleet: one engine URL per line, an optional name after it (else
+host:port); `#` comments and blank lines are skipped, and a bad line is an error naming it.
+Pure: `sources/targets_file.py` re-reads the file when it changes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """`llmtop snapshot`'s verdict over a window of polls. Pure: the polls come in, time with them.
-
-The RawPolls read across the window go through a fresh `Pipeline`, the one the TUI runs, with
-its window set to the span from the first poll to the last: the rates and quantiles at the last
-poll cover the whole window, and the rules that look back (batching-cliff, decode-bound, the KV
-peak of kv-exhausted, stale-data) see every poll of it. Without hysteresis each poll's findings
-are what the rules say about that poll's figures. The verdict (status, exit code, findings) is
-the last poll's, whose figures are the ones printed; a finding that held only at earlier polls
-is kept apart, with the polls it held at and the figures the rules stated there, so a figure
-and a finding never come from different polls without saying which.
+They go through a fresh `Pipeline` (the TUI's), its window spanning them, without hysteresis:
+the last poll's verdict and figures cover the window; a finding that held only earlier is kept
+apart with its polls and figures, so a figure and a finding never mix polls without saying so.
 """
 
 from __future__ import annotations
@@ -39,12 +33,9 @@ def judge_window(
     *,
     pipeline_class: Callable[[HealthSettings], Pipeline] = Pipeline,
 ) -> WindowSnapshot:
-    """The polls of one window, oldest first, as the snapshot's verdict.
-
-    Several replicas go through `fleet.FleetPipeline` (`pipeline_class`): the verdict then
-    holds the fleet's findings (replica-down, replica-outlier, load-imbalance) and each
-    replica's, and its status and exit code follow them; its last Snapshot carries the fleet.
-    """
+    """The polls of one window, oldest first, as the snapshot's verdict. Several replicas go
+    through `fleet.FleetPipeline` (`pipeline_class`): the verdict then holds the fleet's findings
+    and each replica's, its status and exit code follow them, its last Snapshot has the fleet."""
     if not raws:
         raise ValueError("a snapshot needs at least one poll")
     span = raws[-1].time - raws[0].time

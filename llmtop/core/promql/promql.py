@@ -1,14 +1,7 @@
-"""The fleet through PromQL: the queries (their answers are read in `promql_answers`). Pure.
-
-What costs llmtop is the number of result series it decodes, so each query answers with one
-series per replica: every figure is aggregated `by (<replica label>)`, made a label by
-`count_values` (Go's shortest round-trip format: nothing is lost), joined onto the replica's
-`up` (NaN-filled when a replica lacks it, so the join keeps the replica), and `label_join`
-packs them into one label, `FIGURES`, in the order of the query's `Packed.names`. A poll is
-two such queries asked at once (the quantiles, and the rest: Prometheus evaluates a query on
-one core); slow-changing things (KV blocks, the model, finished reasons, first bucket bounds)
-are a third (`Queries.info`). The replicas are those of `up` under the selector; old and new
-vLLM names are joined with `or` (the new one wins). The whole design: docs/fleet.md.
+"""The fleet through PromQL: the queries (their answers: `promql_answers`). Pure. What costs
+llmtop is the series it decodes, so each query answers one per replica (the replicas: `up`
+under the selector), every figure `by` the replica label and packed into the `FIGURES` label
+(the design: docs/fleet.md); old and new vLLM names are joined with `or`, the new one winning.
 """
 
 from __future__ import annotations

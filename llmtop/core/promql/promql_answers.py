@@ -1,12 +1,7 @@
-"""The answers of `core.promql.promql`'s queries -> rows (`PromAnswers`: what a recording keeps) ->
-per-replica `EngineStats`. Pure.
-
-A packed answer is one series per replica (or per engine of a data-parallel server) whose
-`FIGURES` label holds its figures' values, in the order of its query's names; `read_rows` turns
-each into a `PromRow`, its KV blocks and model from the
-slow-changing `Info`. `replicas` makes the rows what the fleet pipeline reads: a data-parallel
-server's KV usage weighted by its engines' KV blocks, its engines as sub-rows, and, as in
-`derive`, a quantile inside the first bucket replaced by the window's mean capped at that bound.
+"""The answers of `promql`'s queries -> rows (`PromAnswers`: what a recording keeps) ->
+per-replica `EngineStats`. Pure. A packed answer is a series per replica (or engine) whose
+`FIGURES` label holds its query's figures in order (`read_rows`); `replicas` adds data-parallel
+engines as sub-rows and, as `derive`, reads a first-bucket quantile as the capped window mean.
 """
 
 from __future__ import annotations

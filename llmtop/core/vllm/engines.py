@@ -1,10 +1,7 @@
 """One scrape's samples -> the numbers llmtop derives from (`scrape.EngineScrape`). Pure.
-
-Data-parallel engines (the `engine` label) are summed: gauges and counters by value, histograms
-bucket by bucket; KV usage (a fraction) is averaged, weighted by each engine's KV blocks. A
-series that is absent stays None. The names read are vLLM's, old and new (`names`). What
-depends only on a scrape's structure is worked out once (`scrape_plan`), and each scrape is read
-through its plan.
+Data-parallel engines (the `engine` label) are summed (histograms bucket by bucket; KV usage
+weighted by each engine's KV blocks); an absent series stays None; vLLM's old and new names are
+both read (`names`). Each scrape is read through its structure's plan (`scrape_plan`).
 """
 
 from __future__ import annotations
@@ -24,14 +21,10 @@ _VALUE = operator.itemgetter(2)
 
 
 def extract(samples: tuple[Sample, ...], names: list[str] | None = None) -> EngineScrape:
-    """Sum one scrape's samples over engines into an `EngineScrape`.
-
-    What depends only on the scrape's structure (its sample names and label sets, the same
-    poll after poll and replica after replica) is worked out once (`scrape_plan`); each scrape
-    then only adds its values up. `names`: the samples' names, when the caller has them
-    already. A label that is not what it names (a bucket bound that is no number) raises
-    ValueError.
-    """
+    """Sum one scrape's samples over engines into an `EngineScrape`, through the plan of its
+    structure (sample names and label sets, the same poll after poll and replica after replica:
+    `scrape_plan`). `names`: the samples' names, when the caller has them already. A label that
+    is not what it names (a bucket bound that is no number) raises ValueError."""
     if names is None:
         names = list(map(_NAME, samples))
     plan = scrape_plan.plan_of(names, list(map(_LABELS, samples)))

@@ -1,10 +1,7 @@
-"""The field guide's labelled families, read beside the scrape plan: spec decode per position,
-cached prompt tokens by tier, the sleep state, `engine_healthy` and the LoRA info gauge. Pure.
-
-They are absent on most engines (each only with its feature on), so `engines.extract` reads
-them only when the scrape has one (`names.FIELD_FAMILIES`). Bad input reads as unknown and is
-said: a NaN or Inf gauge, a label value vLLM's source does not define, an info gauge whose
-labels are missing or not numbers; a counter that goes back is the counter window's (a reset).
+"""The field guide's labelled families: spec decode per position, cached prompt tokens by tier,
+the sleep state, `engine_healthy`, the LoRA info gauge. Pure. Read only when a scrape has one
+(`names.FIELD_FAMILIES`: each comes with its feature). Bad input reads as unknown and is said (a
+NaN or Inf gauge, an undefined label value, bad info labels); a counter going back is a reset.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""vLLM's metric names, old and new, and the labels llmtop reads from them.
-
-vLLM 0.10 to 0.33 (vLLM's metrics docs): `kv_cache_usage_perc` was `gpu_cache_usage_perc` before
-0.9 (and on the V0 engine), the ITL histogram `inter_token_latency_seconds` was
-`time_per_output_token_seconds` before 0.10.2, `prefix_cache_*` was `gpu_prefix_cache_*`. The
-newer name wins when both are exported (each tuple lists the newer name first). The scrape
-plans (`scrape_plan`) read a scrape through these names and label readers. Pure.
+"""vLLM's metric names, old and new (vLLM 0.10 to 0.33), and the labels llmtop reads. Pure. Each
+tuple lists the newer name first, which wins when both are exported: `kv_cache_usage_perc`
+(`gpu_cache_usage_perc` before 0.9 and on V0), `inter_token_latency_seconds`
+(`time_per_output_token_seconds` before 0.10.2), `prefix_cache_*` (`gpu_prefix_cache_*`).
 """
 
 from __future__ import annotations

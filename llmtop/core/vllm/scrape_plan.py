@@ -1,16 +1,7 @@
-"""Scrape plans: what a scrape's structure decides, worked out once, for `engines.extract`.
-
-A vLLM exports the same series with the same labels poll after poll, and a fleet's replicas
-share them: which samples each figure adds up (and how), which bound each `le` label means, the
-KV capacity, model and names read from labels alone. A `ScrapePlan` holds that for one
-structure; each scrape then only adds its values, in the order the plain reading sample by
-sample does, so the figures are the same bit for bit (hypothesis: tests/unit/test_engines.py,
-against tests/support/direct_reading.py). It reads the families of `names.GAUGES`, `COUNTERS`
-and `HISTOGRAMS`. Pure.
-
-It earns its place: reading every scrape sample by sample instead costs 7.2-9.3 ms a poll of
-100 replicas, 0.7-0.9 % of a core (`bench/bench_fleet_pipeline.py`, BENCHMARKS.md "Speed paths
-in proportion").
+"""Scrape plans for `engines.extract`: what a scrape's structure decides (the samples each figure
+adds, each `le`'s bound, KV capacity, model), worked out once (a fleet's vLLMs export the same
+series poll after poll); each scrape adds its values in the plain reading's order, bit for bit.
+Held equal by tests/unit/test_engines.py; buys 0.7-0.9 % of a core at 100 replicas, BENCHMARKS §15.
 """
 
 from __future__ import annotations
