@@ -1,10 +1,8 @@
 """Command line: argparse subcommands, each run by its module in llmtop.commands.
 
-Every expected error (`LlmtopError`) becomes one line on stderr and its exit code; Ctrl-C is
-exit 130. A user never sees a traceback; with LLMTOP_DEBUG=1 one is printed for bug reports.
-Process-wide settings belong here, at the entry, not in a library object: the garbage
-collector's threshold for the commands that poll (`tune_gc`).
-"""
+Every `LlmtopError` becomes one line on stderr and its exit code, Ctrl-C exit 130; a user never
+sees a traceback (LLMTOP_DEBUG=1 prints one for bug reports). Process-wide settings, such as the
+polling commands' GC threshold (`tune_gc`), belong here at the entry, not in a library object."""
 
 from __future__ import annotations
 

@@ -1,27 +1,23 @@
-"""The one exception tree of llmtop.
-
-Every error a user can cause or meet is one of these; the CLI turns each into a one-line message
-on stderr and the exit code below, never a traceback. Errors carry their facts as attributes
-(the field, the target, the line, the reason), not only in the message::
+"""The one exception tree of llmtop: the CLI turns each into one line on stderr and the exit code
+below, never a traceback; each carries its facts as attributes (field, target, line, reason)::
 
     LlmtopError                 1  something went wrong at run time
      ├── UsageError             2  a bad flag, value or combination
      │    ├── ConfigError       2  a bad or missing config file, a bad LLMTOP_* variable
      │    └── LimitError        2  a gateway limit with a wrong field, type or range (.field)
      ├── TargetError            3  a target (vLLM, gateway, dcgm-exporter) is down or unreachable
-     │    ├── ScrapeError       3  a target answered, but not with exposition text we can read
-     │    │                        (.target, .line)
-     │    ├── GatewayReadError  3  the gateway answered, but not as its admin API should
-     │    │                        (.target, .is_gateway)
-     │    └── TooManyRequests   3  a server answered 429 to the load generator (.reason,
-     │                             .retry_after_s); the generator retries or counts it
+     │    ├── ScrapeError       3  it answered, but not with exposition we can read (.target, .line)
+     │    ├── GatewayReadError  3  the gateway answered, not as its admin API should (.target,
+     │    │                        .is_gateway)
+     │    └── TooManyRequests   3  a 429 to the load generator, which retries or counts it (.reason,
+     │                             .retry_after_s)
      ├── ServeError             4  a server could not start: port in use, address refused
      ├── AdminError             5  the gateway's admin API refused a change (401, 400, down)
      ├── RecordingError         6  a recording file is missing, truncated or not a recording
-     └── Rejected               1  the gateway refuses a request with a 429 (.reason,
-                                   .retry_after_s); the proxy answers it, it never reaches a CLI
+     └── Rejected               1  the gateway's 429 (.reason, .retry_after_s): the proxy answers
+                                   it, it never reaches a CLI
 
-`llmtop snapshot` also exits 1 (degraded), 2 (critical) and 3 (unknown) by design: see README.
+`llmtop snapshot` also exits 1, 2 and 3 for its verdicts (degraded, critical, unknown).
 """
 
 from __future__ import annotations

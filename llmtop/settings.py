@@ -1,13 +1,8 @@
-"""Settings: frozen dataclasses, one per section of the config file.
-
-Precedence, highest first: command-line flags > ``LLMTOP_*`` environment variables > the TOML
-config file (``--config``, default ``$XDG_CONFIG_HOME/llmtop/config.toml``) > the defaults here.
-Each field's environment variable is ``LLMTOP_<FIELD>`` unless its metadata names another; the
-config file holds one table per section (``[monitor]``, ``[health]``, ``[slo]``, ``[gateway]``,
-``[sim]``); a field that is itself a section (`HealthSettings.slo`, `GatewaySettings.slo`) is read
-from that section's table, so every command judges by the one ``[slo]``.
-`describe` renders the default and the variable for --help, so the help text cannot drift.
-"""
+"""Settings: frozen dataclasses, one per table of the TOML config file ([monitor], [health], ...).
+Precedence: flags > the ``LLMTOP_<FIELD>`` environment variable (unless the field's metadata names
+another) > the file (``--config``, default ``$XDG_CONFIG_HOME/llmtop/config.toml``) > the defaults
+here. A field that is a section (`HealthSettings.slo`, `GatewaySettings.slo`) reads that section's
+table, so every command judges by one ``[slo]``; `describe` renders --help's defaults (no drift)."""
 
 from __future__ import annotations
 

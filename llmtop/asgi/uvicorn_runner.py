@@ -1,12 +1,7 @@
-"""Run an ASGI app with uvicorn: in the foreground for a CLI command, or on a thread for the demo
-and the tests. The socket is bound here, so "port in use" is a ServeError with the address, and
-port 0 gives a free port whose number is known before the first request.
-
-In the foreground a `Drain` (llmtop/asgi/drain.py) may take over uvicorn's signals: the first
-SIGTERM starts the drain's grace (uvicorn would close the listener at once), the listener closes
-when the grace is over, and uvicorn's own shutdown timeout is the drain's timeout plus a margin,
-so the app cuts what is left itself (with an error event) before uvicorn would cancel it bare.
-"""
+"""Run an ASGI app with uvicorn, in the foreground (a CLI command) or on a thread (the demo, tests).
+The socket is bound here, so "port in use" is a ServeError with the address, and port 0's number
+is known before the first request. In the foreground a `Drain` may own the signals, so SIGTERM
+starts its grace instead of closing the listener (docs/gateway.md, "Shutdown")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""`llmtop snapshot`: one-shot health check for scripts and cron.
-
-Polls every target at the monitor interval across the window, then prints the last poll's
-figures and verdict, with any finding that held only earlier (or one JSON object with --json).
-Exit status: 0 ok, 1 degraded, 2 critical, 3 unknown or unreachable (the verdicts, as
-monitoring plugins use them); 64 bad usage or config (sysexits' EX_USAGE), 70 any other
-error (EX_SOFTWARE), so a cron job or a check tells a verdict from a mistake.
-"""
+"""`llmtop snapshot`: one-shot health check for scripts and cron. Polls every target across the
+window, prints the last poll's figures and verdict and any finding that held only earlier (--json:
+one object). Exit 0 ok, 1 degraded, 2 critical, 3 unknown or unreachable (as monitoring plugins
+use them); 64 bad usage or config (EX_USAGE), 70 any other error (EX_SOFTWARE), so a cron job
+tells a verdict from a mistake."""
 
 from __future__ import annotations
 

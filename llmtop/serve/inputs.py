@@ -1,10 +1,8 @@
 """What `llmtop serve`'s arithmetic reads: the model directory and the device memory.
 
-The model must be a local directory with a config.json (vLLM would fetch a hub name itself,
-but llmtop reads no network). Weight bytes are the sizes of the weight files when there are
-any, else estimated from the config. The memory is the first GPU's through NVML, a stated
-figure, or on CPU vLLM's own KV space setting (VLLM_CPU_KVCACHE_SPACE, GiB).
-"""
+The model must be a local directory with a config.json (llmtop reads no network; vLLM would fetch
+a hub name). Weight bytes are the weight files' sizes, else estimated from the config; the memory
+is the first GPU's (NVML), a stated figure, or on CPU vLLM's VLLM_CPU_KVCACHE_SPACE (GiB)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""`llmtop serve`'s arithmetic: a model's config and the device memory -> KV capacity and flags.
-
-Pure: the caller reads config.json, the weight files' sizes and the device memory. The sums
-follow vLLM's: a token's KV takes 2 (K and V) x layers x KV heads x head dim x dtype bytes
-(grouped-query attention: KV heads, not query heads); the KV budget is the device memory times
---gpu-memory-utilization, less the weights and a reserve for activations (vLLM measures that
-one at start-up; here it is an assumption, printed as one); blocks are whole. The flags:
-`--max-model-len` no longer than the KV holds (vLLM refuses to start otherwise) and
-`--max-num-seqs` = how many requests of the expected size fit in KV at once.
-"""
+"""`llmtop serve`'s arithmetic, pure: a model's config and the device memory -> KV capacity and
+flags, by vLLM's sums (docs/serve.md): a token's KV is 2 x layers x KV heads x head dim x dtype
+bytes; the budget is memory x --gpu-memory-utilization less the weights and an activation reserve
+(assumed, and printed as one: vLLM measures its own); blocks are whole. `--max-model-len` fits
+the KV (else vLLM refuses to start); `--max-num-seqs`: requests of the expected size it fits."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """`llmtop serve`: the plan, the commands it implies, and running them with the TUI attached.
 
-vLLM listens on a free loopback port; the gateway, capped at the plan's max sequences, takes
-the public address; the TUI watches both. Leaving the TUI (`q`), Ctrl-C or SIGTERM stops the
-gateway and then vLLM, each as a whole process group.
-"""
+vLLM listens on a free loopback port; the gateway, capped at the plan's max sequences, takes the
+public address; the TUI watches both. Leaving the TUI (`q`), Ctrl-C or SIGTERM stops the gateway
+and then vLLM, each as a whole process group."""
 
 from __future__ import annotations
 

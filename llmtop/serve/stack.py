@@ -1,12 +1,8 @@
-"""`llmtop serve`'s processes: the engine and the gateway, each in its own process group.
-
-Each child starts in a new session (its own process group), so the terminal's Ctrl-C reaches
-only llmtop, which then stops them in order: the gateway, then the engine. Stopping is TERM to
-the whole group, KILL after a grace period to whatever of the group is left (vLLM's EngineCore
-and workers are in its group). On Linux each child also gets SIGTERM if llmtop itself dies
-(PR_SET_PDEATHSIG), so a killed llmtop leaves no server holding the GPU. Children's output goes
-to log files: the TUI owns the terminal.
-"""
+"""`llmtop serve`'s processes: the engine and the gateway, each in a new session (its own process
+group), so the terminal's Ctrl-C reaches only llmtop, which stops them in order, gateway then
+engine: INT to the whole group (vLLM's EngineCore and workers are in it), KILL after a grace to
+what is left. On Linux a child also gets SIGTERM if llmtop dies (PR_SET_PDEATHSIG), so no orphan
+holds the GPU. Children's output goes to log files: the TUI owns the terminal."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The budgets a request is admitted against: slots (max_concurrency), prompt tokens
-(max_inflight_prompt_tokens), prompt tokens admitted and not yet prefilled
-(max_unprefilled_prompt_tokens: held from admission to the request's first token), predicted KV
-blocks (max_inflight_kv_blocks), and this gateway's share of limits held elsewhere (Redis
-grants, the live replicas' room).
-
-`Budgets` counts what the admitted requests hold and `binding` is the one check of a new one:
-the limit that keeps it out, or None when it fits (a new budget: ARCHITECTURE.md).
-
-Pure; the controller (controller.py) owns one and passes its limits in.
-"""
+"""The budgets a request is admitted against: slots (max_concurrency), prompt tokens in flight
+(max_inflight_prompt_tokens) and not yet prefilled (max_unprefilled_prompt_tokens, held until the
+first token), predicted KV blocks (max_inflight_kv_blocks), and this gateway's share of limits held
+elsewhere (Redis grants, the replicas' room). Pure: `Budgets` counts what the admitted hold, and
+`binding` is the one check of a new one: the limit that keeps it out, or None when it fits."""
 
 from __future__ import annotations
 

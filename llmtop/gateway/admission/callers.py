@@ -1,14 +1,8 @@
-"""Who a request is, and what it may claim: its tenant (the rate limit's bucket) and priority.
-
-By default the client's x-llmtop-tenant is ignored and its x-llmtop-priority is only a request:
-the tenant comes from the API key (the key table's name for it, else a hash of the key, else
-"anonymous"), and the priority is clamped to the highest the key may use ("normal" for a key
-not in the table). A client may always ask for less than its highest. With
-trust_client_headers both headers are taken as sent, for a gateway behind a proxy that
-authenticates callers and sets them.
-
-Pure: no IO; keys are compared by their SHA-256, and the key itself is never kept.
-"""
+"""Who a request is and what it may claim: its tenant (the rate limit's bucket) and its priority. By
+default the API key decides: the tenant is the key table's name for it (else the key's hash, else
+"anonymous"), x-llmtop-tenant is ignored, and x-llmtop-priority is clamped to the key's highest
+("normal" off the table; less is always allowed). trust_client_headers takes both headers as sent,
+for a gateway behind an authenticating proxy. Pure; keys are compared by SHA-256, never kept."""
 
 from __future__ import annotations
 

@@ -1,19 +1,8 @@
 """Admission control: at most `max_concurrency` requests at the engine, the rest in a bounded,
-prioritised queue that can be seen, timed out, shed and changed live.
-
-Pure asyncio, no HTTP and no timers: the clock is injected and queue timeouts fire when the
-owner calls `expire()` (the app does every 50 ms; tests advance a fake clock and call it).
-
-Every request that `enter`s ends in exactly one outcome: completed, rejected (with a reason),
-timed_out, cancelled or upstream_error; so offered == sum(outcomes) + in_flight + queued.
-
-Ordering is strict: the head of the queue (highest priority, then oldest) goes first, and when
-the token or KV budget does not fit the head, nobody behind it jumps ahead (no starvation of long
-prompts). A prompt larger than the whole budget is admitted alone, when nothing is in flight.
-The controller keeps the accounting and the order of events; what it holds and predicts is in
-`state`, the queue and its policies in `queueing`, the budgets in `budgets`, the drain rates in
-`estimates`.
-"""
+prioritised queue (seen, timed out, shed, changed live); pure asyncio on an injected clock, whose
+timeouts fire when the owner calls `expire()`. Each `enter` ends in one outcome: offered ==
+sum(outcomes) + in_flight + queued. The head (highest priority, then oldest) goes first and nobody
+jumps one the budgets do not fit (no long prompt starves); one over a whole budget goes in alone."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""What admission predicts from: how fast the admitted work drains (requests and KV blocks
-finished per second, prompt tokens prefilled per second) and how long the engine takes to a
-first token once a request reaches it.
-
-These feed the Retry-After of a 429, the deadline queue's predicted start, the TTFT budget a
-request may spend queued, the autopilot's "turned over" signal and its prefill budget; each
-is fed where a request starts, first answers (`first_token`, `prefilled`) or ends
-(`finished`), and read where the controller predicts a wait (`wait_s`).
-
-Pure: every method takes `now` from the controller's clock.
-"""
+"""What admission predicts from: how fast admitted work drains (requests and KV blocks finished,
+prompt tokens prefilled, per second) and the engine's time to a first token once a request reaches
+it. They feed a 429's Retry-After, the deadline queue's predicted start and TTFT budget, and the
+autopilot's "turned over" signal and prefill budget. Pure: every method takes `now`."""
 
 from __future__ import annotations
 
@@ -65,14 +58,10 @@ class BusyRate:
 
 class PrefillRate(BusyRate):
     """Prompt tokens the engine prefills per second while it has this gateway's prompts to
-    prefill, measured at the gateway: the prompt tokens whose first token came, over the time
-    some admitted prompt was waiting for one.
-
-    Counting tokens over the engine's whole busy time, not per request, is what batching does
-    not fool: ten prompts prefilled together in one step count ten prompts in that step's time.
-    When the engine is slowed by something else (a full cache: admitted prompts wait inside
-    it) the rate falls with it, which is right: it is the rate at which a new prompt would get
-    its first token."""
+    prefill: the prompt tokens whose first token came, over the time some admitted prompt waited
+    for one. Counted over the busy time, not per request, so batching does not fool it (ten prompts
+    prefilled in one step count in that step's time); it falls when the engine is slowed by anything
+    (a full cache), which is right: it is the rate at which a new prompt gets its first token."""
 
     __slots__ = ()
 

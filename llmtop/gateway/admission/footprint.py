@@ -1,12 +1,8 @@
 """A request's predicted KV footprint in blocks: prompt tokens plus the output it will likely make.
-
-Pure. Prompt tokens are exact for token-id prompts; for text, prompt.py's characters/4 times a
-correction learned online from vLLM's own `prompt_tokens_total` (no tokenizer, no extra round
-trip on the hot path: within some per cent is enough, the autopilot's budget absorbs the rest).
-Expected output is min(max_tokens, a high quantile of what the engine generated lately, from
-`request_generation_tokens`); max_tokens before any is seen, else a default. Both come from the
-autopilot's signals (`core.derive.signals`); an interval whose figures are unknown teaches nothing.
-"""
+Pure. Prompts are exact for token ids; text is prompt.py's chars/4 times a correction learned from
+vLLM's `prompt_tokens_total` (no tokenizer on the hot path: the autopilot's budget absorbs errors).
+Output is min(max_tokens, a high quantile of recent `request_generation_tokens`): max_tokens before
+any is seen, else a default. Both learn from the autopilot's signals, not from unknown intervals."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""When the admitted requests will free their room: each one's predicted end, from how long
-admitted requests have lived per token of their expected output.
-
-The deadline queue refuses a request whose predicted start is past its TTFT budget, so this
-prediction is what a user's 429 rests on. A rate of room freed "while a queue waited" sees
-only the releases that happened to fall inside a short wait, and read a 10x too slow drain
-(70 s predicted where the next slot came in 4); the ends of the requests actually in flight,
-each from its own expected length and its own age, do not depend on whether anyone waited.
-
-Pure: the controller feeds it the lives of completed requests and asks it about the tickets
-in flight, with `now` from its clock.
-"""
+"""When the admitted requests will free their room: each one's predicted end, from its age and how
+long completed requests lived per token of their expected output. A deadline 429 rests on this, so
+it reads the ends of the requests in flight, which do not depend on whether anyone waited, not a
+rate of room freed "while a queue waited", which sees only the releases inside short waits
+(docs/autopilot.md, "The KV budget"). Pure: `now` comes from the controller's clock."""
 
 from __future__ import annotations
 
@@ -142,13 +135,11 @@ class Lifetimes:
         block_size: int,
         per_token_s: float | None = None,
     ) -> float | None:
-        """The most KV the requests in flight will hold together from now on, as a share of
-        their summed footprint: each holds its prompt's blocks at once and grows linearly to
-        its footprint over its predicted life, then frees it all; the sum peaks just before
-        one of them ends. A burst's newcomers peak well under their footprint (they end
-        before they all grow). `per_token_s`: seconds of life per output token to assume
-        before any life was measured (the engine's inter-token latency); None with neither,
-        or with nothing in flight."""
+        """The most KV the requests in flight will hold together from now on, as a share of their
+        summed footprint: each holds its prompt's blocks at once, grows linearly to its footprint
+        over its predicted life, then frees it all (so a burst's newcomers peak well under their
+        footprint). `per_token_s`: seconds of life per output token before any life was measured
+        (the engine's inter-token latency); None with neither, or with nothing in flight."""
         per = self.per_token_s() or per_token_s
         if per is None:
             return None
@@ -207,15 +198,11 @@ def newcomers_fit(
     most: int,
     free_blocks: float | None = None,
 ) -> int:
-    """How many more requests like the largest of those in flight (a bimodal mix is judged
-    by its heavy side: a long prompt holds all of its footprint at once), admitted now, keep the
-    predicted peak of all of them within `limit_blocks`. The trajectories are moved to the
-    engine's own measure: `held_blocks` is what the engine holds now for the requests in
-    flight, and the difference from what their trajectories say they hold now is added to
-    the peak (an engine that holds less than predicted has that much more room). Each must
-    also start now: their prompts within `free_blocks` (the cache the engine has free; a
-    prompt that does not fit waits inside it). 0 with nothing in flight (no mix to go by);
-    at most `most`."""
+    """How many more requests like the largest in flight (a bimodal mix is judged by its heavy
+    side), admitted now, keep the predicted peak of all within `limit_blocks`; at most `most`, 0
+    with nothing in flight. The peak is moved to the engine's measure (`held_blocks`, what it holds
+    now, less what the trajectories say), and each newcomer's prompt must fit `free_blocks` (the
+    engine's free cache: a prompt that does not fit waits inside it)."""
     tickets = list(held)
     if not tickets or per_token_s <= 0:
         return 0

@@ -1,9 +1,7 @@
-"""Prompt size for the token budget, read from an OpenAI request body without a tokenizer.
-
-Exact for token-id prompts (`"prompt": [1, 2, 3]`), about one token per four characters for
-text (completions `prompt`, chat `messages` content, responses `input`). The body is parsed only
-when the token budget is on; a body that is not JSON counts as 0 (the engine will refuse it).
-"""
+"""Prompt size for the token budget, read from an OpenAI request body without a tokenizer: exact for
+token-id prompts (`"prompt": [1, 2, 3]`), about one token per four characters for text (completions
+`prompt`, chat `messages` content, responses `input`). The body is parsed only when the token
+budget is on; a body that is not JSON counts as 0 (the engine will refuse it)."""
 
 from __future__ import annotations
 

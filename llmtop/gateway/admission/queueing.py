@@ -1,19 +1,8 @@
-"""The gateway's waiting queue: one FIFO per priority, and the four queue policies
-(`limits.queue_policy`) that decide who goes next and who leaves early.
-
-- fifo: the head is the oldest request of the highest priority; a waiter leaves after
-  queue_timeout_s.
-- deadline: each request carries a TTFT budget (`deadline`, ttft_slo_s less the engine's recent
-  TTFT); one whose predicted start is past it is refused at arrival, and a waiter leaves when
-  its budget is gone.
-- codel: Fail at Scale's controlled delay: budgets as deadline, not refused at arrival; while
-  the queue is congested (not empty for a whole budget) a waiter leaves after a short share
-  (CODEL_SHORT) of its budget.
-- lifo: codel, and while congested the newest goes first (adaptive LIFO).
-
-Pure: no clock of its own and no asyncio; the controller (controller.py) owns the queue and
-calls it.
-"""
+"""The gateway's waiting queue, pure: one FIFO per priority, and the `limits.queue_policy`s that
+decide who goes next or leaves. fifo: a waiter leaves after queue_timeout_s. deadline: a TTFT budget
+each (ttft_slo_s less the engine's TTFT), refused at arrival if its predicted start is past it, gone
+when it is spent. codel (Fail at Scale): those budgets, no refusal; while congested (not empty for a
+budget) a waiter leaves after CODEL_SHORT of it. lifo: codel, newest first then."""
 
 from __future__ import annotations
 

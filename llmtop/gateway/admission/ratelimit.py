@@ -1,9 +1,7 @@
-"""Per-tenant token buckets (requests per minute), pure and driven by the caller's clock.
-
-A bucket holds at most one second's worth of requests (and at least one), so `rate_limit_rpm=60`
-allows one request a second with no burst beyond that; the map of tenants is bounded (least
-recently seen dropped first), so a flood of distinct keys cannot grow memory.
-"""
+"""Per-tenant token buckets (requests per minute), pure and driven by the caller's clock. A bucket
+holds one second's worth of requests (at least one), so `rate_limit_rpm=60` allows one a second
+and no burst beyond; the tenants' map is bounded (least recently seen dropped first), so a flood
+of distinct keys cannot grow memory."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""Refusals checked against what happened: each 429 given at arrival for "cannot start within
-the TTFT budget" keeps its predicted start, and the ledger watches for the moment the refused
-request would really have started (everyone ahead of it gone from the queue, and room for it
-in the budgets). Per minute: how many were refused, and how many of those had their slot come
-within their budget after all (a refusal the user did not need).
-
-Pure and bounded: at most OPEN_MAX refusals are watched at once (an older one is closed
-unsettled), one is watched for at most HORIZON_S, and MINUTES minutes are kept.
-"""
+"""Refusals checked against what happened: each arrival 429 for "cannot start within the TTFT
+budget" keeps its predicted start, and the ledger watches for when the refused request would
+really have started (everyone ahead gone, room in the budgets). Per minute: how many were refused,
+and how many got their slot within budget after all. Pure and bounded: OPEN_MAX watched at once
+(an older one closed unsettled), each for HORIZON_S at most, MINUTES minutes kept."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""What the admission controller holds, and every read of it: the limits, the queue, the
-budgets in flight, the estimates, the counters and recent figures, and what admission predicts
-from them (a 429's Retry-After, a newcomer's predicted start, the limit that holds the queue).
-
-Read-only: the decisions that change it (enter, dispatch, release, expire, live changes) are
-the controller's, controller.py, which builds on this class; kept apart so each file
-keeps to one side. Pure, as the controller is: the clock is injected.
-"""
+"""What the admission controller holds, and every read of it: the limits, queue, budgets in flight,
+estimates, counters and recent figures, and what admission predicts from them (a 429's Retry-After,
+a newcomer's predicted start, the limit that holds the queue). Read-only and pure: the decisions
+that change it are the controller's, which builds on this class, so each file keeps to one side."""
 
 from __future__ import annotations
 

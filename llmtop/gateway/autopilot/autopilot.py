@@ -1,26 +1,8 @@
-"""The autopilot: moves the gateway's two budgets about once a second, to serve the most
-requests within the SLO.
-
-Pure; the app (or bench/bench_autopilot.py) calls `drive` with each scrape's signals
-(`core.derive.signals.EngineSignals`, read from vLLM's /metrics by core's reader) and the
-gateway's own counts. A figure it steps on that is unknown (None: not exported, no interval
-yet, or no replica could be read) holds the budgets where they are, and the reason on
-/admin/stats says which.
-
-* The prefill budget (max_unprefilled_prompt_tokens): prompt tokens admitted and not yet
-  prefilled, counted by admission request by request (no scrape lag), bounded to what the
-  engine prefills in `prefill_horizon_s` at its measured rate (estimates.PrefillRate). It is
-  what keeps a newly admitted request's TTFT near a lone one's: long prompts enter one or two at
-  a time, the rest wait in the gateway where they can be seen and refused early.
-* The KV budget (max_inflight_kv_blocks), in blocks of predicted footprint: from the cache
-  at once to the larger of the overcommit safe for the mix (`overcommit`), the predicted peak
-  of those in flight, and the room the engine reports (its measured KV, the trajectories of
-  those in flight: what it would start now); past that it probes upward while requests
-  served within the SLO per second rise. It backs off on real trouble (an SLO missed inside
-  the engine, preemptions thrashing), holds at what the engine runs when it queues at a full
-  cache, and keeps the level that failed as a ceiling it forgets slowly (docs/autopilot.md
-  says why these and not a latency gradient).
-"""
+"""The autopilot, pure: once a second or so `drive` moves the gateway's two budgets to serve the
+most requests within the SLO (docs/autopilot.md: how, and why not a latency gradient). The prefill
+budget is `prefill_horizon_s` of the measured prefill rate (TTFT near a lone request's); the KV
+budget takes the largest of the safe overcommit, the peak in flight and the engine's room, probes
+while SLO goodput rises, backs off on engine trouble. An unknown figure (None) holds both."""
 
 from __future__ import annotations
 
@@ -45,12 +27,9 @@ class Move:
 
 def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
     """The largest budget whose KV blocks held stay under `use` x the cache with two standard
-    deviations to spare, never below the cache.
-
-    n requests of footprint f at independent, uniform stages of their lives hold on average
-    held x n f blocks, with a standard deviation of about f (1 - held) / sqrt(3) x sqrt(n)
-    (a uniform spread of the held share over [2 held - 1, 1]). Many small requests may go well
-    past the cache (200/150 chat: ~1.13x); a few large ones may not (2 of 13 blocks in 32)."""
+    deviations to spare, never below the cache: n requests of footprint f at independent, uniform
+    stages of their lives hold held x n f blocks on average, give or take f (1 - held) / sqrt(3) x
+    sqrt(n). Many small requests may go well past the cache; a few large ones may not."""
     h = max(held, 0.2)
     k = use * cap
     c = 2.0 * math.sqrt(per_request) * (1.0 - h) / math.sqrt(3.0)
@@ -217,16 +196,11 @@ class Autopilot:
         peak_share: float | None = None,
         room_blocks: float | None = None,
     ) -> Move | None:
-        """One control step of the KV budget; a Move when the applied budget changes.
-        `in_flight` (requests) sizes the margin for few large requests; `turned_over` (a
-        request finished lately) says the held ratio comes from requests at all stages of
-        their lives, not a burst's newcomers: no overcommit before it. `finished_total` and
-        `served_total` count the requests finished, and served within the TTFT SLO, so far:
-        what a probe step must not lower. `peak_share`: the most of their footprint the
-        requests in flight will hold together (admission's lifetimes), what a burst's
-        newcomers may be overcommitted by before any has turned over. `room_blocks`: the
-        budget the engine's room allows now (drive.room_blocks; None: unknown, or it queues
-        or preempts)."""
+        """One control step of the KV budget; a Move when the applied budget changes. `in_flight`
+        sizes the margin for few large requests; `turned_over` (one finished lately): the held ratio
+        spans all stages of life, so overcommit may start; `finished_total`, `served_total` (within
+        the TTFT SLO): what a probe must not lower; `peak_share` (admission's lifetimes): a burst's
+        overcommit before it turns over; `room_blocks`: drive.room_blocks."""
         self._peak_share = peak_share
         self._room, self._kv_use = room_blocks, sig.kv_usage_frac or 0.0
         c = self.config

@@ -61,24 +61,23 @@ class AutopilotConfig:
     hold_s: float = 5.0
     waiting_ticks: int = 1
     """Scrapes a queue inside the engine at a full cache must last to count: one (holding
-    there at once kept W4's goodput at 78 % where 3 scrapes gave 64 %)."""
+    there at once serves more within the SLO than after 3: BENCHMARKS §17)."""
     slow_ticks: int = 3
     """Scrapes a mean ITL over the SLO must last to count: a long prompt's prefill stalls the
     decodes for a scrape or two by itself."""
     engine_ttft_share: float = 0.8
     room_use: float = 1.0
-    """The engine's room (drive.room_requests): newcomers of the mix are counted in while
+    """The engine's room (drive.room_blocks): newcomers of the mix are counted in while
     the predicted peak KV of them and those in flight stays within this share of the cache
     (0: off), the trajectories moved to the KV the engine reports held..."""
     room_spare_requests: float = 1.0
     """...plus this many requests of the mix: vLLM preempts its newest when the cache runs
-    out, and one preempted at the peak resumes when the next one ends (at 0.5x on the
-    profile fitted to the real vLLM, the 5th of 4 young requests: straight serves it)."""
+    out, and one preempted at the peak resumes when the next one ends (BENCHMARKS §22)."""
     room_spare_below: float = 16.0
     """...on a cache of fewer than this many requests of the mix, where one request is a coarse
-    step (6 % or more of it); on `seed`'s 45 the spare preempted 3x as much for nothing."""
+    step (6 % or more of it); on a larger one the spare only adds preemptions (BENCHMARKS §22)."""
     room_itl_factor: float = 1.5
     """Before a life is measured, lives are taken at this multiple of the engine's mean ITL
-    per token (ITL grows with the batch a cold burst builds; 1.0 overcommitted it)."""
+    per token (ITL grows with the batch a cold burst builds, so 1.0 overcommits it)."""
     deadband: float = 0.02
     """Moves smaller than this share of the cache, or half a request of the mix, are not made."""

@@ -1,11 +1,8 @@
-"""One tick of the autopilot against the admission controller: in mode auto it applies the
-budgets it computes, in mode advise it only says what it would set and why (/admin/stats'
-`autopilot.suggestion`, the gateway panel), while the limits stay where a person put them;
-POST /admin/autopilot/apply (the TUI's `A`) sets the suggestion.
-
-Pure: the app's loop (server/autopilot_loop.py) and bench/bench_autopilot.py call `drive` with
-each scrape's signals and the controller's clock.
-"""
+"""One tick of the autopilot against the admission controller: in mode auto it applies the budgets
+it computes; in mode advise it only says what it would set and why (/admin/stats'
+`autopilot.suggestion`, the gateway panel) and POST /admin/autopilot/apply (the TUI's `A`) sets it.
+Pure: server/autopilot_loop.py and bench/bench_autopilot.py call `drive` with each scrape's signals
+and the controller's clock."""
 
 from __future__ import annotations
 
@@ -90,14 +87,11 @@ def drive(
 
 
 def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) -> float | None:
-    """The KV budget the engine's own room allows now: the footprint in flight plus as many
-    more requests like the largest in flight as can start with the predicted peak KV of all
-    (admission's lifetimes) within `room_use` of the cache (plus `room_spare_requests` on a
-    cache of fewer than `room_spare_below` requests of the mix), the trajectories anchored to
-    the KV the engine reports held (plus the prompts admitted and not yet prefilled, which it
-    may not hold yet), each newcomer's prompt within the cache free now (vLLM's own condition
-    to start it). None when a figure is unknown (no KV gauge, nothing in flight, no life and
-    no ITL) or the engine queues or preempts inside."""
+    """The KV budget the engine's own room allows now: the footprint in flight plus as many more
+    requests like the largest in flight as can start (lifetimes.newcomers_fit: the predicted peak
+    within `room_use` of the cache, `room_spare_requests` more on a cache under `room_spare_below`
+    of the mix, anchored to the KV held plus prompts not yet prefilled; each prompt within the free
+    cache, as vLLM starts one). None: a figure unknown, or the engine queues or preempts."""
     cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
     c = pilot.config
     n = ctl.in_flight

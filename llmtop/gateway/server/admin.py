@@ -1,9 +1,7 @@
-"""The admin API under /admin: read and change the limits live, stats, events, pause/resume,
-and in mode advise set the autopilot's suggestion (POST /admin/autopilot/apply).
-
-When a token is configured every admin call needs `Authorization: Bearer <token>` (compared in
-constant time); the token is never echoed in a response, an event or a log line.
-"""
+"""The admin API under /admin: read and change the limits live, stats, events, pause/resume, and in
+mode advise apply the autopilot's suggestion (POST /admin/autopilot/apply). With a token configured
+every call needs `Authorization: Bearer <token>` (compared in constant time); the token is never
+echoed in a response, an event or a log line."""
 
 from __future__ import annotations
 

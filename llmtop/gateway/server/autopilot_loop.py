@@ -1,14 +1,8 @@
-"""The autopilot's IO: read every replica's /metrics about once a second and drive the controller.
-
-Runs as one task in the app's lifespan. It reads only while the gateway is in auto or advise
-mode or has a KV budget (so a plain gateway never touches the engine's /metrics). With several
-replicas the budget covers them all (the balancer spreads it), so their figures are read
-concurrently and summed (`core.derive.signals.fleet_signals`); ejected replicas are left out,
-as the balancer leaves them out. A replica whose read fails is left out of that tick and
-named; when none can be read the budget holds where it is and /admin/stats says why. The text
-is read by core's vLLM reader (`core.exposition.promtext`, `core.vllm.engines`), as the
-monitor reads it.
-"""
+"""The autopilot's IO, one task in the app's lifespan: read every replica's /metrics about once a
+second and drive the controller, only in auto or advise mode or with a KV budget (a plain gateway
+never reads the engine's /metrics). The budget covers every replica in rotation, so they are read
+concurrently (core's vLLM reader) and summed (`fleet_signals`); one whose read fails is left out of
+that tick and named; with none read the budget holds (/admin/stats says why)."""
 
 from __future__ import annotations
 

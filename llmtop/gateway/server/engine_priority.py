@@ -1,11 +1,8 @@
-"""Stamp vLLM's `priority` field from the priority a request runs at in the gateway.
-
-vLLM started with `--scheduling-policy priority` orders its own waiting queue (and preempts) by
-the request body's integer `priority`, lower first; with the default fcfs policy it ignores it.
-With `engine_priority` on, the gateway writes the field on every admitted generation request,
-overwriting what the client sent (a client could otherwise jump the engine's queue past its
-key's highest priority), so the order the gateway keeps also holds inside the engine.
-"""
+"""Stamp vLLM's `priority` field from the priority a request runs at in the gateway. vLLM with
+`--scheduling-policy priority` orders its waiting queue (and preempts) by the body's integer
+`priority`, lower first (fcfs ignores it). With `engine_priority` on, the field is overwritten on
+every admitted generation request (else a client could jump the engine's queue past its key's
+highest), so the gateway's order also holds inside the engine."""
 
 from __future__ import annotations
 

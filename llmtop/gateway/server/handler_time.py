@@ -1,19 +1,8 @@
-"""Handler time: what the gateway's request handler spends on one proxied request, the queue
-and the upstream taken out.
-
-The proxy takes the wall time from the moment the ASGI app is called until the last chunk is
-handed to the server, and subtracts the time queued in admission and every wait on the upstream
-(for its status line and headers, and for each chunk). What is left is the request path,
-building and writing the upstream request, the response headers and the relaying of every
-chunk. It is known only once the body has ended, so it cannot be a response header: it is a
-histogram in /metrics and p50/p95 in /admin/stats (the `x-llmtop-handler-to-headers-ms` header
-carries the part known when the headers go out).
-
-It is not the latency the gateway adds, and is not named so: the server's parsing of the request
-before the handler runs, the upstream client's parsing of the answer while the handler waits,
-and the extra hop over the network are outside any handler. bench/bench_gateway.py prints both
-side by side.
-"""
+"""Handler time: what the gateway's request handler spends on one proxied request, the wall time
+from the ASGI call to the last chunk handed to the server less the time queued and every wait on the
+upstream (its head, each chunk). Known only at the body's end, it is a histogram in /metrics and
+p50/p95 in /admin/stats, not a header (`x-llmtop-handler-to-headers-ms` carries the part known at
+the head). Not the latency the gateway adds: docs/gateway.md, "Overhead"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,8 @@
-"""The proxy: a raw ASGI app that forwards every path to the upstream, generation endpoints
-through admission, and streams the answer back chunk by chunk.
-
-Hot path, by design: one pass over the request headers; the body is read (bounded) but parsed
-only when the token budget is on; no logging and no re-encoding; the upstream's bytes go out
-as they arrive (aiohttp's `readany`, content encoding left alone). The request's work runs in
-the handler's own task; a watcher task waits for the client's http.disconnect while it is
-queued or streaming and cancels it, so a client that leaves frees its slot and closes the
-upstream request (vLLM then aborts it) at once.
-
-A request's state travels as one `Exchange` (gateway/server/exchange.py): entered into
-admission, waited, sent to a replica (once more elsewhere if the first refused the connection),
-relayed (gateway/server/relay.py); the ones in flight are kept in `live`, so the drain's end
-can cut each with an error. The bytes on the wire (headers dropped, error bodies, an
-upstream's 5xx wrapped, the bounded body read) are gateway/server/wire.py.
-"""
+"""The proxy: a raw ASGI app that forwards every path to the upstream (generation endpoints through
+admission) and streams the answer back as it arrives: one pass over the headers, the bounded body
+parsed only for the token budget, no logging or re-encoding. A watcher task cancels the request's
+task on http.disconnect, so a client that leaves frees its slot and the upstream aborts at once. A
+request is one `Exchange` (sent once more elsewhere if refused), in `live` for the drain."""
 
 from __future__ import annotations
 
@@ -162,8 +151,8 @@ class Proxy:
             self.statuses[429] += 1
             return
         # the request's work runs in this task; a watcher cancels it when the client leaves
-        # (one task per request fewer than a work task beside it: BENCHMARKS.md, the chaos
-        # section, memory per queued request)
+        # (one task per request fewer than a work task beside it: memory per queued request,
+        # BENCHMARKS §16)
         task = asyncio.current_task()
         assert task is not None
         live = self.live

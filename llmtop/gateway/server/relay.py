@@ -1,13 +1,8 @@
-"""Relaying an upstream's answer to the client: its head (hop-by-hop headers dropped, the
-gateway's own added), then its body chunk by chunk as it arrives, all but the body's end.
-
-The hot path of a stream: per chunk, one read (aiohttp's `readany`: whatever has arrived), one
-ASGI send, the time spent waiting on the upstream summed, and the `data: [DONE]` watch (which
-also counts the stream's events into its replica's meter, as a whole answer's completion tokens
-at its end: the replica's decode rate). An
-upstream that fails mid-body ends an event stream with an error event and `[DONE]`, so a cut
-stream never looks whole. Measured: bench/bench_relay.py (BENCHMARKS.md, the chaos section).
-"""
+"""Relaying an upstream's answer to the client: its head (hop-by-hop headers dropped, the gateway's
+own added), then its body chunk by chunk as it arrives, all but the body's end. Per chunk: one read
+(aiohttp's `readany`), one ASGI send, the upstream wait summed, and the `data: [DONE]` watch, which
+also counts events for the replica's decode rate (cost: BENCHMARKS §16). An upstream failing
+mid-body ends an event stream with an error event and `[DONE]`: a cut stream never looks whole."""
 
 from __future__ import annotations
 

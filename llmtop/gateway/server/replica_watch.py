@@ -1,12 +1,8 @@
-"""The balancer's IO: probe each replica's /health (the ejected ones once their time is out, to
-bring them back; the ones in rotation every CHECK_EVERY_S, so a hung one that refuses nothing is
-out within the balancer's `deadline_s`), read each replica's KV capacity and queue from its
-/metrics (read as the autopilot reads it: `pilot.read_scrape`) so the choice knows its
-headroom, and log each move out of rotation and back (one line each).
-
-One task in the app's lifespan; each probe or read is bounded by a timeout and runs on its own
-task, so a hung replica never stalls the others or the queue's timeouts.
-"""
+"""The balancer's IO, one task in the app's lifespan: probe the /health of ejected replicas once
+their time is out (to bring them back) and of those in rotation every CHECK_EVERY_S (a hung one that
+refuses nothing is out within `deadline_s`); read each one's KV capacity and queue from /metrics
+(`pilot.read_scrape`) for its headroom; log each move out and back. Each probe or read has a timeout
+and its own task, so a hung replica never stalls the others or the queue's timeouts."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The age of what is waiting now: the oldest request queued in the gateway, and the oldest
-admitted one the engine has not yet answered (no first byte).
-
-vLLM's TTFT histogram records a request only when its first token comes, so a request stuck
-for 50 s is invisible there until it finally starts. The gateway sees it at once: each
-generation request is tracked from its arrival until its first byte (or its end), and the ages
-are read at scrape time (a scan of the requests waiting now; the hot path only adds and pops).
-A queued request's age counts from its arrival; an admitted one's from its admission, so it is
-the engine's delay alone (a request that waited in the gateway's queue by design is not an
-engine stuck on it; the queue's own age is `oldest_queued_s`).
-"""
+"""The age of what is waiting now: the oldest request queued in the gateway, and the oldest admitted
+one the engine has not answered (no first byte), which vLLM's TTFT histogram cannot show until its
+first token. Each generation request is tracked from arrival to first byte (the hot path only adds
+and pops; the ages are a scan at scrape time). A queued age counts from arrival, an admitted one
+from admission: the engine's delay alone (the queue's own age is `oldest_queued_s`)."""
 
 from __future__ import annotations
 

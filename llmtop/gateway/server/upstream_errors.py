@@ -1,12 +1,8 @@
-"""Upstream failures by reason: vLLM's own refusals told apart from its faults.
-
-vLLM 0.32 answers 503 when its frontend queue is full (`--max-num-queued-reqs`: "The engine is
-currently busy and cannot accept new requests") or its prefill backlog is (`--max-num-queued-
-tokens`: "...reached its prefill token backlog limit"); llmtop's sim says
-"max_num_queued_reqs=N". Those are load shedding, retryable elsewhere, not faults: the gateway
-passes them on as 503 and counts them apart from engine errors (other 5xx), a down engine and
-timeouts, and apart from its own 429s (admission counts those).
-"""
+"""Upstream failures by reason: vLLM's own refusals told apart from its faults. vLLM 0.32 answers
+503 when its frontend queue (`--max-num-queued-reqs`: "The engine is currently busy and cannot
+accept new requests") or its prefill backlog (`--max-num-queued-tokens`: "...reached its prefill
+token backlog limit") is full; the sim says "max_num_queued_reqs=N". Load shedding, retryable
+elsewhere: passed on as 503, apart from engine errors (other 5xx), a down engine, timeouts."""
 
 from __future__ import annotations
 

@@ -1,30 +1,8 @@
-"""Which replica an admitted request goes to, and which replicas are out for a while.
-
-Pure: no sockets and an injected clock; the proxy reports each attempt's end (`done`), the app
-probes /health and reports it (`probed`), and its read of each /metrics (`replicas`) sets a
-replica's KV capacity and queue.
-
-The choice: the replica with the most headroom, that is the least KV footprint in flight against
-its KV capacity (in steps of 5 %, so near-ties go by the rest), then the shortest engine queue,
-then the fewest requests outstanding, then the one picked least recently. A replica at its
-own concurrency limit is skipped.
-
-Ejection: a refused connection, a timeout or a 5xx ejects a replica for `eject_s` (passive);
-after that it takes no traffic until an active /health probe answers (then it is back). A hung
-replica (SIGSTOP, a wedged host) refuses nothing, so every replica in rotation is also probed,
-and one whose /health goes unanswered for `deadline_s` is ejected the same way. Each move out of
-rotation and back in is an event (`events`), with its time and reason.
-
-What a reader needs to name a replica's trouble is in /admin/stats (`to_list`): how long it
-has been out of rotation, or how long since it came back (a replica that fails, is probed back
-and fails again spends little time out at each turn; one back from a hang ends what waited it
-out, slow), its last error, and the decode rate of its
-requests over the last RATE_WINDOW_S (`TokenMeter`: the events the relay passed on over the
-seconds its streams spent from their head to their end, waiting for the first token
-included, and each whole answer's completion tokens over its time at the replica, at its
-end), so a replica far slower than its peers is seen within a second or two, streams still
-running included.
-"""
+"""Which replica an admitted request goes to, and which are out for a while. Pure (an injected
+clock), fed by `done` (the proxy), `probed` and `replicas` (the app's /health and /metrics). The
+choice: the most KV headroom, then the shortest engine queue, the fewest outstanding, the least
+recently picked; one at its own cap is skipped. A refused connection, a timeout, a 5xx or no /health
+answer for `deadline_s` (a hang) ejects it for `eject_s`, then until a probe answers (`events`)."""
 
 from __future__ import annotations
 

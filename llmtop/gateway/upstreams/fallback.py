@@ -1,22 +1,8 @@
-"""What one gateway may hold while Redis is away, so that the gateways together stay within the
-global limits. Pure: the times come in as arguments (the controller's clock).
-
-The invariant: the slots (and KV blocks) in flight, summed over the gateways, never exceed the
-cap. Each gateway knows only its own grant, the live count and the totals it last read. The
-grants sum to no more than the cap (Redis grants each only what the others' records leave
-free, and a record never drops below its gateway's in flight), so a gateway that starts its
-fallback at min(its grant, cap / live) keeps the sum within the cap whatever the others hold:
-one that held more than its share admits nothing until it is under it; one that held less
-keeps to what it held. It rises to the share (`fallback_share`) only once what the others held
-could have ended: one lease TTL and the longest a request lived here in the last minute (the
-gateways share the replicas and the traffic), and no request admitted here before Redis went
-away is still in flight. A request elsewhere that outlives both can still overlap the rise;
-docs/gateway.md says so.
-
-Back from a fallback, a gateway asks Redis for no more than it held in fallback until as many
-gateways as were live have registered again (or one TTL has passed: one may have died), so the
-first one back to an empty Redis does not take the room the others still use.
-"""
+"""What one gateway may hold while Redis is away so the gateways together stay within the global
+cap (pure: times are arguments; docs/gateway.md). The grants sum to no more than the cap, so one
+starting at min(its grant, cap / live) keeps the sum within it; it rises to `fallback_share` once
+what others held could have ended (a lease TTL, the longest life here lately, none of its earlier
+requests left). Back, it asks no more than it held until the live re-register or a TTL passes."""
 
 from __future__ import annotations
 
