@@ -199,7 +199,7 @@ NAMED_BY: dict[str, tuple[str, ...]] = {
     "replica-stop": ("target-down", "replica-down", "stale-data", "replica-out-of-rotation"),
     "replica-slow": ("replica-slow",),
     "redis-kill": ("gateway-shared-limits-lost",),
-    "gateway-roll": ("gateway-down", "gateway-peer-lost"),
+    "gateway-roll": ("gateway-down", "gateway-peer-draining", "gateway-peer-lost"),
     "replica-garbage": ("replica-out-of-rotation",),
 }
 """The findings of `llmtop report` that name each fault. The console watches both replicas and
@@ -207,10 +207,10 @@ the first gateway: a killed or hung replica stops answering its /metrics (replic
 leaves the gateway's rotation; one answering garbage leaves the rotation only (its /metrics
 answer); one 5x slower is seen in the gateway's timing of its streams (replica-slow: the
 engines' histograms take a window to show it); Redis away is the gateway's fallback; the
-watched gateway rolled stops answering (gateway-down). The other one's roll (the 10-minute
-run's second round) is not named: its lease leaves Redis at the end of its drain and the
-restarted one's comes within a second, under the console's poll; gateway-peer-lost would name
-it had it stayed gone (docs/reliability.md)."""
+watched gateway rolled stops answering (gateway-down). The other one's roll (the second round
+of a run of 240 s or more) is named by the watched gateway's count of draining peers, from the
+rolled one's next sync after its SIGTERM (gateway-peer-draining); gateway-peer-lost names one
+that stays gone (docs/reliability.md)."""
 
 
 @dataclass(frozen=True)

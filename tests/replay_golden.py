@@ -31,7 +31,9 @@ with the old name put back; and when EngineStats dropped five figures nothing sh
 p50/p99, queue p99, prefill p95, the KV-transfer share of prompts: issue 36), checked equal
 with those fields taken out of the old tree's repr; and when the gateway's stats gained
 shared_url and shared_error (the Redis findings: issue 35), checked equal with those two,
-None in these recordings, taken out.
+None in these recordings, taken out; and when they gained shared_draining_gateways (the
+gateway-peer-draining finding: issue 35), checked equal with that one, None in these
+recordings, taken out of the repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 

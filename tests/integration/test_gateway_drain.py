@@ -2,6 +2,7 @@
 flight: /readyz fails at once while new requests are still served for the grace, then new
 connections are refused and the stream finishes (longer than uvicorn's old fixed 3 s); at the
 drain timeout, or at a second signal, what is left ends with an error event; never a traceback.
+Two gateways sharing limits through a real Redis: the other names the draining one at once.
 
 Every wait is on an event (a byte read, /readyz flipping, the process's exit) with a deadline.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.tty.terminal import Server, clean_env, wait_until
+from tests.integration.redis_server import redis_server
+from tests.tty.terminal import Server, clean_env, get_json, wait_until
 
 pytestmark = pytest.mark.xdist_group("gateway-drain")
 
@@ -208,3 +210,46 @@ def test_a_second_signal_ends_at_once(sim: Server, tmp_path: Path) -> None:
         assert "KeyboardInterrupt" not in log, log
     finally:
         gw.stop()
+
+
+@pytest.mark.slow(10)
+def test_a_draining_gateway_is_counted_by_its_peer_until_it_stops(
+    sim: Server, tmp_path: Path
+) -> None:
+    with redis_server() as redis:
+        flags = ["--redis", redis.url, "--lease-ttl-s", "1", "--drain-grace-s", "0.5"]
+        args = ["gateway", "--vllm", sim.url, "--listen", "127.0.0.1:0", *flags]
+        gws = [Server(args, clean_env(tmp_path), tmp_path / f"gw{i}.log") for i in range(2)]
+        rolled, peer = gws
+
+        def shared(gw: Server) -> dict[str, object]:
+            return dict(get_json(gw.url + "/admin/stats")["shared"])
+
+        try:
+            wait_until(
+                lambda: all(shared(g)["live_gateways"] == 2 for g in gws), "both registered", 10
+            )
+            assert shared(peer)["draining_gateways"] == 0
+            stream = Stream(rolled.url)
+            assert stream.first.wait(30)
+            os.kill(rolled.proc.pid, signal.SIGTERM)
+            wait_until(lambda: shared(peer)["draining_gateways"] == 1, "a draining peer", 5)
+            metrics = httpx.get(peer.url + "/metrics", timeout=5).text
+            assert "llmtop_gateway_shared_draining_gateways 1.0" in metrics
+            # half the stream later (seconds past the 1 s TTL): still draining, still renewing
+            wait_until(lambda: stream.tokens() >= TOKENS // 2, "half the stream", 30)
+            assert stream.ended_at is None
+            now = shared(peer)
+            assert (now["draining_gateways"], now["live_gateways"]) == (1, 2)
+            stream.join()
+            assert stream.error is None, stream.error
+            assert stream.tokens() == TOKENS
+            exited(rolled)
+            after = wait_until(
+                lambda: (d := shared(peer))["live_gateways"] == 1 and d, "its lease given back", 5
+            )
+            assert after["draining_gateways"] == 0
+            assert "Traceback" not in log_of(rolled)
+        finally:
+            for g in gws:
+                g.stop()

@@ -207,3 +207,48 @@ async def test_the_fallback_learns_each_request_life_and_keeps_none_that_ended(
         now = app.state.gateway.admission.now()
         assert shared.lives.oldest_admitted() is None  # every end was told
         assert 0.0 < shared.lives.longest_s(now) < 5.0
+
+
+OLD_PATTERN = "return {string.match(ARGV[1], '(%d+) (%d+) (%d+) (%d+)')}"
+"""The record pattern of a gateway from before the draining field (its SYNC_LUA's)."""
+
+
+async def test_a_draining_gateway_says_so_and_old_records_mix_with_new() -> None:
+    with redis_server() as server:
+        (c1, s1, a1), (c2, s2, a2) = gateway(server.url), gateway(server.url)
+        tasks = [asyncio.ensure_future(s1.run(c1, a1)), asyncio.ensure_future(s2.run(c2, a2))]
+        r = aioredis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            await until(lambda: s1.live == 2 and s2.live == 2)
+            assert (s1.draining_peers, s2.draining_peers) == (0, 0)
+            # an older gateway's record (four fields, no draining flag): live, not draining
+            await r.hset("t:leases", "old", "0 0 0 0")
+            await r.zadd("t:lease_expiry", {"old": 2**52})
+            await until(lambda: s2.live == 3)
+            assert s2.draining_peers == 0
+            s1.begin_drain()
+            await until(lambda: s2.draining_peers == 1)
+            assert s1.draining_peers == 0  # it does not count itself
+            assert s2.status()["draining_gateways"] == 1
+            record = await r.hget("t:leases", s1.id)
+            assert record is not None
+            assert record.endswith(" 1")
+            # the older gateway reads the new five-field record's first four, as before
+            fields = await r.eval(OLD_PATTERN, 0, record)
+            assert fields == record.split()[:4]
+            t = c1.enter()  # it still renews and grants while it drains
+            await until(lambda: t.admitted)
+            t.release()
+            tasks[0].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[0]
+            await s1.close()  # its lease given back as it stops
+            await until(lambda: s2.live == 2 and s2.draining_peers == 0)
+            server.kill()
+            await until(lambda: s2.connected is False)
+            assert s2.status()["draining_gateways"] is None  # unknown, not 0
+        finally:
+            for task in tasks:
+                task.cancel()
+            await r.aclose()
+            await s2.close()

@@ -92,3 +92,13 @@ def test_a_fault_is_named_by_its_finding_for_its_url_within_the_window() -> None
         [(kill, 1000.0, "http://127.0.0.1:9001"), (roll, 1040.0, None)], findings, within_s=5
     )
     assert [(n.finding, n.delay_s) for n in got] == [("replica-down", 2.5), (None, None)]
+
+
+def test_the_other_gateways_roll_is_named_by_its_drain() -> None:
+    roll = Injection(158.0, "gateway-roll", 1, 0.0)
+    findings: list[dict[str, object]] = [
+        {"id": "gateway-peer-draining", "fired": 1000.25, "summary": "1 of 2 ... is draining"},
+        {"id": "gateway-peer-lost", "fired": 1004.0, "summary": "1 of the 2 gateways ... gone"},
+    ]
+    got = named([(roll, 1000.0, None)], findings, within_s=5)
+    assert [(n.finding, n.delay_s) for n in got] == [("gateway-peer-draining", 0.25)]

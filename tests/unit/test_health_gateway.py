@@ -227,6 +227,38 @@ def test_a_peer_gone_from_redis_is_named_and_a_redis_restart_is_not() -> None:
     assert all(only(f, "gateway-peer-lost") is None for f in found)
 
 
+def test_a_draining_peer_is_named_at_once_info_unless_the_gateway_misses_its_slo() -> None:
+    two = gw(rep(A), shared_draining_gateways=0)
+    draining = replace(two, shared_draining_gateways=1)
+    found = run([two] * 3 + [draining] * 2 + [two])
+    assert only(found[2], "gateway-peer-draining") is None
+    f = only(found[3], "gateway-peer-draining")  # the first poll that shows it
+    assert f is not None
+    assert f.severity == "info"  # a planned stop, the gateway's own TTFT inside the SLO
+    assert f.summary.startswith("heads-up: 1 of 2 gateways sharing limits through Redis at ")
+    assert "redis://127.0.0.1:6379 is draining (its /readyz fails; it finishes what it" in (
+        f.summary
+    )
+    assert "its clients move to the others, http://127.0.0.1:9000 among them" in f.summary
+    assert "/readyz" in f.action
+    assert only(found[5], "gateway-peer-draining") is None  # gone: it stopped
+    # the watched gateway's clients over the TTFT SLO meanwhile: a warning
+    slow = replace(draining, ttft_p95_s=S.slo.ttft_s * 3)
+    f = only(run([two, slow])[1], "gateway-peer-draining")
+    assert f is not None
+    assert f.severity == "warning"
+    assert "over the SLO" in f.summary
+    # two of three draining; none judged while Redis is away or the count unknown
+    three = replace(draining, shared_live_gateways=3, shared_draining_gateways=2)
+    f = only(run([three])[0], "gateway-peer-draining")
+    assert f is not None
+    assert "2 of 3 gateways" in f.summary
+    assert "are draining (their /readyz fails; they finish what they hold)" in f.summary
+    away = replace(draining, shared_status="fallback")
+    unknown = replace(draining, shared_draining_gateways=None)
+    assert all(only(f, "gateway-peer-draining") is None for f in run([away, unknown]))
+
+
 def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
     doc = {
         "replicas": [
@@ -258,6 +290,7 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
             "status": "fallback",
             "url": "redis://h:6379",
             "live_gateways": 2,
+            "draining_gateways": None,
             "last_error": "redis unreachable: timeout",
         },
     }
@@ -270,3 +303,6 @@ def test_the_pipeline_reads_what_the_rules_need_from_admin_stats() -> None:
         "redis://h:6379",
         "redis unreachable: timeout",
     )
+    assert g.shared_draining_gateways is None  # unknown while Redis is away, not 0
+    ok = {**doc, "shared": {"backend": "redis", "status": "ok", "draining_gateways": 1}}
+    assert gateway_stats("http://gw", ok, T0, CounterWindow(), 10.0).shared_draining_gateways == 1

@@ -73,4 +73,24 @@ def gateway_peer_lost(spec: AlertSpec) -> Alert:
     )
 
 
-GATEWAY_ALERTS = (replica_out_of_rotation, gateway_shared_limits_lost, gateway_peer_lost)
+def gateway_peer_draining(spec: AlertSpec) -> Alert:
+    return Alert(
+        "gateway-peer-draining",
+        f"max by ({spec.r}) ({spec.gateway(G + 'shared_draining_gateways')}) > 0",
+        f"gateway {replica(spec)}: another gateway sharing the limits through Redis is "
+        "draining (a SIGTERM: its /readyz fails, it finishes what it holds); its clients move "
+        "to the others",
+        "a planned stop (a rolling restart, a scale-down) needs nothing: the clients' balancer "
+        "must read /readyz to move them; if it was not planned, find what sent the SIGTERM",
+        open_gateway(spec),
+        "llmtop_gateway_shared_draining_gateways > 0 (absent while Redis is away); llmtop's "
+        "warning when the gateway's TTFT is over the SLO is not expressed: info",
+    )
+
+
+GATEWAY_ALERTS = (
+    replica_out_of_rotation,
+    gateway_shared_limits_lost,
+    gateway_peer_lost,
+    gateway_peer_draining,
+)

@@ -222,6 +222,8 @@ class SharedDoc(TypedDict, total=False):
     url: str
     gateway_id: str
     live_gateways: int
+    draining_gateways: int | None
+    """The other gateways draining (SIGTERM) at the last sync; None while Redis is away."""
     share_slots: int | None
     share_kv_blocks: int | None
     global_in_flight: int | None

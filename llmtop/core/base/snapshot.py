@@ -183,6 +183,8 @@ class GatewayStats:
     shared_status: str | None = None
     """With limits shared through Redis: ok, or fallback (Redis away, local share); else None."""
     shared_live_gateways: int | None = None
+    shared_draining_gateways: int | None = None
+    """Of those, the others draining after a SIGTERM (None: not known, or no Redis)."""
     shared_url: str | None = None
     """The Redis the limits are shared through (no password)."""
     shared_error: str | None = None

@@ -145,6 +145,15 @@ GUIDE: tuple[GuideRow, ...] = (
         "if not planned, check that gateway; its clients need a balancer reading /readyz",
     ),
     GuideRow(
+        ("gateway-peer-draining",),
+        "gateway",
+        (
+            "another gateway sharing the limits says in Redis it is draining (a SIGTERM: a "
+            "rolling restart's first half); info, warning over the TTFT SLO"
+        ),
+        "nothing if planned: its clients' balancer must read /readyz; else find the SIGTERM",
+    ),
+    GuideRow(
         ("prefix-cache-collapse",),
         "prefill",
         "prefix-cache hit rate under 0.35x its level over the last minute (88 % -> 3 %)",

@@ -50,6 +50,7 @@ from llmtop.core.health.rules_field import (
     spec_decode_low,
 )
 from llmtop.core.health.rules_gateway import (
+    gateway_peer_draining,
     gateway_peer_lost,
     gateway_shared_limits_lost,
     replica_out_of_rotation,
@@ -87,6 +88,7 @@ RULES: tuple[Rule[Context], ...] = (
         immediate=True,
     ),
     Rule("gateway-peer-lost", "warning", "gateway", gateway_peer_lost, immediate=True),
+    Rule("gateway-peer-draining", "info", "gateway", gateway_peer_draining, immediate=True),
     Rule("gpu-throttled", "warning", "gpu", gpu_throttled),
     Rule("gpu-memory-full", "warning", "gpu", gpu_memory_full),
     # the field guide (rules_field, rules_gpu): severities by the SLO, see slo_policy
@@ -113,6 +115,7 @@ _EDGE_CHECKS = frozenset(
         replica_slow,
         gateway_shared_limits_lost,
         gateway_peer_lost,
+        gateway_peer_draining,
         gpu_throttled,
         gpu_memory_full,
         gpu_xid_error,

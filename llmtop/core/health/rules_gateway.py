@@ -1,6 +1,7 @@
 """Health rules over what the watched gateway knows of its replicas and of the gateways it
 shares limits with (its /admin/stats): a replica out of its rotation, a replica whose answers
-come far slower than its peers', Redis away (the limits held per gateway), a peer gone. Pure.
+come far slower than its peers', Redis away (the limits held per gateway), a peer gone or
+draining. Pure.
 
 They read the gateway alone, so they hold the same for one engine and for a fleet (whose edge
 pipeline judges the gateway), and each is named within seconds: the gateway has already judged
@@ -231,4 +232,33 @@ def gateway_peer_lost(ctx: Context) -> Verdict | None:
         "if it was not a planned stop (a rolling restart, a scale-down), check that gateway's "
         "process and its log; its clients need a balancer that moves them (/readyz)",
         severity=reading.severity("warning"),
+    )
+
+
+def gateway_peer_draining(ctx: Context) -> Verdict | None:
+    """Gateways sharing the limits through Redis whose records say they are draining (a
+    SIGTERM: their /readyz fails, they finish what they hold, then give their lease back):
+    the first half of a rolling restart or a scale-down, named at the first poll that shows
+    it, where gateway-peer-lost names only a peer that stays gone. Info, a planned stop;
+    warning when the watched gateway's own TTFT is over the SLO (its clients may be the
+    peer's now)."""
+    g = ctx.gateway
+    n = g.shared_draining_gateways if g is not None and g.up else None
+    if g is None or not n or g.shared_status != "ok":
+        return None
+    live = max(g.shared_live_gateways or 0, n + 1)
+    one = n == 1
+    reading = gateway_reading(ctx)
+    text = (
+        f"{n} of {live} gateways sharing limits through Redis at {g.shared_url or '?'} "
+        f"{'is' if one else 'are'} draining ({'its' if one else 'their'} /readyz fails; "
+        f"{'it finishes what it holds' if one else 'they finish what they hold'}); "
+        f"{'its' if one else 'their'} clients move to the others, {g.url} among them"
+    )
+    return Verdict(
+        heads_up(reading, text),
+        "a planned stop (a rolling restart, a scale-down) needs nothing: its clients' balancer "
+        "must read /readyz to move them; if it was not planned, find what sent the SIGTERM "
+        "(the orchestrator's events); gateway-peer-lost names it if it does not come back",
+        severity="warning" if reading.state == "missed" else "info",
     )

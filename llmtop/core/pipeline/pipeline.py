@@ -255,6 +255,7 @@ def gateway_stats(
         replicas=_replicas(data.get("replicas")),
         shared_status=_str(shared, "status") if _str(shared, "backend") == "redis" else None,
         shared_live_gateways=_int(shared, "live_gateways"),
+        shared_draining_gateways=_int(shared, "draining_gateways"),
         shared_url=_str(shared, "url"),
         shared_error=_str(shared, "last_error"),
         global_in_flight=_int(shared, "global_in_flight"),

@@ -89,12 +89,14 @@ async def _probe(state: GatewayContext) -> None:
 
 def _watch_drain(state: GatewayContext, proxy: Proxy, seen: str) -> str:
     """One line in the log when the drain starts and when it cuts; the cut itself (each
-    request in flight ended with an error) is the proxy's. Returns the phase now."""
+    request in flight ended with an error) is the proxy's. At its start the shared limits say
+    so to the other gateways. Returns the phase now."""
     drain = state.drain
     phase = drain.phase()
     if phase == seen:
         return phase
     if seen == "ready":
+        state.shared.begin_drain()  # the other gateways hear of it at once
         log.info(
             "llmtop gateway: %s: /readyz fails; new requests served %.3g s more, then up to"
             " %.3g s for the %d in flight",

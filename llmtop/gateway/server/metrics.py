@@ -179,6 +179,13 @@ class GatewayCollector(Collector):
                 "Gateways holding a live lease at the last sync.",
                 status["live_gateways"],
             )
+            draining = status.get("draining_gateways")
+            if draining is not None:
+                yield GaugeMetricFamily(
+                    p + "shared_draining_gateways",
+                    "Other gateways sharing the limits that were draining at the last sync.",
+                    draining,
+                )
             held = status.get("global_in_flight")
             if held is not None:
                 yield GaugeMetricFamily(

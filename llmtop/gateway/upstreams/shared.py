@@ -9,12 +9,14 @@ The limits and the pause state live in a versioned hash, applied by every gatewa
 sync. Redis unreachable: each keeps to min(its grant, limit / live gateways last seen), takes
 the share once what the others held could have ended (fallback.py says when, and why the sum
 stays within the cap), says so in /admin/stats and /metrics, and rejoins at the next answer.
+A draining gateway (SIGTERM) says so in its record and keeps renewing it until it stops, so the
+others count it among the draining ones; an older gateway's record (four fields) is not
+draining, and an older gateway's pattern reads the first four fields of a newer one's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
@@ -36,8 +38,10 @@ REDIS_TIMEOUT_S = 0.5
 """A Redis call slower than this counts as Redis unreachable."""
 
 # KEYS: the records hash, the expiry zset, the config hash.
-# ARGV: id, want_s, want_b, floor_s, floor_b, cap_s, cap_b (-1: none), ttl_ms.
-# Returns {grant_s, grant_b (-1: none), live gateways, held_s total, held_b total, config version}.
+# ARGV: id, want_s, want_b, floor_s, floor_b, cap_s, cap_b (-1: none), ttl_ms, draining (1: yes).
+# A record is 'held_s held_b want_s want_b draining' (an older gateway's has no 5th field).
+# Returns {grant_s, grant_b (-1: none), live gateways, held_s total, held_b total, config version,
+# the other gateways draining}.
 SYNC_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -48,7 +52,7 @@ local id = ARGV[1]
 local want_s, want_b = tonumber(ARGV[2]), tonumber(ARGV[3])
 local floor_s, floor_b = tonumber(ARGV[4]), tonumber(ARGV[5])
 local cap_s, cap_b = tonumber(ARGV[6]), tonumber(ARGV[7])
-local held_s, held_b, live, waiting = 0, 0, 1, 0
+local held_s, held_b, live, waiting, draining = 0, 0, 1, 0, 0
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   if all[i] ~= id then
@@ -56,6 +60,8 @@ for i = 1, #all, 2 do
     hs, hb, ws, wb = tonumber(hs), tonumber(hb), tonumber(ws), tonumber(wb)
     held_s, held_b, live = held_s + hs, held_b + hb, live + 1
     if ws > hs or (cap_b >= 0 and wb > hb) then waiting = waiting + 1 end
+    local d = string.match(all[i + 1], '^%d+ %d+ %d+ %d+ (%d+)')
+    if d == '1' then draining = draining + 1 end
   end
 end
 local g_s = math.min(want_s, math.max(cap_s - held_s, 0))
@@ -67,10 +73,11 @@ if cap_b >= 0 then
   if waiting > 0 then g_b = math.min(g_b, math.floor(cap_b / (waiting + 1))) end
   r_b = math.max(g_b, floor_b)
 end
-redis.call('HSET', KEYS[1], id, r_s .. ' ' .. r_b .. ' ' .. want_s .. ' ' .. want_b)
+local mine = (ARGV[9] == '1') and '1' or '0'
+redis.call('HSET', KEYS[1], id, r_s .. ' ' .. r_b .. ' ' .. want_s .. ' ' .. want_b .. ' ' .. mine)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), id)
 local ver = redis.call('HGET', KEYS[3], 'ver') or '0'
-return {g_s, g_b, live, held_s + r_s, held_b + r_b, ver}
+return {g_s, g_b, live, held_s + r_s, held_b + r_b, ver, draining}
 """
 
 
@@ -111,6 +118,9 @@ class SharedLimits(Protocol):
 
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None: ...
 
+    def begin_drain(self) -> None:
+        """This gateway began to drain (SIGTERM): tell the others now."""
+
     async def publish(self, ctl: AdmissionController) -> None: ...
 
     async def rate_check(self, tenant: str, rpm: float) -> float | None: ...
@@ -134,6 +144,9 @@ class LocalLimits:
     kv_blocks: int | None = None
 
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None:
+        return None
+
+    def begin_drain(self) -> None:
         return None
 
     async def publish(self, ctl: AdmissionController) -> None:
@@ -185,6 +198,11 @@ class RedisLimits:
         self.kv_blocks: int | None = None
         self.connected: bool | None = None
         self.live = 1
+        self.draining = False
+        """This gateway is draining: its record says so from its next sync."""
+        self.draining_peers: int | None = None
+        """The other gateways whose records say they are draining, at the last sync (None:
+        not known, Redis unanswered)."""
         self.global_in_flight: int | None = None
         self.global_kv_blocks: int | None = None
         self.last_error: str | None = None
@@ -212,6 +230,10 @@ class RedisLimits:
             return
         self._wake.set()
 
+    def begin_drain(self) -> None:
+        self.draining = True
+        self._wake.set()
+
     async def run(self, ctl: AdmissionController, apply: Callable[[], None]) -> None:
         """Sync forever (cancelled by the app's lifespan): grant, renew, follow the limits."""
         ctl.on_demand = self.wake
@@ -227,8 +249,13 @@ class RedisLimits:
             with_timeout = RENEW_S if self.connected else 2 * RENEW_S
             if self.connected and self._full:
                 with_timeout = ASK_S
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), with_timeout)
+            # the timer wakes it, not wait_for: 3.11's wait_for returns when a wake and the
+            # lifespan's cancel come at once, swallowing the cancel (the stop then hangs)
+            timer = asyncio.get_running_loop().call_later(with_timeout, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
 
     async def _once(self, ctl: AdmissionController, apply: Callable[[], None]) -> None:
         lim = ctl.limits
@@ -243,14 +270,15 @@ class RedisLimits:
             self.kv_blocks = want_b
         apply()
         args: list[str | int] = [self.id, want_s, want_b, floor_s, floor_b, lim.max_concurrency]
-        args += [-1 if kv_cap is None else kv_cap, int(self.ttl_s * 1000)]
+        args += [-1 if kv_cap is None else kv_cap, int(self.ttl_s * 1000), int(self.draining)]
         res = await self._sync(keys=self._keys, args=args)
-        g_s, g_b, live, held_s, held_b, ver = (int(x) for x in res)
+        g_s, g_b, live, held_s, held_b, ver, draining = (int(x) for x in res)
         if self.connected is False:
             self.last_error = None
         self.connected = True
         self._back(ctl.now(), live)
         self.live, self.global_in_flight, self.global_kv_blocks = live, held_s, held_b
+        self.draining_peers = draining
         self.slots = g_s
         self.kv_blocks = None if g_b < 0 else g_b
         self._full = g_s < want_s or (g_b >= 0 and g_b < want_b)
@@ -317,6 +345,7 @@ class RedisLimits:
         if self.connected is not False:
             self.fallbacks += 1
         self.connected = False
+        self.draining_peers = None
         self.last_error = f"redis unreachable: {type(e).__name__}: {e}"[:200]
         if self._fallback is None:
             longest = self.lives.longest_s(now)
@@ -358,6 +387,7 @@ class RedisLimits:
             "url": self.url,
             "gateway_id": self.id,
             "live_gateways": self.live,
+            "draining_gateways": self.draining_peers,
             "share_slots": self.slots,
             "share_kv_blocks": self.kv_blocks,
             "global_in_flight": self.global_in_flight,
