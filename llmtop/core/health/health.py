@@ -1,15 +1,8 @@
 """Health rules as data: each names the binding resource, the measured numbers and the fix.
 
-A rule is a pure check over a `Context` (this poll's stats, recent snapshots, settings) that
-returns a `Verdict` when its condition holds. `HealthState` adds hysteresis: a condition must
-hold `fire_after_s` before its finding fires (immediate rules, such as target-down, fire at
-once) and must stay false `clear_after_s` before the finding clears, so a finding does not
-flap on one noisy window. A rule whose inputs are unknown (None) does not hold; the pipeline
-separately reports status "unknown" when the core inputs are missing, so unknown never reads
-as healthy. Actions name the right fix: for backlog and KV exhaustion, cap concurrency at the
-gateway (never raise --max-num-seqs). The checks live in `rules_engine` (engines),
-`rules_edge` (gateway, GPUs) and `rules_gateway` (the gateway's replicas and peers); their
-vocabulary in `rulebase`.
+A rule is a pure check over a `Context` returning a `Verdict` when it holds; `HealthState`
+adds hysteresis (hold `fire_after_s` to fire, unless immediate; false `clear_after_s` to clear)
+so a finding does not flap. Unknown inputs never hold. The checks live in rules_*.py.
 """
 
 from __future__ import annotations

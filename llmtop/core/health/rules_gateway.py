@@ -1,12 +1,8 @@
 """Health rules over what the watched gateway knows of its replicas and of the gateways it
 shares limits with (its /admin/stats): a replica out of its rotation, a replica whose answers
 come far slower than its peers', Redis away (the limits held per gateway), a peer gone or
-draining. Pure.
-
-They read the gateway alone, so they hold the same for one engine and for a fleet (whose edge
-pipeline judges the gateway), and each is named within seconds: the gateway has already judged
-a replica's errors and deadlines and timed every answer it relayed, so nothing waits for a
-window of scrapes to fill.
+draining. Pure. The gateway has already judged and timed what they read, so each is named
+within seconds, the same for one engine and for a fleet.
 """
 
 from __future__ import annotations

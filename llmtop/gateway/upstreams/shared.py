@@ -1,17 +1,9 @@
 """Limits shared by several gateways: one small interface, a local and a Redis implementation.
 
-`LocalLimits` is one gateway on its own. `RedisLimits` holds the global concurrency and KV
-budget as leases: each gateway's record (held, wanted) expires `ttl_s` after its last renewal,
-so a dead gateway's room comes back within the TTL; one Lua script (atomic) drops expired
-records, grants what the others do not hold (no more than a fair share while another waits)
-and renews. Admission stays pure and sees only its share (`AdmissionController.set_share`).
-The limits and the pause state live in a versioned hash, applied by every gateway at its next
-sync. Redis unreachable: each keeps to min(its grant, limit / live gateways last seen), takes
-the share once what the others held could have ended (fallback.py says when, and why the sum
-stays within the cap), says so in /admin/stats and /metrics, and rejoins at the next answer.
-A draining gateway (SIGTERM) says so in its record and keeps renewing it until it stops, so the
-others count it among the draining ones; an older gateway's record (four fields) is not
-draining, and an older gateway's pattern reads the first four fields of a newer one's.
+`RedisLimits` holds the global concurrency and KV budget as leases that expire `ttl_s` after
+their last renewal (a dead gateway's room comes back); one atomic Lua script grants, renews and
+counts the live and draining gateways. Admission sees only its share. Redis away: fallback.py.
+Docs: docs/gateway.md, "Past one engine and one process".
 """
 
 from __future__ import annotations

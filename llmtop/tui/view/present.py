@@ -328,11 +328,9 @@ def _combined(snapshot: Snapshot) -> EngineStats | None:
 class CombinedEngines:
     """`combine(snapshot.engines)` once per snapshot, for the `size` newest snapshots.
 
-    A chart redraw reads every snapshot it plots, and combining a fleet's engines again for
-    each would cost more than the rest of a poll's rendering. The app asks for the newest
-    snapshot at each poll, so a chart finds every snapshot of the history already combined.
-    Keyed by identity (a snapshot's hash would walk all of it); the entry keeps its snapshot,
-    so an id is never reused while it is here.
+    A chart redraw reads every snapshot it plots; combining a fleet again for each would cost
+    more than the rest of a poll's rendering. Keyed by identity (the entry keeps its snapshot,
+    so an id is not reused while cached).
     """
 
     def __init__(self, size: int) -> None:
