@@ -56,11 +56,24 @@ async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
                 await asyncio.sleep(0.01)
                 assert sum(c.in_flight for c, _, _ in gws) <= 6
             assert min(served) > 5, served  # no gateway starves while the others hold room
-            # gateway 0 dies without a word: its 2 slots come back within the 1 s TTL
+            # gateway 0 dies without a word: its 2 slots come back once its lease's TTL (1 s
+            # from its last renewal) has run out, judged on Redis's clock; the wait is only a
+            # guard, since a starved test loop or redis-server may take longer to see it
+            r = aioredis.Redis.from_url(server.url)
             tasks[0].cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await tasks[0]
-            await until(lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6, 3.0)
+            died_s, died_us = await r.time()
+            # its last renewal + the TTL (None: a starved moment let it run out and a sync drop it)
+            expiry_ms = await r.zscore("t:lease_expiry", gws[0][1].id)
+            if expiry_ms is not None:
+                assert expiry_ms <= died_s * 1000 + died_us / 1000 + 1001
+            await until(lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6, 30.0)
+            back_s, back_us = await r.time()
+            if expiry_ms is not None:
+                assert back_s * 1000 + back_us / 1000 >= expiry_ms  # not before it ran out
+            assert await r.hexists("t:leases", gws[0][1].id) == 0
+            await r.aclose()
             assert gws[1][1].live == 2
             for ts in tickets[1:]:
                 for t in ts:
@@ -73,6 +86,7 @@ async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks, timeout=10)  # as the app's lifespan: stopped, then closed
             for _, s, _ in gws:
                 await s.close()
 
@@ -92,6 +106,7 @@ async def test_a_limit_set_on_one_gateway_reaches_the_others() -> None:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks, timeout=10)
             await s1.close()
             await s2.close()
 
@@ -130,6 +145,7 @@ async def test_redis_gone_falls_back_to_a_share_and_rejoins() -> None:
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks, timeout=10)
             for _, s_, _ in gws:
                 await s_.close()
 
@@ -250,5 +266,6 @@ async def test_a_draining_gateway_says_so_and_old_records_mix_with_new() -> None
         finally:
             for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks, timeout=10)
             await r.aclose()
             await s2.close()
