@@ -54,6 +54,8 @@ MAX_SEQS, BATCHED, BLOCKS, BLOCK, MODEL_LEN = 8, 2048, 32, 128, 2048
 ARMS = ("straight", "defaults", "autopilot", "autopilot-before")
 """autopilot-before: the autopilot of another tree (--before-tree), side by side in one run."""
 BEFORE_TREE: list[Path] = []
+OLD_FLAG: list[bool] = []
+"""[True]: the before tree's gateway takes `--upstream` (before the rename to `--vllm`)."""
 TIE = 0.05
 """Arms whose goodput per offered request is within this are tied in the ordering."""
 _groups: list[subprocess.Popen[bytes]] = []
@@ -318,7 +320,7 @@ def start_gateway(
         "-m",
         "llmtop",
         "gateway",
-        "--upstream" if arm == "autopilot-before" else "--vllm",  # a tree before the rename
+        "--upstream" if arm == "autopilot-before" and OLD_FLAG[0] else "--vllm",
         upstream,
         "--listen",
         f"127.0.0.1:{port}",
@@ -592,6 +594,15 @@ def main() -> int:
             print("bench_vllm_serve: autopilot-before needs --before-tree", file=sys.stderr)
             return 2
         BEFORE_TREE.append(args.before_tree.resolve())
+        helped = subprocess.run(  # a tree from before `--upstream` became `--vllm`?
+            [sys.executable, "-m", "llmtop", "gateway", "--help"],
+            cwd=BEFORE_TREE[0],
+            env={**os.environ, "PYTHONPATH": str(BEFORE_TREE[0])},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        OLD_FLAG.append("--vllm" not in helped.stdout)
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + 60 * args.budget_min
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT: even when inherited
