@@ -48,11 +48,10 @@ local held_s, held_b, live, waiting, draining = 0, 0, 1, 0, 0
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   if all[i] ~= id then
-    local hs, hb, ws, wb = string.match(all[i + 1], '(%d+) (%d+) (%d+) (%d+)')
+    local hs, hb, ws, wb, d = string.match(all[i + 1], '(%d+) (%d+) (%d+) (%d+) ?(%d*)')
     hs, hb, ws, wb = tonumber(hs), tonumber(hb), tonumber(ws), tonumber(wb)
     held_s, held_b, live = held_s + hs, held_b + hb, live + 1
     if ws > hs or (cap_b >= 0 and wb > hb) then waiting = waiting + 1 end
-    local d = string.match(all[i + 1], '^%d+ %d+ %d+ %d+ (%d+)')
     if d == '1' then draining = draining + 1 end
   end
 end
