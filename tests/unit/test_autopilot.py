@@ -601,12 +601,11 @@ def test_a_figure_unknown_holds_the_budget_and_says_which(unknown: str) -> None:
     named = {"waiting": "waiting", "preemptions": "preemptions", "kv_usage_frac": "KV use"}
     assert ctl.autopilot["reason"].startswith("holding at 1,000 blocks: ")
     assert f"{named[unknown]} unknown" in ctl.autopilot["reason"]
-    for _ in range(3):  # known again: a storm lasting 3 scrapes is cut
+    for _ in range(3):  # known again: a storm lasting 3 scrapes is seen (at the cache: held)
         clock.advance(1.0)
         drive(ctl, pilot, sig(preemptions=3.0, waiting=9.0), clock())
-    assert ctl.limits.max_inflight_kv_blocks is not None
-    assert ctl.limits.max_inflight_kv_blocks < 1000
-    assert "preempting 3.0/s" in ctl.autopilot["reason"]
+    assert ctl.limits.max_inflight_kv_blocks == 1000
+    assert ctl.autopilot["reason"].startswith("holding: thrashing: preempting 3.0/s")
 
 
 def test_a_scrape_that_fails_holds_the_budget_and_says_why() -> None:

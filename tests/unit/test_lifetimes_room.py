@@ -13,7 +13,7 @@ from llmtop.gateway.admission.controller import AdmissionController, Limits, Tic
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
 from llmtop.gateway.admission.lifetimes import Lifetimes, newcomers_fit
 from llmtop.gateway.autopilot.autopilot import Autopilot
-from llmtop.gateway.autopilot.drive import drive, room_blocks
+from llmtop.gateway.autopilot.drive import drive, engine_room_tokens, room_blocks
 from tests.unit.test_admission import FakeClock, accounted
 from tests.unit.test_autopilot import sig
 
@@ -110,6 +110,41 @@ async def test_room_lifts_the_budget_and_the_fifth_is_admitted_not_refused() -> 
     accounted(ctl)
 
 
+async def test_the_head_goes_into_the_engines_free_blocks_one_a_scrape() -> None:
+    """The KV budget full (32 of 32 blocks, four in flight), two waiting, the engine holding
+    26 of its 32 blocks and queueing nothing: vLLM would start a 600-token prompt (5 blocks) at
+    once, so the head goes in past the budget; one a scrape (the next tells what it did); none
+    while the engine queues inside, preempts or in mode advise (the limits are a person's)."""
+    clock = FakeClock()
+    ctl = fitted(clock, max_inflight_kv_blocks=32, ttft_slo_s=30.0)  # they queue, not refused
+    pilot = Autopilot()
+    held = young_four(ctl, clock)
+    waiters = [ctl.enter(prompt_tokens=600, kv_blocks=8, shape=SHAPE) for _ in range(2)]
+    assert all(w.queued for w in waiters)
+    small: dict[str, object] = {"kv_capacity_blocks": 32, "kv_block_size": BLOCK}
+    pilot.step(clock(), sig(**small), in_flight_blocks=32, queued=2)
+    for busy in ({"waiting": 1.0}, {"preemptions": 2.0}, {"kv_usage_frac": 30 / 32}):
+        ctl.set_engine_room(engine_room_tokens(ctl, pilot, sig(**{**small, **busy})))
+        assert all(w.queued for w in waiters), busy
+    ctl.set_engine_room(engine_room_tokens(ctl, pilot, sig(**small, kv_usage_frac=26 / 32)))
+    assert waiters[0].admitted  # 6 blocks free: one 5-block prompt
+    assert waiters[1].queued
+    assert ctl.over_budget_admitted == 1
+    assert ctl.engine_room_tokens == 0
+    waiters[0].first_token()  # its prompt out of the prefill budget, which the room obeys
+    ctl.set_limits({"mode": "advise"})
+    clock.advance(1.0)
+    drive(ctl, pilot, sig(**small, kv_usage_frac=20 / 32), clock())
+    assert waiters[1].queued
+    ctl.set_limits({"mode": "auto"})
+    clock.advance(1.0)
+    drive(ctl, pilot, sig(**small, kv_usage_frac=20 / 32), clock())
+    assert waiters[1].admitted
+    for t in [*held, *waiters]:
+        t.release()
+    accounted(ctl)
+
+
 @pytest.mark.parametrize("max_tokens", [1, 100_000])
 def test_room_stays_finite_and_bounded_for_absurd_lengths(max_tokens: int) -> None:
     """1,000 in flight with max_tokens 1 or 100,000: a count between 0 and `most`, never an
@@ -151,9 +186,33 @@ def test_one_cut_per_storm_not_one_per_scrape() -> None:
         if move is not None:
             cuts.append(move.new)
     assert cuts == [round(1300 * 0.9)]
-    move = pilot.step(9.0, storm, in_flight_blocks=1100, queued=9, finished_per_s=5.0)
+    move = pilot.step(9.0, storm, in_flight_blocks=1150, queued=9, finished_per_s=5.0)
     assert move is not None  # drained below the budget and still storming: cut again
-    assert move.new == round(1100 * 0.9)
+    assert move.new == round(1150 * 0.9)
+    move = pilot.step(10.0, storm, in_flight_blocks=1030, queued=9, finished_per_s=5.0)
+    assert move is not None  # the next cut stops at the cache: within it, nothing preempts
+    assert move.new == 1000
+
+
+def test_a_thrash_never_holds_the_budget_under_the_cache() -> None:
+    """On a cache of four requests (the real vLLM's 32 blocks, 8-block requests) two storms
+    cut 48 -> 36 -> 32, never under the cache: footprints within it cannot preempt, and a
+    budget of 31 refuses a fourth request while the engine has room for it (BENCHMARKS §24)."""
+    pilot = Autopilot()
+    small = {"kv_capacity_blocks": 32, "kv_block_size": 128}
+    pilot.step(0.0, sig(**small), in_flight_blocks=0, queued=0)
+    pilot.reset(48)
+    storm = sig(preemptions=2.0, kv_usage_frac=1.0, **small)
+    for t in range(1, 4):
+        pilot.step(float(t), storm, in_flight_blocks=40, queued=5, in_flight=5, finished_per_s=1.5)
+    assert pilot.applied == 36
+    for t in range(4, 7):  # drained to three requests, still preempting: the cut stops at 32
+        pilot.step(float(t), storm, in_flight_blocks=24, queued=5, in_flight=3, finished_per_s=1.5)
+    assert pilot.applied == 32
+    for t in range(7, 60):  # calm, three in flight, the ceiling from the storm still there
+        calm = sig(kv_usage_frac=0.6, **small)
+        pilot.step(float(t), calm, in_flight_blocks=24, queued=5, in_flight=3, finished_per_s=1.5)
+        assert (pilot.applied or 0) >= 32, pilot.last_reason
 
 
 def test_peak_share_is_unchanged_by_the_shared_trajectories() -> None:

@@ -136,6 +136,13 @@ class AdmissionController(AdmissionState):
 
     # -- room: the budgets and this gateway's share (budgets.py) -----------------------
 
+    def set_engine_room(self, tokens: int) -> None:
+        """The prompt tokens the engine can start at once past the KV budget (0: none);
+        admits the queue's head into it."""
+        self.engine_room_tokens = max(0, tokens)
+        if tokens > 0:
+            self._dispatch(self._clock())
+
     def set_share(self, slots: int | None, kv_blocks: int | None) -> None:
         """This gateway's share of the limits (see `share_slots`); admits the queue into it."""
         self._budgets.share_slots, self._budgets.share_kv_blocks = slots, kv_blocks
@@ -145,6 +152,9 @@ class AdmissionController(AdmissionState):
 
     def _start(self, ticket: Ticket, now: float) -> None:
         budgets = self._budgets
+        if budgets.binding(self._limits, ticket.prompt_tokens, ticket.kv_blocks) is not None:
+            self.engine_room_tokens = 0  # one past the KV budget a scrape: the next tells
+            self.over_budget_admitted += 1
         self.estimates.prefill.pass_time(now, budgets.unprefilled_tokens)
         ticket.admit(now)
         budgets.take(ticket)

@@ -70,6 +70,12 @@ class AdmissionState:
         admission only."""
         self.autopilot: dict[str, Any] | None = None
         """The autopilot's last state for /admin/stats (budget, reason), set by its driver."""
+        self.engine_room_tokens = 0
+        """Prompt tokens the engine can start at once past the KV budget (the autopilot sets it
+        each scrape from the blocks the engine reports free, 0 while the engine queues or misses
+        its SLO): a request only the KV budget holds goes in, as vLLM would start it."""
+        self.over_budget_admitted = 0
+        """Requests admitted into the engine's free room past the KV budget."""
         self.on_demand: Callable[[], None] | None = None
         """Called when a request waits for room or one ends, so a shared-limits driver can
         ask for more room or give some back (gateway/upstreams/shared.py)."""
@@ -229,7 +235,12 @@ class AdmissionState:
         return held.in_flight + self._queue.count, held.kv_blocks + self._queue.kv_blocks()
 
     def _fits(self, prompt_tokens: int, kv_blocks: int) -> bool:
-        return not self.paused and self._budgets.fits(self._limits, prompt_tokens, kv_blocks)
+        if self.paused:
+            return False
+        held = self._budgets.binding(self._limits, prompt_tokens, kv_blocks)
+        return held is None or (
+            held == "max_inflight_kv_blocks" and 0 < prompt_tokens <= self.engine_room_tokens
+        )
 
     # -- observation ---------------------------------------------------------------------------
 

@@ -160,8 +160,9 @@ class Autopilot:
             why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
             if in_flight_blocks > t:  # the last cut has not drained yet: no 4 cuts for one storm
                 return f"{why}{DRAINING}"
-            self.ceiling = float(max(lo, min(t, in_flight_blocks)))
-            self.target = self.ceiling * c.cut
+            floor = float(self.capacity or lo)  # at footprints within the cache, nothing to undo
+            self.ceiling = max(floor, float(min(t, in_flight_blocks)))
+            self.target = max(floor, self.ceiling * c.cut)
             self._probe = self._period = None
         return why
 
@@ -256,6 +257,14 @@ class Autopilot:
             (finished_total, served_total),
         )
 
+    def calm(self, sig: EngineSignals) -> bool:
+        """No trouble in sight: no thrash or slow ITL counting, the engine's TTFT p95 within
+        its share of the SLO, no preemption in the interval."""
+        c = self.config
+        if self._thrash_ticks or self._slow_ticks or sig.preemptions != 0:
+            return False
+        return sig.ttft_p95_s is None or sig.ttft_p95_s <= c.engine_ttft_share * c.ttft_slo_s
+
     def _learn_held(self, sig: EngineSignals, cap: int, in_flight_blocks: int) -> None:
         if sig.kv_usage_frac is None or in_flight_blocks < 0.2 * cap:
             return
@@ -299,7 +308,7 @@ class Autopilot:
         peak = self._peak_share
         if peak and per:  # the in-flight set's own predicted peak allows more
             safe = max(safe, c.peak_use * cap / peak)
-        top = hi if self.ceiling is None else min(hi, c.ceiling_margin * self.ceiling)
+        top = hi if self.ceiling is None else min(hi, self._below(self.ceiling, cap))
         room = self._room
         roomy = room is not None and room > safe and not self._thrash_ticks and not self._slow_ticks
         if roomy and room is not None:  # the engine's own room: the level it would start now
@@ -347,6 +356,12 @@ class Autopilot:
         if new != self.applied and moved:
             return self._apply(new, why)
         return None
+
+    def _below(self, ceiling: float, cap: int) -> float:
+        """How high the target may go under a ceiling: a margin below it, but never below the
+        cache for a ceiling at or above it (footprints within the cache cannot preempt)."""
+        top = self.config.ceiling_margin * ceiling
+        return max(top, float(cap)) if ceiling >= cap else top
 
     def _judge(self, now: float, counts: tuple[float, float]) -> float | None:
         """Served within the SLO per second at the level in force, once it has been held long

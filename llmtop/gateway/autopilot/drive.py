@@ -83,6 +83,7 @@ def drive(
     )
     if move is not None and not advise:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
+    ctl.set_engine_room(0 if advise else engine_room_tokens(ctl, pilot, sig))
     _publish(ctl, pilot)
 
 
@@ -111,6 +112,18 @@ def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) 
     more = ctl.newcomers_fit(size, limit + spare, held, per_token, free_blocks=free)
     largest = ctl.largest_in_flight_kv_blocks()
     return None if more is None else ctl.in_flight_kv_blocks + more * largest
+
+
+def engine_room_tokens(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) -> int:
+    """Prompt tokens the engine would start at once: the blocks it reports free less the
+    prompts admitted and not yet prefilled; 0 while it queues inside, a figure is unknown, or
+    the autopilot sees trouble (a thrash, a slow ITL, a TTFT over its share of the SLO)."""
+    cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
+    if cap is None or kv is None or not math.isfinite(kv) or not size or sig.waiting != 0:
+        return 0
+    if not pilot.calm(sig):
+        return 0
+    return int(cap * (1.0 - kv) * size) - ctl.unprefilled_tokens
 
 
 def _publish(ctl: AdmissionController, pilot: Autopilot) -> None:

@@ -31,6 +31,10 @@ class Admission(Protocol):
     def in_flight_kv_blocks(self) -> int: ...
     @property
     def unprefilled_tokens(self) -> int: ...
+
+    engine_room_tokens: int
+    over_budget_admitted: int
+
     def binding(self) -> str | None: ...
     def prefill_tok_per_s(self) -> float | None: ...
     def good_per_s(self) -> float: ...
@@ -54,6 +58,8 @@ def autopilot_status(pilot: Pilot, ctl: Admission) -> dict[str, Any]:
         "prefill_budget_tokens": pilot.prefill_applied,
         "prefill_tok_per_s": ctl.prefill_tok_per_s(),
         "served_within_slo_per_s": ctl.good_per_s(),
+        "engine_room_tokens": ctl.engine_room_tokens,
+        "over_budget_admitted": ctl.over_budget_admitted,
         "binding": binding,
         "binding_reason": binding_reason(ctl, binding),
         "prefill_reason": pilot.prefill_reason,
