@@ -15,7 +15,7 @@ from llmtop.gateway.admission.lifetimes import Lifetimes, newcomers_fit
 from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import drive, engine_room_tokens, room_blocks
 from tests.unit.test_admission import FakeClock, accounted
-from tests.unit.test_autopilot import sig
+from tests.unit.test_autopilot import FELT, sig
 
 BLOCK = 128
 SHAPE = PromptShape(600, True, 300)
@@ -179,7 +179,7 @@ def test_one_cut_per_storm_not_one_per_scrape() -> None:
     pilot = Autopilot()
     pilot.step(0.0, sig(), in_flight_blocks=0, queued=0)
     pilot.reset(1400)
-    storm = sig(preemptions=4.0, kv_usage_frac=1.0)
+    storm = sig(preemptions=4.0, kv_usage_frac=1.0, itl_s_hist=FELT)
     cuts = []
     for t in range(1, 9):
         move = pilot.step(float(t), storm, in_flight_blocks=1300, queued=9, finished_per_s=5.0)
@@ -202,7 +202,7 @@ def test_a_thrash_never_holds_the_budget_under_the_cache() -> None:
     small = {"kv_capacity_blocks": 32, "kv_block_size": 128}
     pilot.step(0.0, sig(**small), in_flight_blocks=0, queued=0)
     pilot.reset(48)
-    storm = sig(preemptions=2.0, kv_usage_frac=1.0, **small)
+    storm = sig(preemptions=2.0, kv_usage_frac=1.0, itl_s_hist=FELT, **small)
     for t in range(1, 4):
         pilot.step(float(t), storm, in_flight_blocks=40, queued=5, in_flight=5, finished_per_s=1.5)
     assert pilot.applied == 36

@@ -37,6 +37,18 @@ def overcommit(cap: int, held: float, per_request: float, use: float) -> float:
     return max(float(cap), x * x)
 
 
+def felt_by_users(
+    itl_s: float, ttft_p95_s: float | None, itl_at: float, ttft_at: float
+) -> str | None:
+    """What shows a preemption storm to users (the engine's mean ITL or TTFT p95 past its
+    mark), in words; None when neither does: preemption nobody feels is the engine's business."""
+    if itl_s > itl_at:
+        return f"mean ITL {itl_s * 1000:.0f} ms > {itl_at * 1000:.0f} ms"
+    if ttft_p95_s is not None and ttft_p95_s > ttft_at:
+        return f"engine TTFT p95 {ttft_p95_s:.1f}s > {ttft_at:.1f}s"
+    return None
+
+
 _blocks = blocks_text
 DRAINING = "; the last cut still draining"
 
@@ -153,11 +165,14 @@ class Autopilot:
             self.target = t * c.ease
             self._probe = self._period = None
             return why
-        thrash = preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
+        felt = felt_by_users(
+            itl, sig.ttft_p95_s, c.thrash_felt * c.itl_slo_s, c.thrash_felt * limit
+        )
+        thrash = felt is not None and preempt_per_s > c.thrash * max(finished_per_s or 0.0, 0.1)
         self._thrash_ticks = self._thrash_ticks + 1 if thrash else 0
         if thrash and self._thrash_ticks >= c.thrash_ticks:
             done = finished_per_s or 0.0
-            why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing"
+            why = f"thrashing: preempting {preempt_per_s:.1f}/s, {done:.1f}/s finishing, {felt}"
             if in_flight_blocks > t:  # the last cut has not drained yet: no 4 cuts for one storm
                 return f"{why}{DRAINING}"
             floor = float(self.capacity or lo)  # at footprints within the cache, nothing to undo
