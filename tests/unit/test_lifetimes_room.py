@@ -114,7 +114,8 @@ async def test_the_head_goes_into_the_engines_free_blocks_one_a_scrape() -> None
     """The KV budget full (32 of 32 blocks, four in flight), two waiting, the engine holding
     26 of its 32 blocks and queueing nothing: vLLM would start a 600-token prompt (5 blocks) at
     once, so the head goes in past the budget; one a scrape (the next tells what it did); none
-    while the engine queues inside, preempts or in mode advise (the limits are a person's)."""
+    while the engine queues inside, preempts, in mode advise (the limits are a person's), or
+    while the engine's room (room_blocks) is raising the budget itself."""
     clock = FakeClock()
     ctl = fitted(clock, max_inflight_kv_blocks=32, ttft_slo_s=30.0)  # they queue, not refused
     pilot = Autopilot()
@@ -139,6 +140,10 @@ async def test_the_head_goes_into_the_engines_free_blocks_one_a_scrape() -> None
     ctl.set_limits({"mode": "auto"})
     clock.advance(1.0)
     drive(ctl, pilot, sig(**small, kv_usage_frac=20 / 32), clock())
+    assert ctl.limits.max_inflight_kv_blocks == 40  # the engine's room set the budget (five):
+    assert waiters[1].queued  # its free blocks are counted there, not again past it
+    assert ctl.over_budget_admitted == 1
+    held[0].release()
     assert waiters[1].admitted
     for t in [*held, *waiters]:
         t.release()

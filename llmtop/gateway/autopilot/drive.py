@@ -68,6 +68,7 @@ def drive(
                 reason="autopilot on: admits by KV footprint; max_concurrency is only a ceiling",
             )
     finished = ctl.drain_rate()
+    room = room_blocks(ctl, pilot, sig)
     move = pilot.step(
         now,
         sig,
@@ -79,11 +80,12 @@ def drive(
         finished_total=ctl.estimates.finished_total,
         served_total=ctl.estimates.served_total,
         peak_share=ctl.peak_share(sig.kv_block_size or 16, sig.itl_mean_s),
-        room_blocks=room_blocks(ctl, pilot, sig),
+        room_blocks=room,
     )
     if move is not None and not advise:
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
-    ctl.set_engine_room(0 if advise else engine_room_tokens(ctl, pilot, sig))
+    claimed = room is not None and room >= (pilot.applied or 0)  # the budget went there
+    ctl.set_engine_room(0 if advise or claimed else engine_room_tokens(ctl, pilot, sig))
     _publish(ctl, pilot)
 
 
@@ -117,7 +119,8 @@ def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) 
 def engine_room_tokens(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) -> int:
     """Prompt tokens the engine would start at once: the blocks it reports free less the
     prompts admitted and not yet prefilled; 0 while it queues inside, a figure is unknown, or
-    the autopilot sees trouble (a thrash, a slow ITL, a TTFT over its share of the SLO)."""
+    the autopilot sees trouble (a thrash, a slow ITL, a TTFT over its share of the SLO). `drive`
+    gives it only where the engine's room (room_blocks) does not already carry the budget."""
     cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
     if cap is None or kv is None or not math.isfinite(kv) or not size or sig.waiting != 0:
         return 0
