@@ -368,7 +368,9 @@ class Autopilot:
         new = round(self.target)
         back_to_safe = new < self.applied and new <= round(safe)  # never stay above the safe
         moved = abs(new - self.applied) >= band or why.startswith("prob") or back_to_safe
-        if new != self.applied and moved:
+        if new != self.applied and moved:  # a target set at a step the deadband held back
+            kind = "headroom" if new > self.applied else "heavier mix"
+            why = why or f"{kind}: {held:.0%} of the footprint held, {queued} queued"
             return self._apply(new, why)
         return None
 
