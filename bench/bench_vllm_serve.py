@@ -70,11 +70,12 @@ def free_port() -> int:
 
 def start(cmd: list[str], log: Path, tree: Path = ROOT) -> subprocess.Popen[bytes]:
     """A child in its own process group (so it and its children can be ended together), run
-    from `tree`'s llmtop."""
+    from `tree`'s llmtop: in `tree` too, since `python -m` puts the working directory ahead of
+    PYTHONPATH (from this repository's root a before arm ran this tree's llmtop)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     with log.open("ab") as f:
         proc = subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=tree, start_new_session=True
         )
     _groups.append(proc)
     return proc
@@ -603,6 +604,17 @@ def main() -> int:
             check=False,
         )
         OLD_FLAG.append("--vllm" not in helped.stdout)
+        where = subprocess.run(  # the arm must run that tree's llmtop, not this one's
+            [sys.executable, "-c", "import llmtop; print(llmtop.__file__)"],
+            cwd=BEFORE_TREE[0],
+            env={**os.environ, "PYTHONPATH": str(BEFORE_TREE[0])},
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        if not where.startswith(str(BEFORE_TREE[0])):
+            print(f"bench_vllm_serve: --before-tree imports {where!r}", file=sys.stderr)
+            return 2
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + 60 * args.budget_min
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT: even when inherited
