@@ -152,7 +152,10 @@ class AdmissionController(AdmissionState):
 
     def _start(self, ticket: Ticket, now: float) -> None:
         budgets = self._budgets
-        if budgets.binding(self._limits, ticket.prompt_tokens, ticket.kv_blocks) is not None:
+        past = self.engine_room_tokens and budgets.binding(
+            self._limits, ticket.prompt_tokens, ticket.kv_blocks
+        )
+        if past:  # only when a room is open: nothing added to the common admission
             self.engine_room_tokens = 0  # one past the KV budget a scrape: the next tells
             self.over_budget_admitted += 1
         self.estimates.prefill.pass_time(now, budgets.unprefilled_tokens)

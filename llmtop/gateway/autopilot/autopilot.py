@@ -274,9 +274,9 @@ class Autopilot:
 
     def calm(self, sig: EngineSignals) -> bool:
         """No trouble in sight: no thrash or slow ITL counting, the engine's TTFT p95 within
-        its share of the SLO, no preemption in the interval."""
+        its share of the SLO."""
         c = self.config
-        if self._thrash_ticks or self._slow_ticks or sig.preemptions != 0:
+        if self._thrash_ticks or self._slow_ticks:
             return False
         return sig.ttft_p95_s is None or sig.ttft_p95_s <= c.engine_ttft_share * c.ttft_slo_s
 

@@ -95,13 +95,10 @@ def room_blocks(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals) 
     within `room_use` of the cache, `room_spare_requests` more on a cache under `room_spare_below`
     of the mix, anchored to the KV held plus prompts not yet prefilled; each prompt within the free
     cache, as vLLM starts one). None: a figure unknown, or the engine queues or preempts."""
-    cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
-    c = pilot.config
-    n = ctl.in_flight
-    if cap is None or kv is None or not math.isfinite(kv) or not size or c.room_use <= 0 or not n:
+    cache, c, n = calm_cache(sig), pilot.config, ctl.in_flight
+    if cache is None or c.room_use <= 0 or not n:
         return None
-    if sig.waiting != 0 or sig.preemptions != 0:  # not calm inside: no room to claim
-        return None
+    cap, kv, size = cache
     per = ctl.in_flight_kv_blocks / n
     held = kv * cap + ctl.unprefilled_tokens / size
     itl = sig.itl_mean_s
@@ -121,12 +118,20 @@ def engine_room_tokens(ctl: AdmissionController, pilot: Autopilot, sig: EngineSi
     prompts admitted and not yet prefilled; 0 while it queues inside, a figure is unknown, or
     the autopilot sees trouble (a thrash, a slow ITL, a TTFT over its share of the SLO). `drive`
     gives it only where the engine's room (room_blocks) does not already carry the budget."""
-    cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
-    if cap is None or kv is None or not math.isfinite(kv) or not size or sig.waiting != 0:
+    cache = calm_cache(sig)
+    if cache is None or not pilot.calm(sig):
         return 0
-    if not pilot.calm(sig):
-        return 0
+    cap, kv, size = cache
     return int(cap * (1.0 - kv) * size) - ctl.unprefilled_tokens
+
+
+def calm_cache(sig: EngineSignals) -> tuple[int, float, int] | None:
+    """The cache (blocks, KV use 0..1, block size) when every figure is known and the engine
+    neither queues nor preempts inside; None otherwise: no room to claim."""
+    cap, kv, size = sig.kv_capacity_blocks, sig.kv_usage_frac, sig.kv_block_size
+    if cap is None or kv is None or not math.isfinite(kv) or not size:
+        return None
+    return None if sig.waiting != 0 or sig.preemptions != 0 else (cap, kv, size)
 
 
 def _publish(ctl: AdmissionController, pilot: Autopilot) -> None:
