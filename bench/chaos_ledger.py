@@ -183,7 +183,7 @@ def schedule(load_s: float, rounds: int) -> list[Injection]:
         a, b = r % 2, 1 - r % 2
         out += [
             Injection(t0, "replica-kill", a, 4.0),
-            Injection(t0 + 7, "replica-stop", b, 20.0),
+            Injection(t0 + 7, "replica-stop", b, 12.0),
             Injection(t0 + 16, "redis-kill", 0, 5.0),
             Injection(t0 + 29, "replica-slow", a, 12.0),
             Injection(t0 + 38, "gateway-roll", r % 2, 0.0),
