@@ -147,6 +147,8 @@ class Stack:
                 [*llmtop, "sim", "--port", str(self.sim_port), *self.sim_args], **quiet
             )
         )
+        # the engine up first: a gateway that checks it before it listens ejects it for 5 s
+        wait_ready(self.sim_url + "/health")
         self.procs.append(
             subprocess.Popen(
                 [*llmtop, "gateway", "--vllm", self.sim_url, "--listen",
@@ -154,7 +156,6 @@ class Stack:
                 **quiet,
             )
         )  # fmt: skip
-        wait_ready(self.sim_url + "/health")
         wait_ready(self.gateway_url + "/healthz")
         return self
 

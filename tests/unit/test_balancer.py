@@ -157,6 +157,7 @@ def test_a_check_that_left_before_an_ejection_does_not_end_it() -> None:
 def test_out_of_rotation_says_for_how_long_and_how_long_it_is_back() -> None:
     bal, clock = make(eject_s=1.0)
     a, b = bal.replicas
+    bal.probed(a, None)  # in service
     clock.t = 10.0
     bal.fail(a, "upstream returned 500")
     clock.t = 12.5  # its ejection is over: probing, still out
@@ -227,3 +228,25 @@ def test_a_whole_answer_counts_its_completion_tokens_over_its_time_at_its_end() 
     m.answered(body, 0.8)  # 32 tokens in 0.8 s: 40 a request-second
     m.answered(b'{"choices": []}', 0.5)  # no usage where it would be: says nothing
     assert m.rate() == (40.0, 0.8)
+
+
+def test_an_engine_up_after_the_gateway_comes_up_not_back() -> None:
+    """Out while it loads (the gateway started first), then up: it never served, so nothing
+    says it is lately back; once it has served, a later ejection and return is."""
+    bal, clock = make(1, eject_s=1.0)
+    (a,) = bal.replicas
+    bal.probed(a, "unreachable: ClientConnectorError")
+    assert a.state == EJECTED
+    clock.t = 3.0
+    assert bal.to_probe() == [a]  # its ejection over: probed
+    bal.probed(a, None)
+    doc = bal.to_list()[0]
+    assert (doc["state"], doc["back_s_ago"], doc["out_for_s"]) == (OK, None, None)
+    assert [e.change for e in bal.events] == ["out", "back"]  # both logged
+    bal.start(a)
+    bal.done(a, error="upstream returned 502")
+    clock.t = 5.0
+    bal.to_probe()
+    bal.probed(a, None)
+    clock.t = 6.0
+    assert bal.to_list()[0]["back_s_ago"] == 1.0

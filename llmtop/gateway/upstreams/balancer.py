@@ -111,7 +111,12 @@ class Replica:
     out_since: float | None = None
     """When it left rotation, while it is out (the clock's seconds; None in rotation)."""
     back_at: float | None = None
-    """When it last came back into rotation (None: never out, or out now)."""
+    """When it last came back into rotation (None: never out, or out now). Not set when it
+    comes up for the first time: an engine still loading when the gateway started was never
+    in service, so it is not back from anything (replica-out-of-rotation holds while it is
+    out, not for the 10 s after it first answers)."""
+    served: bool = False
+    """It has answered a request or a probe."""
     meter: TokenMeter = field(default_factory=TokenMeter)
     """Its answers' tokens and time (the relay's), on the balancer's clock."""
 
@@ -199,7 +204,7 @@ class Balancer:
         r.in_flight -= 1
         r.kv_in_flight -= kv_blocks
         if error is None:
-            r.healthy = True
+            r.healthy = r.served = True
             return
         self.fail(r, error)
 
@@ -236,9 +241,8 @@ class Balancer:
                 return
             if r.state != OK:
                 self._event(ReplicaEvent(self.clock(), r.url, "back"))
-            if r.state != OK:
-                r.back_at = self.clock()
-            r.state, r.healthy, r.out_since = OK, True, None
+                r.back_at = self.clock() if r.served else None
+            r.state, r.healthy, r.served, r.out_since = OK, True, True, None
         else:
             self.fail(r, error)
 
