@@ -114,6 +114,7 @@ def test_a_move_out_of_rotation_and_back_is_one_event_each() -> None:
     bal, clock = make(eject_s=5.0)
     a, b = bal.replicas
     assert bal.to_check() == [a, b]
+    bal.probed(a, None)  # in service
     clock.t = 1.0
     bal.probed(a, "no /health answer within 2 s (hung)")
     assert bal.to_check() == [b]
@@ -242,7 +243,7 @@ def test_an_engine_up_after_the_gateway_comes_up_not_back() -> None:
     bal.probed(a, None)
     doc = bal.to_list()[0]
     assert (doc["state"], doc["back_s_ago"], doc["out_for_s"]) == (OK, None, None)
-    assert [e.change for e in bal.events] == ["out", "back"]  # both logged
+    assert [e.change for e in bal.events] == ["out", "up"]  # both logged
     bal.start(a)
     bal.done(a, error="upstream returned 502")
     clock.t = 5.0
@@ -250,3 +251,4 @@ def test_an_engine_up_after_the_gateway_comes_up_not_back() -> None:
     bal.probed(a, None)
     clock.t = 6.0
     assert bal.to_list()[0]["back_s_ago"] == 1.0
+    assert [e.change for e in bal.events][2:] == ["out", "back"]

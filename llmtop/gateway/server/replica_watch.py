@@ -57,6 +57,8 @@ def _log_events(state: GatewayContext, seen: int) -> int:
     for e in list(events)[len(events) - min(len(events), total - seen) :]:
         if e.change == "out":
             log.warning("llmtop gateway: replica %s out of rotation: %s", e.url, e.reason)
+        elif e.change == "up":
+            log.info("llmtop gateway: replica %s in rotation: its first answer", e.url)
         else:
             log.info("llmtop gateway: replica %s back in rotation", e.url)
     return total

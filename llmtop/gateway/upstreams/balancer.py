@@ -132,7 +132,8 @@ class ReplicaEvent:
 
     time: float
     url: str
-    change: Literal["out", "back"]
+    change: Literal["out", "back", "up"]
+    """up: in rotation at its first answer (it had not served before it went out)."""
     reason: str | None = None
 
 
@@ -240,7 +241,7 @@ class Balancer:
             if r.state == EJECTED:
                 return
             if r.state != OK:
-                self._event(ReplicaEvent(self.clock(), r.url, "back"))
+                self._event(ReplicaEvent(self.clock(), r.url, "back" if r.served else "up"))
                 r.back_at = self.clock() if r.served else None
             r.state, r.healthy, r.served, r.out_since = OK, True, True, None
         else:
