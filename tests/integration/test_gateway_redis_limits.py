@@ -30,14 +30,27 @@ def gateway(url: str, ttl_s: float = 1.0) -> Gateway:
     return ctl, shared, apply
 
 
-async def until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+async def until(
+    cond: Callable[[], bool], timeout_s: float = 5.0, state: Callable[[], str] = str
+) -> None:
+    """Wait for `cond`; on a timeout say `state()` (what the next look at a flake needs)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        assert asyncio.get_running_loop().time() < deadline, f"not met in time: {state()}"
         await asyncio.sleep(0.01)
 
 
+def _state(gws: list[Gateway]) -> str:
+    return "; ".join(
+        f"{s.id}: in flight {c.in_flight}, queued {c.queued}, slots {s.slots}, live {s.live},"
+        f" connected {s.connected}, fallbacks {s.fallbacks}, error {s.last_error}"
+        for c, s, _ in gws
+    )
+
+
 async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     with redis_server() as server:
         gws = [gateway(server.url) for _ in range(3)]
         tasks = [asyncio.ensure_future(s.run(c, a)) for c, s, a in gws]
@@ -68,7 +81,11 @@ async def test_grants_share_the_cap_and_a_dead_lease_returns() -> None:
             expiry_ms = await r.zscore("t:lease_expiry", gws[0][1].id)
             if expiry_ms is not None:
                 assert expiry_ms <= died_s * 1000 + died_us / 1000 + 1001
-            await until(lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6, 30.0)
+            await until(
+                lambda: gws[1][0].in_flight + gws[2][0].in_flight == 6,
+                30.0,
+                lambda: f"{_state(gws)} (since the start {loop.time() - started:.1f} s)",
+            )
             back_s, back_us = await r.time()
             if expiry_ms is not None:
                 assert back_s * 1000 + back_us / 1000 >= expiry_ms  # not before it ran out
