@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import chaos
-from bench.chaos_ledger import FAULT_KINDS, NAMED_BY
+from bench.chaos_ledger import FAULT_KINDS, NAMED_BY, WITHIN_S
 from tests.integration.redis_server import redis_binary
 from tests.system_tools import system_binary
 
@@ -32,8 +32,9 @@ def test_one_round_of_every_fault_loses_no_request(tmp_path: Path) -> None:
         assert outcomes[kind] > 0, outcomes
     assert sorted(i.kind for i, _, _ in run.injections) == sorted(FAULT_KINDS)
     assert run.rate_per_s == pytest.approx(1.5 * run.capacity_per_s)
-    # the report names each fault within 5 s of its start (docs/reliability.md says by what)
+    # the report names each fault within 5 s of its start, replica-slow within 8 s
+    # (docs/reliability.md says by what, and why that one takes longer)
     for n in run.figures["named"]:
         assert n["finding"] in NAMED_BY[n["kind"]], n
-        assert n["delay_s"] <= 5.0, n
+        assert n["delay_s"] <= WITHIN_S.get(n["kind"], 5.0), n
     assert run.figures["report_polls"] >= 50
