@@ -1,7 +1,7 @@
 """Onset-to-alert of `degraded-200` on the seed burst, with and without the gateway's age of
 the oldest unanswered request, in virtual time (deterministic).
 
-The simulated `seed` engine (llmtop/sim/engine.py) serves chats in a closed loop; at t = 30 s a
+The simulated `seed` engine (llmtop/sim/model.py) serves chats in a closed loop; at t = 30 s a
 burst arrives. Two workloads: the seed burst (8 chats of 512/256 tokens, then 24 prompts of
 4,000 tokens at once: KV exhausted, TTFT toward a minute, 0 errors), and a full batch (vLLM at
 --max-num-seqs 8, busy with 8 answers of 2,000 tokens; 8 chats arrive and wait in vLLM's queue
@@ -36,8 +36,8 @@ from llmtop.core.exposition import promtext  # noqa: E402
 from llmtop.core.pipeline.pipeline import Pipeline  # noqa: E402
 from llmtop.core.vllm.names import sample_names  # noqa: E402
 from llmtop.settings import HealthSettings  # noqa: E402
-from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
+from llmtop.sim.model import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 
 URL = "http://127.0.0.1:8000"

@@ -1,6 +1,6 @@
 """Autopilot admission against static caps and no gateway, in virtual time (deterministic).
 
-The simulated `seed` engine (llmtop/sim/engine.py) runs its steps back to back; the gateway is
+The simulated `seed` engine (llmtop/sim/model.py) runs its steps back to back; the gateway is
 the real AdmissionController on the engine's clock, and in autopilot mode the real controller
 (llmtop/gateway/autopilot/autopilot.py) reads the sim's real /metrics text once a simulated second
 (MetricsRenderer -> gateway.pilot.read_scrape, core's reader), exactly as the app does over HTTP.
@@ -40,8 +40,8 @@ from llmtop.gateway.admission.footprint import FootprintModel, PromptShape  # no
 from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig  # noqa: E402
 from llmtop.gateway.autopilot.drive import drive  # noqa: E402
 from llmtop.gateway.server.autopilot_loop import read_scrape  # noqa: E402
-from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.metrics import MetricsRenderer  # noqa: E402
+from llmtop.sim.model import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 
 TTFT_SLO_S = 5.0

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
-from llmtop.sim.engine import Engine, EngineConfig, Sequence  # noqa: E402
+from llmtop.sim.model import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
 from tests.support.sim_virtual import Burst, run_burst  # noqa: E402
 

@@ -81,12 +81,12 @@ class ScanLookbacks:
 def run(variant: str, polls: int, full: bool) -> float:
     """Median CPU ms of one FleetPipeline.update of 100 replicas, history full."""
     if variant == "without plan":
-        from llmtop.core.vllm import engines
+        from llmtop.core.vllm import reader
 
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
         from tests.support.direct_reading import extract_direct
 
-        engines.extract = lambda samples, names=None: extract_direct(samples)  # type: ignore[assignment]
+        reader.extract = lambda samples, names=None: extract_direct(samples)  # type: ignore[assignment]
     elif variant == "without lookbacks":
         import llmtop.core.pipeline.fleet as fleet_module
 

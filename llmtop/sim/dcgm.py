@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from llmtop.sim.engine import Engine
+from llmtop.sim.model import Engine
 
 MIB = 1024 * 1024
 WINDOW_S = 1.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from llmtop.sim.engine import Engine
 from llmtop.sim.exposition import Writer, escape, fmt
+from llmtop.sim.model import Engine
 from llmtop.sim.stats import EngineStats, Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

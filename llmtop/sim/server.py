@@ -29,10 +29,10 @@ from starlette.routing import Route
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
-from llmtop.sim.engine import Engine, EngineConfig, RequestRejected, Sequence, StepResult
 from llmtop.sim.exposition import restrict
 from llmtop.sim.faults import GARBAGE_HEADER_BYTES, SLOW_FACTOR, FaultSchedule, parse_faults
 from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
+from llmtop.sim.model import Engine, EngineConfig, RequestRejected, Sequence, StepResult
 from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
 from llmtop.sim.profiles import get_profile
 

@@ -12,8 +12,8 @@ from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import with_whatif
 from llmtop.tui.app import LlmtopApp
+from llmtop.whatif.feed import with_whatif
 
 
 def run_live(

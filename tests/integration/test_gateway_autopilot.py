@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from llmtop.sim.engine import Engine
+from llmtop.sim.model import Engine
 from tests.integration.test_gateway_fakes import wait_stats
 from tests.integration.test_gateway_sim import Start, accounted, at_engine, body, engine_of
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.sim.engine import Engine
+from llmtop.sim.model import Engine
 from tests.integration.test_gateway_fakes import wait_stats
 
 Start = Callable[..., ServerThread]

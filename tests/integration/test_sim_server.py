@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.sim.engine import Engine
+from llmtop.sim.model import Engine
 
 StartSim = Callable[..., ServerThread]
 

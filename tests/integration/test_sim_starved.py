@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from llmtop.serve.stack import free_port
-from llmtop.sim.engine import Engine, EngineConfig
+from llmtop.sim.model import Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
 
 MAX_TOKENS = 400

@@ -1,4 +1,4 @@
-"""The plain reading of a scrape, sample by sample: what `engines.extract`'s plans
+"""The plain reading of a scrape, sample by sample: what `reader.extract`'s plans
 (`core.vllm.scrape_plan`) stand for. The oracle of tests/unit/test_engines.py's hypothesis test
 and `bench/bench_fleet_pipeline.py --without plan`'s plain side; llmtop itself reads through
 the plans only.
@@ -11,15 +11,14 @@ from collections import defaultdict
 from itertools import groupby
 
 from llmtop.core.base.raw import Sample
-from llmtop.core.vllm.engines import with_field
 from llmtop.core.vllm.names import (
     CACHE_CONFIG,
     COUNTERS,
-    FIELD_FAMILIES,
     FINISHED,
     FRACTIONS,
     GAUGES,
     HISTOGRAMS,
+    LABELLED_FAMILIES,
     PROMPT_BY_SOURCE,
     VLLM_PREFIX,
     WAITING_BY_REASON,
@@ -30,6 +29,7 @@ from llmtop.core.vllm.names import (
     label_value,
     model_name,
 )
+from llmtop.core.vllm.reader import with_labelled
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
 
 _NAME = operator.itemgetter(0)
@@ -39,9 +39,9 @@ def extract_direct(samples: tuple[Sample, ...]) -> EngineScrape:
     """`extract` sample by sample: the reading a `scrape_plan.ScrapePlan` stands for, and the
     one used where a plan cannot be made (a NaN bucket bound)."""
     scrape = _direct(samples)
-    if FIELD_FAMILIES.isdisjoint(s.name for s in samples):
+    if LABELLED_FAMILIES.isdisjoint(s.name for s in samples):
         return scrape
-    return with_field(scrape, samples)
+    return with_labelled(scrape, samples)
 
 
 def _direct(samples: tuple[Sample, ...]) -> EngineScrape:

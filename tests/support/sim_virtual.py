@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from llmtop.sim.engine import Engine, Sequence
+from llmtop.sim.model import Engine, Sequence
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.core.exposition import promtext
 from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.admission.limits import Limits
-from llmtop.sim.engine import Engine
 from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.model import Engine
 from llmtop.sim.profiles import Profile
 from llmtop.whatif.model.calibrate import Calibration, StepFit
 from llmtop.whatif.model.lengths import LengthDist

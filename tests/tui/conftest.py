@@ -19,9 +19,9 @@ from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import WhatIfFeed
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.view.source import SnapshotSource
+from llmtop.whatif.feed import WhatIfFeed
 from llmtop.whatif.model.window import Point
 from tests.support.whatif_truth import scrape_run
 from tests.tui import story

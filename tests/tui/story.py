@@ -20,10 +20,10 @@ from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import SnapshotsWithWhatIf, WhatIfFeed
 from llmtop.tui.app import HISTORY_S, LlmtopApp
 from llmtop.tui.controls import Recorder
 from llmtop.tui.view.source import SnapshotSource
+from llmtop.whatif.feed import SnapshotsWithWhatIf, WhatIfFeed
 
 STORY = Path(__file__).resolve().parents[1] / "fixtures" / "demo-story.jsonl.gz"
 

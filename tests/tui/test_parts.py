@@ -17,7 +17,6 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
-from llmtop.sources.whatif_feed import SnapshotsWithWhatIf, WhatIfFeed
 from llmtop.tui.controls import AdminControls
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.replica_nav import ReplicaNavigator
@@ -25,6 +24,7 @@ from llmtop.tui.view.present import LogEvent
 from llmtop.tui.whatif import WhatIfControls, WhatIfPreview
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
+from llmtop.whatif.feed import SnapshotsWithWhatIf, WhatIfFeed
 from tests.tui import fleet_story, story
 from tests.tui.conftest import SilentSource, burst, notes, until
 from tests.tui.test_keys import limits_of
@@ -309,8 +309,8 @@ class OneSnapshot:
 async def test_the_live_source_polls_predicts_and_closes_both() -> None:
     from llmtop.errors import UsageError
     from llmtop.settings import MonitorSettings
-    from llmtop.sources.whatif_feed import with_whatif
     from llmtop.tui.view.source import WhatIfSource
+    from llmtop.whatif.feed import with_whatif
 
     snapshots = OneSnapshot()
     live = with_whatif(snapshots, MonitorSettings(vllm_urls=(NOWHERE,)), HealthSettings())

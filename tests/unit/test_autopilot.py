@@ -24,8 +24,8 @@ from llmtop.gateway.admission.footprint import DEFAULT_OUTPUT_TOKENS, FootprintM
 from llmtop.gateway.autopilot.autopilot import Autopilot, overcommit
 from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
 from llmtop.gateway.server.autopilot_loop import read_scrape
-from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.model import Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
 from tests.unit.test_admission import FakeClock, accounted, settle
 

@@ -16,8 +16,8 @@ from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from llmtop.sim.dcgm import DcgmTelemetry
-from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.model import Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
 from llmtop.sources.gpu.dcgm import DCGM_KEEP, parse_dcgm
 from llmtop.sources.vllm import VLLM_KEEP

@@ -12,7 +12,7 @@ import pytest
 from llmtop.demo.scenarios import DEFAULT, SCENARIOS, Scenario, describe_all, get_scenario
 from llmtop.errors import UsageError
 from llmtop.settings import HealthSettings, SimSettings
-from llmtop.sim.engine import Engine, EngineConfig, Sequence
+from llmtop.sim.model import Engine, EngineConfig, Sequence
 from llmtop.sim.profiles import get_profile
 
 CAP = 8

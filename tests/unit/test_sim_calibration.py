@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmtop.sim.engine import Engine, EngineConfig, Sequence
+from llmtop.sim.model import Engine, EngineConfig, Sequence
 from llmtop.sim.profiles import get_profile
 from tests.support.sim_virtual import Burst, run_burst
 

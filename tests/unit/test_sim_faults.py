@@ -7,8 +7,8 @@ import pytest
 
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
-from llmtop.sim.engine import FINISHED, WAITING, Engine, EngineConfig
 from llmtop.sim.faults import Fault, FaultSchedule, parse_fault, parse_faults
+from llmtop.sim.model import FINISHED, WAITING, Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
 from llmtop.sim.server import banner, build_engine
 

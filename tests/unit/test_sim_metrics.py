@@ -9,8 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmtop.sim.dcgm import DcgmTelemetry
-from llmtop.sim.engine import Engine, EngineConfig
 from llmtop.sim.metrics import MetricsRenderer
+from llmtop.sim.model import Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
 
 # What llmtop reads (the list); each must match the real capture exactly.

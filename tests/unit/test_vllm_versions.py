@@ -12,7 +12,7 @@ from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import EngineStats
 from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.vllm import engines
+from llmtop.core.vllm import reader
 from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 
@@ -30,7 +30,7 @@ def stats(fixtures_dir: Path, idle: str, load: str, span_s: float = 10.0) -> Eng
 
 
 def test_vllm_0_10_v0_engine_old_names(fixtures_dir: Path) -> None:
-    scrape = engines.extract(
+    scrape = reader.extract(
         promtext.parse((fixtures_dir / "metrics-vllm-0.10.1-v0-load.txt").read_text(), KEEP)
     )
     assert scrape.names_used["kv_usage"] == "vllm:gpu_cache_usage_perc"
@@ -72,5 +72,5 @@ def test_deferred_waiting_is_read_apart_from_capacity() -> None:
         'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 3\n'
         'vllm:num_requests_waiting_by_reason{engine="1",model_name="m",reason="deferred"} 1\n'
     )
-    s = engines.extract(promtext.parse(text, KEEP))
+    s = reader.extract(promtext.parse(text, KEEP))
     assert (s.waiting_capacity, s.waiting_deferred) == (2.0, 4.0)

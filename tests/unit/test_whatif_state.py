@@ -19,7 +19,7 @@ from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.admission.limits import Limits
 from llmtop.gateway.admission.state import QUEUED_AGES_LISTED
 from llmtop.sim.config import EngineConfig
-from llmtop.sim.engine import RUNNING, WAITING, Engine
+from llmtop.sim.model import RUNNING, WAITING, Engine
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.model.calibrate import calibrate, frontend_overhead
 from llmtop.whatif.model.predict import Candidate, predict

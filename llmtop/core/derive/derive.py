@@ -178,7 +178,7 @@ def derive_engine(
     queue_p50, queue_p95 = queue.quantiles(0.5, 0.95)
 
     f = field_figures(deltas, span, window, window_s)
-    found = scrape.field_families
+    found = scrape.labelled_families
     return EngineStats(
         url=url,
         up=True,

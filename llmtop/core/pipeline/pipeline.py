@@ -22,7 +22,7 @@ from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.health.health import Context, HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.vllm import engines
+from llmtop.core.vllm import reader
 from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
@@ -128,7 +128,7 @@ class Pipeline:
         track = self._engines.get(raw.url)
         if track is None:
             track = self._engines[raw.url] = EngineTrack()
-        return track.fold(t, raw, engines.extract(raw.samples), self.window_s)
+        return track.fold(t, raw, reader.extract(raw.samples), self.window_s)
 
     def _gateway_stats(self, raw: RawPoll) -> GatewayStats | None:
         if raw.gateway_url is None:

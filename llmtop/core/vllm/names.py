@@ -75,8 +75,10 @@ LORA_INFO = "vllm:lora_requests_info"
 """An info gauge (value: the wall-clock time it was set) whose labels `max_lora`,
 `running_lora_adapters`, `waiting_lora_adapters` say the adapters' state; a new series per
 state change, the newest by value the current one."""
-FIELD_FAMILIES = frozenset({SPEC_PER_POS, CACHED_BY_SOURCE, SLEEP_STATE, ENGINE_HEALTHY, LORA_INFO})
-"""The labelled families `field.read_field` reads beside the plan (absent on most engines)."""
+LABELLED_FAMILIES = frozenset(
+    {SPEC_PER_POS, CACHED_BY_SOURCE, SLEEP_STATE, ENGINE_HEALTHY, LORA_INFO}
+)
+"""The labelled families `labelled.read_labelled` reads beside the plan (absent on most engines)."""
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
 """Tokens per engine step (a histogram; its count is the number of steps): the what-if's."""
 
@@ -85,7 +87,7 @@ def sample_names(bucketed: Iterable[str] = ()) -> frozenset[str]:
     """Every sample name llmtop reads from a vLLM scrape (the parser's keep-list); `bucketed`:
     keys of `MEAN_ONLY` histograms whose buckets are read too (the autopilot's output lengths,
     the what-if's length distributions)."""
-    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE, *FIELD_FAMILIES}
+    names = {WAITING_BY_REASON, CACHE_CONFIG, FINISHED, PROMPT_BY_SOURCE, *LABELLED_FAMILIES}
     for group in (GAUGES, COUNTERS):
         for alternatives in group.values():
             names.update(alternatives)

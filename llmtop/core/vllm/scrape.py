@@ -1,6 +1,6 @@
 """One vLLM scrape as the values llmtop uses: `EngineScrape` and its `Histogram`s. Pure.
 
-Engines summed, None where not exported; built by `engines.extract` (through a
+Engines summed, None where not exported; built by `reader.extract` (through a
 `scrape_plan.ScrapePlan`) and read by `derive`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtop.core.vllm.field import FieldScrape
+from llmtop.core.vllm.labelled import LabelledScrape
 
 
 @dataclass(frozen=True)
@@ -50,5 +50,5 @@ class EngineScrape:
     (one tuple for every scrape of a structure, so the counter window knows its layout)."""
     counter_columns: list[float] | None = field(default=None, compare=False, repr=False)
     """Their values in that order (the plan adds them up once, for the window to keep)."""
-    field_families: FieldScrape | None = None
-    """The labelled families of the field guide (`field.read_field`); None: none exported."""
+    labelled_families: LabelledScrape | None = None
+    """The labelled families of the field guide (`labelled.read_labelled`); None: none exported."""

@@ -1,4 +1,4 @@
-"""Scrape plans for `engines.extract`: what a scrape's structure decides (the samples each figure
+"""Scrape plans for `reader.extract`: what a scrape's structure decides (the samples each figure
 adds, each `le`'s bound, KV capacity, model), worked out once (a fleet's vLLMs export the same
 series poll after poll); each scrape adds its values in the plain reading's order, bit for bit.
 Held equal by tests/unit/test_engines.py; buys 0.7-0.9 % of a core at 100 replicas, BENCHMARKS §15.

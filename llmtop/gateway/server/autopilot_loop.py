@@ -13,7 +13,7 @@ import aiohttp
 
 from llmtop.core.derive.signals import fleet_signals
 from llmtop.core.exposition import promtext
-from llmtop.core.vllm import engines
+from llmtop.core.vllm import reader
 from llmtop.core.vllm.names import sample_names
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import ScrapeError
@@ -31,7 +31,7 @@ KEEP = promtext.keep_names(sample_names(bucketed=("generation_len",)))
 
 def read_scrape(text: str) -> EngineScrape:
     """An upstream's /metrics body as core reads it; ScrapeError when it is not a vLLM's."""
-    scrape = engines.extract(promtext.parse(text, KEEP))
+    scrape = reader.extract(promtext.parse(text, KEEP))
     if not scrape.has_vllm:
         raise ScrapeError("no vLLM series in the upstream's /metrics (is it vLLM?)")
     return scrape

@@ -16,7 +16,7 @@ from llmtop.errors import Rejected
 from llmtop.gateway.admission.controller import AdmissionController, Ticket
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
 from llmtop.gateway.admission.limits import Limits
-from llmtop.sim.engine import Engine
+from llmtop.sim.model import Engine
 from llmtop.whatif.model.calibrate import Calibration
 from llmtop.whatif.model.scenario import Change, Span, State, arrival_times, queued_ages
 

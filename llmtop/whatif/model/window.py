@@ -16,7 +16,7 @@ from llmtop.core.base.raw import Sample
 from llmtop.core.derive.derive import NO_GAUGES
 from llmtop.core.derive.histogram import histogram_quantile
 from llmtop.core.derive.signals import histogram_increase, mean
-from llmtop.core.vllm import engines, names
+from llmtop.core.vllm import names, reader
 from llmtop.core.vllm.names import ITERATION_TOKENS
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
 from llmtop.errors import UsageError
@@ -43,8 +43,8 @@ class Point:
 
 def point(t: float, samples: tuple[Sample, ...], gateway: dict[str, Any] | None) -> Point:
     """A `Point` from one scrape's parsed samples."""
-    steps = engines.histogram(samples, ITERATION_TOKENS)
-    return Point(t, engines.extract(samples), steps, gateway)
+    steps = reader.histogram(samples, ITERATION_TOKENS)
+    return Point(t, reader.extract(samples), steps, gateway)
 
 
 @dataclass(frozen=True)

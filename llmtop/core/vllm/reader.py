@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from llmtop.core.base.raw import Sample
 from llmtop.core.vllm import scrape_plan
-from llmtop.core.vllm.field import read_field
-from llmtop.core.vllm.names import FIELD_FAMILIES
+from llmtop.core.vllm.labelled import read_labelled
+from llmtop.core.vllm.names import LABELLED_FAMILIES
 from llmtop.core.vllm.scrape import EngineScrape, Histogram
 
 _NAME = operator.itemgetter(0)  # Sample is a named tuple: (name, labels, value)
@@ -29,21 +29,21 @@ def extract(samples: tuple[Sample, ...], names: list[str] | None = None) -> Engi
         names = list(map(_NAME, samples))
     plan = scrape_plan.plan_of(names, list(map(_LABELS, samples)))
     scrape = plan.apply(list(map(_VALUE, samples)))
-    if FIELD_FAMILIES.isdisjoint(names):
+    if LABELLED_FAMILIES.isdisjoint(names):
         return scrape
-    return with_field(scrape, samples)
+    return with_labelled(scrape, samples)
 
 
-def with_field(scrape: EngineScrape, samples: tuple[Sample, ...]) -> EngineScrape:
-    """The scrape with its labelled field families (`field.read_field`) added. Counters by
+def with_labelled(scrape: EngineScrape, samples: tuple[Sample, ...]) -> EngineScrape:
+    """The scrape with its labelled field families (`labelled.read_labelled`) added. Counters by
     spec-decode position join the others, keyed by name in the window (the plan's columns do
     not cover them), so only an engine with speculative decoding leaves its plan's columns."""
-    found = read_field(tuple(s for s in samples if s.name in FIELD_FAMILIES))
+    found = read_labelled(tuple(s for s in samples if s.name in LABELLED_FAMILIES))
     if not found.counters:
-        return replace(scrape, field_families=found)
+        return replace(scrape, labelled_families=found)
     counters = {**scrape.counters, **found.counters}
     return replace(
-        scrape, counters=counters, counter_keys=None, counter_columns=None, field_families=found
+        scrape, counters=counters, counter_keys=None, counter_columns=None, labelled_families=found
     )
 
 

@@ -1,6 +1,6 @@
-"""The field guide's labelled families: spec decode per position, cached prompt tokens by tier,
-the sleep state, `engine_healthy`, the LoRA info gauge. Pure. Read only when a scrape has one
-(`names.FIELD_FAMILIES`: each comes with its feature). Bad input reads as unknown and is said (a
+"""The labelled families of vLLM's newer features: spec decode per position, cached prompt
+tokens by tier, the sleep state, `engine_healthy`, the LoRA info gauge. Pure. Read only when a scrape has one
+(`names.LABELLED_FAMILIES`: each comes with its feature). Bad input reads as unknown and is said (a
 NaN or Inf gauge, an undefined label value, bad info labels); a counter going back is a reset.
 """
 
@@ -25,7 +25,7 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
 @dataclass(frozen=True)
-class FieldScrape:
+class LabelledScrape:
     """What the labelled families of one scrape say; None = not exported."""
 
     counters: dict[str, float]
@@ -40,7 +40,7 @@ class FieldScrape:
     """What could not be read, in words."""
 
 
-def read_field(samples: tuple[Sample, ...]) -> FieldScrape:
+def read_labelled(samples: tuple[Sample, ...]) -> LabelledScrape:
     """The labelled families of a scrape (engines summed; the worst engine's sleep state)."""
     counters: dict[str, float] = {}
     cached: dict[str, float] = {}
@@ -75,7 +75,7 @@ def read_field(samples: tuple[Sample, ...]) -> FieldScrape:
         elif name == LORA_INFO:
             lora.append(s)
     adapters = _lora(lora, unread) if lora else None
-    return FieldScrape(
+    return LabelledScrape(
         counters=counters,
         cached_by_source=cached,
         sleep_state=_sleep_state(sleep),

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from llmtop.errors import UsageError
-from llmtop.sim.engine import FINISHED, RUNNING, WAITING, Engine, EngineConfig, RequestRejected
+from llmtop.sim.model import FINISHED, RUNNING, WAITING, Engine, EngineConfig, RequestRejected
 from llmtop.sim.profiles import PROFILES, get_profile
 from tests.support.sim_virtual import run_concurrent
 

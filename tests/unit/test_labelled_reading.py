@@ -11,7 +11,7 @@ import pytest
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.vllm import engines
+from llmtop.core.vllm import reader
 from llmtop.core.vllm.names import sample_names
 from llmtop.settings import HealthSettings
 
@@ -43,8 +43,8 @@ def lora(*series: tuple[str, str, str, float]) -> str:
     )
 
 
-def scrape(text: str) -> engines.EngineScrape:
-    return engines.extract(tuple(promtext.parse(text, KEEP)))
+def scrape(text: str) -> reader.EngineScrape:
+    return reader.extract(tuple(promtext.parse(text, KEEP)))
 
 
 @pytest.fixture
@@ -54,11 +54,11 @@ def load(fixtures_dir: Path) -> str:
 
 def test_a_plain_032_scrape_reads_no_family_it_does_not_export(load: str) -> None:
     s = scrape(load)
-    assert s.field_families is not None
-    assert s.field_families.sleep_state == "awake"  # 0.32 always exports the sleep state
-    assert s.field_families.lora is None
-    assert s.field_families.healthy is None  # not in 0.32's source
-    assert s.field_families.cached_by_source["device"] == 1792.0
+    assert s.labelled_families is not None
+    assert s.labelled_families.sleep_state == "awake"  # 0.32 always exports the sleep state
+    assert s.labelled_families.lora is None
+    assert s.labelled_families.healthy is None  # not in 0.32's source
+    assert s.labelled_families.cached_by_source["device"] == 1792.0
     assert "spec_drafts" not in s.counters
     assert s.counter_keys is not None  # kept on its plan: no labelled counter was added
     p = Pipeline(HealthSettings())
@@ -86,14 +86,14 @@ def test_spec_decode_acceptance_over_the_window(load: str) -> None:
 
 def test_lora_info_takes_the_newest_series_and_says_what_it_cannot_read(load: str) -> None:
     s = scrape(load + lora(("1", "a", "", 100.0), ("1", "a", "b,c", 200.0)))
-    found = s.field_families.lora if s.field_families else None
+    found = s.labelled_families.lora if s.labelled_families else None
     assert found is not None
     assert (found.max_loras, found.running, found.waiting) == (1, ("a",), ("b", "c"))
     bad = scrape(load + lora(("many", "a", "", 5.0)))
-    assert bad.field_families is not None
-    assert bad.field_families.lora is not None
-    assert bad.field_families.lora.max_loras is None  # unknown, not 0
-    assert "max_lora 'many' is not a number" in bad.field_families.unread[0]
+    assert bad.labelled_families is not None
+    assert bad.labelled_families.lora is not None
+    assert bad.labelled_families.lora.max_loras is None  # unknown, not 0
+    assert "max_lora 'many' is not a number" in bad.labelled_families.unread[0]
 
 
 def test_nan_inf_and_unknown_labels_read_as_unknown(load: str) -> None:
@@ -105,7 +105,7 @@ def test_nan_inf_and_unknown_labels_read_as_unknown(load: str) -> None:
         + f'vllm:engine_sleep_state{{{L},sleep_state="hibernating"}} 1.0\n'
         + f"vllm:engine_healthy{{{L}}} +Inf\n"
     )
-    f = scrape(odd).field_families
+    f = scrape(odd).labelled_families
     assert f is not None
     assert f.sleep_state is None  # awake unread, no level set: unknown, not awake
     assert f.healthy is None  # Inf is not a health
@@ -118,7 +118,7 @@ def test_an_asleep_engine_and_an_unhealthy_one(load: str) -> None:
     asleep = load.replace('sleep_state="awake"} 1.0', 'sleep_state="awake"} 0.0').replace(
         'sleep_state="weights_offloaded"} 0.0', 'sleep_state="weights_offloaded"} 1.0'
     )
-    f = scrape(asleep + f"vllm:engine_healthy{{{L}}} 0\n").field_families
+    f = scrape(asleep + f"vllm:engine_healthy{{{L}}} 0\n").labelled_families
     assert f is not None
     assert f.sleep_state == "weights_offloaded"
     assert f.healthy is False
