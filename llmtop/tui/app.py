@@ -29,6 +29,7 @@ from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.replica_nav import ReplicaNavigator
+from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.present import (
     CombinedEngines,
     LogEvent,
@@ -37,8 +38,7 @@ from llmtop.tui.view.present import (
     is_stale,
 )
 from llmtop.tui.view.source import SnapshotSource, WhatIfSource
-from llmtop.tui.view.whatif import candidate_caps
-from llmtop.tui.whatif import WhatIfControls
+from llmtop.tui.whatif_controls import WhatIfControls
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.findings import FindingsPanel

@@ -21,7 +21,7 @@ from llmtop.tui.controls import AdminControls
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.present import LogEvent
-from llmtop.tui.whatif import WhatIfControls, WhatIfPreview
+from llmtop.tui.whatif_controls import WhatIfControls, WhatIfPreview
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.whatif.feed import SnapshotsWithWhatIf, WhatIfFeed

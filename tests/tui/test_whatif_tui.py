@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.whatif import WhatIfScreen
-from llmtop.tui.whatif import WhatIfPreview
+from llmtop.tui.whatif_controls import WhatIfPreview
 from llmtop.whatif.model.window import Point
 from tests.tui.conftest import feed_of, make_app
 

@@ -29,7 +29,9 @@ LATER = (
     "markdown_it",  # the help screen's Markdown
     "tomllib",  # only when there is a config file
     "prometheus_client",  # the parser of the exact path, for a scrape that needs it
-    "llmtop.whatif",
+    "llmtop.whatif.model",  # the feed (whatif.feed) is wired at start; the model when it runs
+    "llmtop.whatif.collect",
+    "llmtop.whatif.service",
     "llmtop.tui.screens.whatif",
     "llmtop.tui.screens.help",
     "llmtop.tui.screens.replica",

@@ -1,4 +1,4 @@
-"""The what-if's pure choices (llmtop.tui.view.whatif): the caps it predicts and the cap a
+"""The what-if's pure choices (llmtop.tui.view.caps): the caps it predicts and the cap a
 command line being typed asks about, on the recorded demo story."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import kv_fit
 from llmtop.core.health.rulebase import suggested_cap
-from llmtop.tui.view.whatif import candidate_caps, typed_cap
+from llmtop.tui.view.caps import candidate_caps, typed_cap
 from tests.tui import story
 
 

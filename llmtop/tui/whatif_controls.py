@@ -14,8 +14,8 @@ from textual.app import App
 from textual.widgets import Input, Static
 
 from llmtop.errors import LlmtopError
+from llmtop.tui.view.caps import typed_cap
 from llmtop.tui.view.source import WhatIfSource
-from llmtop.tui.view.whatif import typed_cap
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.work import start_worker
 
