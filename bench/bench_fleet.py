@@ -22,8 +22,8 @@ the series named), `--rounds` rounds;
 with --no-name-filter the targets have no such answer (an exporter without prometheus_client's
 mount) and llmtop, finding so, scrapes them in full both times.
 
-"clients": each second, the N bodies are read once over an aiohttp session, once over the
-lean client (llmtop/sources/http/lean_http.py) and once over httpx (the monitor's
+"clients": each second, the N bodies are read once over the fleet's client
+(llmtop/sources/http/scrape_client.py, aiohttp) and once over httpx (the monitor's
 `http_client`), alternating in the same process; CPU per round of N GETs, median; `--narrow`
 reads the narrow answer (/metrics/?name[]=...) instead of the full one.
 
@@ -160,33 +160,23 @@ async def measure(
 async def measure_clients(
     urls: tuple[str, ...], polls: int, warmup: int, narrow: bool
 ) -> dict[str, float]:
-    """CPU of N GETs a second over aiohttp, the lean client and httpx, alternating; medians."""
-    import aiohttp
-
+    """CPU of N GETs a second over the fleet's aiohttp client and over httpx, alternating."""
     from llmtop.core.exposition.narrow import query
     from llmtop.sources.http.clients import http_client
-    from llmtop.sources.http.lean_http import LeanClient
+    from llmtop.sources.http.scrape_client import ScrapeClient
     from llmtop.sources.vllm import VLLM_KEEP
 
     path = f"/metrics/?{query(VLLM_KEEP.names)}" if narrow else "/metrics"
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0),
-        headers={"Accept-Encoding": "identity"},
-    )
-    lean = LeanClient(timeout_s=0.9, max_bytes=64 << 20)
+    fleet = ScrapeClient(timeout_s=0.9, max_bytes=64 << 20)
     httpx_client = http_client(0.9)
 
     async def over_aiohttp(url: str) -> bytes:
-        async with session.get(url) as resp:
-            return await resp.read()
-
-    async def over_lean(url: str) -> bytes:
-        return (await lean.get(url)).body
+        return (await fleet.get(url)).body
 
     async def over_httpx(url: str) -> bytes:
         return (await httpx_client.get(url, headers={"Accept-Encoding": "identity"})).content
 
-    clients = (("aiohttp", over_aiohttp), ("lean", over_lean), ("httpx", over_httpx))
+    clients = (("aiohttp", over_aiohttp), ("httpx", over_httpx))
     spent: dict[str, list[float]] = {name: [] for name, _ in clients}
     try:
         for i in range(polls + warmup):
@@ -201,8 +191,7 @@ async def measure_clients(
                 await asyncio.sleep(0.2)
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
     finally:
-        await session.close()
-        lean.close()
+        await fleet.aclose()
         await httpx_client.aclose()
     return {name: statistics.median(v) for name, v in spent.items()}
 

@@ -1,6 +1,7 @@
 """Scrape many vLLM /metrics at once over keep-alive connections: the fleet's direct source.
 
-Over `lean_http.LeanClient`, bounded in number, time and size; never raises (`RawEngine.error`).
+Over `scrape_client.ScrapeClient` (aiohttp), bounded in number, time and size; never raises
+(`RawEngine.error`).
 A target a probe shows can narrow gets asked only for llmtop's series (`narrow=False`: never).
 """
 
@@ -14,7 +15,7 @@ from llmtop.core.base.raw import RawEngine, Sample
 from llmtop.core.exposition import narrow as narrowing
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
-from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient, TooLarge
+from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient, TooLarge
 from llmtop.sources.vllm import VLLM_KEEP, metrics_url
 
 _NAMES_QUERY = narrowing.query(VLLM_KEEP.names)
@@ -33,7 +34,7 @@ class FleetScraper:
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self._http = LeanClient(timeout_s=timeout_s, max_bytes=max_bytes)
+        self._http = ScrapeClient(timeout_s=timeout_s, max_bytes=max_bytes)
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None
@@ -46,7 +47,7 @@ class FleetScraper:
         return None if state is None else state.use(self._clock())
 
     async def scrape_all(self, urls: Sequence[str]) -> tuple[RawEngine, ...]:
-        """One scrape of each URL, all at once (at most LeanClient's concurrency in flight)."""
+        """One scrape of each URL, all at once (at most ScrapeClient's concurrency in flight)."""
         gone = self._last.keys() - set(urls)
         for url in gone:
             del self._last[url]  # a target that left: forget its last body
@@ -143,4 +144,4 @@ class FleetScraper:
 
     async def aclose(self) -> None:
         """Close the keep-alive connections."""
-        self._http.close()
+        await self._http.aclose()

@@ -1,4 +1,4 @@
-"""Read every vLLM replica through a Prometheus-compatible API (POST /api/v1/query, LeanClient).
+"""Read every vLLM replica through a Prometheus-compatible API (POST /api/v1/query, aiohttp).
 
 A poll asks two queries at once, one series a replica (`core.promql.promql`), the slow figures
 (`Info`) every `promql.INFO_EVERY_S`; never raises: a server that cannot answer is one down row.
@@ -17,7 +17,7 @@ from llmtop.core.base.snapshot import DerivedReplica
 from llmtop.core.promql import promql, promql_answers
 from llmtop.core.promql.promql_answers import Answer
 from llmtop.errors import TargetError
-from llmtop.sources.http.lean_http import CannotConnect, HttpError, LeanClient
+from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
 
 Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 """POST one query to an endpoint: (HTTP status, body). Injected by tests."""
@@ -52,11 +52,11 @@ class PrometheusSource:
         """The packed queries (replicas, engines) for the finished reasons `_info` knows."""
         self._resets: dict[str, float | None] = {}
         self._fetch = fetch or self._post
-        self._http: LeanClient | None = None
+        self._http: ScrapeClient | None = None
 
     async def _post(self, endpoint: str, expr: str) -> tuple[int, bytes]:
         if self._http is None:  # made inside the running loop
-            self._http = LeanClient(timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
+            self._http = ScrapeClient(timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES)
         answer = await self._http.post_form(endpoint, {"query": expr})
         return answer.status, answer.body
 
@@ -139,5 +139,5 @@ class PrometheusSource:
     async def aclose(self) -> None:
         """Close the keep-alive connections."""
         if self._http is not None:
-            self._http.close()
+            await self._http.aclose()
             self._http = None

@@ -1,7 +1,11 @@
-"""Where llmtop's HTTP clients are built: httpx (`http_client`) where a person reads the errors.
+"""Where llmtop's HTTP clients are built: two stacks, each where it was measured to fit.
 
-aiohttp carries streams (gateway upstream, load generator): 0.46x httpx's CPU, BENCHMARKS §2;
-`lean_http.LeanClient` the fleet's reads: 0.7 % of a core at 100 replicas, BENCHMARKS §15.
+- httpx (`http_client`, here): where a person reads the errors, a few requests a second: the one
+  engine's /metrics and /version, the gateway's admin API (the TUI's keys), dcgm-exporter,
+  the what-if's reads.
+- aiohttp: where requests come by the hundred a second, at a fifth of httpx's CPU a request
+  (`bench/bench_fleet.py --mode clients`): the fleet's reads (`scrape_client.ScrapeClient`),
+  the gateway's upstream streams and the load generator (0.46x httpx's CPU a stream).
 """
 
 from __future__ import annotations
