@@ -75,6 +75,22 @@ def slo_rows() -> tuple[Row, ...]:
     )
 
 
+def limit_flags(cls: type[Any]) -> tuple[Flag, ...]:
+    """The gateway limits `cls` can set at start, as flag rows, from the one table of limits."""
+    from dataclasses import fields
+
+    from llmtop.core.base.admin_api import LIMITS
+
+    at_start = {f.name for f in fields(cls)}
+    kinds = {"int": int, "float": float, "choice": str}
+    return tuple(
+        (s.field, s.option, s.help, {"metavar": s.metavar, "type": kinds[s.kind]} | choices)
+        for s in LIMITS
+        if s.field in at_start
+        for choices in ({"choices": s.choices} if s.choices else {},)
+    )
+
+
 def load(cls: type[T], args: argparse.Namespace) -> T:
     """One settings section from the parsed flags, the environment and the config file."""
     config = settings.read_config(getattr(args, "config", None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmtop.commands._common import Flag, flags, load, slo_flags
+from llmtop.commands._common import Flag, flags, limit_flags, load, slo_flags
 from llmtop.settings import GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
@@ -47,29 +47,8 @@ MODE_FLAGS: tuple[Flag, ...] = (
 )  # a table: one flag a row, read down its options  # fmt: skip
 
 
-def _limit_flags() -> tuple[Flag, ...]:
-    """The limits GatewaySettings can set at start, from the one table of limits."""
-    from dataclasses import fields
-
-    from llmtop.core.base.admin_api import LIMITS
-
-    at_start = {f.name for f in fields(GatewaySettings)}
-    kinds = {"int": int, "float": float, "choice": str}
-    return tuple(
-        (
-            s.field,
-            s.option,
-            s.help,
-            {"metavar": s.metavar, "type": kinds[s.kind]}
-            | ({"choices": s.choices} if s.choices else {}),
-        )
-        for s in LIMITS
-        if s.field in at_start
-    )
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    flags(p, GatewaySettings, (*UPSTREAM_FLAGS, *_limit_flags(), *MODE_FLAGS))
+    flags(p, GatewaySettings, (*UPSTREAM_FLAGS, *limit_flags(GatewaySettings), *MODE_FLAGS))
     slo_flags(p)
     p.add_argument(
         "--hash-key",

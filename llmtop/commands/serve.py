@@ -13,10 +13,7 @@ if TYPE_CHECKING:
     from llmtop.serve.plan import Plan
     from llmtop.serve.run import Commands
 
-HELP = (
-    "start vLLM right-sized for the model, the memory and the expected request, behind the "
-    "gateway, with the TUI (needs vLLM installed; --dry-run prints the arithmetic)"
-)
+HELP = "a right-sized vLLM behind the gateway, with the TUI (--dry-run: the arithmetic only)"
 
 OWN_FLAGS: tuple[Row, ...] = (
     ("--listen", "the gateway's (public) address (default 127.0.0.1:9000)",
@@ -43,33 +40,26 @@ OWN_FLAGS: tuple[Row, ...] = (
     ("--engine-cmd", argparse.SUPPRESS, {}),
     *slo_rows(),  # the SLO, for the gateway and the TUI alike
 )  # a table: one flag a row, read down its options  # fmt: skip
-"""llmtop's own flags; they may come before MODEL or anywhere among the vLLM arguments."""
 
 
-def own_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def own_flags(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """llmtop's own flags, before MODEL or anywhere among vLLM's arguments; without `p`, a
+    parser of them among vLLM's arguments, by their whole names (a prefix is vLLM's)."""
+    p = p or argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     return rows(p, OWN_FLAGS, default=argparse.SUPPRESS)  # not given: the plan's default
-
-
-def late_parser() -> argparse.ArgumentParser:
-    """Our flags among vLLM's arguments, by their whole names: a prefix is vLLM's."""
-    return own_flags(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     own_flags(p)
     p.add_argument("model", metavar="MODEL", help="local model directory (with config.json)")
-    p.add_argument(
-        "vllm_args",
-        nargs=argparse.REMAINDER,
-        metavar="vLLM args",
-        help="passed to `vllm serve` as given (yours win over the plan's)",
-    )
+    vllm = "passed to `vllm serve` as given (yours win over the plan's)"
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER, metavar="vLLM args", help=vllm)
 
 
 def run(args: argparse.Namespace) -> int:
     from llmtop.serve.run import options_from, serve, split_args
 
-    late, vllm_args = late_parser().parse_known_args(split_args(args.vllm_args))
+    late, vllm_args = own_flags().parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))
 
@@ -82,7 +72,8 @@ def _tui(args: argparse.Namespace) -> Callable[[Commands, Plan], int]:
 
         args.vllm_urls, args.gateway_url = [cmds.engine_url], cmds.gateway_url
         monitor, health = load(MonitorSettings, args), load(HealthSettings, args)
-        title = f"llmtop serve {args.model}"
-        return run_live(monitor, health, max_num_seqs=plan.max_num_seqs, title=title)
+        return run_live(
+            monitor, health, max_num_seqs=plan.max_num_seqs, title=f"llmtop serve {args.model}"
+        )
 
     return attach

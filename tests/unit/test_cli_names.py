@@ -47,9 +47,9 @@ def test_an_old_spelling_is_a_one_line_usage_error(
 
 
 def test_serve_leaves_a_prefix_of_its_own_flags_to_vllm() -> None:
-    from llmtop.commands.serve import late_parser
+    from llmtop.commands.serve import own_flags
 
-    own = late_parser()
+    own = own_flags()
     late, rest = own.parse_known_args(["--dtype", "half", "--ready-timeout-s", "9", "--no-tui"])
     assert (vars(late), rest) == ({"ready_timeout": 9.0, "no_tui": True}, ["--dtype", "half"])
     late, rest = own.parse_known_args(["--ready-timeout", "9"])
