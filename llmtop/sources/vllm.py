@@ -43,7 +43,7 @@ async def fetch_text(
     """
     # identity: an exporter that gzips when asked (prometheus_client's make_asgi_app; not vLLM
     # 0.32's /metrics) spends more CPU on it than a body that crosses loopback or a LAN once a
-    # second saves (BENCHMARKS.md section 10, "100 replicas at 1 Hz")
+    # second saves (BENCHMARKS.md, "Parsing a scrape and reading 100 replicas")
     async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
         if resp.status_code != 200:
             raise ScrapeError(f"HTTP {resp.status_code} from {url}", target=url)

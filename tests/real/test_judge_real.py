@@ -6,7 +6,7 @@ What it asserts is the issue's ordering, with its slack stated: at 0.7x the auto
 (requests within TTFT 5 s and TPOT 100 ms, per offered) is at least 0.95x straight's less one
 request (24 prompts: one request is 4 points, more than the noise of a 2-core box allows to
 tell apart); at 2x it is above straight's. The full grid (0.7x..3x, and the tree before) is
-BENCHMARKS.md section 9's, run by hand: it takes ~40 minutes.
+BENCHMARKS.md, "The judge on the real vLLM", run by hand: it takes ~40 minutes.
 """
 
 from __future__ import annotations
