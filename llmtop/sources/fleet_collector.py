@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from llmtop.core.base.raw import RawEngine, RawPoll
-from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot, WindowSnapshot
+from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot
+from llmtop.core.base.window import WindowSnapshot
 from llmtop.core.output.fleet_json import fleet_json
 from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.targets import Target, targets_from_urls

@@ -11,7 +11,7 @@ import math
 from collections.abc import Awaitable, Callable
 
 from llmtop.core.base.raw import RawPoll
-from llmtop.core.base.snapshot import WindowSnapshot
+from llmtop.core.base.window import WindowSnapshot
 from llmtop.core.pipeline.verdict import judge_window
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector

@@ -8,15 +8,8 @@ import math
 import pytest
 
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import (
-    EngineStats,
-    Finding,
-    GatewayStats,
-    GpuStats,
-    Snapshot,
-    WindowFinding,
-    WindowSnapshot,
-)
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
+from llmtop.core.base.window import WindowFinding, WindowSnapshot
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.raw import RawEngine, RawPoll, Sample
-from llmtop.core.base.snapshot import GpuStats, WindowSnapshot
+from llmtop.core.base.snapshot import GpuStats
+from llmtop.core.base.window import WindowSnapshot
 from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.pipeline.verdict import judge_window, window_settings

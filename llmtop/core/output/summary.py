@@ -11,16 +11,8 @@ from typing import Any
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.admin_api import LIMIT_FIELDS
-from llmtop.core.base.snapshot import (
-    EngineStats,
-    Finding,
-    GatewayStats,
-    GpuStats,
-    KvPeak,
-    Status,
-    WindowFinding,
-    WindowSnapshot,
-)
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Status
+from llmtop.core.base.window import KvPeak, WindowFinding, WindowSnapshot
 
 EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
 

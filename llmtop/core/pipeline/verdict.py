@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from llmtop.core.base.raw import RawPoll
-from llmtop.core.base.snapshot import Finding, KvPeak, Snapshot, WindowFinding, WindowSnapshot
+from llmtop.core.base.snapshot import Finding, Snapshot
+from llmtop.core.base.window import KvPeak, WindowFinding, WindowSnapshot
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.pipeline.pipeline import HISTORY_S, Pipeline
 
