@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.core.derive.signals import EngineSignals, fleet_signals, signals
+from llmtop.core.derive.signals import fleet_signals, signals
 from llmtop.core.vllm.scrape import Histogram
 from llmtop.gateway.admission.controller import (
     AUTOPILOT,
@@ -21,47 +21,21 @@ from llmtop.gateway.admission.controller import (
     Ticket,
 )
 from llmtop.gateway.admission.footprint import DEFAULT_OUTPUT_TOKENS, FootprintModel, read_shape
-from llmtop.gateway.autopilot.autopilot import Autopilot, overcommit
+from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
+from llmtop.gateway.autopilot.readings import overcommit
 from llmtop.gateway.server.autopilot_loop import read_scrape
 from llmtop.sim.metrics import MetricsRenderer
 from llmtop.sim.model import Engine, EngineConfig
 from llmtop.sim.profiles import get_profile
-from tests.unit.test_admission import FakeClock, accounted, settle
+from tests.support.admission import FakeClock, accounted, settle
+from tests.support.autopilot import FELT, sig
 
 
 def make(clock: FakeClock, **kw: object) -> AdmissionController:
     base: dict[str, object] = {"max_concurrency": 1024, "max_queue": 64, "queue_timeout_s": 30.0}
     base.update(kw)
     return AdmissionController(Limits(**base), clock=clock, wall_clock=lambda: 5.0)  # type: ignore[arg-type]
-
-
-FELT = Histogram(((0.05, 0.0), (0.1, 10.0), (float("inf"), 10.0)), 0.7, 10.0)
-"""An interval's ITL at 70 ms a token: within the 100 ms SLO, past the 50 ms at which a
-preemption storm is felt (AutopilotConfig.thrash_felt)."""
-
-
-def sig(**kw: object) -> EngineSignals:
-    """An interval of one second; unknown only what a test says."""
-    base: dict[str, object] = {
-        "interval_s": 1.0,
-        "kv_capacity_blocks": 1000,
-        "kv_block_size": 16,
-        "kv_usage_frac": 0.5,
-        "kv_usage_frac_waiting": None,
-        "running": 0.0,
-        "waiting": 0.0,
-        "preemptions": 0.0,
-        "prompt_tokens": 0.0,
-        "prompt_computed_tokens": None,
-        "generation_tokens": 0.0,
-        "ttft_s_hist": None,
-        "itl_s_hist": None,
-        "prefill_s_hist": None,
-        "output_tokens_hist": None,
-    }
-    base.update(kw)
-    return EngineSignals(**base)  # type: ignore[arg-type]
 
 
 # -- footprint ----------------------------------------------------------------------------------
