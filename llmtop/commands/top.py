@@ -56,12 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the TUI; a dead target does not stop it (the screen says DOWN and why)."""
-    import sys
-
-    # httpx imports its command line (click, rich, pygments) when click is installed, as it is
-    # with uvicorn: time before the first frame (~32 ms, BENCHMARKS §15) for a CLI this process
-    # never runs. None makes that import fail, and httpx goes without it (its own fallback).
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from llmtop.commands._common import load
     from llmtop.settings import HealthSettings
     from llmtop.tui.launch import run_live
