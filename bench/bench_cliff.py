@@ -31,10 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.sim_virtual import Burst, run_burst  # noqa: E402
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.sim.model import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
-from tests.support.sim_virtual import Burst, run_burst  # noqa: E402
 
 CONCURRENCY = (1, 4, 16, 64, 128)
 SLOS_S = (10.0, 30.0)

@@ -3,7 +3,7 @@
 No sockets: each second the 100 replicas' bodies (bench/fleet_targets.py's Payload, counters
 advancing at a speed of each replica's own) are parsed (promtext.parse), then one
 `FleetPipeline.update` of them is timed (process time), after the replicas' 120 s history has
-filled. `--without plan` reads every scrape sample by sample (tests/support/direct_reading.py: no
+filled. `--without plan` reads every scrape sample by sample (harness/direct_reading.py: no
 `scrape_plan`), `--without lookbacks` answers the KV look-backs by scanning each replica's kept
 snapshots, as the plain code would, instead of `derive.sliding_max`. Each variant runs in its
 own process (the patches are made before the pipeline is built), the variants alternating,
@@ -83,8 +83,8 @@ def run(variant: str, polls: int, full: bool) -> float:
     if variant == "without plan":
         from llmtop.core.vllm import reader
 
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
-        from tests.support.direct_reading import extract_direct
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # harness
+        from harness.direct_reading import extract_direct
 
         reader.extract = lambda samples, names=None: extract_direct(samples)  # type: ignore[assignment]
     elif variant == "without lookbacks":

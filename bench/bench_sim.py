@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from harness.sim_virtual import run_concurrent  # noqa: E402
 from llmtop.sim.model import Engine, EngineConfig  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
-from tests.support.sim_virtual import run_concurrent  # noqa: E402
 
 
 def virtual_run(sim_seconds: float) -> tuple[float, int, int]:

@@ -9,7 +9,7 @@
 3. With --real: the same over sockets. `llmtop sim` and `llmtop gateway` run as child processes,
    `llmtop.load.runner` offers Poisson traffic to the gateway; the what-if calibrates from /metrics
    and /admin/stats, predicts, then each cap is applied (PATCH /admin/limits) and measured
-   (tests/support/whatif_verify.py). Several minutes, bounded.
+   (harness/whatif_verify.py). Several minutes, bounded.
 
     python bench/bench_whatif.py [--real] [--measure S] [--scenario NAME]
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.whatif_truth import Truth, measure, schedule_run, scrape_run, spread  # noqa: E402
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.gateway.admission.limits import Limits  # noqa: E402
 from llmtop.sim.profiles import get_profile  # noqa: E402
@@ -34,7 +35,6 @@ from llmtop.whatif.model.lengths import LengthDist  # noqa: E402
 from llmtop.whatif.model.predict import Candidate, predict  # noqa: E402
 from llmtop.whatif.model.scenario import State  # noqa: E402
 from llmtop.whatif.service import Options, analyse, fit_window, state_of  # noqa: E402
-from tests.support.whatif_truth import Truth, measure, schedule_run, scrape_run, spread  # noqa: E402
 
 SEEDS = (11, 12, 13, 14, 15)
 
@@ -287,7 +287,7 @@ def state_check(sc: Scenario, seeds: int, measure_s: float) -> None:
 
 
 def real(sc: Scenario, phases_kw: dict[str, float]) -> None:
-    from tests.support.whatif_verify import Phases, Traffic, serve_stack, verify
+    from harness.whatif_verify import Phases, Traffic, serve_stack, verify
 
     phases = Phases(**phases_kw)
     traffic = Traffic(sc.rate_per_s, sc.prompt_tokens, sc.output_tokens, seed=1)

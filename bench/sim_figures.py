@@ -11,9 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.sim_virtual import Burst, run_burst  # noqa: E402
 from llmtop.sim.model import Engine, EngineConfig, Sequence  # noqa: E402
 from llmtop.sim.profiles import PROFILES, get_profile  # noqa: E402
-from tests.support.sim_virtual import Burst, run_burst  # noqa: E402
 
 
 def engine(profile: str) -> Engine:

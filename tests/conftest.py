@@ -13,8 +13,7 @@ import pytest
 from hypothesis import settings
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.support.paths import FIXTURES
 
 # No per-example deadline: the CI box has 2 shared cores, and a slow example is not a bug.
 # HYPOTHESIS_PROFILE=deep runs many more examples, for hunting edge cases by hand.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from llmtop.core.alerts.rulesfile import render
 from llmtop.core.alerts.spec import AlertSpec
-from tests import alert_replay as ar
-from tests.promtool import promtool
+from tests.support import alert_replay as ar
+from tests.support.promtool import promtool
 
 GW = 'instance="gw:9000"'
 

@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.system_tools import system_binary
 from llmtop.serve.stack import free_port
-from tests.gateway_queue import Burst, Stack, load_command, wait_ready
-from tests.system_tools import system_binary
+from tests.support.gateway_queue import Burst, Stack, load_command, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 SCRAPE_S, EVAL_S, FOR_S, KEEP_S = 1.0, 1.0, 3.0, 10.0

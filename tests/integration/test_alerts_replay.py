@@ -28,9 +28,9 @@ from llmtop.core.exposition import promtext
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm.names import sample_names
 from llmtop.recording.reader import read_recording
-from tests import alert_replay as ar
-from tests.conftest import FIXTURES
-from tests.promtool import promtool
+from tests.support import alert_replay as ar
+from tests.support.paths import FIXTURES
+from tests.support.promtool import promtool
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

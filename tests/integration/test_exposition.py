@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.integration.test_gateway_fakes import wait_stats
-from tests.integration.test_gateway_sim import body
-from tests.promtool import check_metrics, check_vllm_metrics, lint_findings
+from tests.support.gateway_fakes import wait_stats
+from tests.support.gateway_sim import body
+from tests.support.promtool import check_metrics, check_vllm_metrics, lint_findings
 
 Start = Callable[..., ServerThread]
 

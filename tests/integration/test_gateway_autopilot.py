@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from llmtop.sim.model import Engine
-from tests.integration.test_gateway_fakes import wait_stats
-from tests.integration.test_gateway_sim import Start, accounted, at_engine, body, engine_of
+from tests.support.gateway_fakes import wait_stats
+from tests.support.gateway_sim import Start, accounted, at_engine, body, engine_of
 
 
 async def test_autopilot_admits_by_footprint_and_hands_over_on_a_manual_change(

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from tests.integration.test_gateway_fakes import wait_stats
-from tests.integration.test_gateway_sim import Start, accounted, body
+from tests.support.gateway_fakes import wait_stats
+from tests.support.gateway_sim import Start, accounted, body
 
 BURST = 150
 """Requests sent within one second."""

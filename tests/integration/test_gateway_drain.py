@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.redis_server import redis_server
-from tests.tty.terminal import Server, clean_env, get_json, wait_until
+from harness.redis_server import redis_server
+from harness.terminal import Server, clean_env, get_json, wait_until
 
 pytestmark = pytest.mark.xdist_group("gateway-drain")
 

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from llmtop.gateway.server.engine_priority import stamp
-from tests.integration.test_gateway_sim import Start
+from tests.support.gateway_sim import Start
 
 
 def test_stamp_sets_overwrites_and_leaves_non_objects() -> None:

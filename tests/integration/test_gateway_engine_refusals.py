@@ -13,7 +13,7 @@ from llmtop.core.health.rulebase import Context
 from llmtop.core.health.rules_engine import vllm_admission
 from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.settings import HealthSettings
-from tests.integration.test_gateway_sim import Start, body
+from tests.support.gateway_sim import Start, body
 
 
 async def test_engine_queue_full_is_a_503_counted_by_reason(

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from harness.terminal import Server, clean_env, get_json, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
 from llmtop.serve.stack import free_port
-from tests.tty.terminal import Server, clean_env, get_json, wait_until
 
 
 @pytest.mark.slow(10)

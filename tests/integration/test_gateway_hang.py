@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.terminal import Server, clean_env, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.gateway.server.replica_watch import CHECK_EVERY_S
 from llmtop.gateway.upstreams.balancer import Balancer
-from tests.tty.terminal import Server, clean_env, wait_until
 
 DEADLINE_S = 1.0
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.integration.test_gateway_fakes import (
+from tests.support.gateway_fakes import (
     FakeUpstream,
     accounted,
     fake_upstream,

@@ -26,7 +26,7 @@ import pytest
 from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings
-from tests.gateway_queue import Burst, Stack, watch_burst
+from tests.support.gateway_queue import Burst, Stack, watch_burst
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FINDING = "gateway-queue-over-slo"

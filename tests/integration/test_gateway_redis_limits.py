@@ -11,10 +11,9 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
+from harness.redis_server import redis_server
 from llmtop.gateway.admission.controller import AdmissionController, Limits
 from llmtop.gateway.upstreams.shared import RedisLimits
-
-from .redis_server import redis_server
 
 Gateway = tuple[AdmissionController, RedisLimits, Callable[[], None]]
 

@@ -11,7 +11,7 @@ import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.serve.stack import free_port
-from tests.integration.test_gateway_sim import accounted, engine_of, reached, wait_for
+from tests.support.gateway_sim import accounted, engine_of, reached, wait_for
 
 Start = Callable[..., ServerThread]
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}

@@ -4,49 +4,20 @@ priority, live limits, the token budget, and disconnects that abort the engine's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 import httpx
 import pytest
 
-from llmtop.asgi.uvicorn_runner import ServerThread
-from llmtop.sim.model import Engine
-from tests.integration.test_gateway_fakes import wait_stats
-
-Start = Callable[..., ServerThread]
-
-
-def engine_of(server: ServerThread) -> Engine:
-    app: Any = server._server.config.app
-    engine: Engine = app.state.engine
-    return engine
-
-
-def at_engine(engine: Engine) -> int:
-    """Requests the engine holds now, running or waiting."""
-    return len(engine.running) + len(engine.waiting)
-
-
-def reached(engine: Engine) -> int:
-    """Requests that ever reached the engine."""
-    return sum(engine.stats.finished.values()) + at_engine(engine)
-
-
-async def wait_for(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-def accounted(s: dict[str, Any]) -> None:
-    assert s["offered"] == sum(s["outcomes"].values()) + s["in_flight"] + s["queued"]
-
-
-def body(max_tokens: int, prompt: Any = "hello there", **kw: Any) -> dict[str, Any]:
-    return {"model": "llmtop-sim", "prompt": prompt, "max_tokens": max_tokens, "stream": True, **kw}
+from tests.support.gateway_fakes import wait_stats
+from tests.support.gateway_sim import (
+    Start,
+    accounted,
+    at_engine,
+    body,
+    engine_of,
+    reached,
+    wait_for,
+)
 
 
 async def test_engine_never_sees_more_than_max_concurrency(

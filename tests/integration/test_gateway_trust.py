@@ -17,8 +17,8 @@ import httpx
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.gateway.admission.callers import hash_key
 from llmtop.tenants import ApiKey
-from tests.integration.test_gateway_fakes import accounted, wait_stats
-from tests.integration.test_gateway_sim import body
+from tests.support.gateway_fakes import accounted, wait_stats
+from tests.support.gateway_sim import body
 
 Start = Callable[..., ServerThread]
 TEAM_A = "sk-team-a-0001"

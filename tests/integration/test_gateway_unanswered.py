@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from tests.integration.test_gateway_fakes import wait_stats
-from tests.integration.test_gateway_sim import Start
+from tests.support.gateway_fakes import wait_stats
+from tests.support.gateway_sim import Start
 
 
 async def test_oldest_queued_and_unanswered_ages(start_gateway: Start, serve_app: Start) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.system_tools import system_binary
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import EngineStats, Fleet, FleetSnapshot, Snapshot
 from llmtop.core.pipeline.fleet import FleetPipeline
@@ -34,7 +35,6 @@ from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet_collector import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
-from tests.system_tools import system_binary
 
 # Real servers under real-time load: one such module at a time (tests/conftest.py), so that
 # two of them never starve each other of the 2 cores.
@@ -47,7 +47,7 @@ WINDOW_S = 10.0
 
 
 def find_prometheus() -> str:
-    """The prometheus binary, installed when missing (tests/system_tools.py); else skip."""
+    """The prometheus binary, installed when missing (harness/system_tools.py); else skip."""
     return system_binary("prometheus")
 
 

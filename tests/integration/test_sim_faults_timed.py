@@ -12,7 +12,7 @@ import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.sim.faults import SLOW_FACTOR
-from tests.integration.test_gateway_sim import engine_of
+from tests.support.gateway_sim import engine_of
 
 Start = Callable[..., ServerThread]
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 32}

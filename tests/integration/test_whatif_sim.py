@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.whatif_verify import Phases, Traffic, serve_stack, verify
 from llmtop.load.drivers import OpenLoop
 from llmtop.load.runner import Runner, Shape
 from llmtop.whatif.service import Options
-from tests.support.whatif_verify import Phases, Traffic, serve_stack, verify
 
 
 def _whatif(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ import pytest
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from tests.real.vllm_client import TeeTransport, wait_idle
+from tests.support.vllm_client import TeeTransport, wait_idle
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-vllm"
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.real.autopilot import run
+from tests.support.real_autopilot import run
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(900)]
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.real.cliff import WATCHED, Phase, experiment, markdown
+from tests.support.real_cliff import WATCHED, Phase, experiment, markdown
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(1200)]
 

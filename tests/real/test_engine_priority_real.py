@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from llmtop.serve.stack import free_port, group_alive
-from tests.real.test_serve_real import DIR, _lines_until
+from tests.support.serve_real import DIR, lines_until
 
 
 def start_serve(vllm: Path, listen: str, logs: Path, policy: str) -> subprocess.Popen[str]:
@@ -72,7 +72,7 @@ async def test_priorities_hold_inside_vllm(tmp_path: Path, policy: str) -> None:
     proc = start_serve(vllm, listen, tmp_path, policy)
     pids: list[int] = []
     try:
-        text = "".join(_lines_until(proc, r"^gateway\s+pid \d+ ready", 450))
+        text = "".join(lines_until(proc, r"^gateway\s+pid \d+ ready", 450))
         pids = [int(p) for p in re.findall(r"pid (\d+) ready", text)]
         assert ("--engine-priority" in text) == (policy == "priority")
         pin_engine_core(pids[0])

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.real.vllm_client import MODEL, completion_body, scrape
+from tests.support.vllm_client import MODEL, completion_body, scrape
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 

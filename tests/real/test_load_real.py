@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.real.vllm_client import scrape, wait_idle
+from tests.support.vllm_client import scrape, wait_idle
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 

@@ -19,22 +19,7 @@ import httpx
 import pytest
 
 from llmtop.serve.stack import free_port, group_alive
-
-DIR = Path(os.environ.get("LLMTOP_REAL_VLLM_DIR", Path.home() / ".cache/llmtop/real-vllm"))
-
-
-def _lines_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> list[str]:
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if re.search(pattern, line):
-            return lines
-    raise AssertionError(f"no {pattern!r} in:\n{''.join(lines)}")
+from tests.support.serve_real import DIR, lines_until
 
 
 @pytest.mark.timeout(600)
@@ -60,7 +45,7 @@ def test_serve_starts_a_right_sized_vllm_and_stops_it(tmp_path: Path) -> None:
     )  # fmt: skip
     pids: dict[str, int] = {}
     try:
-        lines = _lines_until(proc, r"^gateway\s+pid \d+ ready", 450)
+        lines = lines_until(proc, r"^gateway\s+pid \d+ ready", 450)
         text = "".join(lines)
         sys.stdout.write(text)  # the plan, for the run's record (-s)
         # 32 blocks x 128 tokens = 4,096; 4,096 // (700 + 300) = 4 requests at once

@@ -10,12 +10,12 @@ import httpx
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.real.vllm_client import completion_body
-from tests.unit.test_sim_exports_real_families import (
+from tests.support.sim_families import (
     missing_or_different,
     read_by_llmtop,
     sim_metrics_after_traffic,
 )
+from tests.support.vllm_client import completion_body
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(300)]
 

@@ -21,7 +21,7 @@ import pytest
 
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.sources.collector import Collector
-from tests.real.vllm_client import (
+from tests.support.vllm_client import (
     Metrics,
     TeeTransport,
     bucket_deltas,

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.whatif_verify import Phases, Row, Traffic, serve_gateway, verify
 from llmtop.whatif.service import Options
-from tests.real.vllm_client import wait_idle
-from tests.support.whatif_verify import Phases, Row, Traffic, serve_gateway, verify
+from tests.support.vllm_client import wait_idle
 
 CAPS = (2, 3, 8)
 PHASES = Phases(warmup_s=10.0, window_s=60.0, settle_s=8.0, measure_s=30.0, tail_s=10.0)

@@ -5,29 +5,12 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.reliability._support import FIGURES, Fault, FaultUpstream, LoopProbe
-
-
-@dataclass
-class Gateway:
-    """A gateway on a ServerThread and the probe into its loop."""
-
-    server: ServerThread
-    probe: LoopProbe
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
-    def port(self) -> int:
-        return self.server.port
+from tests.support.faults import FIGURES, Fault, FaultUpstream, Gateway, LoopProbe
 
 
 @pytest.fixture

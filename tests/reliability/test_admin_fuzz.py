@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from llmtop.gateway.admission.controller import Limits
 from llmtop.gateway.server.app import create_app
 from llmtop.settings import GatewaySettings
-from tests.reliability._support import FIGURES
+from tests.support.faults import FIGURES
 
 FIELDS = sorted(Limits(max_concurrency=1, max_queue=0, queue_timeout_s=1.0).to_dict())
 EXAMPLES = int(os.environ.get("LLMTOP_FUZZ_EXAMPLES", "400"))

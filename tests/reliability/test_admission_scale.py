@@ -14,7 +14,7 @@ import random
 import pytest
 
 from llmtop.gateway.admission.controller import AdmissionController, Limits, Rejected, Ticket
-from tests.reliability._support import FIGURES
+from tests.support.faults import FIGURES
 
 N = 10_000
 PRIOS = ("high", "normal", "low")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import chaos
-from bench.chaos_ledger import FAULT_KINDS, NAMED_BY, WITHIN_S
-from tests.integration.redis_server import redis_binary
-from tests.system_tools import system_binary
+from harness.chaos import chaos
+from harness.chaos_ledger import FAULT_KINDS, NAMED_BY, WITHIN_S
+from harness.redis_server import redis_binary
+from harness.system_tools import system_binary
 
 pytestmark = pytest.mark.xdist_group("chaos")  # its own worker: beside, not behind, the rest
 

@@ -1,11 +1,11 @@
-"""The chaos run's ledger rules (bench/chaos_ledger.py), pure: each answer's one outcome, the
+"""The chaos run's ledger rules (harness/chaos_ledger.py), pure: each answer's one outcome, the
 clients' tallies in the gateways' terms, the schedule, and which findings name which fault."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.chaos_ledger import (
+from harness.chaos_ledger import (
     Entry,
     Injection,
     disagreements,

@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 import httpx
 
-from tests.reliability._support import (
+from tests.support.faults import (
     FIGURES,
     SSE_HEAD,
     FaultUpstream,
+    Gateway,
     accounted,
     assert_recovered,
     baseline,
@@ -27,7 +28,6 @@ from tests.reliability._support import (
     sse_chunk,
     wait_for,
 )
-from tests.reliability.conftest import Gateway
 
 BODY = b'{"model": "m", "prompt": "hello", "stream": true}'
 

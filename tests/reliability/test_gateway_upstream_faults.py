@@ -2,7 +2,7 @@
 hanging before and after its headers, garbage, protocol errors and 5xx. Every client gets a
 defined answer (a clean error or a terminated stream, never a 500 from the gateway), and after
 each fault the gateway is back at rest: nothing in flight or queued, every request counted
-once, no task or socket left behind (tests/reliability/_support.py `assert_recovered`).
+once, no task or socket left behind (tests/support/faults.py `assert_recovered`).
 
 tests/integration/test_gateway_proxy.py checks one request per fault; these run several at
 once, some queued behind the failing ones, and add the leak check.
@@ -24,18 +24,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability._support import (
+from tests.support.faults import (
     FIGURES,
     SSE_HEAD,
     Fault,
     FaultUpstream,
+    Gateway,
     assert_recovered,
     baseline,
     reset,
     sse_chunk,
     wait_for,
 )
-from tests.reliability.conftest import Gateway
 
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 16, "stream": True}
 TERMINATED = '"type": "upstream_error"'

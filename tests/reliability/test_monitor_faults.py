@@ -31,7 +31,7 @@ from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gpu.backend import NvmlBackend
 from llmtop.tui.app import LlmtopApp
-from tests.reliability._support import FIGURES
+from tests.support.faults import FIGURES
 
 INTERVAL_S = 0.25
 TIMEOUT_S = 1.0

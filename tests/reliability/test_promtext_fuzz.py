@@ -22,7 +22,7 @@ from llmtop.core.base.raw import Sample
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 from llmtop.sources.vllm import VLLM_KEEP, scrape_engine
-from tests.reliability._support import FIGURES
+from tests.support.faults import FIGURES
 
 LOAD = (Path(__file__).parent.parent / "fixtures" / "metrics-load.txt").read_bytes()
 EXAMPLES = int(os.environ.get("LLMTOP_FUZZ_EXAMPLES", "400"))

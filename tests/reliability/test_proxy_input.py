@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.reliability._support import FIGURES, FaultUpstream
-from tests.reliability.conftest import Gateway
+from tests.support.faults import FIGURES, FaultUpstream, Gateway
 
 LIMIT = 64 * 1024
 

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from redis import Redis, RedisError
 
+from harness.redis_server import RedisServer, redis_binary
 from llmtop.serve.stack import free_port
-from tests.integration.redis_server import RedisServer, redis_binary
 
 # Real servers under real-time load: one such module at a time (tests/conftest.py), so that
 # two of them never starve each other of the 2 cores.

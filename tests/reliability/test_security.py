@@ -39,7 +39,7 @@ from llmtop.recording.writer import Recorder
 from llmtop.settings import GatewaySettings, HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
 from llmtop.sources.gateway import AdminClient
-from tests.reliability._support import FIGURES, FaultUpstream
+from tests.support.faults import FIGURES, FaultUpstream
 
 TOKEN = "tok-3f9a1c7e5b2d4a60"
 GUESS = "tok-guess-0000000000"

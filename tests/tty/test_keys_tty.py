@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.tty.conftest import CAP, Tui
-from tests.tty.terminal import hues, wait_until
+from harness.terminal import hues, wait_until
+from tests.support.tty import CAP, Tui
 
 pytestmark = pytest.mark.tty
 

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtop.demo.scenarios import get_scenario
-from tests.tty.conftest import Tui
-from tests.tty.terminal import (
+from harness.terminal import (
     Process,
     Server,
     Terminal,
@@ -23,6 +21,8 @@ from tests.tty.terminal import (
     llmtop_command,
     wait_until,
 )
+from llmtop.demo.scenarios import get_scenario
+from tests.support.tty import Tui
 
 pytestmark = pytest.mark.tty
 

@@ -14,7 +14,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.snapshot import GatewayStats
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.view.present import advice_text
-from tests.tui.conftest import SilentSource, log_texts, make_app, notes, settle
+from tests.support.tui import SilentSource, log_texts, make_app, notes, settle
 
 SIZE = (80, 24)
 

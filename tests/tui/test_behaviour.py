@@ -23,8 +23,8 @@ from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.panel import Panel
-from tests.tui import story
-from tests.tui.conftest import SilentSource, down_snapshot, log_texts, make_app, settle, until
+from tests.support import story
+from tests.support.tui import SilentSource, down_snapshot, log_texts, make_app, settle, until
 
 SIZE = (80, 24)
 

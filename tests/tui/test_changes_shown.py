@@ -11,8 +11,7 @@ from dataclasses import replace
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.sources.gateway import AdminClient
-from tests.tui.conftest import SilentSource, log_texts, make_app, settle
-from tests.tui.test_keys import NOWHERE, SIZE
+from tests.support.tui import NOWHERE, SIZE, SilentSource, log_texts, make_app, settle
 
 
 def polled(snap: Snapshot, at: float, cap: int) -> Snapshot:

@@ -9,8 +9,8 @@ from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
 from llmtop.tui.widgets.panel import Panel
-from tests.tui import story
-from tests.tui.conftest import until
+from tests.support import story
+from tests.support.tui import until
 
 SIZE = (100, 30)
 CAP = re.compile(r":cap (\d+)\b")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from llmtop.core.base.snapshot import LoraAdapters
 from llmtop.tui.widgets.panel import Panel
-from tests.tui.conftest import make_app
-from tests.tui.test_vllm_signals import OneSnapshot
+from tests.support.tui import OneSnapshot, make_app
 
 PANELS = ("#kv", "#sequences", "#latency", "#gateway", "#throughput", "#gpu")
 

@@ -1,7 +1,7 @@
 """The replica table (Pilot): a fleet's rows worst first with their numbers, at 80x24 too, one
 replica's full view on Enter and back on Esc, a hundred replicas without a scrollbar.
 
-The three-replica screens replay a real run (tests/tui/fleet_story.py); the hundred replicas
+The three-replica screens replay a real run (tests/support/fleet_story.py); the hundred replicas
 are scrapes built as vLLM 0.32 writes them (tests/unit/test_fleet.py) through the
 FleetPipeline. Every expected figure is read from what the pipeline computed, formatted by the
 same `core.base.format` the table uses; no figure or finding text is written here.
@@ -27,9 +27,9 @@ from llmtop.tui.view.present import CombinedEngines, throughput_chart, ttft_char
 from llmtop.tui.widgets.findings import FindingsPanel
 from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.replicas import ReplicaTable
-from tests.tui import fleet_story
-from tests.tui.conftest import SilentSource, make_app
-from tests.unit.test_fleet import raw, scrape, url
+from tests.support import fleet_story
+from tests.support.fleet import raw, scrape, url
+from tests.support.tui import SilentSource, make_app
 
 SnapCompare = Callable[..., bool]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 
@@ -12,25 +11,17 @@ from llmtop.sources.gateway import AdminClient
 from llmtop.tui.screens.confirm import ConfirmScreen
 from llmtop.tui.view.commands import QUEUE_STEP
 from llmtop.tui.widgets.commandline import CommandLine
-from tests.tui.conftest import SilentSource, log_texts, make_app, notes, settle
-
-NOWHERE = "http://127.0.0.1:9"
-SIZE = (80, 24)
-
-
-async def limits_of(gw: ServerThread) -> dict[str, Any]:
-    async with httpx.AsyncClient() as client:
-        r = await client.get(f"{gw.url}/admin/limits")
-        r.raise_for_status()
-        data: dict[str, Any] = r.json()
-        return data
-
-
-async def paused_of(gw: ServerThread) -> bool:
-    async with httpx.AsyncClient() as client:
-        r = await client.get(f"{gw.url}/admin/stats")
-        r.raise_for_status()
-        return bool(r.json()["paused"])
+from tests.support.tui import (
+    NOWHERE,
+    SIZE,
+    SilentSource,
+    limits_of,
+    log_texts,
+    make_app,
+    notes,
+    paused_of,
+    settle,
+)
 
 
 async def test_plus_minus_and_brackets_change_the_real_gateway(

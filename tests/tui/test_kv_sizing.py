@@ -8,8 +8,8 @@ import re
 
 from llmtop.core.health.kvsize import kv_size
 from llmtop.tui.widgets.kv import KvPanel
-from tests.kvprinted import printed_fit
-from tests.tui import story
+from tests.support import story
+from tests.support.kvprinted import printed_fit
 
 CAP = re.compile(r"~(\d+)")
 

@@ -25,9 +25,8 @@ from llmtop.tui.whatif_controls import WhatIfControls, WhatIfPreview
 from llmtop.tui.widgets.commandline import CommandLine
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.whatif.feed import SnapshotsWithWhatIf, WhatIfFeed
-from tests.tui import fleet_story, story
-from tests.tui.conftest import SilentSource, burst, notes, until
-from tests.tui.test_keys import limits_of
+from tests.support import fleet_story, story
+from tests.support.tui import SilentSource, burst, limits_of, notes, until
 
 NOWHERE = "http://127.0.0.1:9"
 

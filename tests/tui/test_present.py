@@ -25,7 +25,7 @@ from llmtop.tui.view.present import (
     queue_location,
     sorted_findings,
 )
-from tests.tui import story
+from tests.support import story
 
 E = EngineStats(url="http://e:8000", up=True, running=8, waiting=0)
 G = GatewayStats(url="http://g:9000", up=True, in_flight=8, queued=0, max_concurrency=8)

@@ -10,8 +10,8 @@ from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.recording.reader import read_recording
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings
-from tests.tui import story
-from tests.tui.conftest import make_app
+from tests.support import story
+from tests.support.tui import make_app
 
 
 class RecordedCollector:

@@ -13,9 +13,9 @@ from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.replay_app import ReplayApp
 from llmtop.tui.widgets.timeline import Timeline
-from tests.tui import story
-from tests.tui.conftest import log_texts, notes
-from tests.unit.test_report import CAP_AT, T0, URL, write_scripted
+from tests.support import story
+from tests.support.report import CAP_AT, T0, URL, write_scripted
+from tests.support.tui import log_texts, notes
 
 SIZE = (100, 30)
 

@@ -12,7 +12,7 @@ from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings
 from llmtop.tui.view import replicas as rp
 from llmtop.tui.view.present import diff_events
-from tests.unit.test_fleet import raw, scrape, url
+from tests.support.fleet import raw, scrape, url
 
 
 def fleet(n: int = 3, t_end: int = 6) -> FleetSnapshot:

@@ -13,13 +13,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from harness.redis_server import redis_server
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.panel import Panel
-from tests.integration.redis_server import redis_server
 
 
 def _engine(text: str) -> Starlette:

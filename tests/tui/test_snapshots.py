@@ -1,7 +1,7 @@
 """Snapshot tests (pytest-textual-snapshot): the screen at moments of the recorded demo, replayed.
 
 Each render is the live screen fed by a paused replay of tests/fixtures/demo-story.jsonl.gz
-(tests/tui/story.py): the numbers are the recorded run's and the findings are what the current
+(tests/support/story.py): the numbers are the recorded run's and the findings are what the current
 rules compute from them, so a rule change shows here as a changed snapshot. A frozen age clock
 and TZ=UTC make every render the same; update with
 `pytest tests/tui/test_snapshots.py --snapshot-update` and look at the SVGs before committing.
@@ -18,8 +18,8 @@ from textual.pilot import Pilot
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from tests.tui import story
-from tests.tui.conftest import SilentSource, down_snapshot, make_app
+from tests.support import story
+from tests.support.tui import SilentSource, down_snapshot, make_app
 
 SnapCompare = Callable[..., bool]
 

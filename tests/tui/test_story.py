@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings
-from tests.tui import story
+from tests.support import story
 
 
 def at(moment: str) -> Snapshot:

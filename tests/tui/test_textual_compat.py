@@ -13,7 +13,7 @@ from textual.dom import DOMNode
 from textual.widgets import Input
 
 from llmtop.tui.textual_compat import own_bindings, run_binding
-from tests.tui.conftest import notes
+from tests.support.tui import notes
 
 
 def test_the_private_names_exist_with_the_signatures_the_adapter_calls() -> None:

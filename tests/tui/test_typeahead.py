@@ -25,17 +25,20 @@ from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.screens.replica import ReplicaScreen
 from llmtop.tui.screens.whatif import WhatIfScreen
 from llmtop.tui.widgets.commandline import CommandLine
-from tests.tui import fleet_story
-from tests.tui.conftest import (
+from tests.support import fleet_story
+from tests.support.tui import (
+    NOWHERE,
+    SIZE,
     SilentSource,
     burst,
     feed_of,
+    limits_of,
     log_texts,
     make_app,
+    paused_of,
     settle,
     until,
 )
-from tests.tui.test_keys import NOWHERE, SIZE, limits_of, paused_of
 
 
 def line_of(app: LlmtopApp) -> CommandLine:

@@ -9,7 +9,7 @@ from llmtop.core.derive.aggregate import combine
 from llmtop.core.health.kvsize import kv_fit
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.view.caps import candidate_caps, typed_cap
-from tests.tui import story
+from tests.support import story
 
 
 def test_typed_cap_is_a_whole_cap_command_only() -> None:

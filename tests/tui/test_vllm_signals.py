@@ -3,28 +3,10 @@ shown when vLLM reports them, left off (no layout change) when it does not."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from llmtop.core.base.snapshot import Snapshot
 from llmtop.tui.widgets.panel import Panel
-from tests.tui import story
-from tests.tui.conftest import make_app
-
-
-class OneSnapshot:
-    """The story's KV-exhaustion poll with the engine's fields replaced."""
-
-    def __init__(self, **engine: Any) -> None:
-        snap = story.snapshots()[story.index_at(story.MOMENTS["kv-exhausted"])]
-        e = dataclasses.replace(snap.engines[0], **engine)
-        self.snapshot = dataclasses.replace(snap, engines=(e, *snap.engines[1:]))
-
-    async def poll(self) -> Snapshot:
-        return self.snapshot
-
-    async def aclose(self) -> None:
-        return None
+from tests.support.tui import OneSnapshot, make_app
 
 
 async def panel_texts(**engine: Any) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """The what-if in the TUI: `:cap N` previews the prediction before Enter, `w` opens the table.
 
-The feed is filled from a known sim profile scraped in virtual time (tests/support/whatif_truth.py),
+The feed is filled from a known sim profile scraped in virtual time (harness/whatif_truth.py),
 so no engine is needed; the prediction still runs on a worker thread as it does live.
 """
 
@@ -17,7 +17,7 @@ from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.whatif import WhatIfScreen
 from llmtop.tui.whatif_controls import WhatIfPreview
 from llmtop.whatif.model.window import Point
-from tests.tui.conftest import feed_of, make_app
+from tests.support.tui import feed_of, make_app
 
 SIZE = (120, 30)
 

@@ -11,7 +11,7 @@ from llmtop.gateway.admission.controller import AdmissionController, Limits, Rej
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
 from llmtop.gateway.admission.lifetimes import Lifetimes
 from llmtop.gateway.admission.refusals import HORIZON_S, OPEN_MAX
-from tests.unit.test_admission import FakeClock, accounted
+from tests.support.admission import FakeClock, accounted
 
 
 def make(clock: FakeClock, **kw: object) -> AdmissionController:
@@ -157,7 +157,7 @@ async def test_a_scrape_that_fails_mid_burst_keeps_predictions_and_accounting_sa
     every 429 given for a predicted start, and every request ends in one outcome."""
     from llmtop.gateway.autopilot.autopilot import Autopilot
     from llmtop.gateway.autopilot.drive import drive
-    from tests.unit.test_autopilot import sig
+    from tests.support.autopilot import sig
 
     clock = FakeClock()
     ctl = make(clock, max_concurrency=8, mode="auto", queue_timeout_s=5.0)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from llmtop.gateway.admission.controller import AdmissionController, Limits
 from llmtop.gateway.upstreams.shared import LocalLimits, fallback_share
-
-from .test_admission import FakeClock, accounted, make, settle
+from tests.support.admission import FakeClock, accounted, make, settle
 
 
 async def test_share_caps_admission_and_raising_it_admits_the_queue() -> None:

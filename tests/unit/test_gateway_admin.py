@@ -13,7 +13,7 @@ from llmtop.gateway.admission.prompt import prompt_tokens
 from llmtop.gateway.server.app import create_app
 from llmtop.gateway.server.serve import check_exposure, is_loopback
 from llmtop.settings import GatewaySettings
-from tests.promtool import check_metrics
+from tests.support.promtool import check_metrics
 
 TOKEN = "s3cret-token-value"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmtop.core.base.snapshot import GpuStats
-from tests.unit.test_health import healthy, ids, run
+from tests.support.health import healthy, ids, run
 
 SAMPLES = Path(__file__).parents[1] / "fixtures" / "nvml-h200-samples.json"
 

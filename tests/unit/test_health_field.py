@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmtop.core.base.snapshot import Finding, GpuStats, LoraAdapters
-from tests.unit.test_health import healthy, run
+from tests.support.health import healthy, run
 
 
 def found(polls: list[tuple[Finding, ...]], finding: str) -> Finding:

@@ -14,8 +14,8 @@ from dataclasses import replace
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, Snapshot
 from llmtop.core.health.health import Context, HealthState
 from llmtop.settings import HealthSettings
-from tests.kvprinted import printed_fit
-from tests.unit.test_health import URL, healthy, ids
+from tests.support.health import URL, healthy, ids
+from tests.support.kvprinted import printed_fit
 
 S = HealthSettings()
 

@@ -43,7 +43,7 @@ LATER = (
     "llmtop.sources.fleet_collector",
     "llmtop.core.pipeline.fleet",
     "llmtop.core.promql",
-    "llmtop.core.alerts",
+    "llmtop.core.output.rulesfile",  # the findings build their alerts from core.alerts
     "llmtop.sim",
     "llmtop.gateway",
     "llmtop.load",

@@ -14,8 +14,8 @@ from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
 from llmtop.gateway.admission.lifetimes import Lifetimes, newcomers_fit
 from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import drive, engine_room_tokens, room_blocks
-from tests.unit.test_admission import FakeClock, accounted
-from tests.unit.test_autopilot import FELT, sig
+from tests.support.admission import FakeClock, accounted
+from tests.support.autopilot import FELT, sig
 
 BLOCK = 128
 SHAPE = PromptShape(600, True, 300)

@@ -28,7 +28,7 @@ from llmtop.gateway.server.context import GatewayContext, limits_of
 from llmtop.load.session import LoadOptions
 from llmtop.load.stats import RequestResult, Slo, verdict
 from llmtop.settings import GatewaySettings, HealthSettings, SloSettings
-from tests.unit.test_health import healthy
+from tests.support.health import healthy
 
 JUDGES = tuple(n for n in NAMES if n != "sim")
 """Every command but the sim judges by the SLO (the sim only serves)."""

@@ -12,8 +12,8 @@ from llmtop.gateway.admission.estimates import BusyRate, PrefillRate
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape
 from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import drive
-from tests.unit.test_admission import FakeClock, accounted
-from tests.unit.test_autopilot import sig
+from tests.support.admission import FakeClock, accounted
+from tests.support.autopilot import sig
 
 
 def make(clock: FakeClock, **kw: object) -> AdmissionController:

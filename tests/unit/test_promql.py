@@ -24,7 +24,7 @@ from llmtop.core.promql.promql_answers import (
 )
 from llmtop.errors import UsageError
 from llmtop.sources.prometheus import Fetch, PrometheusSource
-from tests.promtool import check_promql
+from tests.support.promtool import check_promql
 
 REASONS = ("length", "stop")
 

@@ -16,7 +16,7 @@ from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import SPEEDS, ReplaySource
 from llmtop.recording.writer import Recorder
 from llmtop.settings import HealthSettings, SloSettings
-from tests.unit.test_report import CAP_AT, T0, scripted_polls, write_scripted
+from tests.support.report import CAP_AT, T0, scripted_polls, write_scripted
 
 
 class FakeClock:

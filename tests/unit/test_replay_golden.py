@@ -1,9 +1,10 @@
 """Behaviour stays: the three recorded runs replay to the golden 31930be's tree produced.
 
 Every poll's snapshot, the report, `snapshot`'s windows and a three-times-looped replay are
-compared by digest (tests/replay_golden.py says what each covers). After a deliberate change of
-behaviour, regenerate the golden with `PYTHONPATH=. python tests/replay_golden.py --write` and
-commit its diff with the change that explains it.
+compared by digest (tests/support/replay_golden.py says what each covers). After a deliberate
+change of behaviour, regenerate the golden with
+`PYTHONPATH=. python tests/support/replay_golden.py --write` and commit its diff with the change
+that explains it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests import replay_golden
+from tests.support import replay_golden
 
 
 @pytest.fixture(scope="module")

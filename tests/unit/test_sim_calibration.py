@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from harness.sim_virtual import Burst, run_burst
 from llmtop.sim.model import Engine, EngineConfig, Sequence
 from llmtop.sim.profiles import get_profile
-from tests.support.sim_virtual import Burst, run_burst
 
 
 def seed_engine() -> Engine:

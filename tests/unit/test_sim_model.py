@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from harness.sim_virtual import run_concurrent
 from llmtop.errors import UsageError
 from llmtop.sim.model import FINISHED, RUNNING, WAITING, Engine, EngineConfig, RequestRejected
 from llmtop.sim.profiles import PROFILES, get_profile
-from tests.support.sim_virtual import run_concurrent
 
 
 def engine(**overrides: int) -> Engine:

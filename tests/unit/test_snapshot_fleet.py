@@ -14,7 +14,7 @@ from llmtop.core.output.summary import EXIT_CODES, to_json, to_text
 from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.verdict import judge_window
 from llmtop.settings import HealthSettings
-from tests.unit.test_fleet import raw, scrape, url
+from tests.support.fleet import raw, scrape, url
 
 
 def window(hot: dict[str, float], seconds: int = 6, n: int = 3) -> list[RawPoll]:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from llmtop.core.base.snapshot import GatewayStats
 from llmtop.core.health.rulebase import suggested_cap
-from tests.unit.test_health import healthy, run
+from tests.support.health import healthy, run
 
 UNCAPPED = GatewayStats(url="http://gw", up=True, max_concurrency=256, in_flight=8, queued=0)
 FULL = healthy(running=8, kv_cache_usage_frac=0.97, preemptions_per_s=0.3, ttft_p95_s=0.5)

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.direct_reading import extract_direct
 from llmtop.core.base.raw import Sample
 from llmtop.core.derive.derive import counter_columns, counter_values
 from llmtop.core.exposition import promtext
 from llmtop.core.vllm.names import sample_names
 from llmtop.core.vllm.reader import extract
 from llmtop.core.vllm.scrape import EngineScrape
-from tests.support.direct_reading import extract_direct
 
 KEEP = promtext.keep_names(sample_names())
 

@@ -1,7 +1,7 @@
 """The what-if's pure parts: length distributions, the window, the fit, the predictor, the report.
 
 Ground truth is a known sim profile driven in virtual time and scraped as /metrics would be
-(tests/support/whatif_truth.py); the what-if sees only those scrapes.
+(harness/whatif_truth.py); the what-if sees only those scrapes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.whatif_truth import measure, scrape_run
 from llmtop.errors import UsageError
 from llmtop.gateway.admission.limits import Limits
 from llmtop.sim.profiles import get_profile
@@ -23,8 +24,7 @@ from llmtop.whatif.model.render import bucketed_p95
 from llmtop.whatif.model.scenario import State
 from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import Options, analyse, state_of
-from tests.support.whatif_truth import measure, scrape_run
-from tests.whatif_truths import H100
+from tests.support.whatif_truths import H100
 
 # -- lengths ----------------------------------------------------------------------------------
 

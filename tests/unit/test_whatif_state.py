@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.whatif_truth import scrape_run, spread
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.admission.limits import Limits
@@ -26,8 +27,7 @@ from llmtop.whatif.model.predict import Candidate, predict
 from llmtop.whatif.model.scenario import State, queued_ages
 from llmtop.whatif.model.window import Point, observe
 from llmtop.whatif.service import state_of
-from tests.support.whatif_truth import scrape_run, spread
-from tests.whatif_truths import H100
+from tests.support.whatif_truths import H100
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ words the poll they first hold.
 
 The golden was produced by 31930be's tree, the one before the reader and cost work (issue 30):
 
-    PYTHONPATH=/tmp/orig python tests/replay_golden.py --write   # from a directory outside
+    PYTHONPATH=/tmp/orig python tests/support/replay_golden.py --write   # from a directory outside
                                                                  # the tree, with its path
 
 and rewritten once from this tree when the gateway's stats gained `queued_ages_s` (the
@@ -37,7 +37,7 @@ recordings, taken out of the repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
-    PYTHONPATH=. python tests/replay_golden.py --write
+    PYTHONPATH=. python tests/support/replay_golden.py --write
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = FIXTURES / "replay-golden.json"
 RECORDINGS = ("demo-story", "fleet-3-sims", "recording-story")
 WINDOW_POLLS = 60

@@ -1,5 +1,5 @@
 """A real redis-server on a free loopback port for the shared-limits tests: found, else installed
-(tests/system_tools.py); skip with the reason only when it cannot be had."""
+(harness/system_tools.py); skip with the reason only when it cannot be had."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from harness.system_tools import system_binary
 from llmtop.serve.stack import free_port
-from tests.system_tools import system_binary
 
 
 def redis_binary() -> str:

@@ -5,7 +5,7 @@ nobody setting a cap; beside it, one request alone (the TTFT the admitted ones s
 counted over the whole burst and after its first `settle_s` seconds (the autopilot may learn
 from the first ones; after that there should be none).
 
-    LLMTOP_REAL_VLLM_URL=http://127.0.0.1:8000 python -m tests.real.autopilot --n 48 \\
+    LLMTOP_REAL_VLLM_URL=http://127.0.0.1:8000 python -m tests.support.real_autopilot --n 48 \\
         --prompt 600 --output 1000 [--ttft-slo-s 900]
 """
 
@@ -25,8 +25,8 @@ import httpx
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base.slo import SloSettings
-from tests.real.cliff import wait_settled
-from tests.real.vllm_client import burst, p95, scrape, wait_idle
+from tests.support.real_cliff import wait_settled
+from tests.support.vllm_client import burst, p95, scrape, wait_idle
 
 PRE = "vllm:num_preemptions_total"
 

@@ -1,6 +1,6 @@
 """The chaos run's pure parts: the schedule of faults, each request's one outcome, the ledger's
 tallies and their agreement with what each gateway counted, and which faults the recording's
-report names. No IO: bench/chaos.py feeds it, tests/reliability/test_chaos_ledger.py checks it.
+report names. No IO: harness/chaos.py feeds it, tests/reliability/test_chaos_ledger.py checks it.
 
 A request ends in exactly one of:
 - served: a 2xx with its whole body (a stream: its `[DONE]` and no error event);

@@ -18,14 +18,9 @@ from pathlib import Path
 
 import httpx
 
+from harness.redis_server import RedisServer
+from harness.terminal import Terminal, clean_env
 from llmtop.serve.stack import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tests.integration.redis_server import RedisServer  # noqa: E402
-from tests.tty.terminal import Terminal, clean_env  # noqa: E402
 
 GATEWAY_FLAGS = [
     "--max-concurrency", "8", "--max-queue", "48", "--queue-timeout-s", "4",

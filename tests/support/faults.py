@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from llmtop.asgi.uvicorn_runner import ServerThread
+
 T = TypeVar("T")
 
 FIGURES: Counter[str] = Counter()
@@ -320,3 +322,19 @@ class FaultUpstream:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()
+
+
+@dataclass
+class Gateway:
+    """A gateway on a ServerThread and the probe into its loop."""
+
+    server: ServerThread
+    probe: LoopProbe
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.system_tools import system_binary
+from harness.system_tools import system_binary
 
 
 def promtool() -> str:

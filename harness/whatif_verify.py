@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.whatif_truth import Spread, spread
 from llmtop.core.derive.percentiles import percentile_linear
 from llmtop.load.drivers import OpenLoop
 from llmtop.load.runner import Runner, Shape
@@ -31,7 +32,6 @@ from llmtop.whatif.collect import collect_window, scrape_once
 from llmtop.whatif.model.predict import Prediction, predict
 from llmtop.whatif.model.scenario import State
 from llmtop.whatif.service import Analysis, Options, analyse, state_of
-from tests.support.whatif_truth import Spread, spread
 
 
 @dataclass(frozen=True)

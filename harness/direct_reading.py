@@ -1,5 +1,5 @@
 """The plain reading of a scrape, sample by sample: what `reader.extract`'s plans
-(`core.vllm.scrape_plan`) stand for. The oracle of tests/unit/test_engines.py's hypothesis test
+(`core.vllm.scrape_plan`) stand for. The oracle of tests/unit/test_vllm_reader.py's hypothesis test
 and `bench/bench_fleet_pipeline.py --without plan`'s plain side; llmtop itself reads through
 the plans only.
 """

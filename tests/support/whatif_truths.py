@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from harness.whatif_truth import Truth
 from llmtop.gateway.admission.limits import Limits
 from llmtop.sim.profiles import get_profile
 from llmtop.whatif.model.lengths import LengthDist
-from tests.support.whatif_truth import Truth
 
 H100 = Truth(
     get_profile("h100-8b"),

@@ -6,8 +6,8 @@ watches both phases, so the findings are those an operator would have seen. Per 
 client records TTFT and the gateway's x-llmtop-queue-ms; "admitted TTFT" is TTFT less the time
 queued in the gateway, i.e. what the engine made the request wait once it was let in.
 
-Also a command that prints the figures as markdown (BENCHMARKS.md, Real vLLM):
-    LLMTOP_REAL_VLLM_URL=http://127.0.0.1:8000 python -m tests.real.cliff --n 48 \\
+Also a command that prints the figures as markdown (BENCHMARKS.md, "On the real vLLM (CPU build)"):
+    LLMTOP_REAL_VLLM_URL=http://127.0.0.1:8000 python -m tests.support.real_cliff --n 48 \\
         --prompt 600 --output 1000
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector
-from tests.real.vllm_client import (
+from tests.support.vllm_client import (
     Metrics,
     Result,
     TeeTransport,
