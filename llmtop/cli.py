@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from llmtop import __version__
 from llmtop.commands import NAMES
 from llmtop.errors import LlmtopError, TargetError, UsageError
 
@@ -61,6 +60,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(self.usage_exit_code)
 
 
+class _Version(argparse.Action):
+    """`--version`: prints `llmtop <version>` and exits 0; the version is read only when asked
+    (`llmtop.__version__`), not each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+            help="show llmtop's version and exit",
+        )  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        import llmtop
+
+        sys.stdout.write(f"llmtop {llmtop.__version__}\n")
+        parser.exit()
+
+
 def exit_code(mod: ModuleType | None, error: LlmtopError) -> int:
     """The exit code of `error` in the command `mod`: its own, or the command's
     `USAGE_EXIT_CODE` / `ERROR_EXIT_CODE` where its verdicts use the usual codes (snapshot)."""
@@ -85,7 +101,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"llmtop {__version__}")
+    parser.add_argument("--version", action=_Version)
     common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", help="TOML config file")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

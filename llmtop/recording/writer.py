@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmtop import __version__
+import llmtop
 from llmtop.core.base.raw import RawPoll, Sample
 from llmtop.errors import RecordingError
 from llmtop.recording.reader import FORMAT_VERSION
@@ -118,7 +118,7 @@ def header(interval_s: float, targets: Mapping[str, Any], started: float) -> dic
     """The first line of a recording segment (targets scrubbed of credentials)."""
     return {
         "llmtop_recording": FORMAT_VERSION,
-        "version": __version__,
+        "version": llmtop.__version__,
         "started": started,
         "interval_s": interval_s,
         "targets": scrub(dict(targets)),
