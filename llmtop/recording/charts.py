@@ -2,6 +2,7 @@
 
 matplotlib's `Figure` on Agg, never pyplot: no GUI backend is chosen and nothing global changes.
 Unknown values stay gaps; each limit change is a dashed vertical line labelled with what changed.
+matplotlib is the [report] extra: without it `write_charts` says so in one line (UsageError).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llmtop.errors import UsageError
 from llmtop.recording.report import Report
 
 SIZE_IN = (9.0, 3.6)
@@ -63,7 +65,15 @@ def _save(fig: Any, ax: Any, r: Report, path: Path) -> Path:
 
 
 def write_charts(r: Report, out_dir: str | Path, *, ttft_slo_s: float | None = None) -> list[Path]:
-    """ttft_p95.png, kv_usage.png and queues.png in `out_dir` (created); returns their paths."""
+    """ttft_p95.png, kv_usage.png and queues.png in `out_dir` (created); returns their paths.
+    UsageError, before anything is written, where matplotlib cannot be imported."""
+    try:
+        import matplotlib.figure  # noqa: F401  (the [report] extra)
+    except ImportError as e:
+        raise UsageError(
+            f"the report's charts need matplotlib: pip install 'llmtop-console[report]', or"
+            f" leave out --out to print the report without them ({e})"
+        ) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     x = _minutes(r)

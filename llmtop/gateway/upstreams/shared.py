@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from yarl import URL
 
+from llmtop.errors import UsageError
 from llmtop.gateway.admission.controller import LEVERS, AdmissionController, LimitError
 from llmtop.gateway.upstreams.fallback import Fallback, Lives, Rejoin, fallback_share
 
@@ -165,9 +166,14 @@ class RedisLimits:
     backend = "redis"
 
     def __init__(self, url: str, *, prefix: str = "llmtop:", ttl_s: float = DEFAULT_TTL_S) -> None:
-        import redis.asyncio as aioredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
+        try:  # the [redis] extra: without it, one line saying so
+            import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+        except ImportError as e:
+            raise UsageError(
+                f"shared limits (--redis) need redis: pip install 'llmtop-console[redis]' ({e})"
+            ) from None
 
         self.url = str(URL(url).with_password(None)) if "@" in url else url  # never shown
         self.ttl_s = ttl_s
