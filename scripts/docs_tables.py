@@ -168,8 +168,9 @@ def flags_block() -> str:
 
 
 def findings_block() -> str:
-    """README's findings table: llmtop.core.health.guide's rows."""
-    from llmtop.core.health.guide import GUIDE
+    """README's findings table: the guide the findings' definitions make
+    (llmtop.core.findings.catalog.GUIDE)."""
+    from llmtop.core.findings.catalog import GUIDE
 
     rows = [
         (", ".join(f"`{i}`" for i in g.ids), g.bottleneck, g.fires_when, g.action) for g in GUIDE

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from llmtop.core.alerts.rulesfile import render
     from llmtop.core.alerts.spec import AlertSpec, matchers
+    from llmtop.core.output.rulesfile import render
     from llmtop.errors import ConfigError
 
     monitor, health = load(MonitorSettings, args), load(HealthSettings, args)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmtop.core.alerts.rulesfile import render
 from llmtop.core.alerts.spec import AlertSpec
+from llmtop.core.output.rulesfile import render
 from tests.support import alert_replay as ar
 from tests.support.promtool import promtool
 

@@ -20,12 +20,13 @@ import pytest
 
 from llmtop.core.alerts.alert import alert_name
 from llmtop.core.alerts.figures import figures
-from llmtop.core.alerts.rulesfile import NOT_EXPRESSED, alerts, render
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.exposition import promtext
+from llmtop.core.findings.catalog import NOT_EXPRESSED, alerts
 from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.output.rulesfile import render
 from llmtop.core.vllm.names import sample_names
 from llmtop.recording.reader import read_recording
 from tests.support import alert_replay as ar

@@ -9,8 +9,8 @@ import time
 import httpx
 
 from llmtop.core.derive.series import CounterWindow
+from llmtop.core.findings.refusals import vllm_admission
 from llmtop.core.health.rulebase import Context
-from llmtop.core.health.rules_engine import vllm_admission
 from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.settings import HealthSettings
 from tests.support.gateway_sim import Start, body

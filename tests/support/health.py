@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Snapshot
-from llmtop.core.health.health import Context, HealthState
+from llmtop.core.findings.catalog import HealthState
+from llmtop.core.health.rulebase import Context
 from llmtop.settings import HealthSettings
 
 URL = "http://e"

@@ -219,7 +219,7 @@ def test_thin_keeps_the_newest_and_the_span() -> None:
 
 
 def test_help_explains_every_finding_the_rules_can_fire() -> None:
-    from llmtop.core.health.health import RULES
+    from llmtop.core.findings.catalog import RULES
     from llmtop.tui.screens.help import HELP_TEXT
 
     missing = [r.id for r in RULES if f"**{r.id}**" not in HELP_TEXT]

@@ -1,24 +1,25 @@
 """core.alerts and `llmtop rules`: one alert per finding PromQL can express, made from the
-health rules' rows and thresholds (change one and the file follows), old vLLM names matched,
-bad input refused in one line with nothing written. promtool's own checks are in
-tests/integration/test_alerts_replay.py."""
+finding's own definition (its id, class, hold, advice and thresholds: change one and the file
+follows), old vLLM names matched, bad input refused in one line with nothing written.
+promtool's own checks are in tests/integration/test_alerts_replay.py."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
 from llmtop.cli import main
-from llmtop.core.alerts.alert import ROWS, alert_name
-from llmtop.core.alerts.field import SLO_SEVERITY
+from llmtop.core.alerts.alert import alert_name
 from llmtop.core.alerts.figures import figures
-from llmtop.core.alerts.rulesfile import NEEDS_SELECTOR, NOT_EXPRESSED, alerts, render
 from llmtop.core.alerts.spec import AlertSpec, duration
-from llmtop.core.health.health import RULES
-from llmtop.core.health.rules_fleet import FLEET_RULES
+from llmtop.core.findings.catalog import DEFINITIONS, FLEET_RULES, NOT_EXPRESSED, RULES, alerts
+from llmtop.core.findings.definition import AlertRule
+from llmtop.core.findings.features import SLO_SEVERITY
+from llmtop.core.health.thresholds import FleetRules
+from llmtop.core.output.rulesfile import render
 from llmtop.errors import UsageError
 from llmtop.settings import HealthSettings, SloSettings
 
@@ -28,9 +29,11 @@ BRIEF = {
     "scheduler-stuck", "replica-outlier",
 }  # fmt: skip
 """The findings issue 29 names (the gateway's queue and 429s are the two gateway ones)."""
+TIMING = {"fire_after_s", "clear_after_s", "window_s", "trend_horizon_s"}
+"""Settings every alert shares (its hold, its window), not a finding's threshold."""
 
 
-def by_finding(spec: AlertSpec) -> dict[str, object]:
+def by_finding(spec: AlertSpec) -> dict[str, AlertRule]:
     made, _ = alerts(spec)
     return {a.finding: a for a in made}
 
@@ -38,40 +41,88 @@ def by_finding(spec: AlertSpec) -> dict[str, object]:
 def test_every_finding_has_an_alert_or_says_why_not() -> None:
     made, left = alerts(AlertSpec(vllm_matchers='job="vllm"'))
     ids = {a.finding for a in made}
-    assert ids | set(left) == {r.id for r in (*RULES, *FLEET_RULES)} == set(ROWS)
+    assert ids | set(left) == {r.id for r in (*RULES, *FLEET_RULES)}
     assert not ids & set(left)
     assert ids >= BRIEF
+    assert left == NOT_EXPRESSED
+    _, without_selector = alerts(AlertSpec())
+    assert set(without_selector) - set(NOT_EXPRESSED) == {"stats-disabled"}
     text = render(AlertSpec())
-    for finding, why in {**NOT_EXPRESSED, **NEEDS_SELECTOR}.items():
+    for finding, why in without_selector.items():
         assert f"# - {finding}: {why.split()[0]}" in text  # said in the file
 
 
-def test_labels_and_holds_come_from_the_rule_rows_and_settings() -> None:
-    made, _ = alerts(AlertSpec())
+def test_labels_holds_and_advice_come_from_the_definitions() -> None:
     text = render(AlertSpec())
-    for a in made:
-        row = ROWS[a.finding]
+    for d in DEFINITIONS:
+        a, r = d.alert_rule(AlertSpec()), d.rule
+        if isinstance(a, str):
+            continue
         labels = a.labels()
-        assert labels["finding"] == a.finding
-        assert a.name == alert_name(a.finding)
-        by_value = ("degraded-200", "gateway-saturated", "gateway-queue-over-slo", "kv-exhausted")
-        by_value += ("prefix-cache-collapse", "spec-decode-low")
-        if a.finding not in (*by_value, "engine-asleep"):
-            assert labels["severity"] == row.severity
-        if a.finding not in ("degraded-200", "replica-outlier"):  # named by the expression
-            assert labels["bottleneck"] == row.bottleneck
+        assert labels["finding"] == a.finding == r.id
+        assert a.name == alert_name(r.id)
+        assert labels["severity"] in (a.alert.severity, r.severity)
+        assert labels.get("bottleneck", "") in (r.bottleneck, "")  # "": named by the expression
+        assert a.action == (a.alert.action or d.advice) == (a.alert.action or r.advice)
+        assert a.action  # the check's advice, or the alert's own words
         block = text.split(f"      - alert: {a.name}\n", 1)[1].split("      - ", 1)[0]
-        assert ("for: 3s" in block) == (not row.immediate)
-        assert ("keep_firing_for: 10s" in block) == (not row.immediate)
+        assert ("for: 3s" in block) == (not r.immediate)
+        assert ("keep_firing_for: 10s" in block) == (not r.immediate)
         for key in ("summary:", "action:", "llmtop:"):
             assert key in block
     assert "llmtop --vllm http://{{ $labels.instance }}" in text
 
 
+def _moved(name: str) -> tuple[HealthSettings, FleetRules]:
+    """The settings with one threshold moved (a fleet one as the fleet's rules see it)."""
+    h, f = HealthSettings(), FleetRules.of(HealthSettings())
+    if name.startswith("slo."):
+        slo = h.slo
+        key = name.removeprefix("slo.")
+        h = replace(h, slo=replace(slo, **{key: getattr(slo, key) * 1.37}))
+    elif hasattr(h, name):
+        h = replace(h, **{name: getattr(h, name) * 1.37})
+    else:
+        return h, replace(f, **{name: getattr(f, name) + 1})
+    return h, FleetRules.of(h)
+
+
+def _made(name: str) -> dict[str, AlertRule]:
+    """The alerts with `name` moved ("": none), at an interval that hides no look-back."""
+    h, f = _moved(name) if name else (HealthSettings(), FleetRules.of(HealthSettings()))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(AlertSpec, "fleet_rules", property(lambda _: f))
+        return by_finding(AlertSpec(health=h, interval_s=1.0, vllm_matchers='job="vllm"'))
+
+
+def test_each_alert_moves_with_the_thresholds_its_finding_reads_and_no_other() -> None:
+    """A definition's `reads` is its alert's thresholds: moving one of them changes that alert,
+    moving any other threshold changes none of it."""
+    health = {f.name for f in fields(HealthSettings)} - TIMING - {"slo"}
+    names = health | {"slo.ttft_s", "slo.itl_s"}
+    names |= {f.name for f in fields(FleetRules)} - TIMING - {"kv_high_frac", "ttft_slo_s"}
+    base = _made("")
+    for d in DEFINITIONS:
+        assert set(d.reads) <= names | {"kv_high_frac", "ttft_slo_s"}, d.rule.id
+    moved = {name: _made(name) for name in sorted(names)}
+    for d in DEFINITIONS:
+        finding = d.rule.id
+        if finding not in base:
+            continue
+        reads = set(d.reads)
+        if d.rule in FLEET_RULES:  # the fleet's rules take these two from the health settings
+            reads = {
+                {"kv_high_frac": "kv_high_frac", "ttft_slo_s": "slo.ttft_s"}.get(r, r)
+                for r in reads
+            }
+        moves = {name for name, made in moved.items() if made[finding] != base[finding]}
+        assert moves == reads, finding
+
+
 def test_kv_exhausted_alerts_by_the_slo() -> None:
     """The severity policy in the rules file: a full cache inside the SLO is info."""
-    (kv,) = [a for a in alerts(AlertSpec())[0] if a.finding == "kv-exhausted"]
-    assert "llmtop:vllm_slo_ratio" in kv.expr
+    kv = by_finding(AlertSpec())["kv-exhausted"]
+    assert "llmtop:vllm_slo_ratio" in kv.alert.expr
     assert kv.labels()["severity"].startswith("{{ if gt $value 1.0 }}critical")
     assert "{{ else }}info{{ end }}" in kv.labels()["severity"]
 
@@ -87,8 +138,8 @@ def test_field_levels_alert_by_the_slo_with_the_rules_thresholds() -> None:
         spec_acceptance_low_frac=0.3,
         spec_drop_share=0.6,
     )
-    made = {a.finding: a for a in alerts(AlertSpec(health=moved, interval_s=1.0))[0]}
-    prefix, spec = made["prefix-cache-collapse"], made["spec-decode-low"]
+    made = by_finding(AlertSpec(health=moved, interval_s=1.0))
+    prefix, spec = made["prefix-cache-collapse"].alert, made["spec-decode-low"].alert
     level = "max_over_time(llmtop:vllm_{}[110s] offset 10s) unless on (instance)"
     assert level.format("prefix_cache_hit_frac") in prefix.expr
     assert "(0.2 * (" in prefix.expr
@@ -99,7 +150,7 @@ def test_field_levels_alert_by_the_slo_with_the_rules_thresholds() -> None:
     for a in (prefix, spec):
         assert "resets(vllm:generation_tokens_total[120s])" in a.expr
         assert a.expr.startswith("(max by (instance) (llmtop:vllm_slo_ratio) and on (instance)")
-        assert a.labels()["severity"] == SLO_SEVERITY
+        assert a.severity == SLO_SEVERITY
     names = {r.name for r in figures(AlertSpec(interval_s=1.0))}
     assert {"llmtop:vllm_prefix_cache_hit_frac", "llmtop:vllm_spec_acceptance_frac"} <= names
     sparse = render(AlertSpec(interval_s=15.0))  # four scrapes at least, as every rate
@@ -156,7 +207,7 @@ def test_windows_follow_the_interval_and_selectors_go_into_every_series() -> Non
     assert 'llmtop_gateway_oldest_queued_seconds{job="gw"}' in text
     assert "sum by (pod)" in text
     assert "sum by (instance)" not in text
-    opens = by_finding(spec)["kv-exhausted"].llmtop  # type: ignore[attr-defined]
+    opens = by_finding(spec)["kv-exhausted"].alert.llmtop
     assert opens == (
         "llmtop --prometheus {{ externalURL }} "
         '--selector \'{job="vllm",namespace="ml",pod="{{ $labels.pod }}"}\''

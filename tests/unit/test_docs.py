@@ -15,8 +15,7 @@ from types import ModuleType
 import pytest
 
 from llmtop.core.base.admin_api import LIMIT_FIELDS, LIMITS
-from llmtop.core.health.health import RULES
-from llmtop.core.health.rules_fleet import FLEET_RULES
+from llmtop.core.findings.catalog import FLEET_RULES, RULES
 from llmtop.tui.view.commands import ACTIONS, ALIASES
 from llmtop.tui.view.keyhelp import limit_word_usage
 

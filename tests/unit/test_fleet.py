@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Fleet
 from llmtop.core.exposition import promtext
-from llmtop.core.health.rules_fleet import _medians_of_others
+from llmtop.core.findings.fleet import _medians_of_others
 from llmtop.core.pipeline.fleet import FleetPipeline, split_engines
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, GpuStats
-from llmtop.core.health.health import Context, HealthState
+from llmtop.core.findings.catalog import HealthState
+from llmtop.core.health.rulebase import Context
 from tests.support.health import URL, S, healthy, ids, run
 from tests.support.kvprinted import printed_fit
 

@@ -1,4 +1,4 @@
-"""The rules over what the gateway knows of its replicas and peers (core/health/rules_gateway):
+"""The rules over what the gateway knows of its replicas and peers (core/findings/replicas and peers):
 fed its /admin/stats as the pipeline reads them, poll by poll on a fake clock, through the
 same hysteresis as every rule."""
 
@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from llmtop.core.base.snapshot import Finding, GatewayStats, ReplicaStats, Snapshot
 from llmtop.core.derive.series import CounterWindow
-from llmtop.core.health.health import HealthState
+from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.rulebase import Context
-from llmtop.core.health.rules_gateway import replica_slow
+from llmtop.core.findings.replicas import replica_slow
 from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.settings import HealthSettings
 

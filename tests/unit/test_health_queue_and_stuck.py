@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmtop.core.base.snapshot import EngineStats, GatewayStats, Snapshot
-from llmtop.core.health.health import Context, HealthState
+from llmtop.core.findings.catalog import HealthState
+from llmtop.core.health.rulebase import Context
 from llmtop.settings import HealthSettings
 from tests.support.health import URL, healthy, ids
 from tests.support.kvprinted import printed_fit

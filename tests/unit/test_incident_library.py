@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from llmtop.core.health.health import RULES
+from llmtop.core.findings.catalog import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "tests" / "fixtures" / "incidents"

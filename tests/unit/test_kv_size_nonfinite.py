@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from llmtop.core.base.snapshot import EngineStats, Snapshot
-from llmtop.core.health.health import HealthState
+from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.kvsize import kv_size
 from llmtop.core.health.rulebase import Context
 from llmtop.settings import HealthSettings

@@ -18,9 +18,10 @@ from llmtop import settings
 from llmtop.cli import main
 from llmtop.commands import NAMES
 from llmtop.commands._common import load
-from llmtop.core.alerts.rulesfile import render
 from llmtop.core.alerts.spec import AlertSpec
-from llmtop.core.health.health import Context, HealthState
+from llmtop.core.findings.catalog import HealthState
+from llmtop.core.health.rulebase import Context
+from llmtop.core.output.rulesfile import render
 from llmtop.errors import ConfigError
 from llmtop.gateway.server.app import create_app
 from llmtop.gateway.server.autopilot_loop import attach

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from llmtop.core.base.snapshot import EngineStats, GatewayStats
-from llmtop.core.health.health import HealthState
+from llmtop.core.findings.catalog import HealthState
+from llmtop.core.findings.degraded import degraded_200
 from llmtop.core.health.rulebase import Context
-from llmtop.core.health.rules_engine import degraded_200
 from llmtop.gateway.server.unanswered import Unanswered
 from llmtop.settings import HealthSettings
 

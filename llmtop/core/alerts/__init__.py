@@ -1,5 +1,3 @@
-"""llmtop's findings as Prometheus rules: the figures as recording rules and every finding
-PromQL can express as an alerting rule, made from the health rules' own rows and thresholds
-(`spec` the inputs, `figures` the recording rules, `engine` and `edge` the alerts, `rulesfile`
-the file). Pure: text in, text out.
-"""
+"""What a Prometheus alert of a finding is made from: the rules file's inputs (`spec`), the
+figures as recording rules (`figures`), annotation templates (`templates`), the `Alert` itself.
+Pure: text in, text out. The findings (core.findings) build their alerts from these."""

@@ -13,6 +13,7 @@ from llmtop.core.alerts.spec import (
     RATE_SCRAPES,
     SIZE_LOOKBACK_S,
     AlertSpec,
+    G,
     duration,
     number,
 )
@@ -32,6 +33,16 @@ class Recorded:
     name: str
     expr: str
     doc: str
+
+
+def counter_rate(spec: AlertSpec, *keys: str) -> str:
+    """The per-second increase of vLLM's counters (by `COUNTERS` key) per replica, added; 0 for
+    a replica that exports the running gauge but not the counter."""
+    r, w = spec.r, duration(spec.window_s)
+    zero = f"0 * max by ({r}) ({spec.vllm('vllm:num_requests_running')})"
+    return " + ".join(
+        f"(sum by ({r}) (rate({spec.vllm(*COUNTERS[k])}[{w}])) or on ({r}) {zero})" for k in keys
+    )
 
 
 def _label_number(spec: AlertSpec, label: str) -> str:
@@ -189,7 +200,7 @@ def _upstream(spec: AlertSpec) -> list[Recorded]:
     URLs' host:port): how a gateway's figures are joined to its engines' (none otherwise)."""
     if spec.r != "instance":
         return []
-    inflight = spec.gateway("llmtop_gateway_replica_in_flight")
+    inflight = spec.gateway(G + "replica_in_flight")
     return [
         Recorded(
             UPSTREAM,
@@ -237,7 +248,7 @@ def _unanswered(spec: AlertSpec) -> str:
     """The gateway's oldest request without a first byte, put on the engines it sends to (on
     every engine under the selector when that join cannot be made)."""
     r = spec.r
-    oldest = spec.gateway("llmtop_gateway_oldest_unanswered_seconds")
+    oldest = spec.gateway(G + "oldest_unanswered_seconds")
     if r == "instance":
         by_gateway = (
             f'max by (gateway) (label_replace({oldest}, "gateway", "$1", "instance", "(.*)"))'
@@ -269,7 +280,7 @@ def _gateway_side(spec: AlertSpec) -> list[Recorded]:
     }
     queued = Recorded(
         "llmtop:gateway_queued",
-        f"sum by ({r}) ({spec.gateway('llmtop_gateway_queued')})",
+        f"sum by ({r}) ({spec.gateway(G + 'queued')})",
         "requests waiting in each gateway's queue, every priority",
     )
     out = [roomy, queued]
@@ -291,7 +302,7 @@ def _gateway_side(spec: AlertSpec) -> list[Recorded]:
                 )
             )
         return out
-    each = f"max by ({r}) ({spec.gateway('llmtop_gateway_in_flight')}) * 0"
+    each = f"max by ({r}) ({spec.gateway(G + 'in_flight')}) * 0"
     for name, (agg, doc) in parts.items():
         whole = f"{agg}({P}{name})"
         if name == "kv_fits":

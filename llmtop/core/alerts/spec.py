@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from llmtop.core.health.rules_fleet import FleetRules
-from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.promql.promql import Queries, selector_matchers
+from llmtop.core.health.thresholds import FleetRules, HealthSettings
 from llmtop.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmtop.core.promql.promql import Queries
+
+G = "llmtop_gateway_"
+"""The prefix of the gateway's own series on its /metrics."""
 
 DEFAULT_INTERVAL_S = 15.0
 """Prometheus' scrape and evaluation interval assumed when none is given (its example config's;
@@ -29,6 +34,8 @@ GATEWAY_WINDOW_S = 60.0
 
 def matchers(selector: str | None, flag: str) -> str:
     """The matchers inside a selector's braces, or a one-line error naming the flag."""
+    from llmtop.core.promql.promql import selector_matchers  # `llmtop rules` only
+
     try:
         return selector_matchers(selector)
     except UsageError:
@@ -43,6 +50,12 @@ def duration(seconds: float) -> str:
     if seconds == int(seconds):
         return f"{int(seconds)}s"
     return f"{round(seconds * 1000)}ms"
+
+
+def gateway_over(spec: AlertSpec, how: str, series: str, seconds: float) -> str:
+    """`how`_over_time of one of the gateway's series over `seconds` (at least one interval)."""
+    look = duration(spec.at_least_interval(seconds))
+    return f"{how}_over_time({spec.gateway(G + series)}[{look}])"
 
 
 def number(x: float) -> str:
@@ -89,7 +102,10 @@ class AlertSpec:
 
     @property
     def queries(self) -> Queries:
-        """The fleet source's queries over the same series (core.promql): the figures' PromQL."""
+        """The fleet source's queries over the same series (core.promql): the figures' PromQL
+        (imported here: the findings, which the TUI loads at start, build no alert there)."""
+        from llmtop.core.promql.promql import Queries
+
         return Queries(self.vllm_matchers, self.window_s, self.replica_label)
 
     def vllm(self, *names: str, extra: str = "") -> str:

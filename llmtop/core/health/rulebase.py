@@ -1,11 +1,12 @@
-"""The vocabulary of the health rules: what a rule sees (`Context`), what it says (`Verdict`),
-and what it is (`Rule`), plus helpers the rule modules share. Pure.
+"""The vocabulary of the findings' checks: what a check sees (`Context` for an engine's,
+`FleetView` for the fleet's), what it says (`Verdict`), what the hysteresis judges (`Rule`),
+and the helpers the finding modules (core/findings) share. Pure.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -15,12 +16,13 @@ from llmtop.core.base.snapshot import (
     Finding,
     GatewayStats,
     GpuStats,
+    Replica,
     Severity,
     Snapshot,
 )
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.kvsize import KvSize, kv_size
-from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.health.thresholds import FleetRules, HealthSettings
 
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 X = TypeVar("X")
@@ -46,11 +48,24 @@ class Context:
 
 
 @dataclass(frozen=True)
+class FleetView:
+    """What the fleet's checks see at one poll."""
+
+    time: float
+    servers: Sequence[Replica]
+    """One row per server (a data-parallel server's engines are not here)."""
+    leaves: Sequence[Replica]
+    """What is compared: single-engine servers and the engines of data-parallel servers."""
+    rules: FleetRules
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A rule that holds: the evidence and the fix, with optional overrides of the rule's class."""
 
     summary: str
-    action: str
+    action: str = ""
+    """"": the rule's own `advice`."""
     severity: Severity | None = None
     bottleneck: Bottleneck | None = None
 
@@ -64,6 +79,8 @@ class Rule(Generic[X]):
     severity: Severity
     bottleneck: Bottleneck
     check: Callable[[X], Verdict | None]
+    advice: str = ""
+    """Its static action, the words of a Verdict that brings none (and of its alert's)."""
     immediate: bool = False
     """Fire and clear without hysteresis (the fact itself is not noisy: a target is down)."""
     fire_after_s: float | None = None
@@ -83,7 +100,7 @@ class _Held:
 class Hysteresis(Generic[X]):
     """A check must hold `fire_after_s` to fire and stay false `clear_after_s` to clear
     (immediate rules at once), so one noisy poll neither raises nor drops a finding. One home
-    for the engine rules (`health.HealthState`) and the fleet rules (`rules_fleet.FleetHealth`)."""
+    for the engine rules (`catalog.HealthState`) and the fleet's (`catalog.FleetHealth`)."""
 
     def __init__(self, rules: Sequence[Rule[X]]) -> None:
         self.rules = tuple(rules)
@@ -123,7 +140,7 @@ class Hysteresis(Generic[X]):
                         severity=severity,
                         bottleneck=bottleneck,
                         summary=v.summary,
-                        action=v.action,
+                        action=v.action or rule.advice,
                         since=st.fired_since,
                     )
                 )
@@ -147,6 +164,12 @@ def where(ctx: Context, e: EngineStats) -> str:
     return f"{e.url}: " if len(ctx.engines) > 1 else ""
 
 
+def gateways_back(ctx: Context) -> Iterator[tuple[float, GatewayStats | None]]:
+    """The watched gateway at each earlier poll, newest first (None: none watched then)."""
+    for snap in reversed(ctx.history):
+        yield snap.time, snap.gateway
+
+
 def kv_size_now(ctx: Context, e: EngineStats) -> KvSize | None:
     """`kv_size` at the rules' poll, looking back through their history, at their target."""
     return kv_size(e, ctx.history, ctx.time, ctx.settings.kv_target_frac, kv_maxima=_of(ctx))
@@ -164,23 +187,9 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
     "press -" when vLLM runs more than the gateway has in flight (traffic goes around it, so
     no gateway cap helps) or the gateway's cap is already at or below n (the window still
     holds the time before it)."""
-    if ctx is None or ctx.gateway is None:
-        return cap_advice(n, why)
-    return cap_advice(n, why, ctx.gateway, running_total(ctx.engines))
-
-
-def running_total(engines: Iterable[EngineStats]) -> float:
-    """The sequences the engines that answer run (what `cap_advice` weighs the gateway's
-    in-flight against)."""
-    return sum(e.running or 0.0 for e in engines if e.up)
-
-
-def cap_advice(
-    n: int | None, why: str, gw: GatewayStats | None = None, running: float = 0.0
-) -> str:
-    """`cap_action` from the two things of a `Context` it reads: the gateway and what the
-    engines run."""
+    gw, engines = (ctx.gateway, ctx.engines) if ctx is not None else (None, ())
     if gw is not None and gw.up and n is not None:
+        running = sum(e.running or 0.0 for e in engines if e.up)
         # +1: the two are scraped a moment apart, and an admission can fall in between
         if gw.in_flight is not None and running > gw.in_flight + 1:
             return (

@@ -1,4 +1,4 @@
-"""The health rules' thresholds as plain values: a frozen dataclass core reads and never loads.
+"""The findings' thresholds as plain values: frozen dataclasses core reads and never loads.
 
 The config loader (llmtop.settings) fills it from flags, LLMTOP_* variables and the [health]
 table of the config file; core only receives the values, so core imports no loader.
@@ -90,3 +90,37 @@ class HealthSettings:
     peer_settle_s: float = 10.0
     """...and Redis and the watched gateway have answered this long (after either comes back,
     the gateways register again over a few syncs, and an old lease runs out its TTL)."""
+
+
+@dataclass(frozen=True)
+class FleetRules:
+    """Thresholds of the fleet's findings; a replica's own findings keep `HealthSettings`."""
+
+    outlier_min_replicas: int = 3
+    """Replicas needed to call one an outlier (it is compared with the median of the others)."""
+    outlier_factor: float = 3.0
+    """An outlier's waiting or TTFT p95 is at least this many times the others' median..."""
+    outlier_waiting_min: float = 8.0
+    """...and waits at least this many requests more than that median."""
+    outlier_kv_gap: float = 0.3
+    """An outlier's KV usage is full (kv_high_frac) and this far above the others' median."""
+    imbalance_factor: float = 2.0
+    """The busiest replica carries at least this many times the mean in-flight requests..."""
+    imbalance_min_load: float = 8.0
+    """...and this many more than the idlest."""
+    kv_high_frac: float = 0.9
+    ttft_slo_s: float = SloSettings().ttft_s
+    """The TTFT SLO (HealthSettings.slo, through `of`)."""
+    fire_after_s: float = 3.0
+    clear_after_s: float = 10.0
+
+    @classmethod
+    def of(cls, health: HealthSettings) -> FleetRules:
+        """The defaults with health's KV mark, TTFT SLO and holds: the fleet pipeline's and
+        the rules file's."""
+        return cls(
+            kv_high_frac=health.kv_high_frac,
+            ttft_slo_s=health.slo.ttft_s,
+            fire_after_s=health.fire_after_s,
+            clear_after_s=health.clear_after_s,
+        )

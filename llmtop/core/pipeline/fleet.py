@@ -1,7 +1,7 @@
 """Many engines, each visible: per-replica figures and findings, fleet totals and findings. Pure.
 A replica (a `--vllm` URL, a `--targets` line, a Prometheus instance; data-parallel engines as
 sub-rows) keeps its own window, hysteresis and history, so its findings read as when watched
-alone; `rules_fleet` compares them. A counter going back is a restart: an event, not a fault.
+alone; `findings.fleet` compares them. A counter going back is a restart: an event, not a fault.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from llmtop.core.base.snapshot import (
 from llmtop.core.derive.aggregate import max_known, sum_known
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
 from llmtop.core.derive.series import Key
-from llmtop.core.health.health import REPLICA_RULES, Context, HealthState
+from llmtop.core.findings.catalog import REPLICA_RULES, FleetHealth, HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
-from llmtop.core.health.rules_fleet import FleetHealth, FleetRules, FleetView
-from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.health.rulebase import Context, FleetView
+from llmtop.core.health.thresholds import FleetRules, HealthSettings
 from llmtop.core.pipeline.pipeline import EngineTrack, Pipeline
 from llmtop.core.pipeline.targets import default_name
 from llmtop.core.vllm import reader

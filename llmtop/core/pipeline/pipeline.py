@@ -19,8 +19,9 @@ from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, S
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, went_back
 from llmtop.core.derive.series import CounterWindow, Key
-from llmtop.core.health.health import Context, HealthState
+from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
+from llmtop.core.health.rulebase import Context
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.vllm import reader
 from llmtop.core.vllm.scrape import EngineScrape

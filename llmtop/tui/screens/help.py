@@ -1,5 +1,5 @@
 """The `?` screen: the keys, what each panel shows, and what each finding means and asks for
-(the findings' words are core.health.guide's, as README's table)."""
+(the findings' words are core.findings.catalog's GUIDE, as README's table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from llmtop.core.health.guide import GUIDE
+from llmtop.core.findings.catalog import GUIDE
 from llmtop.tui.view.keyhelp import KEYS
 
 KEY_LINES = "\n".join(f"- {k.keys} — {k.does}" for k in KEYS)
@@ -19,7 +19,7 @@ FINDING_LINES = "\n".join(
     f"- {', '.join(f'**{i}**' for i in g.ids)} ({g.bottleneck}): {g.fires_when} → {g.action}"
     for g in GUIDE
 )
-"""Each finding's words, as README's table has them (core.health.guide)."""
+"""Each finding's words, as README's table has them (core.findings.catalog.GUIDE)."""
 
 HELP_TEXT = f"""\
 ## Keys

@@ -1,7 +1,8 @@
-"""Fleet rules: what only a comparison of replicas shows (replica-down; replica-outlier: waiting,
-KV or TTFT p95 far above the others' median; load-imbalance: the busiest carries several times
-the mean in flight). Pure checks with hysteresis over the leaves (single-engine servers and the
-engines of data-parallel ones); a restart is an event, not a finding (`pipeline.fleet`).
+"""What only a comparison of a fleet's replicas shows: replicas down (replica-down), one
+far above the others' median in waiting, KV or TTFT p95 (replica-outlier), the busiest
+carrying several times the mean in flight (load-imbalance). Checks over the leaves
+(single-engine servers and the engines of data-parallel ones); a restart is an event, not a
+finding (`pipeline.fleet`).
 """
 
 from __future__ import annotations
@@ -11,60 +12,18 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from llmtop.core.alerts.alert import Alert
+from llmtop.core.alerts.figures import P
+from llmtop.core.alerts.spec import AlertSpec, number
+from llmtop.core.alerts.templates import open_fleet, replica, value
 from llmtop.core.base import format as fmt
-from llmtop.core.base.slo import SloSettings
-from llmtop.core.base.snapshot import Bottleneck, EngineStats, Finding, Replica
-from llmtop.core.health.rulebase import Hysteresis, Rule, Verdict
-from llmtop.core.health.thresholds import HealthSettings
+from llmtop.core.base.snapshot import Bottleneck, EngineStats, Replica
+from llmtop.core.findings.definition import Definition, Guide
+from llmtop.core.health.rulebase import FleetView, Rule, Verdict
+from llmtop.core.health.thresholds import FleetRules
 
 SHOWN = 4
 """Replicas named in one finding before "and N more"."""
-
-
-@dataclass(frozen=True)
-class FleetRules:
-    """Thresholds of the fleet rules; a replica's own rules keep `HealthSettings`."""
-
-    outlier_min_replicas: int = 3
-    """Replicas needed to call one an outlier (it is compared with the median of the others)."""
-    outlier_factor: float = 3.0
-    """An outlier's waiting or TTFT p95 is at least this many times the others' median..."""
-    outlier_waiting_min: float = 8.0
-    """...and waits at least this many requests more than that median."""
-    outlier_kv_gap: float = 0.3
-    """An outlier's KV usage is full (kv_high_frac) and this far above the others' median."""
-    imbalance_factor: float = 2.0
-    """The busiest replica carries at least this many times the mean in-flight requests..."""
-    imbalance_min_load: float = 8.0
-    """...and this many more than the idlest."""
-    kv_high_frac: float = 0.9
-    ttft_slo_s: float = SloSettings().ttft_s
-    """The TTFT SLO (HealthSettings.slo, through `of`)."""
-    fire_after_s: float = 3.0
-    clear_after_s: float = 10.0
-
-    @classmethod
-    def of(cls, health: HealthSettings) -> FleetRules:
-        """The defaults with health's KV mark, TTFT SLO and holds: the fleet pipeline's and
-        the rules file's."""
-        return cls(
-            kv_high_frac=health.kv_high_frac,
-            ttft_slo_s=health.slo.ttft_s,
-            fire_after_s=health.fire_after_s,
-            clear_after_s=health.clear_after_s,
-        )
-
-
-@dataclass(frozen=True)
-class FleetView:
-    """What the fleet rules see at one poll."""
-
-    time: float
-    servers: Sequence[Replica]
-    """One row per server (a data-parallel server's engines are not here)."""
-    leaves: Sequence[Replica]
-    """What is compared: single-engine servers and the engines of data-parallel servers."""
-    rules: FleetRules
 
 
 def _names(rows: Sequence[Replica], describe: Callable[[Replica], str]) -> str:
@@ -85,6 +44,13 @@ def replica_down(view: FleetView) -> Verdict | None:
         "check those vLLM processes and their logs (crashed, OOM-killed, still loading?); "
         + (f"the other {rest} carry their load meanwhile" if rest else "no replica serves"),
     )
+
+
+REPLICA_DOWN = Definition(
+    Rule("replica-down", "critical", "target", replica_down, immediate=True),
+    guide=Guide("a fleet: replicas that do not answer", "check them; the others carry the load"),
+    alert="the fleet's name for target-down: LlmtopTargetDown fires per replica",
+)
 
 
 @dataclass(frozen=True)
@@ -181,6 +147,76 @@ def replica_outlier(view: FleetView) -> Verdict | None:
     )
 
 
+def _replica_outlier_alert(spec: AlertSpec) -> Alert:
+    f, r = spec.fleet_rules, spec.r
+    on = f"on ({r})"
+
+    def median(fig: str, times: float = 1.0) -> str:
+        factor = "" if times == 1.0 else f"{number(times)} * "
+        return f"on () group_left () ({factor}quantile(0.5, {P}{fig}))"
+
+    def enough(fig: str) -> str:
+        return f"and on () (count({P}{fig}) >= {f.outlier_min_replicas})"
+
+    def named(expr: str, fig: str, bottleneck: str) -> str:
+        return (
+            f'label_replace(label_replace({expr}, "figure", "{fig}", "", ""), '
+            f'"bottleneck", "{bottleneck}", "", "")'
+        )
+
+    waiting = (
+        f"({P}waiting >= {median('waiting', f.outlier_factor)} and {on} "
+        f"{P}waiting - {median('waiting')} >= {number(f.outlier_waiting_min)} "
+        f"{enough('waiting')})"
+    )
+    kv = (
+        f"({P}kv_usage_frac >= {number(f.kv_high_frac)} and {on} "
+        f"{P}kv_usage_frac - {median('kv_usage_frac')} >= {number(f.outlier_kv_gap)} "
+        f"{enough('kv_usage_frac')})"
+    )
+    ttft = (
+        f"({P}ttft_p95_seconds > {number(f.ttft_slo_s)} and {on} {P}ttft_p95_seconds >= "
+        f"{median('ttft_p95_seconds', f.outlier_factor)} {enough('ttft_p95_seconds')})"
+    )
+    standing = (
+        f"({named(waiting, 'waiting', 'queue')}\nor {on} {named(kv, 'kv', 'kv')}"
+        f"\nor {on} {named(ttft, 'ttft', 'queue')})"
+    )
+    return Alert(
+        f"{standing}\nand on () (count({standing}) * 2 <= count({P}running))",
+        f"replica {replica(spec)} stands out: {{{{ $labels.figure }}}} {value('number')} "
+        "against the median of the replicas (waiting, KV use or TTFT p95)",
+        open_fleet(spec),
+        "one replica's waiting (outlier_factor x and outlier_waiting_min over), KV use "
+        "(kv_high_frac and outlier_kv_gap over) or TTFT p95 (over the SLO and outlier_factor "
+        "x) against the median; PromQL's median is of all the replicas, the replica itself "
+        "included, where llmtop's is of the others (equal for three replicas when the other "
+        "two are equal)",
+        action=f"{replica(spec)}: more than a fair share of requests, or slower serving: read the "
+        "replica's own findings; take it out of rotation until it recovers, and check the "
+        "balancer's routing (session affinity, prefix-aware hashing) or the replica's GPU",
+        bottleneck="",
+    )
+
+
+REPLICA_OUTLIER = Definition(
+    Rule("replica-outlier", "warning", "queue", replica_outlier),
+    guide=Guide(
+        "a fleet: one replica far above the others' median; in-flight spread unevenly",
+        "check that replica; balance the router",
+    ),
+    alert=_replica_outlier_alert,
+    reads=(
+        "outlier_min_replicas",
+        "outlier_factor",
+        "outlier_waiting_min",
+        "outlier_kv_gap",
+        "kv_high_frac",
+        "ttft_slo_s",
+    ),
+)
+
+
 def load_imbalance(view: FleetView) -> Verdict | None:
     rules = view.rules
     loads = [
@@ -200,30 +236,32 @@ def load_imbalance(view: FleetView) -> Verdict | None:
         f"uneven load across {len(loads)} replicas: in flight (running + waiting) from "
         f"{fmt.count(idlest[1])} on {idlest[0].name} to {fmt.count(busiest[1])} on "
         f"{busiest[0].name}, mean {mean:.1f}",
-        "the balancer does not spread requests: prefer least-outstanding-requests routing over "
-        "round-robin or hashing, and check session affinity and prefix-aware routing",
     )
 
 
-FleetRule = Rule[FleetView]
-"""A fleet rule: the engine rules' `Rule` over the fleet's view."""
+def _load_imbalance_alert(spec: AlertSpec) -> Alert:
+    f, r = spec.fleet_rules, spec.r
+    load = f"({P}running + on ({r}) {P}waiting)"
+    return Alert(
+        f"topk(1, {load}) >= on () group_left () {number(f.imbalance_factor)} * avg({load})"
+        f" and on () (max({load}) - min({load}) >= {number(f.imbalance_min_load)})"
+        f" and on () (count({load}) >= 2)",
+        f"uneven load across the replicas: {replica(spec)} carries {value('count')} in flight "
+        "(running + waiting), at least "
+        f"{f.imbalance_factor:g}x the mean",
+        open_fleet(spec),
+        "the busiest replica carries imbalance_factor x the mean in-flight, and "
+        "imbalance_min_load more than the idlest",
+    )
 
-FLEET_RULES: tuple[FleetRule, ...] = (
-    FleetRule("replica-down", "critical", "target", replica_down, immediate=True),
-    FleetRule("replica-outlier", "warning", "queue", replica_outlier),
-    FleetRule("load-imbalance", "warning", "queue", load_imbalance),
+
+LOAD_IMBALANCE = Definition(
+    Rule("load-imbalance", "warning", "queue", load_imbalance),
+    advice="the balancer does not spread requests: prefer least-outstanding-requests routing "
+    "over round-robin or hashing, and check session affinity and prefix-aware routing",
+    guide="replica-outlier",
+    alert=_load_imbalance_alert,
+    reads=("imbalance_factor", "imbalance_min_load"),
 )
 
-
-class FleetHealth:
-    """The fleet rules with the same hysteresis as `HealthState`: hold to fire, stay false to
-    clear (immediate rules at once)."""
-
-    def __init__(self, rules: FleetRules) -> None:
-        self.rules = rules
-        self._held = Hysteresis(FLEET_RULES)
-
-    def evaluate(self, view: FleetView) -> tuple[Finding, ...]:
-        """The fleet findings active at `view.time`, critical first."""
-        r = self.rules
-        return self._held.evaluate(view, view.time, r.fire_after_s, r.clear_after_s)
+FINDINGS = (REPLICA_DOWN, REPLICA_OUTLIER, LOAD_IMBALANCE)

@@ -1,30 +1,21 @@
-"""Health rules over what the watched gateway knows of its replicas and of the gateways it
-shares limits with (its /admin/stats): a replica out of its rotation, a replica whose answers
-come far slower than its peers', Redis away (the limits held per gateway), a peer gone or
-draining. Pure. The gateway has already judged and timed what they read, so each is named
-within seconds, the same for one engine and for a fleet.
+"""What the watched gateway knows of its replicas (its /admin/stats): one out of its
+rotation (replica-out-of-rotation), one whose answers come far slower than its peers'
+(replica-slow). The gateway has judged and timed them already, so each is named within
+seconds, the same for one engine and for a fleet.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 
+from llmtop.core.alerts.alert import Alert
+from llmtop.core.alerts.spec import AlertSpec, gateway_over
+from llmtop.core.alerts.templates import open_gateway, replica
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import GatewayStats, ReplicaStats
-from llmtop.core.health.rulebase import Context, Verdict
-from llmtop.core.health.slo_policy import gateway_reading, heads_up, itl_reading
-
-
-def _clock(t: float) -> str:
-    """An epoch time as HH:MM:SS UTC (the finding's own words; the report prints dates)."""
-    return fmt.utc_time(t)[11:]
-
-
-def _gateways_back(ctx: Context) -> Iterator[tuple[float, GatewayStats | None]]:
-    """The watched gateway at each earlier poll, newest first (None: none watched then)."""
-    for snap in reversed(ctx.history):
-        yield snap.time, snap.gateway
+from llmtop.core.base.snapshot import ReplicaStats
+from llmtop.core.findings.definition import Definition, Guide
+from llmtop.core.health.rulebase import Context, Rule, Verdict, gateways_back
+from llmtop.core.health.slo_policy import heads_up, itl_reading
 
 
 def _is_out(r: ReplicaStats, recent_s: float) -> bool:
@@ -87,6 +78,33 @@ def replica_out_of_rotation(ctx: Context) -> Verdict | None:
     )
 
 
+def _replica_out_of_rotation_alert(spec: AlertSpec) -> Alert:
+    recent = spec.health.replica_recent_out_s
+    return Alert(
+        f"min by ({spec.r}, replica) ({gateway_over(spec, 'min', 'replica_healthy', recent)}) == 0",
+        f"gateway {replica(spec)}: replica {{{{ $labels.replica }}}} out of its rotation "
+        f"(or out within the last {recent:g} s): ejected for errors, or no /health answer "
+        "within its deadline",
+        open_gateway(spec),
+        "llmtop_gateway_replica_healthy 0 at any scrape within replica_recent_out_s; llmtop "
+        "also names the replica's last error and is critical when none is left in rotation",
+        action="check that replica (hung or stopped, crashed, answering what no client reads); the "
+        "gateway sends its requests to the others and probes /health to bring it back",
+    )
+
+
+REPLICA_OUT_OF_ROTATION = Definition(
+    Rule("replica-out-of-rotation", "warning", "target", replica_out_of_rotation, immediate=True),
+    guide=Guide(
+        "the gateway took a replica out of its rotation (errors, or no /health answer within "
+        "its deadline), or it came back lately; critical with none of several left",
+        "check that replica (hung, crashed, answering garbage); the others take its requests",
+    ),
+    alert=_replica_out_of_rotation_alert,
+    reads=("replica_recent_out_s",),
+)
+
+
 RATE_CARRY_S = 3.0
 """A replica whose answers were too few to time at this poll keeps its rate of up to this
 long ago: a lull in its traffic says nothing of its pace."""
@@ -106,7 +124,7 @@ def _token_rate(ctx: Context, r: ReplicaStats) -> float | None:
     rate = _timed(r, least)
     if rate is not None:
         return rate
-    for t, then in _gateways_back(ctx):
+    for t, then in gateways_back(ctx):
         if ctx.time - t > RATE_CARRY_S:
             break
         for q in then.replicas if then is not None else ():
@@ -160,101 +178,15 @@ def replica_slow(ctx: Context) -> Verdict | None:
     )
 
 
-def gateway_shared_limits_lost(ctx: Context) -> Verdict | None:
-    """Redis, through which the gateways share their limits, does not answer the watched
-    gateway: each gateway now admits up to its share (limit / gateways last seen) on its own,
-    so the global cap may be exceeded (a peer that was idle gets busy) or left unused. A loss
-    of control, as gateway-down is: warning, whatever the latency."""
-    g = ctx.gateway
-    if g is None or not g.up or g.shared_status != "fallback":
-        return None
-    since = ctx.time
-    for t, then in _gateways_back(ctx):
-        if then is None or not then.up:
-            continue
-        if then.shared_status != "fallback":
-            break
-        since = t
-    url = g.shared_url or "its --redis URL"
-    live = g.shared_live_gateways or 1
-    cap = g.max_concurrency
-    share = f"{max(1, cap // live)} of max_concurrency {cap}" if cap is not None else "its share"
-    why = f": {g.shared_error}" if g.shared_error else ""
-    lasted = f"for {fmt.seconds(ctx.time - since)} " if ctx.time > since else ""
-    return Verdict(
-        f"Redis at {url} not answering gateway {g.url} {lasted}(since {_clock(since)}){why}; "
-        f"the limits are per gateway now: each of the {live} "
-        f"last seen admits up to {share} on its own, so the global cap may be exceeded or "
-        "left unused",
-        f"check Redis at {url} (redis-cli -u {url} ping, its host and its log); the gateways "
-        "rejoin at its first answer, nothing to restart",
-    )
+REPLICA_SLOW = Definition(
+    Rule("replica-slow", "warning", "decode", replica_slow, fire_after_s=0.5),
+    guide=Guide(
+        "a replica's answers, timed by the gateway, get tokens under 1/3 of its peers' rate "
+        "(over 1 s, running streams included); info inside the ITL SLO",
+        "check its GPU (throttling, another process); take it out of rotation meanwhile",
+    ),
+    alert="the gateway times each replica's streams for /admin/stats, which llmtop reads; its "
+    "/metrics has no per-replica stream rate for PromQL to compare",
+)
 
-
-def gateway_peer_lost(ctx: Context) -> Verdict | None:
-    """Fewer gateways share the limits through Redis than the most seen over
-    `peer_lookback_s`: a peer stopped, crashed or was rolled (its lease given back or run
-    out). Not judged until Redis and the watched gateway have answered `peer_settle_s`: after
-    either comes back, the gateways register again and an old lease runs out its TTL. Severity
-    by the watched gateway's own TTFT against the SLO: its clients may be the peer's now."""
-    g, s = ctx.gateway, ctx.settings
-    live = g.shared_live_gateways if g is not None and g.up else None
-    if g is None or live is None or g.shared_status != "ok":
-        return None
-    most, last_seen = live, None
-    for t, then in _gateways_back(ctx):
-        age = ctx.time - t
-        if age > s.peer_lookback_s:
-            break
-        settled = then is not None and then.up and then.shared_status == "ok"
-        if not settled and age <= s.peer_settle_s:
-            return None
-        seen = then.shared_live_gateways if then is not None and settled else None
-        if seen is not None and seen > live and seen >= most:
-            most = seen
-            last_seen = last_seen or t
-    if most <= live or last_seen is None:
-        return None
-    gone = most - live
-    reading = gateway_reading(ctx)
-    text = (
-        f"{gone} of the {most} gateways sharing limits through Redis at "
-        f"{g.shared_url or '?'} gone (more than {live} last seen at {_clock(last_seen)}): "
-        f"{live} left, "
-        f"{g.url} among them (a lease given back at a stop, or run out after a crash)"
-    )
-    return Verdict(
-        heads_up(reading, text),
-        "if it was not a planned stop (a rolling restart, a scale-down), check that gateway's "
-        "process and its log; its clients need a balancer that moves them (/readyz)",
-        severity=reading.severity("warning"),
-    )
-
-
-def gateway_peer_draining(ctx: Context) -> Verdict | None:
-    """Gateways sharing the limits through Redis whose records say they are draining (a
-    SIGTERM: their /readyz fails, they finish what they hold, then give their lease back):
-    the first half of a rolling restart or a scale-down, named at the first poll that shows
-    it, where gateway-peer-lost names only a peer that stays gone. Info, a planned stop;
-    warning when the watched gateway's own TTFT is over the SLO (its clients may be the
-    peer's now)."""
-    g = ctx.gateway
-    n = g.shared_draining_gateways if g is not None and g.up else None
-    if g is None or not n or g.shared_status != "ok":
-        return None
-    live = max(g.shared_live_gateways or 0, n + 1)
-    one = n == 1
-    reading = gateway_reading(ctx)
-    text = (
-        f"{n} of {live} gateways sharing limits through Redis at {g.shared_url or '?'} "
-        f"{'is' if one else 'are'} draining ({'its' if one else 'their'} /readyz fails; "
-        f"{'it finishes what it holds' if one else 'they finish what they hold'}); "
-        f"{'its' if one else 'their'} clients move to the others, {g.url} among them"
-    )
-    return Verdict(
-        heads_up(reading, text),
-        "a planned stop (a rolling restart, a scale-down) needs nothing: its clients' balancer "
-        "must read /readyz to move them; if it was not planned, find what sent the SIGTERM "
-        "(the orchestrator's events); gateway-peer-lost names it if it does not come back",
-        severity="warning" if reading.state == "missed" else "info",
-    )
+FINDINGS = (REPLICA_OUT_OF_ROTATION, REPLICA_SLOW)

@@ -8,48 +8,12 @@ from __future__ import annotations
 import json
 
 from llmtop import __version__
-from llmtop.core.alerts.alert import ROWS, Alert
-from llmtop.core.alerts.edge import EDGE_ALERTS
-from llmtop.core.alerts.engine import ENGINE_ALERTS
-from llmtop.core.alerts.field import FIELD_ALERTS
 from llmtop.core.alerts.figures import Recorded, figures
-from llmtop.core.alerts.gateway import GATEWAY_ALERTS
 from llmtop.core.alerts.spec import RATE_SCRAPES, AlertSpec, duration
+from llmtop.core.findings.catalog import alerts
+from llmtop.core.findings.definition import AlertRule
 
 GROUP = "llmtop"
-NOT_EXPRESSED: dict[str, str] = {
-    "gpu-throttled": "llmtop reads the GPUs through NVML on its own host (or a dcgm-exporter "
-    "URL given to it), not through Prometheus; alert on dcgm-exporter's "
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS where it is scraped",
-    "gpu-memory-full": "read through NVML on llmtop's host, as gpu-throttled; with "
-    "dcgm-exporter: DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
-    "replica-down": "the fleet's name for target-down: LlmtopTargetDown fires per replica",
-    "decode-stall": "a poll-to-poll decode rate against its running median over a minute: "
-    "at Prometheus' scrape interval the stall (seconds long) is averaged away",
-    "lora-waiting": "vllm:lora_requests_info's state is in its labels, one series per state "
-    "change, the newest by value: PromQL cannot pick the newest series' labels and count them",
-    "gpu-xid-error": "read through NVML or dcgm-exporter by llmtop, as gpu-throttled; alert on "
-    "DCGM_FI_DEV_XID_ERRORS > 0 and DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 where it is scraped",
-    "tp-gpu-idle": "the GPUs are read by llmtop, as gpu-throttled; with dcgm-exporter: "
-    "DCGM_FI_DEV_GPU_UTIL < 10 on one GPU of a host whose others are >= 50",
-    "replica-slow": "the gateway times each replica's streams for /admin/stats, which llmtop "
-    "reads; its /metrics has no per-replica stream rate for PromQL to compare",
-}
-"""Findings with no alert here, and why (every other finding of llmtop's has one)."""
-NEEDS_SELECTOR = {
-    "stats-disabled": "needs --vllm-selector: without one, every target Prometheus scrapes "
-    "that has no vllm:* series would be called a blind vLLM"
-}
-
-
-def alerts(spec: AlertSpec) -> tuple[tuple[Alert, ...], dict[str, str]]:
-    """The alerts for `spec`, and the findings left out with the reason."""
-    made = [make(spec) for make in (*ENGINE_ALERTS, *FIELD_ALERTS, *EDGE_ALERTS, *GATEWAY_ALERTS)]
-    left = dict(NOT_EXPRESSED)
-    if not spec.vllm_matchers:
-        made = [a for a in made if a.finding not in NEEDS_SELECTOR]
-        left.update(NEEDS_SELECTOR)
-    return tuple(made), left
 
 
 def _scalar(text: str) -> str:
@@ -129,12 +93,11 @@ def _recorded(r: Recorded) -> list[str]:
     ]
 
 
-def _alert(spec: AlertSpec, a: Alert) -> list[str]:
-    row = ROWS[a.finding]
+def _alert(spec: AlertSpec, a: AlertRule) -> list[str]:
     lines = [
-        *_comment(f"{a.finding} ({row.severity}, {row.bottleneck}): {a.doc}.", "      "),
+        *_comment(f"{a.finding} ({a.severity}, {a.bottleneck}): {a.alert.doc}.", "      "),
         f"      - alert: {a.name}",
-        f"        expr: {_block(a.expr, '          ')}",
+        f"        expr: {_block(a.alert.expr, '          ')}",
     ]
     if not a.immediate:
         lines.append(f"        for: {duration(spec.health.fire_after_s)}")
@@ -142,7 +105,7 @@ def _alert(spec: AlertSpec, a: Alert) -> list[str]:
     lines.append("        labels:")
     lines += [f"          {k}: {_scalar(v)}" for k, v in a.labels().items()]
     lines.append("        annotations:")
-    for k, v in (("summary", a.summary), ("action", a.action), ("llmtop", a.llmtop)):
+    for k, v in (("summary", a.alert.summary), ("action", a.action), ("llmtop", a.alert.llmtop)):
         lines.append(f"          {k}: {_scalar(v)}")
     return lines
 

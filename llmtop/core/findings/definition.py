@@ -1,0 +1,96 @@
+"""A finding, defined once: the `Rule` the hysteresis judges (id, class, check), its static
+advice, the thresholds it reads, its row of the guide and its Prometheus alert (or why PromQL
+cannot say it). The catalog derives every registry from these. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, replace
+from typing import Generic, NamedTuple
+
+from llmtop.core.alerts.alert import Alert, alert_name
+from llmtop.core.alerts.spec import AlertSpec
+from llmtop.core.health.rulebase import Rule, X
+
+
+@dataclass(frozen=True)
+class Guide:
+    """A finding's words for people: when it fires and what to do (README's findings table
+    and the `?` screen)."""
+
+    fires_when: str
+    action: str
+    bottleneck: str = ""
+    """"": the finding's; a finding whose check names several says so."""
+
+
+class GuideRow(NamedTuple):
+    """One row of the guide: findings that share their words, the bottleneck, when, what to do."""
+
+    ids: tuple[str, ...]
+    bottleneck: str
+    fires_when: str
+    action: str
+
+
+AlertOf = Callable[[AlertSpec], Alert | str]
+"""A finding's alert for a spec, or why that spec leaves it out (a selector it needs)."""
+
+
+@dataclass(frozen=True)
+class Definition(Generic[X]):
+    """One finding: the `Rule` the hysteresis judges, and everything said about it elsewhere."""
+
+    rule: Rule[X]
+    """Its id, default class, check, and whether it fires at once (`immediate`)."""
+    _: KW_ONLY
+    advice: str = ""
+    """Its static action: the check's where a Verdict brings none, and its alert's."""
+    guide: Guide | str
+    """Its row of the guide, or the id of the finding whose row it shares."""
+    alert: AlertOf | str
+    """Its alert, made from the spec's thresholds, or why PromQL cannot say it."""
+    reads: tuple[str, ...] = ()
+    """The thresholds it reads (fields of HealthSettings, `slo.` for the SLO's, or of
+    FleetRules): its alert moves with each and with no other (tests/unit/test_alerts_rules.py)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rule", replace(self.rule, advice=self.advice))
+
+    def alert_rule(self, spec: AlertSpec) -> AlertRule | str:
+        """Its alerting rule for `spec`, or why there is none."""
+        made = self.alert if isinstance(self.alert, str) else self.alert(spec)
+        if isinstance(made, str):
+            return made
+        r = self.rule
+        return AlertRule(r.id, r.severity, r.bottleneck, r.immediate, made, r.advice)
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """One alerting rule of the file: a finding's `Alert` with its definition's id, class,
+    hold and advice."""
+
+    finding: str
+    severity: str
+    bottleneck: str
+    immediate: bool
+    alert: Alert
+    advice: str
+
+    @property
+    def name(self) -> str:
+        return alert_name(self.finding)
+
+    @property
+    def action(self) -> str:
+        return self.alert.action or self.advice
+
+    def labels(self) -> dict[str, str]:
+        out = {"severity": self.alert.severity or self.severity}
+        bottleneck = self.bottleneck if self.alert.bottleneck is None else self.alert.bottleneck
+        if bottleneck:
+            out["bottleneck"] = bottleneck
+        out["finding"] = self.finding
+        return out
