@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -30,62 +29,25 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-# `pytest` runs on pytest-xdist workers (pyproject.toml: `-n 6 --dist loadgroup`): most of the
-# suite waits on sockets, processes and timers, not on a core. Each worker is its own process,
-# so every server here binds port 0 and every file goes under tmp_path.
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """xdist (3.x) hands out the groups largest first by their number of tests unless told
-    not to: the order below (longest first by `slow(seconds)`) would be lost, and the
-    what-if accuracy test (one test, ~140 s) would start last and be the run's tail."""
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
+# CI runs the suite on pytest-xdist workers (scripts/check: `-n 6 --dist loadgroup`): most of it
+# waits on sockets, processes and timers, not on a core. Each worker is its own process, so every
+# server here binds port 0 and every file goes under tmp_path. A module whose tests share a
+# module-scoped server names an `xdist_group` so they stay on one worker; plain `pytest` runs in
+# one process.
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A module's tests share one worker (its module-scoped servers start once) unless a test
-    names its own `xdist_group`; the groups run longest first (`slow(seconds)`), so the longest
-    test starts at once rather than last. Runs before xdist reads the groups (tryfirst)."""
-    weight: dict[str, float] = {}
-    first: dict[str, int] = {}
-    for i, item in enumerate(items):
-        named = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
-        if not named:
-            named = [item.nodeid.split("::")[0]]
-            item.add_marker(pytest.mark.xdist_group(named[0]))
-        group = "_".join(sorted(set(named)))  # as xdist joins them
-        weight[group] = weight.get(group, 0.0) + _expected_s(item)
-        first.setdefault(group, i)
-        item.stash[_GROUP] = group
-    order = sorted(weight, key=lambda g: (-weight[g], first[g]))
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if 0 < workers < len(order):
-        # xdist hands each worker a second group at once, queued behind its first: behind the
-        # longest one (worker 0's), let that be the lightest group rather than a long one
-        order.insert(workers, order.pop())
-    rank = {g: i for i, g in enumerate(order)}
-    items.sort(key=lambda item: rank[item.stash[_GROUP]])
-
-
-_GROUP = pytest.StashKey[str]()
-PILOT_S = 3.0
-TYPICAL_S = {"unit": 0.05, "tui": 0.05}
-"""What an unmarked test of tests/<dir> takes, roughly, for the order only: a unit test or a
-tui presentation test is milliseconds, a Pilot or snapshot test (async, or `snap_compare`,
-in tests/tui) seconds of rendering; the others (real servers) about 1 s."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first by `slow(seconds)` (stable: the rest keep their order), so that on workers
+    the what-if accuracy test (~140 s, collected near the end) starts at once, not last."""
+    items.sort(key=lambda item: -_expected_s(item))
 
 
 def _expected_s(item: pytest.Item) -> float:
     mark = item.get_closest_marker("slow")
-    if mark is not None:
-        return float(mark.args[0]) if mark.args else 10.0
-    area = item.nodeid.split("/")[1]
-    renders = "snap_compare" in getattr(item, "fixturenames", ())
-    if area == "tui" and (renders or inspect.iscoroutinefunction(getattr(item, "obj", None))):
-        return PILOT_S
-    return TYPICAL_S.get(area, 1.0)
+    if mark is None:
+        return 0.0
+    return float(mark.args[0]) if mark.args else 10.0
 
 
 @pytest.fixture

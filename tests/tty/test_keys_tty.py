@@ -12,7 +12,8 @@ import pytest
 from harness.terminal import hues, wait_until
 from tests.support.tty import CAP, Tui
 
-pytestmark = pytest.mark.tty
+# one worker for the module: its tests share the module's sim and gateway
+pytestmark = [pytest.mark.tty, pytest.mark.xdist_group("tty-keys")]
 
 SMALL, LARGE = (80, 24), (120, 36)
 CAP_ = "max_concurrency"

@@ -24,7 +24,8 @@ from harness.terminal import (
 from llmtop.demo.scenarios import get_scenario
 from tests.support.tty import Tui
 
-pytestmark = pytest.mark.tty
+# one worker for the module: its tests share the module's sim and gateway
+pytestmark = [pytest.mark.tty, pytest.mark.xdist_group("tty-loop")]
 
 QUICK = get_scenario("quick")
 """The demo's story compressed for CI: its sim and its health windows."""

@@ -55,6 +55,8 @@ LATER = (
 )
 """Imported when first used, never at start (a package and everything under it)."""
 
+pytestmark = pytest.mark.xdist_group("import-hygiene")  # one start-up subprocess, not one a worker
+
 
 @pytest.fixture(scope="module")
 def started() -> set[str]:
