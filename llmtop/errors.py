@@ -9,8 +9,9 @@ below, never a traceback; each carries its facts as attributes (field, target, l
      │    ├── ScrapeError       3  it answered, but not with exposition we can read (.target, .line)
      │    ├── GatewayReadError  3  the gateway answered, not as its admin API should (.target,
      │    │                        .is_gateway)
-     │    └── TooManyRequests   3  a 429 to the load generator, which retries or counts it (.reason,
-     │                             .retry_after_s)
+     │    ├── TooManyRequests   3  a 429 to the load generator, which retries or counts it (.reason,
+     │    │                        .retry_after_s)
+     │    └── KubeError         3  the Kubernetes API is unreachable or refuses (401, 403: .status)
      ├── ServeError             4  a server could not start: port in use, address refused
      ├── AdminError             5  the gateway's admin API refused a change (401, 400, down)
      ├── RecordingError         6  a recording file is missing, truncated or not a recording
@@ -88,6 +89,15 @@ class TooManyRequests(TargetError):
         self.retry_after_s = retry_after_s
         """Retry-After in seconds, None when the server gave none."""
         self.reason = reason
+
+
+class KubeError(TargetError):
+    """The Kubernetes API cannot be reached, or refuses what discovery asks (names what to fix)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The API's HTTP status (401, 403, 410, ...); None when it gave no answer."""
 
 
 class ServeError(LlmtopError):

@@ -73,6 +73,15 @@ class MonitorSettings:
     '{job="llmtop-gateway"}'."""
     narrow_scrape: bool = True
     """Ask a fleet's exporters for only the series llmtop reads where they can (probed)."""
+    k8s_selector: str | None = field(default=None, metadata=_env("LLMTOP_K8S_SELECTOR"))
+    """Watch the Kubernetes pods with these labels (e.g. 'app=vllm'), each a replica read
+    through the API server's pod proxy (docs/kubernetes.md, Discovery)."""
+    k8s_namespace: str | None = None
+    """The pods' namespace (`all`: every namespace); the context's namespace when unset."""
+    k8s_context: str | None = None
+    """The kubeconfig context to use; its current context when unset."""
+    kubeconfig: str | None = None
+    """The kubeconfig file; $KUBECONFIG, else ~/.kube/config, else the pod's service account."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,15 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("narrow_scrape", "--full-scrape",
      "scrape a fleet's /metrics in full: narrow_scrape off (on, a target that answers "
      "?name[]= sends only the series llmtop reads)", {"action": "store_const", "const": False}),
+    ("k8s_selector", "--k8s-selector",
+     "watch the Kubernetes pods with these labels, each a replica read through the API "
+     "server's pod proxy", {"metavar": "LABELS"}),
+    ("k8s_namespace", "--k8s-namespace",
+     "with --k8s-selector: the pods' namespace, 'all' for every one (else the context's)",
+     {"metavar": "NS"}),
+    ("k8s_context", "--k8s-context", "with --k8s-selector: the kubeconfig context",
+     {"metavar": "NAME"}),
+    ("kubeconfig", "--kubeconfig", "with --k8s-selector: the kubeconfig file", {"metavar": "F"}),
 )  # a table: one flag a row, read down its options  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval-s", "seconds between polls",
@@ -60,4 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.settings import HealthSettings
     from llmtop.tui.launch import run_live
 
-    return run_live(load(MonitorSettings, args), load(HealthSettings, args))
+    monitor = load(MonitorSettings, args)
+    if monitor.k8s_selector:  # a wrong context or a 403: one line here, before the screen
+        import asyncio
+
+        from llmtop.sources.kube.discovery import preflight
+
+        asyncio.run(preflight(monitor))
+    return run_live(monitor, load(HealthSettings, args))

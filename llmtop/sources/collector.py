@@ -35,7 +35,8 @@ def target_timeout(interval_s: float) -> float:
 def is_fleet(monitor: MonitorSettings) -> bool:
     """Whether the settings name a fleet rather than one engine (fleet_collector.py reads that;
     one engine needs no more than this module, so the TUI's start imports no fleet)."""
-    return bool(monitor.targets_file or monitor.prometheus_url or len(monitor.vllm_urls) > 1)
+    many = monitor.targets_file or monitor.prometheus_url or monitor.k8s_selector
+    return bool(many or len(monitor.vllm_urls) > 1)
 
 
 class Collector:

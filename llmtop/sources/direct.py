@@ -31,10 +31,12 @@ class FleetScraper:
         max_bytes: int,
         narrow: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        http: ScrapeClient | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self._http = ScrapeClient(timeout_s=timeout_s, max_bytes=max_bytes)
+        self._http = http or ScrapeClient(timeout_s=timeout_s, max_bytes=max_bytes)
+        """The client (`kube.proxy`'s signs its requests to the API server's pod proxy)."""
         self._last: dict[str, tuple[bytes, tuple[Sample, ...]]] = {}
         """URL -> its last body and the samples parsed from it."""
         self._narrow: dict[str, narrowing.Narrowing] | None = {} if narrow else None

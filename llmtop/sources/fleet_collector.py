@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Snapshot
@@ -25,6 +26,9 @@ from llmtop.sources.direct import FleetScraper
 from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.targets_file import TargetsFile
 
+if TYPE_CHECKING:
+    from llmtop.sources.kube.discovery import PodDiscovery
+
 
 class FleetCollector(Collector):
     """A Collector whose engines are a fleet: per-replica rows in `fleet`, one Snapshot a poll."""
@@ -38,10 +42,22 @@ class FleetCollector(Collector):
         self._static = targets_from_urls(monitor.vllm_urls)
         if self._file is not None:
             self._file.current()  # a bad file is an error at start, naming the line
+        self.pods: PodDiscovery | None = None
+        """The Kubernetes pods of --k8s-selector, when given: the targets, through the pod proxy."""
+        http = None
+        if monitor.k8s_selector:
+            from llmtop.sources.kube.discovery import PodDiscovery  # the client: ~1.5 s to import
+            from llmtop.sources.kube.proxy import PodProxyClient
+
+            self.pods = PodDiscovery.from_settings(monitor)
+            http = PodProxyClient(
+                self.pods, timeout_s=self.timeout_s, max_bytes=monitor.max_scrape_bytes
+            )
         self._scraper = FleetScraper(
             timeout_s=self.timeout_s,
             max_bytes=monitor.max_scrape_bytes,
             narrow=monitor.narrow_scrape,
+            http=http,
         )
         self.prometheus: PrometheusSource | None = None
         if monitor.prometheus_url:
@@ -62,10 +78,15 @@ class FleetCollector(Collector):
         """The engines scraped directly now (none when reading Prometheus)."""
         if self.prometheus is not None:
             return ()
+        if self.pods is not None:
+            return self.pods.targets()
         return self._file.current() if self._file is not None else self._static
 
     async def _engines(self) -> tuple[RawEngine, ...]:
-        """Every target at once, through the fleet scraper; their names go to the pipeline."""
+        """Every target at once, through the fleet scraper; their names go to the pipeline.
+        The first poll of Kubernetes pods lists them (KubeError or ConfigError when it cannot)."""
+        if self.pods is not None:
+            await self.pods.start()
         targets = self.targets()
         self.pipeline.names = {x.url: x.name for x in targets}
         return await self._scraper.scrape_all([x.url for x in targets])
@@ -84,6 +105,8 @@ class FleetCollector(Collector):
     async def aclose(self) -> None:
         """Close the scraper, the Prometheus client and what the plain collector holds."""
         await self._scraper.aclose()
+        if self.pods is not None:
+            await self.pods.aclose()
         if self.prometheus is not None:
             await self.prometheus.aclose()
         await super().aclose()
@@ -117,12 +140,24 @@ async def take_fleet_snapshot(
             last=snap, start=polls[0].time, polls=len(polls), interval_s=monitor.interval_s
         )
     else:  # the window judged per replica and across them: status and exit code included
-        report = judge_window(polls, health, monitor.interval_s, pipeline_class=FleetPipeline)
+        named = partial(_named_pipeline, dict(collector.pipeline.names))
+        report = judge_window(polls, health, monitor.interval_s, pipeline_class=named)
         if isinstance(report.last, FleetSnapshot) and report.last.fleet is not None:
             fleet = report.last.fleet  # the verdict's own poll, as the top-level figures
     if fleet is None:
         return report, {}
-    return report, {"fleet": _with_scrapes(fleet_json(fleet), collector)}
+    doc = _with_scrapes(fleet_json(fleet), collector)
+    if collector.pods is not None:
+        doc["kubernetes"] = collector.pods.to_json(doc["replicas"])
+    return report, {"fleet": doc}
+
+
+def _named_pipeline(names: dict[str, str], settings: HealthSettings) -> FleetPipeline:
+    """A FleetPipeline that names the replicas as the collector did (a targets file's names,
+    pods), for the window's verdict."""
+    pipeline = FleetPipeline(settings)
+    pipeline.names = names
+    return pipeline
 
 
 def _with_scrapes(doc: dict[str, Any], collector: FleetCollector) -> dict[str, Any]:

@@ -1,0 +1,370 @@
+"""The one module that uses the Kubernetes client (kubernetes_asyncio): credentials from a
+kubeconfig context (token, client certificate, exec plugin) or the pod's service account, and
+pods listed and watched as the API's own JSON; every failure a `KubeError` or `ConfigError` in
+words. Nothing else in llmtop imports the client, so an upstream change breaks this file only.
+
+Why kubernetes_asyncio (not lightkube): it rides on aiohttp, the fleet's HTTP stack already
+(lightkube 1.x brings httpx2, a third stack); it is the Kubernetes project's own generated client,
+released with every Kubernetes minor; its exec plugins honour `expirationTimestamp` and its
+in-cluster loader re-reads the rotated service-account token. What it lacks (a token refreshed on
+a 401, a watch that resumes and relists) is done here and in `discovery.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from llmtop.errors import ConfigError, KubeError
+
+NEEDS = "the console needs pods get/list/watch and pods/proxy get (docs/kubernetes.md, Discovery)"
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclass(frozen=True)
+class PodList:
+    """One list's pod objects and the collection's resourceVersion, where a watch starts."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+class KubeApi:
+    """An authenticated connection to one API server; `connect` builds it."""
+
+    def __init__(
+        self,
+        api: Any,
+        configuration: Any,
+        *,
+        context: str | None,
+        namespace: str,
+        in_cluster: bool,
+        refresh: _ExecRefresh | None = None,
+    ) -> None:
+        self._api = api
+        self._core: Any = k8s_client.CoreV1Api(api)  # type: ignore[no-untyped-call]
+        self._cfg = configuration
+        self._refresh = refresh
+        self.server: str = str(configuration.host).rstrip("/")
+        """The API server's base URL (https://host:port, or kubectl proxy's http://...)."""
+        self.context = context
+        """The kubeconfig context used; None in the cluster."""
+        self.namespace = namespace
+        """The context's namespace (the service account's in the cluster; else `default`)."""
+        self.in_cluster = in_cluster
+        """True when running in a pod with its service account: engines are read by pod IP."""
+        self.ssl: ssl.SSLContext | None = _ssl_context(configuration) if self.secure else None
+        """The TLS context of the API server (its CA, the client certificate), for the
+        scrapes through its pod proxy."""
+
+    @property
+    def secure(self) -> bool:
+        return self.server.startswith("https:")
+
+    @property
+    def where(self) -> str:
+        """The API server and the context, for error lines."""
+        return f"{self.server} (context {self.context})" if self.context else self.server
+
+    async def auth_headers(self) -> dict[str, str]:
+        """The Authorization header now, refreshed when an exec credential expired or a 401
+        said so; empty without a token (a client certificate, kubectl proxy)."""
+        try:
+            token = await self._cfg.get_api_key_with_prefix("BearerToken")
+        except (ConfigException, OSError, RuntimeError) as e:
+            raise KubeError(f"credentials of {self.where}: {_one_line(str(e))}") from None
+        return {"Authorization": str(token)} if token else {}
+
+    def token_refused(self) -> None:
+        """A 401: run the exec plugin again before the next request (client-go does the same)."""
+        if self._refresh is not None:
+            self._refresh.force = True
+
+    async def list_pods(self, namespace: str | None, selector: str) -> PodList:
+        """One list of the pods matching `selector` in `namespace` (None: every namespace)."""
+        call, args = self._pods_call(namespace)
+        resp = await self._request(
+            "list", namespace, call, *args, label_selector=selector, _request_timeout=30
+        )
+        try:
+            body = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise KubeError(f"listing pods at {self.where}: {_one_line(str(e))}") from None
+        finally:
+            resp.release()
+        try:
+            doc = json.loads(body)
+            items = doc.get("items") or []
+            version = str(doc["metadata"]["resourceVersion"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise KubeError(f"{self.where} answered a pod list llmtop cannot read") from None
+        return PodList([x for x in items if isinstance(x, dict)], version)
+
+    async def watch_pods(
+        self, namespace: str | None, selector: str, resource_version: str, *, timeout_s: int
+    ) -> WatchStream:
+        """A watch opened after `resource_version` (the API answered 200); KubeError as
+        `list_pods`, with status 410 when the version is too old to resume from."""
+        call, args = self._pods_call(namespace)
+        resp = await self._request(
+            "watch",
+            namespace,
+            call,
+            *args,
+            label_selector=selector,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _request_timeout=aiohttp.ClientTimeout(
+                connect=10, sock_connect=10, sock_read=timeout_s + 30
+            ),
+        )
+        return WatchStream(resp, self.where)
+
+    def _pods_call(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        if namespace is None:
+            return self._core.list_pod_for_all_namespaces, ()
+        return self._core.list_namespaced_pod, (namespace,)
+
+    async def _request(
+        self, verb: str, namespace: str | None, call: Any, *args: Any, **kwargs: Any
+    ) -> aiohttp.ClientResponse:
+        """The raw answer of one call (the body still to read), or KubeError in words."""
+        try:
+            resp: aiohttp.ClientResponse = await call(*args, _preload_content=False, **kwargs)
+        except aiohttp.ClientConnectorCertificateError as e:
+            reason = getattr(e.certificate_error, "reason", None) or e.certificate_error
+            raise KubeError(
+                f"cannot reach the Kubernetes API at {self.where}: TLS: {reason}"
+            ) from None
+        except aiohttp.ClientConnectorError as e:
+            os_error = e.os_error
+            why = os_error.strerror or str(os_error) or type(os_error).__name__
+            raise KubeError(f"cannot reach the Kubernetes API at {self.where}: {why}") from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise KubeError(f"no answer from the Kubernetes API at {self.where}") from None
+        except aiohttp.ClientError as e:
+            raise KubeError(
+                f"the Kubernetes API at {self.where}: {type(e).__name__}: {_one_line(str(e))}"
+            ) from None
+        except (ConfigException, OSError, RuntimeError) as e:  # the exec plugin, a cert file
+            raise KubeError(f"credentials of {self.where}: {_one_line(str(e))}") from None
+        if resp.status < 300:
+            return resp
+        try:
+            body = await resp.read()
+        except aiohttp.ClientError:
+            body = b""
+        finally:
+            resp.release()
+        raise self._refusal(verb, namespace, resp.status, body)
+
+    def _refusal(self, verb: str, namespace: str | None, status: int, body: bytes) -> KubeError:
+        """The API's refusal in words, naming what to fix."""
+        message = _status_message(body)
+        scope = f"in namespace {namespace}" if namespace else "in all namespaces"
+        if status == 401:
+            self.token_refused()
+            return KubeError(
+                f"the Kubernetes API at {self.where} refused the credentials (401 Unauthorized):"
+                " the token may have expired; log in again or refresh the kubeconfig",
+                status=status,
+            )
+        if status == 403:
+            why = f" ({message})" if message else ""
+            return KubeError(f"forbidden: cannot {verb} pods {scope}{why}: {NEEDS}", status=status)
+        if status == 410:
+            return KubeError(f"{verb} pods: 410 Gone (resourceVersion too old)", status=status)
+        why = f": {message}" if message else ""
+        return KubeError(
+            f"the Kubernetes API at {self.where} answered {status} to {verb} pods {scope}{why}",
+            status=status,
+        )
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self._api.close()
+
+
+class WatchStream:
+    """An open watch: iterate for its events (ADDED, MODIFIED, DELETED, BOOKMARK) as the API's
+    JSON objects, until the server ends it (after about its timeout). KubeError when the
+    connection drops (status None), for an ERROR event (410: the version is too old). `close`
+    it when done."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, where: str) -> None:
+        self._resp = resp
+        self._where = where
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            try:
+                line = await self._resp.content.readline()
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
+                why = _one_line(str(e)) or type(e).__name__
+                raise KubeError(f"the watch of pods at {self._where} dropped: {why}") from None
+            if not line:
+                return  # the server ended the watch
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise KubeError(f"{self._where} sent a watch event llmtop cannot read") from None
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "ERROR":
+                raise _watch_error(event.get("object"))
+            yield event
+
+    def close(self) -> None:
+        """Close the connection (the server sees the watch end)."""
+        self._resp.close()
+
+
+async def connect(*, kubeconfig: str | None = None, context: str | None = None) -> KubeApi:
+    """The API of a kubeconfig context (`kubeconfig`, else $KUBECONFIG, else ~/.kube/config;
+    `context`, else its current one), or of the pod's service account when there is no
+    kubeconfig and the process runs in a cluster. ConfigError for a kubeconfig that cannot be
+    used as asked; nothing is sent to the API here."""
+    chosen = _context_of(kubeconfig, context)
+    if chosen is None:
+        return _in_cluster()
+    path, name, namespace = chosen
+    cfg = k8s_client.Configuration()  # type: ignore[no-untyped-call]
+    try:
+        loader = await k8s_config.load_kube_config(
+            config_file=path, context=name, client_configuration=cfg, persist_config=False
+        )
+    except (ConfigException, OSError, RuntimeError, ValueError, KeyError, AssertionError) as e:
+        raise ConfigError(f"kubeconfig {path}, context {name}: {_one_line(str(e))}") from None
+    refresh = None
+    if "exec" in (loader._user or {}):
+        refresh = cfg.refresh_api_key_hook = _ExecRefresh(loader)
+    api = k8s_client.ApiClient(configuration=cfg)  # type: ignore[no-untyped-call]
+    return KubeApi(api, cfg, context=name, namespace=namespace, in_cluster=False, refresh=refresh)
+
+
+def _context_of(kubeconfig: str | None, context: str | None) -> tuple[str, str, str] | None:
+    """(kubeconfig path, context, its namespace); None for the pod's service account (no
+    kubeconfig named or found, inside a cluster); ConfigError for a missing file, an unknown
+    context or a file that is not a kubeconfig."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    files = [p for p in path.split(os.pathsep) if p]
+    if not any(Path(p).exists() for p in files):
+        in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists()
+        if kubeconfig is None and in_pod:
+            return None
+        raise ConfigError(
+            f"no kubeconfig at {path} (give --kubeconfig, set KUBECONFIG, or run in a cluster)"
+        )
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
+    except (ConfigException, OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+        raise ConfigError(f"kubeconfig {path}: {_one_line(str(e))}") from None
+    names = [str(c.get("name")) for c in contexts or []]
+    chosen = context or (str(current["name"]) if current else None)
+    if chosen is None:
+        raise ConfigError(f"kubeconfig {path} has no current context: give --k8s-context")
+    if chosen not in names:
+        known = ", ".join(names) or "none"
+        raise ConfigError(f"kubeconfig {path} has no context {chosen!r} (it has: {known})")
+    namespace = next(
+        (str(c["context"].get("namespace") or "default") for c in contexts if c["name"] == chosen),
+        "default",
+    )
+    return path, chosen, namespace
+
+
+def _in_cluster() -> KubeApi:
+    """The pod's service account: its token (re-read as the kubelet rotates it), CA and
+    namespace."""
+    cfg = k8s_client.Configuration()  # type: ignore[no-untyped-call]
+    try:
+        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        namespace = (SA_DIR / "namespace").read_text(encoding="utf-8").strip() or "default"
+    except (ConfigException, OSError) as e:
+        raise ConfigError(f"in-cluster service account: {_one_line(str(e))}") from None
+    api = k8s_client.ApiClient(configuration=cfg)  # type: ignore[no-untyped-call]
+    return KubeApi(api, cfg, context=None, namespace=namespace, in_cluster=True)
+
+
+class _ExecRefresh:
+    """The hook the client awaits before each request: the exec plugin run again once its
+    credential's expirationTimestamp is a minute away (or a 401 asked for it); a credential
+    without one holds until a 401 (client-go does the same)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.force = False
+
+    async def __call__(self, cfg: Any) -> None:
+        expiry = getattr(self.loader, "exec_plugin_expiry", None)
+        if not self.force:
+            if not isinstance(expiry, datetime.datetime):
+                return
+            if expiry.tzinfo is None:
+                expiry = expiry.replace(tzinfo=datetime.timezone.utc)
+            soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+            if expiry > soon:
+                return
+        self.force = False
+        if hasattr(self.loader, "exec_plugin_expiry"):
+            del self.loader.exec_plugin_expiry  # else the loader keeps its cached credential
+        await self.loader.load_from_exec_plugin()
+        if getattr(self.loader, "token", None):
+            cfg.api_key["BearerToken"] = self.loader.token
+
+
+def _ssl_context(cfg: Any) -> ssl.SSLContext:
+    """The client's TLS settings as a context for aiohttp: the cluster's CA, the client
+    certificate, insecure-skip-tls-verify."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _watch_error(status: Any) -> KubeError:
+    """An ERROR event's Status as KubeError (410: the version is too old, relist)."""
+    doc = status if isinstance(status, dict) else {}
+    code = doc.get("code")
+    message = _one_line(str(doc.get("message") or doc.get("reason") or "an error event"))
+    return KubeError(
+        f"the watch of pods: {message}", status=code if isinstance(code, int) else None
+    )
+
+
+def _status_message(body: bytes) -> str:
+    """The `message` of a Kubernetes Status body; the text itself, cut, when not one."""
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+            return _one_line(doc["message"])
+    except ValueError:
+        pass
+    return _one_line(body.decode("utf-8", errors="replace"))[:200]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,254 @@
+"""The engine pods of a label selector, kept current by ONE list and then ONE watch (resumed
+from its resourceVersion when it drops, a fresh list after 410 Gone), never a request per pod
+per poll. While the API is away the last known pods stay, and `status` says how old they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from llmtop.core.pipeline.pods import (
+    DEFAULT_ENGINE_PORT,
+    Pod,
+    PodEvent,
+    pod_change,
+    pod_changes,
+    read_pod,
+    serving_targets,
+)
+from llmtop.core.pipeline.targets import Target
+from llmtop.errors import KubeError
+from llmtop.settings import MonitorSettings
+from llmtop.sources.kube.client import KubeApi, connect
+
+ALL_NAMESPACES = "all"
+
+
+class PodDiscovery:
+    """`start()` connects and lists; a task then watches. `pods`, `targets()`, `events()`."""
+
+    def __init__(
+        self,
+        selector: str,
+        *,
+        namespace: str | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        default_port: int = DEFAULT_ENGINE_PORT,
+        clock: Callable[[], float] = time.time,
+        retry_s: float = 1.0,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.selector = selector
+        self._namespace_asked = namespace
+        self._context = context
+        self._kubeconfig = kubeconfig
+        self._default_port = default_port
+        self._clock = clock
+        self._retry_s = retry_s
+        self._watch_timeout_s = watch_timeout_s
+        self.api: KubeApi | None = None
+        self.namespace: str | None = None
+        """The namespace listed (None: every namespace); known after `start`."""
+        self.server: str | None = None
+        """The API server's URL; known after `start` (and kept after `aclose`)."""
+        self.in_cluster = False
+        """Inside the cluster: pods are read by IP, not through the pod proxy."""
+        self.pods: dict[str, Pod] = {}
+        """The pods that match, by namespace/name, as last seen."""
+        self.error: str | None = None
+        """Why the API is away now (None while the watch runs)."""
+        self.seen_at: float | None = None
+        """When the API last answered (a list, a watch event or a watch opened)."""
+        self.lists = 0
+        self.watches = 0
+        """Requests made: lists and watches (for `status` and the scale test)."""
+        self._events: list[PodEvent] = []
+        self._version: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+
+    @classmethod
+    def from_settings(cls, monitor: MonitorSettings) -> PodDiscovery:
+        """The discovery of --k8s-selector, --k8s-namespace, --k8s-context, --kubeconfig."""
+        assert monitor.k8s_selector is not None
+        return cls(
+            monitor.k8s_selector,
+            namespace=monitor.k8s_namespace,
+            context=monitor.k8s_context,
+            kubeconfig=monitor.kubeconfig,
+        )
+
+    async def start(self) -> None:
+        """Connect and list once; KubeError or ConfigError (the CLI's one line) when that
+        fails. Then the watch runs in a task of the running loop. Later calls do nothing."""
+        if self._started:
+            return
+        api = await connect(kubeconfig=self._kubeconfig, context=self._context)
+        asked = self._namespace_asked
+        self.namespace = None if asked == ALL_NAMESPACES else (asked or api.namespace)
+        self.api, self.server, self.in_cluster = api, api.server, api.in_cluster
+        try:
+            await self._list(initial=True)
+        except BaseException:
+            self.api = None
+            await api.aclose()
+            raise
+        self._started = True
+        self._task = asyncio.create_task(self._run(), name="llmtop-pod-watch")
+
+    def targets(self) -> tuple[Target, ...]:
+        """The pods Running and Ready now, through the pod proxy (by pod IP in the cluster)."""
+        if self.server is None:
+            return ()
+        proxy = None if self.in_cluster else self.server
+        return serving_targets(self.pods, api_server=proxy, qualify=self.namespace is None)
+
+    def events(self) -> list[PodEvent]:
+        """The pod events since the last call (added, deleted, restarted), oldest first."""
+        out, self._events = self._events, []
+        return out
+
+    def status(self) -> str | None:
+        """None while the API answers; else why not, with the age of the pods still shown."""
+        if self.error is None:
+            return None
+        if self.seen_at is None:
+            return self.error
+        age = max(0.0, self._clock() - self.seen_at)
+        n = len(self.pods)
+        return f"{self.error}; showing the {n} pod{'s' * (n != 1)} known {age:.0f} s ago"
+
+    async def _list(self, *, initial: bool) -> None:
+        assert self.api is not None
+        self.lists += 1
+        got = await self.api.list_pods(self.namespace, self.selector)
+        now = self._clock()
+        pods: dict[str, Pod] = {}
+        for obj in got.items:
+            with contextlib.suppress(ValueError):
+                pod = read_pod(obj, self._default_port)
+                pods[pod.key] = pod
+        if not initial:
+            self._events.extend(pod_changes(self.pods, pods, now))
+        self.pods, self._version = pods, got.resource_version
+        self.seen_at, self.error = now, None
+
+    async def _run(self) -> None:
+        """Watch from the last version; resume after a drop, list again after 410 Gone, back
+        off (up to 30 s) while the API is away."""
+        delay = self._retry_s
+        while True:
+            try:
+                if self._version is None:
+                    await self._list(initial=False)
+                opened = time.monotonic()
+                await self._watch()
+                delay = self._retry_s  # the server ended the watch: resume (at once, unless
+                if time.monotonic() - opened < 1.0:  # it ends them as soon as they open)
+                    await asyncio.sleep(self._retry_s)
+            except KubeError as e:
+                if e.status == 410:
+                    self._version = None  # too old to resume from: list again, at once
+                    continue
+                self.error = str(e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _watch(self) -> None:
+        assert self.api is not None
+        assert self._version is not None
+        self.watches += 1
+        stream = await self.api.watch_pods(
+            self.namespace, self.selector, self._version, timeout_s=self._watch_timeout_s
+        )
+        self.seen_at, self.error = self._clock(), None
+        try:
+            async for event in stream:
+                self._apply(event)
+        finally:
+            stream.close()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        """One watch event into `pods` (and the events, when it is news)."""
+        now = self._clock()
+        self.seen_at, self.error = now, None
+        obj = event.get("object")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(version, str) and version:
+            self._version = version
+        kind = event.get("type")
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict):
+            return  # BOOKMARK: only its version
+        try:
+            pod = read_pod(obj, self._default_port)
+        except ValueError:
+            return
+        before = self.pods.get(pod.key)
+        after: Pod | None = None
+        if kind == "DELETED":
+            self.pods.pop(pod.key, None)
+        else:
+            self.pods[pod.key] = after = pod
+        change = pod_change(before, after, now)
+        if change is not None:
+            self._events.append(change)
+
+    async def aclose(self) -> None:
+        """Stop the watch and close the client."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.api is not None:
+            await self.api.aclose()
+            self.api = None
+
+    def to_json(self, replicas: list[dict[str, Any]]) -> dict[str, Any]:
+        """`snapshot --json`'s fleet.kubernetes: what was listed and how, the pod events,
+        and each replica row (`replicas`, changed in place) given its `pod`."""
+        by_url = {t.url: self.pods.get(_key(t, self.namespace)) for t in self.targets()}
+        for row in replicas:
+            pod = by_url.get(row.get("parent") or row.get("key") or "")
+            if pod is not None:
+                row["pod"] = {
+                    "namespace": pod.namespace,
+                    "name": pod.name,
+                    "node": pod.node,
+                    "restarts": pod.restarts,
+                    "last_reason": pod.last_reason,
+                }
+        return {
+            "server": self.server,
+            "namespace": self.namespace or ALL_NAMESPACES,
+            "selector": self.selector,
+            "pods": len(self.pods),
+            "serving": sum(p.serving for p in self.pods.values()),
+            "error": self.status(),
+            "requests": {"list": self.lists, "watch": self.watches},
+            "events": [
+                {"time": e.time, "kind": e.kind, "pod": e.pod, "summary": e.summary}
+                for e in self.events()
+            ],
+        }
+
+
+async def preflight(monitor: MonitorSettings) -> None:
+    """Connect and list once, then close: before the TUI opens, a wrong context, an expired
+    token, an unreachable API or a 403 is the CLI's one line and exit code."""
+    discovery = PodDiscovery.from_settings(monitor)
+    try:
+        await discovery.start()
+    finally:
+        await discovery.aclose()
+
+
+def _key(target: Target, namespace: str | None) -> str:
+    """The pod key of a target named by `serving_targets`."""
+    return target.name if namespace is None else f"{namespace}/{target.name}"

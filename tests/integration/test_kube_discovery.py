@@ -1,0 +1,363 @@
+"""Kubernetes discovery over real HTTP: an emulated API server (tests/support/kube_api.py) over
+HTTPS with a CA and a bearer token from a kubeconfig, and over plain HTTP as `kubectl proxy`
+serves it; pods that appear, become Ready, restart (OOMKilled) and leave; a 403; a watch that
+drops and resumes; 410 Gone; the pod proxy serving a real `llmtop sim`'s /metrics to
+`llmtop snapshot`; and 500 pods with one list and one watch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.cli import main
+from llmtop.errors import ConfigError, KubeError
+from llmtop.sources.kube.discovery import PodDiscovery
+from tests.support.kube_api import KubeEmulator, pod
+
+SELECTOR = "app=vllm"
+NEEDS = "the console needs pods get/list/watch and pods/proxy get"
+
+
+@pytest.fixture(autouse=True)
+def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These engines are simulated: a real GPU on the test machine is not theirs."""
+    monkeypatch.setenv("LLMTOP_NVML", "false")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
+@pytest.fixture
+def emulator() -> Iterator[Callable[..., KubeEmulator]]:
+    started: list[KubeEmulator] = []
+
+    def start(**kwargs: Any) -> KubeEmulator:
+        emu = KubeEmulator(**kwargs).start()
+        started.append(emu)
+        return emu
+
+    yield start
+    for emu in started:
+        emu.stop()
+
+
+@pytest.fixture
+def api_server(emulator: Callable[..., KubeEmulator], tmp_path: Path) -> tuple[KubeEmulator, Path]:
+    """An API server as a cluster serves it: HTTPS with its own CA, a bearer token."""
+    emu = emulator(tls=trustme.CA(), token="s3cret-token")
+    return emu, emu.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+async def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Wait for `check()` (the watch runs in the background), failing with `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def discovery(kubeconfig: Path, **kwargs: Any) -> PodDiscovery:
+    return PodDiscovery(SELECTOR, kubeconfig=str(kubeconfig), retry_s=0.05, **kwargs)
+
+
+async def test_pods_come_become_ready_restart_and_leave_over_https(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.put(pod("vllm-0", ip="10.0.0.10", ports=[{"name": "http", "containerPort": 8080}]))
+    emu.put(pod("other", labels={"app": "redis"}))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        assert pods.namespace == "llm"  # the context's namespace
+        assert [t.name for t in pods.targets()] == ["vllm-0"]
+        (target,) = pods.targets()
+        assert target.url == f"{emu.url}/api/v1/namespaces/llm/pods/vllm-0:8080/proxy"
+
+        emu.put(pod("vllm-1", ready=False, node="node-b"))
+        await until(lambda: "llm/vllm-1" in pods.pods, "vllm-1 listed")
+        assert [t.name for t in pods.targets()] == ["vllm-0"]  # not Ready: not scraped
+        emu.put(pod("vllm-1", ready=True, node="node-b"))
+        await until(lambda: len(pods.targets()) == 2, "vllm-1 Ready")
+
+        emu.put(pod("vllm-1", node="node-b", restarts=1, last_reason="OOMKilled"))
+        await until(lambda: pods.pods["llm/vllm-1"].restarts == 1, "the restart")
+        emu.delete("llm", "vllm-0")
+        await until(lambda: "llm/vllm-0" not in pods.pods, "vllm-0 gone")
+        assert [t.name for t in pods.targets()] == ["vllm-1"]
+
+        events = [(e.kind, e.pod) for e in pods.events()]
+        assert events == [
+            ("pod-added", "llm/vllm-1"),
+            ("pod-restarted", "llm/vllm-1"),
+            ("pod-deleted", "llm/vllm-0"),
+        ]
+        assert pods.status() is None
+    finally:
+        await pods.aclose()
+    assert (emu.count("list"), emu.count("watch")) == (1, 1)
+    assert {s.authorization for s in emu.seen} == {"Bearer s3cret-token"}
+
+
+async def test_restart_event_names_oomkilled_and_the_node(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.put(pod("vllm-0", node="gpu-7"))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        emu.put(pod("vllm-0", node="gpu-7", restarts=2, last_reason="OOMKilled"))
+        await until(lambda: pods.pods["llm/vllm-0"].restarts == 2, "the restart")
+        (event,) = pods.events()
+        assert event.kind == "pod-restarted"
+        assert "OOMKilled" in event.summary
+        assert "gpu-7" in event.summary
+        assert "twice" in event.summary or "2 times" in event.summary
+    finally:
+        await pods.aclose()
+
+
+async def test_plain_http_as_kubectl_proxy_serves_it(
+    emulator: Callable[..., KubeEmulator], tmp_path: Path
+) -> None:
+    emu = emulator()
+    emu.put(pod("vllm-0", annotations={"prometheus.io/port": "9400"}))
+    emu.put(pod("vllm-9", namespace="batch"))
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    pods = discovery(kubeconfig, namespace="all")
+    await pods.start()
+    try:
+        assert pods.namespace is None
+        urls = {t.name: t.url for t in pods.targets()}
+        assert urls == {
+            "batch/vllm-9": f"{emu.url}/api/v1/namespaces/batch/pods/vllm-9:8000/proxy",
+            "llm/vllm-0": f"{emu.url}/api/v1/namespaces/llm/pods/vllm-0:9400/proxy",
+        }
+    finally:
+        await pods.aclose()
+    assert emu.seen[0].path == "/api/v1/pods"
+    assert emu.seen[0].authorization is None
+
+
+async def test_a_403_names_the_verb_and_what_the_console_needs(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.forbid.add("list")
+    pods = discovery(kubeconfig)
+    with pytest.raises(KubeError) as e:
+        await pods.start()
+    assert e.value.status == 403
+    assert str(e.value).startswith("forbidden: cannot list pods in namespace llm")
+    assert NEEDS in str(e.value)
+
+
+async def test_a_watch_that_drops_resumes_from_its_resource_version(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.put(pod("vllm-0"))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        await until(lambda: emu.open_watches() == 1, "the watch")
+        emu.put(pod("vllm-1"))
+        await until(lambda: "llm/vllm-1" in pods.pods, "vllm-1")
+        last = pods.pods  # the version the client saw last is vllm-1's
+        emu.drop_watches()
+        await until(lambda: emu.count("watch") == 2 and emu.open_watches() == 1, "a new watch")
+        first, second = [s for s in emu.seen if s.kind == "watch"]
+        assert int(second.query["resourceVersion"]) > int(first.query["resourceVersion"])
+        emu.put(pod("vllm-2"))
+        await until(lambda: "llm/vllm-2" in pods.pods, "vllm-2 after the resume")
+        assert set(last) <= set(pods.pods)
+    finally:
+        await pods.aclose()
+    assert emu.count("list") == 1  # resumed, not listed again
+    kinds = [e.kind for e in pods.events()]
+    assert kinds == ["pod-added", "pod-added"]  # vllm-1 and vllm-2, each once
+
+
+@pytest.mark.parametrize("as_status", [False, True], ids=["error-event", "http-410"])
+async def test_410_gone_lists_again_and_sees_what_changed_meanwhile(
+    api_server: tuple[KubeEmulator, Path], as_status: bool
+) -> None:
+    emu, kubeconfig = api_server
+    emu.gone_as_status = as_status
+    emu.put(pod("vllm-0"))
+    emu.put(pod("vllm-1"))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        await until(lambda: emu.open_watches() == 1, "the watch")
+        # while the watch is away: vllm-0 leaves, vllm-2 comes, vllm-1 is OOMKilled; the
+        # history of it is compacted, so resuming is 410 Gone
+        emu.delete("llm", "vllm-0", publish=False)
+        emu.put(pod("vllm-2"), publish=False)
+        emu.put(pod("vllm-1", restarts=1, last_reason="OOMKilled"), publish=False)
+        emu.drop_watches(compact=True)
+        await until(lambda: emu.count("list") == 2, "the second list")
+        await until(lambda: set(pods.pods) == {"llm/vllm-1", "llm/vllm-2"}, "the relisted pods")
+        await until(lambda: emu.open_watches() == 1, "the watch after the list")
+    finally:
+        await pods.aclose()
+    events = sorted((e.kind, e.pod) for e in pods.events())
+    assert events == [
+        ("pod-added", "llm/vllm-2"),
+        ("pod-deleted", "llm/vllm-0"),
+        ("pod-restarted", "llm/vllm-1"),
+    ]
+
+
+async def test_while_the_api_is_away_the_last_pods_stay_with_their_age(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.put(pod("vllm-0"))
+    emu.put(pod("vllm-1"))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        await until(lambda: emu.open_watches() == 1, "the watch")
+        emu.stop()
+        await until(lambda: pods.status() is not None, "the API seen away")
+        status = pods.status()
+        assert status is not None
+        assert "showing the 2 pods known" in status
+        assert " s ago" in status
+        assert len(pods.targets()) == 2
+    finally:
+        await pods.aclose()
+
+
+async def test_kubeconfig_mistakes_are_config_errors(
+    api_server: tuple[KubeEmulator, Path], tmp_path: Path
+) -> None:
+    emu, kubeconfig = api_server
+    with pytest.raises(ConfigError, match="has no context 'prod' \\(it has: emulated\\)"):
+        await discovery(kubeconfig, context="prod").start()
+    with pytest.raises(ConfigError, match="no kubeconfig at"):
+        await discovery(tmp_path / "missing").start()
+    wrong = emu.write_kubeconfig(tmp_path / "wrong-token", token="expired")
+    with pytest.raises(KubeError, match="refused the credentials \\(401 Unauthorized\\)"):
+        await discovery(wrong).start()
+
+
+def snapshot_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["snapshot", "--gateway", "off", "--k8s-selector", SELECTOR, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_snapshot_reads_a_real_sim_through_the_pod_proxy(
+    api_server: tuple[KubeEmulator, Path],
+    start_sim: Callable[..., ServerThread],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    emu, kubeconfig = api_server
+    sims = {"vllm-0": start_sim(model_name="emulated-0"), "vllm-1": start_sim(model_name="kv-1")}
+    for i, (name, sim) in enumerate(sims.items()):
+        emu.put(pod(name, node=f"gpu-{i}", restarts=i, last_reason="OOMKilled" if i else None))
+        emu.backends[f"llm/{name}"] = sim.url
+    emu.put(pod("vllm-starting", ready=False))
+    code, out, err = snapshot_cli(
+        capsys, "--kubeconfig", str(kubeconfig), "--json", "--window-s", "1"
+    )
+    assert err == ""
+    doc = json.loads(out)
+    assert code == 0, doc["status"]
+    rows = {r["name"]: r for r in doc["fleet"]["replicas"]}
+    assert set(rows) == {"vllm-0", "vllm-1"}
+    assert rows["vllm-0"]["model"] == "emulated-0"
+    assert rows["vllm-1"]["model"] == "kv-1"
+    assert rows["vllm-0"]["kv_capacity_tokens"] > 0
+    assert rows["vllm-1"]["pod"] == {
+        "namespace": "llm", "name": "vllm-1", "node": "gpu-1", "restarts": 1,
+        "last_reason": "OOMKilled",
+    }  # fmt: skip
+    kube = doc["fleet"]["kubernetes"]
+    assert kube["requests"] == {"list": 1, "watch": 1}
+    assert (kube["pods"], kube["serving"], kube["error"]) == (3, 2, None)
+    proxied = [s for s in emu.seen if s.kind == "proxy"]
+    assert proxied
+    assert {s.authorization for s in proxied} == {"Bearer s3cret-token"}
+    assert {s.path.split("/proxy/")[1] for s in proxied} <= {"metrics", "metrics/"}
+
+
+def test_snapshot_says_the_403_in_one_line(
+    api_server: tuple[KubeEmulator, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    emu, kubeconfig = api_server
+    emu.forbid.add("list")
+    code, out, err = snapshot_cli(capsys, "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (3, "")
+    assert err.count("\n") == 1
+    assert err.startswith("llmtop: forbidden: cannot list pods in namespace llm")
+    assert NEEDS in err
+
+
+def test_snapshot_wrong_context_and_unreachable_api_are_one_line(
+    api_server: tuple[KubeEmulator, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    emu, kubeconfig = api_server
+    code, _, err = snapshot_cli(capsys, "--kubeconfig", str(kubeconfig), "--k8s-context", "x")
+    assert code == 64
+    assert err == f"llmtop: kubeconfig {kubeconfig} has no context 'x' (it has: emulated)\n"
+    emu.stop()
+    code, _, err = snapshot_cli(capsys, "--kubeconfig", str(kubeconfig))
+    assert code == 3
+    assert err.count("\n") == 1
+    assert err.startswith(f"llmtop: cannot reach the Kubernetes API at {emu.url}")
+
+
+async def test_500_pods_one_list_one_watch(
+    emulator: Callable[..., KubeEmulator], tmp_path: Path
+) -> None:
+    emu = emulator(tls=trustme.CA(), token="t")
+    for i in range(500):
+        emu.put(pod(f"vllm-{i:03d}", ip=f"10.1.{i // 250}.{i % 250}"))
+    pods = discovery(emu.write_kubeconfig(tmp_path / "kubeconfig"))
+    await pods.start()
+    try:
+        assert len(pods.targets()) == 500
+        for i in range(0, 500, 10):  # 50 restarts, 10 leave, 10 come
+            emu.put(pod(f"vllm-{i:03d}", restarts=1, last_reason="OOMKilled"))
+        for i in range(10):
+            emu.delete("llm", f"vllm-{i * 7 + 1:03d}")
+            emu.put(pod(f"vllm-new-{i}"))
+        await until(lambda: "llm/vllm-new-9" in pods.pods, "the last new pod")
+        assert len(pods.targets()) == 500
+        kinds = [e.kind for e in pods.events()]
+        assert (kinds.count("pod-restarted"), kinds.count("pod-deleted")) == (50, 10)
+        assert kinds.count("pod-added") == 10
+    finally:
+        await pods.aclose()
+    assert (emu.count("list"), emu.count("watch")) == (1, 1)
+
+
+def test_the_metrics_port_annotation_then_named_ports_then_the_default() -> None:
+    """Pure: which port a pod's metrics are read on, and what is a pod to scrape."""
+    from llmtop.core.pipeline.pods import metrics_port, read_pod
+
+    named = [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}]
+    assert metrics_port(pod("a", ports=named)) == 9090
+    assert metrics_port(pod("a", ports=named[:1])) == 8080
+    assert metrics_port(pod("a", ports=named, annotations={"prometheus.io/port": "7000"})) == 7000
+    assert metrics_port(pod("a", annotations={"prometheus.io/port": "x"})) == 8000
+    assert metrics_port(pod("a")) == 8000
+    assert read_pod(pod("a")).serving
+    assert not read_pod(pod("a", ready=False)).serving
+    assert not read_pod(pod("a", phase="Pending")).serving
+    gone = pod("a")
+    gone["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    assert not read_pod(gone).serving
+    with pytest.raises(ValueError, match=r"without metadata\.name"):
+        read_pod({"metadata": {}})

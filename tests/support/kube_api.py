@@ -1,0 +1,410 @@
+"""A Kubernetes API emulator for pods, on 127.0.0.1 in a thread of its own: list and watch
+(resourceVersion, bookmarks left out, 410 Gone for a compacted version, label selectors of
+`k=v,...`), the pod proxy (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/...`) forwarding to a
+real server per pod, a bearer token (401 without it), RBAC refusals (403 per verb), HTTPS
+with a trustme CA or plain HTTP (as `kubectl proxy` serves it). It counts every request.
+
+Not kmock (PyPI): its list answers `resourceVersion: "..."`, its watch replays every object as
+ADDED whatever version is asked and knows no label selector, 410 or TLS: what these tests are
+about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Seen:
+    """One request the emulator answered."""
+
+    kind: str
+    """list, watch or proxy."""
+    path: str
+    query: dict[str, str]
+    authorization: str | None
+
+
+@dataclass
+class _Watch:
+    queue: asyncio.Queue[tuple[int, str, Obj] | None]
+    request: web.Request
+
+
+def pod(
+    name: str,
+    *,
+    namespace: str = "llm",
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+    phase: str = "Running",
+    ip: str = "10.0.0.1",
+    node: str = "node-a",
+    restarts: int = 0,
+    last_reason: str | None = None,
+    ports: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    """A pod object as the API serves it (the fields llmtop reads, and a few more)."""
+    status: Obj = {
+        "phase": phase,
+        "podIP": ip,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [
+            {"name": "vllm", "ready": ready, "restartCount": restarts, "lastState": {}}
+        ],
+    }
+    if last_reason is not None:
+        status["containerStatuses"][0]["lastState"] = {
+            "terminated": {"reason": last_reason, "exitCode": 137,
+                           "finishedAt": "2026-12-07T10:00:00Z"}
+        }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "labels": labels if labels is not None else {"app": "vllm"},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "vllm", "image": "vllm/vllm-openai", "ports": ports or []}],
+        },
+        "status": status,
+    }
+
+
+class KubeEmulator:
+    """Start with `start()`; change pods with `put` / `delete` (thread-safe); `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        tls: Any = None,
+        token: str | None = None,
+        metrics_body: bytes | None = None,
+    ) -> None:
+        self.tls = tls
+        """A trustme.CA: serve HTTPS with a certificate it issued for 127.0.0.1."""
+        self.token = token
+        """The bearer token required (None: none, as kubectl proxy)."""
+        self.metrics_body = metrics_body
+        """What a pod without a backend answers at /metrics through the proxy."""
+        self.backends: dict[str, str] = {}
+        """namespace/name -> the base URL its proxy forwards to (a real `llmtop sim`)."""
+        self.forbid: set[str] = set()
+        """Verbs refused with 403: list, watch, proxy."""
+        self.gone_as_status = False
+        """A too-old watch gets HTTP 410 (True) or an ERROR event of code 410 (as the API does)."""
+        self.seen: list[Seen] = []
+        self._pods: dict[str, Obj] = {}
+        self._history: list[tuple[int, str, Obj]] = []
+        self._version = 100
+        self._compacted = 0
+        self._watches: list[_Watch] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    # -- the test's side ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def count(self, kind: str) -> int:
+        return sum(1 for s in self.seen if s.kind == kind)
+
+    def put(self, obj: Obj, *, publish: bool = True) -> None:
+        """Add or change a pod; `publish=False`: no watch hears of it (it happened while the
+        watch was away, its history compacted: `drop_watches(compact=True)`)."""
+        self._call(lambda: self._put(obj, publish))
+
+    def delete(self, namespace: str, name: str, *, publish: bool = True) -> None:
+        self._call(lambda: self._delete(f"{namespace}/{name}", publish))
+
+    def drop_watches(self, *, compact: bool = False) -> None:
+        """Cut every open watch's connection; `compact`: versions before now are gone (410)."""
+        self._call(lambda: self._drop(compact))
+
+    def open_watches(self) -> int:
+        return int(self._call(lambda: len(self._watches)))
+
+    def start(self) -> KubeEmulator:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the Kubernetes API emulator did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = None
+
+    def write_kubeconfig(
+        self,
+        path: Path,
+        *,
+        namespace: str = "llm",
+        context: str = "emulated",
+        token: str | None = None,
+        extra_context: str | None = None,
+    ) -> Path:
+        """A kubeconfig whose current context reaches this API with the CA and the token."""
+        cluster: Obj = {"server": self.url}
+        if self.tls is not None:
+            pem = self.tls.cert_pem.bytes()
+            cluster["certificate-authority-data"] = base64.b64encode(pem).decode()
+        user: Obj = {}
+        if token or self.token:
+            user["token"] = token or self.token
+        contexts = [
+            {"name": context, "context": {"cluster": "emu", "user": "emu", "namespace": namespace}}
+        ]
+        if extra_context:
+            contexts.append({"name": extra_context, "context": {"cluster": "emu", "user": "emu"}})
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emu", "cluster": cluster}],
+            "users": [{"name": "emu", "user": user}],
+            "contexts": contexts,
+            "current-context": context,
+        }
+        path.write_text(json.dumps(doc), encoding="utf-8")  # JSON is YAML
+        return path
+
+    # -- the server's side -------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        assert self._loop is not None
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        app = web.Application()
+        app.router.add_get("/api/v1/pods", self._pods_route)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._pods_route)
+        app.router.add_route(
+            "GET", r"/api/v1/namespaces/{ns}/pods/{name}:{port:\d+}/proxy/{tail:.*}", self._proxy
+        )
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+        loop.run_until_complete(self._runner.setup())
+        ctx = None
+        if self.tls is not None:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.tls.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
+        loop.run_until_complete(site.start())
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+        loop.run_forever()
+        loop.close()
+
+    async def _shutdown(self) -> None:
+        self._drop(compact=False)
+        if self._client is not None:
+            await self._client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _put(self, obj: Obj, publish: bool) -> None:
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        kind = "MODIFIED" if key in self._pods else "ADDED"
+        self._version += 1
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        self._pods[key] = obj
+        if publish:
+            self._publish(kind, obj)
+
+    def _delete(self, key: str, publish: bool) -> None:
+        obj = self._pods.pop(key)
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        if publish:
+            self._publish("DELETED", obj)
+
+    def _publish(self, kind: str, obj: Obj) -> None:
+        entry = (self._version, kind, obj)
+        self._history.append(entry)
+        for w in self._watches:
+            w.queue.put_nowait(entry)
+
+    def _drop(self, compact: bool) -> None:
+        if compact:
+            self._compacted = self._version
+        for w in self._watches:
+            w.queue.put_nowait(None)
+
+    def _refusal(self, request: web.Request, verb: str) -> web.Response | None:
+        auth = request.headers.get("Authorization")
+        if self.token is not None and auth != f"Bearer {self.token}":
+            return _status(401, "Unauthorized", "Unauthorized")
+        if verb in self.forbid:
+            ns = request.match_info.get("ns")
+            resource = "pods/proxy" if verb == "proxy" else "pods"
+            where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+            message = (
+                f'{resource} is forbidden: User "system:serviceaccount:llm:console" cannot '
+                f'{"get" if verb == "proxy" else verb} resource "{resource}" in API group ""'
+                f"{where}"
+            )
+            return _status(403, "Forbidden", message)
+        return None
+
+    async def _pods_route(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        watching = query.get("watch") in ("true", "1", "True")
+        kind = "watch" if watching else "list"
+        self.seen.append(Seen(kind, request.path, query, request.headers.get("Authorization")))
+        refusal = self._refusal(request, kind)
+        if refusal is not None:
+            return refusal
+        ns = request.match_info.get("ns")
+        selector = _selector(query.get("labelSelector", ""))
+        if not watching:
+            items = [p for p in self._pods.values() if _matches(p, ns, selector)]
+            return web.json_response(
+                {"kind": "PodList", "apiVersion": "v1",
+                 "metadata": {"resourceVersion": str(self._version)}, "items": items}
+            )  # fmt: skip
+        since = int(query.get("resourceVersion") or 0)
+        if since < self._compacted:
+            message = f"too old resource version: {since} ({self._compacted})"
+            if self.gone_as_status:
+                return _status(410, "Expired", message)
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            error = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": message,
+                    "reason": "Expired",
+                    "code": 410,
+                },
+            }
+            await resp.write(json.dumps(error).encode() + b"\n")  # fmt: skip
+            return resp
+        return await self._stream(request, ns, selector, since, float(query["timeoutSeconds"]))
+
+    async def _stream(
+        self,
+        request: web.Request,
+        ns: str | None,
+        selector: dict[str, str],
+        since: int,
+        timeout_s: float,
+    ) -> web.StreamResponse:
+        watch = _Watch(asyncio.Queue(), request)
+        self._watches.append(watch)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        try:
+            for entry in [e for e in self._history if e[0] > since]:
+                watch.queue.put_nowait(entry)
+            sent = since
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while True:
+                try:
+                    entry = await asyncio.wait_for(watch.queue.get(), deadline - loop.time())
+                except TimeoutError:
+                    return resp  # the server's timeoutSeconds: a clean end
+                if entry is None:  # drop: cut the connection mid-stream
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp
+                version, kind, obj = entry
+                if version <= sent or not _matches(obj, ns, selector):
+                    continue
+                sent = version
+                await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            return resp
+        finally:
+            self._watches.remove(watch)
+
+    async def _proxy(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(
+            Seen("proxy", request.path, dict(request.query), request.headers.get("Authorization"))
+        )
+        refusal = self._refusal(request, "proxy")
+        if refusal is not None:
+            return refusal
+        key = f"{request.match_info['ns']}/{request.match_info['name']}"
+        if key not in self._pods:
+            return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+        tail = request.match_info["tail"]
+        backend = self.backends.get(key)
+        if backend is None:
+            if self.metrics_body is None or tail.rstrip("/") != "metrics":
+                return _status(503, "ServiceUnavailable", "no endpoints available")
+            return web.Response(body=self.metrics_body, content_type="text/plain")
+        if self._client is None:
+            self._client = aiohttp.ClientSession()
+        url = f"{backend.rstrip('/')}/{tail}"
+        async with self._client.get(url, params=request.query) as got:
+            body = await got.read()
+            return web.Response(
+                body=body, status=got.status, content_type=got.content_type or "text/plain"
+            )
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    return web.json_response(
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+         "message": message, "reason": reason, "code": code},
+        status=code,
+    )  # fmt: skip
+
+
+def _selector(text: str) -> dict[str, str]:
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        out[name.strip()] = value.lstrip("=").strip()
+    return out
+
+
+def _matches(obj: Obj, ns: str | None, selector: dict[str, str]) -> bool:
+    meta = obj["metadata"]
+    if ns is not None and meta["namespace"] != ns:
+        return False
+    labels = meta.get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
