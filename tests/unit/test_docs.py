@@ -265,7 +265,8 @@ def test_the_quick_start_is_the_ci_line() -> None:
     line = next(x for x in ci.splitlines() if x.startswith("pip install"))
     readme = docs()["README.md"]
     assert f"{line}\n" in readme
-    assert line.replace("&& pytest", "&& llmtop demo") in readme
+    assert line.endswith("&& scripts/check"), line
+    assert line.replace("&& scripts/check", "&& llmtop demo") in readme
 
 
 def test_the_real_vllm_page_counts_and_names_what_pytest_collects() -> None:
