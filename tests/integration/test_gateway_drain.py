@@ -137,11 +137,31 @@ def test_sigterm_fails_readiness_serves_the_grace_then_drains_the_stream(
 
 
 def _refused(url: str) -> float | None:
+    """When a new connection was refused: the listener is closed, else None.
+
+    A connection the kernel took into the listen backlog just before the listener closed is
+    reset, not refused (no response: httpx's ReadError, WriteError or RemoteProtocolError). That
+    is the same refusal, once the connections after it are refused too; a reset while the
+    gateway still answers is a failure, not a refusal."""
     try:
         httpx.get(url + "/healthz", timeout=2)
     except httpx.ConnectError:
         return time.monotonic()
-    return None
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
+        reset_at, reset = time.monotonic(), e
+    else:
+        return None
+    deadline = reset_at + 2.0
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/healthz", timeout=2)
+        except httpx.ConnectError:
+            return reset_at
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
+            reset = e  # the backlog drained one more; the next is refused or answered
+            continue
+        raise AssertionError(f"a connection was reset ({reset!r}) while the gateway answers")
+    raise AssertionError(f"connections reset for 2 s ({reset!r}), never refused")
 
 
 def _error_event(stream: Stream) -> dict[str, object]:
