@@ -382,10 +382,13 @@ def test_the_containerfile_builds_a_wheel_and_installs_only_wheels(
     arg = next(rest for word, rest in steps if word == "ARG" and rest.startswith("PYTHON_IMAGE="))
     assert re.fullmatch(r"PYTHON_IMAGE=python:3\.1[2-9]-slim(-\w+)?", arg), arg
     assert any(w == "RUN" and "pip wheel" in r for w, r in build)
+    ignore = (DEPLOY / "Containerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    assert "*" in ignore, "the build context is only what COPY takes"
     for word, rest in build:
         if word == "COPY":
             for source in rest.split()[:-1]:
                 assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+                assert f"!{source}" in ignore, f"COPY {source}: left out of the build context"
     # the final stage: only the wheels, from the build stage, and no toolchain
     runs = [r for w, r in final if w == "RUN"]
     assert runs
