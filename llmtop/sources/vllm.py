@@ -12,7 +12,7 @@ import httpx
 
 from llmtop.core.base.raw import RawEngine
 from llmtop.core.exposition import promtext
-from llmtop.core.vllm.names import sample_names
+from llmtop.core.dialects.catalog import sample_names
 from llmtop.errors import ScrapeError
 
 VLLM_KEEP = promtext.keep_names(sample_names())

@@ -33,7 +33,9 @@ with those fields taken out of the old tree's repr; and when the gateway's stats
 shared_url and shared_error (the Redis findings: issue 35), checked equal with those two,
 None in these recordings, taken out; and when they gained shared_draining_gateways (the
 gateway-peer-draining finding: issue 35), checked equal with that one, None in these
-recordings, taken out of the repr.
+recordings, taken out of the repr. And when EngineStats gained `engine` and `engine_note` (the engines'
+dialects): every digest checked equal with those two ("vllm" and None in these recordings)
+taken out of the repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
@@ -45,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -83,20 +86,31 @@ def _words(snap: Any) -> dict[str, str]:
     return words
 
 
+def _first(*homes: str) -> Any:
+    """What the first of `module:name` this tree has names (a name moved between trees)."""
+    for home in homes:
+        module, _, name = home.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"none of {', '.join(homes)}")
+
+
 def replay(name: str) -> dict[str, Any]:
     """One recording's golden entry: digests and the readable timeline."""
-    try:  # this tree: core in homes
-        from llmtop.core.pipeline.fleet import FleetPipeline
-        from llmtop.core.pipeline.pipeline import Pipeline
-        from llmtop.core.pipeline.verdict import judge_window
-    except ImportError:  # 31930be: core flat (the golden's producer)
-        from llmtop.core.fleet import FleetPipeline  # type: ignore[no-redef]
-        from llmtop.core.lookback import assess as judge_window  # type: ignore[no-redef]
-        from llmtop.core.pipeline import Pipeline  # type: ignore[no-redef]
-    try:
-        from llmtop.core.promql.promql_answers import prometheus_replicas
-    except ImportError:
-        from llmtop.core.promql_answers import prometheus_replicas  # type: ignore[no-redef]
+    # this tree's home first (core in homes), then 31930be's (core flat: the golden's producer)
+    FleetPipeline = _first(
+        "llmtop.core.pipeline.fleet:FleetPipeline", "llmtop.core.fleet:FleetPipeline"
+    )
+    Pipeline = _first("llmtop.core.pipeline.pipeline:Pipeline", "llmtop.core.pipeline:Pipeline")
+    judge_window = _first(
+        "llmtop.core.pipeline.verdict:judge_window", "llmtop.core.lookback:assess"
+    )
+    prometheus_replicas = _first(
+        "llmtop.core.promql.promql_answers:prometheus_replicas",
+        "llmtop.core.promql_answers:prometheus_replicas",
+    )
     from llmtop.recording import report
     from llmtop.recording.reader import read_recording
     from llmtop.recording.replay import ReplaySource, is_fleet
@@ -127,7 +141,7 @@ def replay(name: str) -> dict[str, Any]:
         snaps,
         source.events,
         source=f"{name}.jsonl.gz",
-        ttft_slo_s=health.slo.ttft_s if hasattr(health, "slo") else health.ttft_slo_s,
+        ttft_slo_s=health.slo.ttft_s if hasattr(health, "slo") else vars(health)["ttft_slo_s"],
         live_findings=[recording.findings(i) for i in range(len(recording))],
     )
     pipeline_class = FleetPipeline if is_fleet(recording) else Pipeline

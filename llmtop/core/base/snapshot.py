@@ -41,6 +41,10 @@ class EngineStats:
     """Why the engine is down or its data unusable, in the user's words."""
     model: str | None = None
     version: str | None = None
+    engine: str | None = "vllm"
+    """The engine's dialect (`core.dialects`: vllm, sglang, llamacpp, ...); None: none found."""
+    engine_note: str | None = None
+    """What is odd about its exposition (two engines' families, a forced dialect it lacks)."""
     running: float | None = None
     waiting: float | None = None
     waiting_capacity: float | None = None
@@ -70,7 +74,8 @@ class EngineStats:
     queue_time_p50_s: float | None = None
     queue_time_p95_s: float | None = None
     stats_disabled: bool = False
-    """The target answers but exports no vllm:* series (--disable-log-stats)."""
+    """The target answers but exports no family llmtop reads (vLLM's --disable-log-stats, an
+    engine whose metrics are off, or one llmtop does not know)."""
     ttft_mean_s: float | None = None
     """Mean time to first token over the window (Δsum/Δcount)."""
     queue_time_mean_s: float | None = None
@@ -321,7 +326,8 @@ class FleetEvent:
     """Something that happened to one replica between two polls."""
 
     time: float
-    kind: Literal["restart"]
+    kind: Literal["restart", "pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back"]
+    """restart: a counter went back; pod-* and api-*: Kubernetes discovery (core.pipeline.pods)."""
     replica: str
     summary: str
 

@@ -130,8 +130,11 @@ def derive_engine(
             url=url,
             up=True,
             version=version,
+            engine=scrape.engine,
+            engine_note=scrape.engine_note,
             stats_disabled=True,
-            error="exports no vllm:* metrics (started with --disable-log-stats?)",
+            error="exports no metrics llmtop reads (vLLM started with --disable-log-stats, or an "
+            "engine whose metrics are off?)",
         )
 
     deltas = window.counter_deltas(window_s)
@@ -184,6 +187,8 @@ def derive_engine(
         up=True,
         model=scrape.model,
         version=version,
+        engine=scrape.engine,
+        engine_note=scrape.engine_note,
         running=running,
         waiting=g.get("waiting"),
         waiting_capacity=scrape.waiting_capacity,

@@ -33,7 +33,7 @@ from llmtop.core.health.rulebase import Context, FleetView
 from llmtop.core.health.thresholds import FleetRules, HealthSettings
 from llmtop.core.pipeline.pipeline import EngineTrack, Pipeline
 from llmtop.core.pipeline.targets import default_name
-from llmtop.core.vllm import reader
+from llmtop.core.dialects import catalog as dialects
 from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
@@ -224,10 +224,10 @@ class FleetPipeline(Pipeline):
             stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
             return [self._judge(t, raw.url, name, stats)]
         names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
-        rows = [self._from_scrape(t, raw.url, name, reader.extract(raw.samples, names), raw)]
+        rows = [self._from_scrape(t, raw.url, name, dialects.extract(raw.samples, names), raw)]
         for engine, samples in split_engines(raw.samples, names).items():
             key = f"{raw.url}#engine={engine}"
-            row = self._from_scrape(t, key, f"{name}#{engine}", reader.extract(samples), raw)
+            row = self._from_scrape(t, key, f"{name}#{engine}", dialects.extract(samples), raw)
             rows.append(replace(row, engine=engine, parent=raw.url))
         return rows
 

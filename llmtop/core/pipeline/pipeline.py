@@ -23,7 +23,7 @@ from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.vllm import reader
+from llmtop.core.dialects import catalog as dialects
 from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
@@ -129,7 +129,7 @@ class Pipeline:
         track = self._engines.get(raw.url)
         if track is None:
             track = self._engines[raw.url] = EngineTrack()
-        return track.fold(t, raw, reader.extract(raw.samples), self.window_s)
+        return track.fold(t, raw, dialects.extract(raw.samples), self.window_s)
 
     def _gateway_stats(self, raw: RawPoll) -> GatewayStats | None:
         if raw.gateway_url is None:

@@ -1,7 +1,8 @@
 """The labelled families of vLLM's newer features: spec decode per position, cached prompt
-tokens by tier, the sleep state, `engine_healthy`, the LoRA info gauge. Pure. Read only when a scrape has one
-(`names.LABELLED_FAMILIES`: each comes with its feature). Bad input reads as unknown and is said (a
-NaN or Inf gauge, an undefined label value, bad info labels); a counter going back is a reset.
+tokens by tier, the sleep state, `engine_healthy`, the LoRA info gauge. Pure. Read only when a
+scrape has one (`names.LABELLED_FAMILIES`: each comes with its feature). Bad input reads as
+unknown and is said (a NaN or Inf gauge, an undefined label value, bad info labels); a counter
+going back is a reset.
 """
 
 from __future__ import annotations

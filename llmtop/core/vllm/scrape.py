@@ -34,7 +34,8 @@ class EngineScrape:
     kv_block_size: int | None
     model: str | None
     has_vllm: bool
-    """Any vllm:* series at all (False: --disable-log-stats, or not a vLLM)."""
+    """Any series llmtop reads at all, in vLLM's names after a dialect's (False: the engine's
+    metrics are off, or it speaks no dialect llmtop knows)."""
     names_used: dict[str, str] = field(default_factory=dict)
     """Logical name -> the exposed name actually read (shows old-name fallbacks)."""
     waiting_deferred: float | None = None
@@ -50,5 +51,9 @@ class EngineScrape:
     (one tuple for every scrape of a structure, so the counter window knows its layout)."""
     counter_columns: list[float] | None = field(default=None, compare=False, repr=False)
     """Their values in that order (the plan adds them up once, for the window to keep)."""
+    engine: str | None = "vllm"
+    """The dialect it was read in (`core.dialects`), None when none was found."""
+    engine_note: str | None = None
+    """What is odd about its exposition: two engines' families, a forced dialect it lacks."""
     labelled_families: LabelledScrape | None = None
     """The labelled families of the field guide (`labelled.read_labelled`); None: none exported."""

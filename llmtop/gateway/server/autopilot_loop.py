@@ -13,8 +13,7 @@ import aiohttp
 
 from llmtop.core.derive.signals import fleet_signals
 from llmtop.core.exposition import promtext
-from llmtop.core.vllm import reader
-from llmtop.core.vllm.names import sample_names
+from llmtop.core.dialects import catalog as dialects
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import ScrapeError
 from llmtop.gateway.admission.footprint import FootprintModel
@@ -25,15 +24,19 @@ from llmtop.gateway.upstreams.balancer import OK
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0
-KEEP = promtext.keep_names(sample_names(bucketed=("generation_len",)))
+KEEP = promtext.keep_names(dialects.sample_names(bucketed=("generation_len",)))
 """The monitor's names, and the output-length buckets the footprint learns from."""
 
 
 def read_scrape(text: str) -> EngineScrape:
-    """An upstream's /metrics body as core reads it; ScrapeError when it is not a vLLM's."""
-    scrape = reader.extract(promtext.parse(text, KEEP))
+    """An upstream's /metrics body as core reads it, in its engine's dialect; ScrapeError
+    when it carries no family llmtop reads."""
+    scrape = dialects.extract(promtext.parse(text, KEEP))
     if not scrape.has_vllm:
-        raise ScrapeError("no vLLM series in the upstream's /metrics (is it vLLM?)")
+        raise ScrapeError(
+            "no family llmtop reads in the upstream's /metrics (its metrics off, or an engine "
+            f"llmtop does not know: it reads {', '.join(dialects.KINDS)})"
+        )
     return scrape
 
 
