@@ -27,7 +27,7 @@ from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.targets_file import TargetsFile
 
 if TYPE_CHECKING:
-    from llmtop.sources.kube.discovery import PodDiscovery
+    from llmtop.sources.kube.discovery import PodDiscovery, PodTimeline
 
 
 class FleetCollector(Collector):
@@ -44,12 +44,18 @@ class FleetCollector(Collector):
             self._file.current()  # a bad file is an error at start, naming the line
         self.pods: PodDiscovery | None = None
         """The Kubernetes pods of --k8s-selector, when given: the targets, through the pod proxy."""
+        self.pod_timeline: PodTimeline | None = None
+        """Their events (came, left, restarted; the API away), on each poll's fleet."""
         http = None
         if monitor.k8s_selector:
-            from llmtop.sources.kube.discovery import PodDiscovery  # the client: ~1.5 s to import
+            from llmtop.sources.kube.discovery import (  # the client: ~1.5 s to import
+                PodDiscovery,
+                PodTimeline,
+            )
             from llmtop.sources.kube.proxy import PodProxyClient
 
             self.pods = PodDiscovery.from_settings(monitor)
+            self.pod_timeline = PodTimeline(self.pods)
             http = PodProxyClient(
                 self.pods, timeout_s=self.timeout_s, max_bytes=monitor.max_scrape_bytes
             )
@@ -100,7 +106,8 @@ class FleetCollector(Collector):
             raw, answers = await asyncio.gather(self.read(), self.prometheus.read_answers())
             raw = replace(raw, prometheus=answers)
         self.last_raw = raw
-        return self.pipeline.update(raw, prometheus_replicas(raw))
+        snap = self.pipeline.update(raw, prometheus_replicas(raw))
+        return snap if self.pod_timeline is None else self.pod_timeline.onto(snap)
 
     async def aclose(self) -> None:
         """Close the scraper, the Prometheus client and what the plain collector holds."""
@@ -147,8 +154,8 @@ async def take_fleet_snapshot(
     if fleet is None:
         return report, {}
     doc = _with_scrapes(fleet_json(fleet), collector)
-    if collector.pods is not None:
-        doc["kubernetes"] = collector.pods.to_json(doc["replicas"])
+    if collector.pods is not None and collector.pod_timeline is not None:
+        doc["kubernetes"] = collector.pods.to_json(doc["replicas"], collector.pod_timeline.events)
     return report, {"fleet": doc}
 
 

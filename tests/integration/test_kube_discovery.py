@@ -120,7 +120,10 @@ async def test_restart_event_names_oomkilled_and_the_node(
         assert event.kind == "pod-restarted"
         assert "OOMKilled" in event.summary
         assert "gpu-7" in event.summary
-        assert "twice" in event.summary or "2 times" in event.summary
+        assert (
+            event.summary
+            == "pod llm/vllm-0 restarted 2 times (OOMKilled) on gpu-7; 2 restarts in all"
+        )
     finally:
         await pods.aclose()
 
@@ -238,6 +241,67 @@ async def test_while_the_api_is_away_the_last_pods_stay_with_their_age(
         await pods.aclose()
 
 
+async def test_a_refused_reconnect_is_the_api_away_and_its_return_is_said(
+    api_server: tuple[KubeEmulator, Path],
+) -> None:
+    emu, kubeconfig = api_server
+    emu.put(pod("vllm-0"))
+    pods = discovery(kubeconfig)
+    await pods.start()
+    try:
+        await until(lambda: emu.open_watches() == 1, "the watch")
+        emu.forbid.add("watch")  # e.g. a RoleBinding removed: the next watch is refused
+        emu.drop_watches()
+        await until(lambda: pods.error is not None, "the refusal")
+        assert pods.error is not None
+        assert pods.error.startswith("forbidden: cannot watch pods in namespace llm")
+        emu.forbid.clear()
+        await until(lambda: pods.error is None, "the API back")
+    finally:
+        await pods.aclose()
+    away, back = pods.events()
+    assert (away.kind, back.kind) == ("api-away", "api-back")
+    assert away.summary.startswith("Kubernetes API away: forbidden: cannot watch pods")
+    assert away.summary.endswith("still reading the 1 pods known")
+    assert back.summary.startswith("Kubernetes API back after ")
+    assert emu.count("list") == 1
+
+
+async def test_pod_events_reach_the_fleet_and_the_log_once(
+    api_server: tuple[KubeEmulator, Path], fixtures_dir: Path
+) -> None:
+    """The TUI's event log reads the fleet's events (tui.view.present.diff_events)."""
+    from llmtop.settings import HealthSettings, MonitorSettings
+    from llmtop.sources.fleet_collector import FleetCollector
+    from llmtop.tui.view.present import diff_events
+
+    emu, kubeconfig = api_server
+    emu.metrics_body = (fixtures_dir / "metrics-load.txt").read_bytes()
+    emu.put(pod("vllm-0"))
+    monitor = MonitorSettings(
+        gateway_url=None, nvml=False, k8s_selector=SELECTOR, kubeconfig=str(kubeconfig)
+    )
+    collector = FleetCollector(monitor, HealthSettings())
+    try:
+        first = await collector.poll()
+        assert [e.url.rsplit("/pods/", 1)[1] for e in first.engines] == ["vllm-0:8000/proxy"]
+        emu.put(pod("vllm-1", node="gpu-3"))
+        emu.put(pod("vllm-0", restarts=1, last_reason="OOMKilled"))
+        pods = collector.pods
+        assert pods is not None
+        await until(lambda: "llm/vllm-1" in pods.pods, "vllm-1")
+        await until(lambda: pods.pods["llm/vllm-0"].restarts == 1, "the restart")
+        second = await collector.poll()
+        third = await collector.poll()
+    finally:
+        await collector.aclose()
+    logged = [e.text for e in diff_events(first, second)]
+    assert "pod llm/vllm-1 appeared on gpu-3" in logged
+    assert "pod llm/vllm-0 restarted (OOMKilled) on node-a; 1 restart in all" in logged
+    assert not [e.text for e in diff_events(second, third) if e.text.startswith("pod ")]
+    assert len(third.engines) == 2
+
+
 async def test_kubeconfig_mistakes_are_config_errors(
     api_server: tuple[KubeEmulator, Path], tmp_path: Path
 ) -> None:
@@ -302,6 +366,18 @@ def test_snapshot_says_the_403_in_one_line(
     assert err.count("\n") == 1
     assert err.startswith("llmtop: forbidden: cannot list pods in namespace llm")
     assert NEEDS in err
+
+
+def test_the_tui_stops_before_its_screen_on_a_403(
+    api_server: tuple[KubeEmulator, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    emu, kubeconfig = api_server
+    emu.forbid.add("list")
+    code = main(["--gateway", "off", "--k8s-selector", SELECTOR, "--kubeconfig", str(kubeconfig)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (3, "")
+    assert err.startswith("llmtop: forbidden: cannot list pods in namespace llm")
+    assert err.count("\n") == 1
 
 
 def test_snapshot_wrong_context_and_unreachable_api_are_one_line(

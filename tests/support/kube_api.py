@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -223,11 +224,10 @@ class KubeEmulator:
         if self.tls is not None:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.tls.issue_cert("127.0.0.1", "localhost").configure_cert(ctx)
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
-        loop.run_until_complete(site.start())
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        loop.run_until_complete(web.SockSite(self._runner, sock, ssl_context=ctx).start())
         ready.set()
         loop.run_forever()
         loop.close()
@@ -336,8 +336,8 @@ class KubeEmulator:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         await resp.prepare(request)
         try:
-            for entry in [e for e in self._history if e[0] > since]:
-                watch.queue.put_nowait(entry)
+            for past in [e for e in self._history if e[0] > since]:
+                watch.queue.put_nowait(past)
             sent = since
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s

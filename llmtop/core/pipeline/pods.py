@@ -18,7 +18,8 @@ PORT_ANNOTATION = "prometheus.io/port"
 PORT_NAMES = ("metrics", "http")
 """Container port names that mark the metrics port, in the order they are preferred."""
 
-PodChange = Literal["pod-added", "pod-deleted", "pod-restarted"]
+PodChange = Literal["pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back"]
+"""What a PodEvent says: a pod came, left or restarted; the API went away or came back."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class PodEvent:
     time: float
     kind: PodChange
     pod: str
-    """namespace/name."""
+    """namespace/name; empty for api-away and api-back."""
     summary: str
 
 
@@ -153,8 +154,9 @@ def pod_change(before: Pod | None, after: Pod | None, time: float) -> PodEvent |
         n = after.restarts - before.restarts
         why = f" ({after.last_reason})" if after.last_reason else ""
         where = f" on {after.node}" if after.node else ""
-        times = "once" if n == 1 else f"{n} times"
-        summary = f"pod {after.key} restarted {times}{why}{where}: {after.restarts} restarts in all"
+        times = "" if n == 1 else f" {n} times"
+        total = f"{after.restarts} restart{'s' * (after.restarts != 1)} in all"
+        summary = f"pod {after.key} restarted{times}{why}{where}; {total}"
         return PodEvent(time, "pod-restarted", after.key, summary)
     return None
 

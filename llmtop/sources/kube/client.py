@@ -55,7 +55,7 @@ class KubeApi:
         refresh: _ExecRefresh | None = None,
     ) -> None:
         self._api = api
-        self._core: Any = k8s_client.CoreV1Api(api)  # type: ignore[no-untyped-call]
+        self._core: Any = k8s_client.CoreV1Api(api)
         self._cfg = configuration
         self._refresh = refresh
         self.server: str = str(configuration.host).rstrip("/")
@@ -153,7 +153,8 @@ class KubeApi:
             ) from None
         except aiohttp.ClientConnectorError as e:
             os_error = e.os_error
-            why = os_error.strerror or str(os_error) or type(os_error).__name__
+            refused = isinstance(os_error, ConnectionRefusedError)
+            why = "connection refused" if refused else (os_error.strerror or str(os_error))
             raise KubeError(f"cannot reach the Kubernetes API at {self.where}: {why}") from None
         except (TimeoutError, asyncio.TimeoutError):
             raise KubeError(f"no answer from the Kubernetes API at {self.where}") from None
@@ -248,7 +249,7 @@ async def connect(*, kubeconfig: str | None = None, context: str | None = None) 
     if chosen is None:
         return _in_cluster()
     path, name, namespace = chosen
-    cfg = k8s_client.Configuration()  # type: ignore[no-untyped-call]
+    cfg = k8s_client.Configuration()
     try:
         loader = await k8s_config.load_kube_config(
             config_file=path, context=name, client_configuration=cfg, persist_config=False
@@ -258,7 +259,7 @@ async def connect(*, kubeconfig: str | None = None, context: str | None = None) 
     refresh = None
     if "exec" in (loader._user or {}):
         refresh = cfg.refresh_api_key_hook = _ExecRefresh(loader)
-    api = k8s_client.ApiClient(configuration=cfg)  # type: ignore[no-untyped-call]
+    api = k8s_client.ApiClient(configuration=cfg)
     return KubeApi(api, cfg, context=name, namespace=namespace, in_cluster=False, refresh=refresh)
 
 
@@ -296,13 +297,13 @@ def _context_of(kubeconfig: str | None, context: str | None) -> tuple[str, str, 
 def _in_cluster() -> KubeApi:
     """The pod's service account: its token (re-read as the kubelet rotates it), CA and
     namespace."""
-    cfg = k8s_client.Configuration()  # type: ignore[no-untyped-call]
+    cfg = k8s_client.Configuration()
     try:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         namespace = (SA_DIR / "namespace").read_text(encoding="utf-8").strip() or "default"
     except (ConfigException, OSError) as e:
         raise ConfigError(f"in-cluster service account: {_one_line(str(e))}") from None
-    api = k8s_client.ApiClient(configuration=cfg)  # type: ignore[no-untyped-call]
+    api = k8s_client.ApiClient(configuration=cfg)
     return KubeApi(api, cfg, context=None, namespace=namespace, in_cluster=True)
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
+from llmtop.core.base.snapshot import FleetEvent, FleetSnapshot, Snapshot
 from llmtop.core.pipeline.pods import (
     DEFAULT_ENGINE_PORT,
     Pod,
@@ -71,6 +74,8 @@ class PodDiscovery:
         self._version: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._started = False
+        self._streaming = False
+        """A watch is open (a KubeError now is its connection cut, not the API away)."""
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> PodDiscovery:
@@ -123,6 +128,22 @@ class PodDiscovery:
         n = len(self.pods)
         return f"{self.error}; showing the {n} pod{'s' * (n != 1)} known {age:.0f} s ago"
 
+    def _away(self, error: str) -> None:
+        """The API stopped answering (or refuses): an api-away event the first time."""
+        if self.error is None:
+            n = len(self.pods)
+            summary = f"Kubernetes API away: {error}; still reading the {n} pods known"
+            self._events.append(PodEvent(self._clock(), "api-away", "", summary))
+        self.error = error
+
+    def _back(self, now: float) -> None:
+        """The API answered: an api-back event when it had been away."""
+        if self.error is not None:
+            away = f" after {now - self.seen_at:.0f} s" if self.seen_at is not None else ""
+            summary = f"Kubernetes API back{away}: {len(self.pods)} pods"
+            self._events.append(PodEvent(now, "api-back", "", summary))
+        self.seen_at, self.error = now, None
+
     async def _list(self, *, initial: bool) -> None:
         assert self.api is not None
         self.lists += 1
@@ -136,28 +157,32 @@ class PodDiscovery:
         if not initial:
             self._events.extend(pod_changes(self.pods, pods, now))
         self.pods, self._version = pods, got.resource_version
-        self.seen_at, self.error = now, None
+        self._back(now)
 
     async def _run(self) -> None:
-        """Watch from the last version; resume after a drop, list again after 410 Gone, back
-        off (up to 30 s) while the API is away."""
+        """Watch from the last version: resume at once when the server ends the watch or its
+        connection drops (a proxy's idle cut is no news), list again after 410 Gone; when a
+        request fails, the API is away: back off (up to 30 s) and say so."""
         delay = self._retry_s
         while True:
+            opened = time.monotonic()
+            self._streaming = False
             try:
                 if self._version is None:
                     await self._list(initial=False)
-                opened = time.monotonic()
                 await self._watch()
-                delay = self._retry_s  # the server ended the watch: resume (at once, unless
-                if time.monotonic() - opened < 1.0:  # it ends them as soon as they open)
-                    await asyncio.sleep(self._retry_s)
             except KubeError as e:
                 if e.status == 410:
                     self._version = None  # too old to resume from: list again, at once
                     continue
-                self.error = str(e)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                if not self._streaming:  # the request itself failed: the API is away
+                    self._away(str(e))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+                    continue
+            delay = self._retry_s
+            if time.monotonic() - opened < 1.0:  # ended or cut as soon as it opened: not a
+                await asyncio.sleep(self._retry_s)  # loop as fast as the server answers
 
     async def _watch(self) -> None:
         assert self.api is not None
@@ -166,7 +191,8 @@ class PodDiscovery:
         stream = await self.api.watch_pods(
             self.namespace, self.selector, self._version, timeout_s=self._watch_timeout_s
         )
-        self.seen_at, self.error = self._clock(), None
+        self._back(self._clock())
+        self._streaming = True
         try:
             async for event in stream:
                 self._apply(event)
@@ -176,7 +202,7 @@ class PodDiscovery:
     def _apply(self, event: dict[str, Any]) -> None:
         """One watch event into `pods` (and the events, when it is news)."""
         now = self._clock()
-        self.seen_at, self.error = now, None
+        self._back(now)
         obj = event.get("object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         version = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -210,9 +236,9 @@ class PodDiscovery:
             await self.api.aclose()
             self.api = None
 
-    def to_json(self, replicas: list[dict[str, Any]]) -> dict[str, Any]:
-        """`snapshot --json`'s fleet.kubernetes: what was listed and how, the pod events,
-        and each replica row (`replicas`, changed in place) given its `pod`."""
+    def to_json(self, replicas: list[dict[str, Any]], events: Iterable[PodEvent]) -> dict[str, Any]:
+        """`snapshot --json`'s fleet.kubernetes: what was listed and how, the `events`, and
+        each replica row (`replicas`, changed in place) given its `pod`."""
         by_url = {t.url: self.pods.get(_key(t, self.namespace)) for t in self.targets()}
         for row in replicas:
             pod = by_url.get(row.get("parent") or row.get("key") or "")
@@ -233,10 +259,37 @@ class PodDiscovery:
             "error": self.status(),
             "requests": {"list": self.lists, "watch": self.watches},
             "events": [
-                {"time": e.time, "kind": e.kind, "pod": e.pod, "summary": e.summary}
-                for e in self.events()
+                {"time": e.time, "kind": e.kind, "pod": e.pod, "summary": e.summary} for e in events
             ],
         }
+
+
+class PodTimeline:
+    """The discovery's events of the last ten minutes, on each poll's fleet among its own
+    events (the TUI's log shows them): `onto(snapshot)` after each poll."""
+
+    def __init__(self, discovery: PodDiscovery, history_s: float = 600.0) -> None:
+        self._discovery = discovery
+        self._history_s = history_s
+        self.events: deque[PodEvent] = deque()
+        """Oldest first, each stamped no later than the poll that took it."""
+
+    def onto(self, snap: Snapshot) -> Snapshot:
+        """`snap` with the pod events on its fleet; the events seen since the last poll are
+        stamped at most at this poll's time, so the log shows each once."""
+        for e in self._discovery.events():
+            self.events.append(replace(e, time=min(e.time, snap.time)))
+        while self.events and self.events[0].time < snap.time - self._history_s:
+            self.events.popleft()
+        if not isinstance(snap, FleetSnapshot) or snap.fleet is None or not self.events:
+            return snap
+        single = self._discovery.namespace is not None
+        mine = [
+            FleetEvent(e.time, e.kind, e.pod.split("/", 1)[-1] if single else e.pod, e.summary)
+            for e in self.events
+        ]
+        merged = tuple(sorted((*snap.fleet.events, *mine), key=lambda e: e.time))
+        return replace(snap, fleet=replace(snap.fleet, events=merged))
 
 
 async def preflight(monitor: MonitorSettings) -> None:
