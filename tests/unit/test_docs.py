@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from llmtop.core.base.admin_api import LIMIT_FIELDS, LIMITS
-from llmtop.core.findings.catalog import FLEET_RULES, RULES
+from llmtop.core.findings.catalog import DEFINITIONS
 from llmtop.tui.view.commands import ACTIONS, ALIASES
 from llmtop.tui.view.keyhelp import limit_word_usage
 
@@ -235,7 +235,7 @@ def findings_rows(text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/snapshot.md"])
 def test_the_findings_tables_are_the_rules(doc: str) -> None:
-    rules = {r.id: r.bottleneck for r in (*RULES, *FLEET_RULES)}
+    rules = {d.rule.id: d.rule.bottleneck for d in DEFINITIONS}
     rows = findings_rows(docs()[doc])
     assert sorted(rows) == sorted(rules)
     wrong = {f: (cell, rules[f]) for f, cell in rows.items() if rules[f] not in cell}
