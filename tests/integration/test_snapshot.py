@@ -24,7 +24,7 @@ from llmtop.core.base import format as fmt
 from llmtop.core.output.summary import EXIT_CODES
 
 ENGINE_KEYS = {
-    "url", "up", "model", "running", "waiting", "waiting_capacity", "kv_cache_usage_frac",
+    "url", "up", "model", "engine", "running", "waiting", "waiting_capacity", "kv_cache_usage_frac",
     "kv_cache_usage_peak_frac", "kv_cache_usage_peak_s", "kv_capacity_tokens",
     "prompt_tok_per_s", "decode_tok_per_s", "preemptions_per_s", "ttft_p50_s", "ttft_p95_s",
     "ttft_p99_s", "itl_p95_s", "e2e_p95_s", "queue_time_p95_s", "error",

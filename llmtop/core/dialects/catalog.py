@@ -105,3 +105,12 @@ def sample_names(bucketed: Iterable[str] = ()) -> frozenset[str]:
     for d in DIALECTS:
         out.update(d.names())
     return frozenset(out)
+
+
+def described(kind: str | None) -> tuple[str, dict[str, str]]:
+    """An engine's title and what it lacks (figure -> why), for what is printed; an engine
+    whose dialect was not found is named so and lacks nothing in particular."""
+    d = BY_KIND.get(kind or "")
+    if d is None:
+        return "unknown engine", {}
+    return d.title, dict(d.lacks)

@@ -13,6 +13,7 @@ from llmtop.core.base import format as fmt
 from llmtop.core.base.admin_api import LIMIT_FIELDS
 from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Status
 from llmtop.core.base.window import KvPeak, WindowFinding, WindowSnapshot
+from llmtop.core.dialects.catalog import described
 
 EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
 
@@ -128,8 +129,22 @@ def _finding(w: WindowFinding) -> dict[str, Any]:
     }
 
 
+def engine_json(e: EngineStats) -> dict[str, Any]:
+    """Which engine answers, in its dialect: its kind, name and version, what is odd about its
+    exposition, and each figure it does not export with why (those figures are null)."""
+    title, lacks = described(e.engine)
+    return {
+        "kind": e.engine,
+        "name": title,
+        "version": e.version,
+        "note": e.engine_note,
+        "lacks": lacks,
+    }
+
+
 def _engine_json(e: EngineStats, peak: KvPeak | None) -> dict[str, Any]:
     out = _pick(e, ENGINE_KEYS)
+    out["engine"] = engine_json(e) if e.up else None  # down: which engine is unknown
     shown = peak if e.up else None
     out["kv_cache_usage_peak_frac"] = None if shown is None else _clean(shown.frac)
     out["kv_cache_usage_peak_s"] = None if shown is None else _seconds(shown.at_s)
@@ -178,7 +193,9 @@ def offset(s: float) -> str:
 
 
 def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
-    name = " ".join(x for x in (e.model, f"(vLLM {e.version})" if e.version else None) if x)
+    title, lacks = described(e.engine)
+    engine = f"({title} {e.version})" if e.version else f"({title})"
+    name = " ".join(x for x in (e.model, engine) if x)
     if not e.up:
         return [f"engine {e.url}  DOWN: {e.error}"]
     if e.stats_disabled:
@@ -194,7 +211,8 @@ def _engine_lines(e: EngineStats, peak: KvPeak | None) -> list[str]:
         if e.decode_tok_per_s_per_seq is not None
         else ""
     )
-    note = [f"  note: {e.error}"] if e.error else []
+    note = [f"  note: {x}" for x in (e.error, e.engine_note) if x]
+    note += [f"  n/a: {why}" for why in dict.fromkeys(lacks.values())]
     field = field_line(e)
     return [
         f"engine {e.url}  {name}".rstrip(),
