@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 OUTCOMES = ("served", "rejected", "error", "cancelled", "lost")
@@ -128,7 +128,7 @@ def tallies(entries: Iterable[Entry]) -> dict[str, Tally]:
     return out
 
 
-def gateway_tally(counts: dict[str, object]) -> Tally:
+def gateway_tally(counts: Mapping[str, object]) -> Tally:
     """A gateway's `stopped:` line (llmtop/gateway/server/app.py final_counts) as a Tally."""
     answers = counts.get("answers", {})
     outcomes = counts.get("outcomes", {})

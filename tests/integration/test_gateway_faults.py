@@ -29,8 +29,8 @@ def upstream(serve_app: Callable[[Any], ServerThread]) -> Iterator[tuple[FakeUps
 async def test_upstream_refused_is_502_and_counted(
     start_gateway: Callable[..., ServerThread],
 ) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        dead = f"http://127.0.0.1:{listener.getsockname()[1]}"
     gw = start_gateway(dead)
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         r = await c.post("/v1/completions", json=gen())

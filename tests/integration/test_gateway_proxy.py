@@ -127,7 +127,11 @@ async def test_priority_order_high_first_fifo_within(
                     c.post("/v1/completions", json=gen(tag), headers={"x-llmtop-priority": prio})
                 )
             )
-            await wait_stats(c, lambda s, n=n: s["queued"] == n + 1)
+
+            def queued(s: dict[str, Any], want: int = n + 1) -> bool:
+                return bool(s["queued"] == want)
+
+            await wait_stats(c, queued)
         s = await stats(c)
         assert s["queued_by_priority"] == {"high": 2, "normal": 1, "low": 2}
         fake.gate.set()

@@ -26,7 +26,7 @@ import pytest
 from llmtop.recording.reader import read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings
-from tests.support.gateway_queue import Burst, Stack, watch_burst
+from tests.support.gateway_queue import Burst, Stack, Watched, watch_burst
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 FINDING = "gateway-queue-over-slo"
@@ -76,7 +76,7 @@ async def _queue_run(stack: Stack, tmp_path: Path) -> None:
     record = tmp_path / "gateway-queue.jsonl.gz"
     box: dict[str, float | None] = {"onset": None}
 
-    async def watched() -> object:
+    async def watched() -> Watched:
         run = await watch_burst(
             sim, gw, Burst(), watch_s=36, raise_to=32, raise_after_s=12, record=record
         )

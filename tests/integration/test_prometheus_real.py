@@ -266,11 +266,11 @@ def test_prometheus_source_matches_direct_scrapes(
         a, b = v[name], p[pod]
         assert (b.up, b.model, b.kv_capacity_tokens) == (a.up, a.model, a.kv_capacity_tokens)
         assert close(a.decode_tok_per_s, b.decode_tok_per_s, 0.3), (name, a, b)
-    for fleet, hot in ((direct, hot_name), (via_prom, hot_name), (seen.by_pod, pod_of[hot_name])):
+    for fleet, top in ((direct, hot_name), (via_prom, hot_name), (seen.by_pod, pod_of[hot_name])):
         outlier = [f for f in fleet.findings if f.id == "replica-outlier"]
         assert outlier, fleet.findings
-        assert outlier[0].summary.startswith(f"{hot} stands out"), outlier[0].summary
-        assert fleet.replicas[0].name == hot
+        assert outlier[0].summary.startswith(f"{top} stands out"), outlier[0].summary
+        assert fleet.replicas[0].name == top
 
     # the recording replays through today's rules to what the live run showed, poll by poll
     recording = read_recording(seen.recording)

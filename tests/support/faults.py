@@ -113,7 +113,7 @@ class LoopProbe:
         return self.call(lambda: len(asyncio.all_tasks()) - 1)
 
     def stats(self) -> dict[str, Any]:
-        return self.call(self.state.stats)  # type: ignore[no-any-return]
+        return self.call(self.state.stats)
 
     def _idle(self) -> list[Any]:
         """The idle connections in aiohttp's keep-alive pool (its private `_conns`: the only
@@ -125,11 +125,11 @@ class LoopProbe:
     def pooled(self) -> int:
         """Idle connections in the gateway's upstream keep-alive pool. A connection still busy
         once every request has ended is a leak, so it does not count here."""
-        return self.call(lambda: len(self._idle()))  # type: ignore[no-any-return]
+        return self.call(lambda: len(self._idle()))
 
     def pool_states(self) -> list[str]:
         """repr of each idle pooled connection, for failure messages."""
-        return self.call(lambda: [repr(p) for p in self._idle()])  # type: ignore[no-any-return]
+        return self.call(lambda: [repr(p) for p in self._idle()])
 
 
 @dataclass

@@ -141,10 +141,12 @@ class Stack:
 
     def __enter__(self) -> Stack:
         llmtop = [sys.executable, "-m", "llmtop"]
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        quiet = subprocess.DEVNULL
         self.procs.append(
             subprocess.Popen(
-                [*llmtop, "sim", "--port", str(self.sim_port), *self.sim_args], **quiet
+                [*llmtop, "sim", "--port", str(self.sim_port), *self.sim_args],
+                stdout=quiet,
+                stderr=quiet,
             )
         )
         # the engine up first: a gateway that checks it before it listens ejects it for 5 s
@@ -153,7 +155,8 @@ class Stack:
             subprocess.Popen(
                 [*llmtop, "gateway", "--vllm", self.sim_url, "--listen",
                  f"127.0.0.1:{self.gw_port}", *self.gateway_args],
-                **quiet,
+                stdout=quiet,
+                stderr=quiet,
             )
         )  # fmt: skip
         wait_ready(self.gateway_url + "/healthz")

@@ -24,6 +24,7 @@ from llmtop.settings import HealthSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.view.source import SnapshotSource
+from llmtop.tui.widgets.panel import Panel
 from llmtop.whatif.feed import WhatIfFeed
 from llmtop.whatif.model.window import Point
 from tests.support import story
@@ -134,7 +135,7 @@ def log_texts(app: LlmtopApp) -> list[str]:
     return [e.text for e in app.events]
 
 
-def burst(app: LlmtopApp, *keys: str) -> None:
+def burst(app: App[Any], *keys: str) -> None:
     """Type `keys` with no pause between them, as a paste or `tmux send-keys` delivers them:
     every key is queued before the app handles the first (Pilot.press waits after each), as the
     terminal's input reader posts the keys of one read. What they do may take a round trip to
@@ -156,3 +157,20 @@ async def until(pilot: Pilot[Any], done: Callable[[], bool], timeout_s: float = 
 
 def feed_of(points: list[Point]) -> WhatIfFeed:
     return WhatIfFeed("http://127.0.0.1:9", None, None, HealthSettings(), points=points, live=False)
+
+
+def panel(app: App[Any], selector: str) -> Panel:
+    """The numbers panel `selector` names (Panel is abstract: mypy refuses it to query_one)."""
+    widget = app.query_one(selector)
+    assert isinstance(widget, Panel), widget
+    return widget
+
+
+def panel_text(app: App[Any], selector: str) -> str:
+    """What the numbers panel `selector` names shows."""
+    return panel(app, selector).render().plain
+
+
+def panels(app: App[Any]) -> list[Panel]:
+    """Every numbers panel of the app's screen."""
+    return [w for w in app.query("Panel") if isinstance(w, Panel)]

@@ -22,9 +22,17 @@ from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.widgets.chart import TimeChart
-from llmtop.tui.widgets.panel import Panel
 from tests.support import story
-from tests.support.tui import SilentSource, down_snapshot, log_texts, make_app, settle, until
+from tests.support.tui import (
+    SilentSource,
+    down_snapshot,
+    log_texts,
+    make_app,
+    panel_text,
+    panels,
+    settle,
+    until,
+)
 
 SIZE = (80, 24)
 
@@ -67,7 +75,7 @@ async def test_a_failing_source_is_shown_and_the_data_marked_stale() -> None:
     async with app.run_test(size=SIZE) as pilot:
         assert await until(pilot, lambda: source.polls >= 3)
         assert await until(pilot, lambda: "STALE" in header_text(app))
-        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        findings = panel_text(app, "#findings")
         assert "POLL  failed: http://10.0.0.7:8000/metrics: not Prometheus text" in findings
         assert any(
             t.startswith("poll failed: http://10.0.0.7:8000/metrics") for t in log_texts(app)
@@ -98,12 +106,12 @@ async def test_a_dead_target_says_down_and_why() -> None:
         await app.first_snapshot.wait()
         await pilot.pause()
         assert header_text(app).startswith(" DOWN ")
-        findings = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        findings = panel_text(app, "#findings")
         # the rules' target-down finding carries the scrape's error
         (f,) = down.findings
         assert f"{f.id} [{f.bottleneck}] {f.summary}" in findings
         assert "connection refused" in f.summary
-        kv = app.query_one("#kv", Panel).render().plain  # type: ignore[union-attr]
+        kv = panel_text(app, "#kv")
         assert "n/a" in kv
         assert "0%" not in kv
 
@@ -114,15 +122,15 @@ async def test_80x24_shows_every_panel_and_each_finding_with_its_action() -> Non
         await app.first_snapshot.wait()
         await pilot.pause()
         screen = app.screen.region
-        for panel in app.query(Panel):
+        for panel in panels(app):
             r = panel.region
             assert r.height >= 2, (panel.id, r)
             assert screen.contains_region(r), (panel.id, r)
             if panel.id != "findings":  # findings wrap; the numbers panels must not
-                lines = panel.render().plain.splitlines()  # type: ignore[union-attr]
+                lines = panel.render().plain.splitlines()
                 assert all(len(line) <= r.width - 2 for line in lines), (panel.id, lines)
         assert not app.query_one("#charts").display
-        text = app.query_one("#findings", Panel).render().plain  # type: ignore[union-attr]
+        text = panel_text(app, "#findings")
         shown = " ".join(text.split())  # the panel wraps long lines
         assert app.snapshot is not None
         assert app.snapshot.findings  # the rules fire at this moment of the story
@@ -211,7 +219,7 @@ async def test_the_real_collector_and_gateway_drive_the_screen(
         polls = len(app.history)
         assert await until(pilot, lambda: len(app.history) >= polls + 2, 30.0)
         assert shows_cap_9()
-        gateway_panel = app.query_one("#gateway", Panel).render().plain  # type: ignore[union-attr]
+        gateway_panel = panel_text(app, "#gateway")
         assert "/9" in gateway_panel
 
 

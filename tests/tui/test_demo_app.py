@@ -8,9 +8,8 @@ import re
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.health.rulebase import suggested_cap
 from llmtop.tui.demo_app import DemoApp, DemoBanner, fix_line
-from llmtop.tui.widgets.panel import Panel
 from tests.support import story
-from tests.support.tui import until
+from tests.support.tui import panel_text, until
 
 SIZE = (100, 30)
 CAP = re.compile(r":cap (\d+)\b")
@@ -54,11 +53,15 @@ async def test_the_line_follows_the_finding_shown_as_the_story_moves() -> None:
             app.feed(snap)
             # rendering the fed poll may take several turns of the loop
             said_now = f"{advice[1].id} suggests it now"
-            assert await until(pilot, lambda said_now=said_now: said_now in banner_text(app))
+
+            def says_now(text: str = said_now) -> bool:
+                return text in banner_text(app)
+
+            assert await until(pilot, says_now)
             line = banner_text(app)
             (n,) = [int(m) for m in CAP.findall(line)]
             # the number is the one the findings panel shows in the leading finding's action
-            findings = " ".join(app.query_one("#findings", Panel).render().plain.split())  # type: ignore[union-attr]
+            findings = " ".join(panel_text(app, "#findings").split())
             assert f"press - or :cap {n} " in findings
             said.append(n)
         # the cliff's 500-token chats fit ~50; the 4,000-token prompts fit far fewer

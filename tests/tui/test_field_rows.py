@@ -5,8 +5,7 @@ the engine exports it, and every panel's numbers still on the screen."""
 from __future__ import annotations
 
 from llmtop.core.base.snapshot import LoraAdapters
-from llmtop.tui.widgets.panel import Panel
-from tests.support.tui import OneSnapshot, make_app
+from tests.support.tui import OneSnapshot, make_app, panel_text
 
 PANELS = ("#kv", "#sequences", "#latency", "#gateway", "#throughput", "#gpu")
 
@@ -15,7 +14,7 @@ async def _shown(source: OneSnapshot) -> dict[str, str]:
     app = make_app(source, history=[])
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.3)
-        out = {name: app.query_one(name, Panel).render().plain for name in PANELS}
+        out = {name: panel_text(app, name) for name in PANELS}
         out["#header"] = str(app.query_one("#header").render().plain)  # type: ignore[union-attr]
         for name in PANELS:  # the whole panel inside the 24 lines: nothing pushed off
             region = app.query_one(name).region

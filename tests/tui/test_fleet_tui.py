@@ -96,12 +96,13 @@ async def test_the_table_names_the_overloaded_replica_first_with_its_numbers(
         panel = app.query_one(FindingsPanel).render().plain
         assert panel.lstrip().startswith("CRIT")
         assert panel.index("kv-exhausted") < panel.index("replica-outlier")
+        assert app.snapshot is not None
         warnings = [f.id for f in app.snapshot.findings if f.severity == "warning"]
         own = [i for i in warnings if i in ("replica-outlier", "load-imbalance")]
         others = [i for i in warnings if i not in own]
         assert own  # this moment of the recording has both fleet findings
-        for i in others:
-            assert max(panel.index(o) for o in own) < panel.index(i)
+        for other in others:
+            assert max(panel.index(o) for o in own) < panel.index(other)
         assert "load-imbalance" in panel
 
 

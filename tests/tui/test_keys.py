@@ -112,7 +112,7 @@ async def test_pause_asks_then_pauses_and_resumes(
         assert "admission PAUSED" in log_texts(app)
         await pilot.press("p")
         await settle(app, pilot)
-        assert "Resume" in app.screen.query_one("#question").render().plain  # type: ignore[union-attr]
+        assert "Resume" in app.screen.query_one("#question").render().plain
         await pilot.press("y")
         await settle(app, pilot)
         assert await paused_of(gw) is False

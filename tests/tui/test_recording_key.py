@@ -48,7 +48,7 @@ async def test_r_records_polls_to_a_file(tmp_path: Path) -> None:
         await pilot.press("r")
         await pilot.pause()
         assert not recorder.recording
-        assert "REC" not in app.query_one("#header").render().plain  # type: ignore[union-attr]
+        assert "REC" not in app.query_one("#header").render().plain
     rec = read_recording(path)
     assert len(rec) >= 3
     # what was written is what the collector read while `r` was on, poll for poll

@@ -19,7 +19,7 @@ from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
-from llmtop.tui.widgets.panel import Panel
+from tests.support.tui import panel
 
 
 def _engine(text: str) -> Starlette:
@@ -54,16 +54,16 @@ async def test_the_gateway_panel_shows_replicas_and_the_shared_limits(
         )
         async with app.run_test(size=(80, 24)) as pilot:
             deadline = time.monotonic() + 30
-            panel = app.query_one("#gateway", Panel)
-            while "redis" not in str(panel.border_title):
-                assert time.monotonic() < deadline, panel.border_title
+            gateway = panel(app, "#gateway")
+            while "redis" not in str(gateway.border_title):
+                assert time.monotonic() < deadline, gateway.border_title
                 await pilot.pause(0.1)
-            title = str(panel.border_title)
+            title = str(gateway.border_title)
             assert "0|0x" in title  # two replicas, the second out of service
             assert "/8×1" in title  # slots held by all gateways / the cap, one gateway live
             assert app.screen.scrollbars_enabled == (False, False)
-            assert len(title) + 2 <= panel.size.width, (title, panel.size.width)  # fits
+            assert len(title) + 2 <= gateway.size.width, (title, gateway.size.width)  # fits
             server.kill()
-            while "REDIS FALLBACK" not in str(panel.border_title):
-                assert time.monotonic() < deadline, panel.border_title
+            while "REDIS FALLBACK" not in str(gateway.border_title):
+                assert time.monotonic() < deadline, gateway.border_title
                 await pilot.pause(0.1)

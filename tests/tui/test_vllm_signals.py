@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmtop.tui.widgets.panel import Panel
-from tests.support.tui import OneSnapshot, make_app
+from tests.support.tui import OneSnapshot, make_app, panel_text
 
 
 async def panel_texts(**engine: Any) -> tuple[str, str]:
     app = make_app(OneSnapshot(**engine), history=[])
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.3)
-        kv = app.query_one("#kv", Panel).render().plain
-        seqs = app.query_one("#sequences", Panel).render().plain
+        kv = panel_text(app, "#kv")
+        seqs = panel_text(app, "#sequences")
         await pilot.press("q")
     return kv, seqs
 

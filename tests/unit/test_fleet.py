@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Fleet
+from llmtop.core.derive.fleet_scrape import split_engines
 from llmtop.core.exposition import promtext
 from llmtop.core.findings.fleet import _medians_of_others
-from llmtop.core.pipeline.fleet import FleetPipeline, split_engines
+from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.settings import HealthSettings
 from tests.support.fleet import KEEP, raw, scrape, url
@@ -34,7 +35,7 @@ def run(
         polls = []
         for i in range(n):
             kw = dict((engines_at or {}).get(i, {}))
-            polls.append(raw(url(i), None if kw.pop("down", False) else scrape(t, **kw)))  # type: ignore[arg-type]
+            polls.append(raw(url(i), None if kw.pop("down", False) else scrape(t, **kw)))
         p.update(RawPoll(time=float(t), engines=tuple(polls)))
         assert p.fleet is not None
         fleets.append(p.fleet)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -62,7 +62,7 @@ def fake_pynvml(*, count: int = 1, init_error: bool = False, power_error: bool =
 
 
 @pytest.fixture
-def install(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def install(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Any]:
     def put(module: Any) -> Any:
         monkeypatch.setitem(sys.modules, "pynvml", module)
         return module

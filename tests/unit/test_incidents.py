@@ -13,7 +13,7 @@ from llmtop.recording.report import finding_spans
 from llmtop.tui.view.present import diff_events
 
 KV = Finding("kv-pressure", "warning", "kv", "KV cache 97%", "lower the cap")
-DOWN = Finding("target-down", "critical", "engine", "engine down", "check it")
+DOWN = Finding("target-down", "critical", "target", "engine down", "check it")
 ENGINE = EngineStats(url="http://e:8000", up=True, version="0.32.0", model="m")
 GW = GatewayStats(url="http://g:9000", up=True, max_concurrency=16, max_queue=64, paused=False)
 

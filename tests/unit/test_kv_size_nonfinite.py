@@ -66,7 +66,7 @@ def test_non_finite_figures_size_from_what_is_finite(figures: dict[str, float]) 
 
 def test_an_infinite_capacity_is_no_capacity() -> None:
     e = engine()
-    e = EngineStats(**{**e.__dict__, "kv_capacity_tokens": INF})  # type: ignore[arg-type]
+    e = EngineStats(**{**e.__dict__, "kv_capacity_tokens": INF})
     assert kv_size(e) is None
 
 

@@ -13,6 +13,7 @@ from llmtop.core.exposition import promtext
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.vllm import reader
 from llmtop.core.vllm.names import sample_names
+from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.settings import HealthSettings
 
 KEEP = promtext.keep_names(sample_names())
@@ -43,7 +44,7 @@ def lora(*series: tuple[str, str, str, float]) -> str:
     )
 
 
-def scrape(text: str) -> reader.EngineScrape:
+def scrape(text: str) -> EngineScrape:
     return reader.extract(tuple(promtext.parse(text, KEEP)))
 
 

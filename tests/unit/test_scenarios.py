@@ -93,11 +93,13 @@ def run_virtual(s: Scenario, seconds: int, cap: int | None, cap_at_s: float) -> 
         limit = cap if cap is not None and engine.now >= cap_at_s else 10**9
         while queue and len(inflight) < limit:
             name = queue.popleft()
-            st = shapes.get(name)
-            if st is None:  # its phase is over: the client goes away
+            shape = shapes.get(name)
+            if shape is None:  # its phase is over: the client goes away
                 live[name] -= 1
                 continue
-            seq: Sequence = engine.add_request(rng.randint(*st.prompt_tokens), st.output_tokens)
+            seq: Sequence = engine.add_request(
+                rng.randint(*shape.prompt_tokens), shape.output_tokens
+            )
             inflight[id(seq)] = name
         if engine.has_work():
             result = engine.step()

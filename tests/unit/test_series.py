@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import example, given
@@ -12,7 +13,7 @@ from llmtop.core.derive.histogram import (
     Buckets,
     histogram_quantile,
 )
-from llmtop.core.derive.series import CounterWindow
+from llmtop.core.derive.series import CounterWindow, Key
 
 INF = math.inf
 K = ("tokens", None)
@@ -138,11 +139,11 @@ class _KeyByKey:
 
     def __init__(self, keep_s: float) -> None:
         self.keep_s = keep_s
-        self.prev: dict[tuple[str, object], float] | None = None
+        self.prev: dict[Key, float] | None = None
         self.prev_time: float | None = None
         self.steps: list[tuple[float, float, dict[str, dict[object, float]]]] = []
 
-    def add(self, t: float, values: dict[tuple[str, object], float]) -> None:
+    def add(self, t: float, values: Mapping[Key, float]) -> None:
         if self.prev is not None and self.prev_time is not None and t > self.prev_time:
             prev = self.prev
             reset = {k[0] for k, v in values.items() if k in prev and v < prev[k]}
@@ -160,7 +161,7 @@ class _KeyByKey:
         if not self.steps:
             return []
         cutoff = self.steps[-1][1] - window_s - 1e-9
-        out = []
+        out: list[tuple[float, float, dict[str, dict[object, float]]]] = []
         for step in reversed(self.steps):
             if step[0] < cutoff and out:
                 break
@@ -208,7 +209,7 @@ def _same_sums(
         for i, s in enumerate(steps):
             growing[i] += abs(s) if s < 5e8 else -s  # mostly counting up, sometimes a reset
         scale += sum(map(abs, growing))  # bounds every adjusted value and partial sum
-        values = {k: growing[i] for i, k in enumerate(_KEYS) if present[i]}
+        values: dict[Key, float] = {k: growing[i] for i, k in enumerate(_KEYS) if present[i]}
         if reverse:
             values = dict(reversed(values.items()))
         w.add(t, values)
@@ -270,7 +271,9 @@ def test_window_sums_of_integer_counters_are_exact(
 _H = [("h", 0.1), ("h", 1.0), ("h", INF), ("h", "sum"), ("h", "count")]
 
 
-def _fake_engine(polls: int, restart_at: set[int], new_reason_at: int | None) -> list[dict]:
+def _fake_engine(
+    polls: int, restart_at: set[int], new_reason_at: int | None
+) -> list[dict[Key, float]]:
     """A vLLM-like engine's counters at 1 Hz: integer tokens and counts, a float seconds sum;
     a restart sends them back to small values; a finish reason may appear."""
     out = []
@@ -282,7 +285,7 @@ def _fake_engine(polls: int, restart_at: set[int], new_reason_at: int | None) ->
         count += 3.0
         total += 0.1 * (1 + i % 5) + 0.0123456789 * i  # seconds: not integers
         buckets = [buckets[0] + 1.0, buckets[1] + 2.0, buckets[2] + 3.0]
-        values: dict = {K: tokens, ("finished:stop", None): count}
+        values: dict[Key, float] = {K: tokens, ("finished:stop", None): count}
         if new_reason_at is not None and i >= new_reason_at:
             values[("finished:length", None)] = float(i - new_reason_at + 1)
         values.update(zip(_H, [*buckets, total, count], strict=True))
@@ -329,7 +332,7 @@ def test_non_finite_values_read_key_by_key_then_clean_again() -> None:
     values = [0.0, 10.0, 20.0, math.nan, 40.0, 50.0, 5.0, 15.0, INF, 25.0, 35.0, 45.0, 55.0]
     values += [65.0, 1.0, 2.0, 3.0]
     for i, v in enumerate(values):
-        poll = {K: v, ("b", None): float(i)}
+        poll: dict[Key, float] = {K: v, ("b", None): float(i)}
         w.add(float(i), poll)
         oracle.add(float(i), poll)
         for window_s in (1.0, 3.0, 6.0):
