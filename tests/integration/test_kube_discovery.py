@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
 from llmtop.errors import ConfigError, KubeError
 from llmtop.sources.kube.discovery import PodDiscovery
-from tests.support.kube_api import KubeEmulator, pod
+from tests.support.kube_api import KubeEmulator, Obj, pod
 
 SELECTOR = "app=vllm"
 NEEDS = "the console needs pods get/list/watch and pods/proxy get"
@@ -313,6 +314,105 @@ async def test_kubeconfig_mistakes_are_config_errors(
     wrong = emu.write_kubeconfig(tmp_path / "wrong-token", token="expired")
     with pytest.raises(KubeError, match="refused the credentials \\(401 Unauthorized\\)"):
         await discovery(wrong).start()
+
+
+EXEC_PLUGIN = """
+import datetime, json, sys
+token = open(sys.argv[1]).read().strip()
+with open(sys.argv[2], "a") as runs:
+    runs.write("x")
+status = {"token": token}
+if len(sys.argv) > 3:
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(sys.argv[3]))
+    status["expirationTimestamp"] = t.strftime("%Y-%m-%dT%H:%M:%SZ")
+print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1",
+                  "kind": "ExecCredential", "status": status}))
+"""
+
+
+def exec_user(tmp_path: Path, *expiry_s: str) -> tuple[Obj, Path, Path]:
+    """A kubeconfig user whose token comes from an exec plugin (as aws/gke/kubelogin do): it
+    prints the token file's token, and counts its runs in another file."""
+    plugin, token, runs = tmp_path / "plugin.py", tmp_path / "token", tmp_path / "runs"
+    plugin.write_text(EXEC_PLUGIN, encoding="utf-8")
+    token.write_text("t1", encoding="utf-8")
+    runs.write_text("", encoding="utf-8")
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                     "command": sys.executable, "args": [str(plugin), str(token), str(runs),
+                                                         *expiry_s]}}  # fmt: skip
+    return user, token, runs
+
+
+async def test_an_exec_plugin_runs_again_after_a_401(
+    emulator: Callable[..., KubeEmulator], tmp_path: Path
+) -> None:
+    emu = emulator(tls=trustme.CA(), token="t1")
+    emu.put(pod("vllm-0"))
+    user, token, runs = exec_user(tmp_path)
+    pods = discovery(emu.write_kubeconfig(tmp_path / "kubeconfig", user=user))
+    await pods.start()
+    try:
+        await until(lambda: emu.open_watches() == 1, "the watch")
+        assert runs.read_text() == "x"  # no expiry given: the credential holds
+        emu.token = "t2"  # the identity provider rotated it: the old one now gets 401
+        token.write_text("t2", encoding="utf-8")
+        emu.drop_watches()
+        await until(lambda: emu.open_watches() == 1 and pods.error is None, "the watch back")
+    finally:
+        await pods.aclose()
+    assert runs.read_text() == "xx"
+    assert [s.authorization for s in emu.seen if s.kind == "watch"][-1] == "Bearer t2"
+    assert emu.count("list") == 1
+
+
+async def test_an_exec_credential_about_to_expire_is_fetched_again(
+    emulator: Callable[..., KubeEmulator], tmp_path: Path
+) -> None:
+    emu = emulator(tls=trustme.CA(), token="t1")
+    user, token, runs = exec_user(tmp_path, "30")  # expires in 30 s: within the minute
+    pods = discovery(emu.write_kubeconfig(tmp_path / "kubeconfig", user=user))
+    await pods.start()
+    try:
+        assert pods.api is not None
+        token.write_text("t2", encoding="utf-8")
+        assert await pods.api.auth_headers() == {"Authorization": "Bearer t2"}
+    finally:
+        await pods.aclose()
+    assert len(runs.read_text()) >= 2
+
+
+def test_inside_the_cluster_the_service_account_and_pod_ips(
+    emulator: Callable[..., KubeEmulator],
+    start_sim: Callable[..., ServerThread],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No kubeconfig, in a pod: the service account's token, CA and namespace; each pod read
+    at its IP (here loopback and the sim's port, by its annotation), not through the proxy."""
+    from llmtop.sources.kube import client
+
+    ca = trustme.CA()
+    emu = emulator(tls=ca, token="sa-token")
+    sim = start_sim(model_name="in-cluster")
+    port = sim.url.rsplit(":", 1)[1]
+    emu.put(pod("vllm-0", ip="127.0.0.1", annotations={"prometheus.io/port": port}))
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("sa-token", encoding="utf-8")
+    (account / "namespace").write_text("llm", encoding="utf-8")
+    (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
+    monkeypatch.setattr(client, "SA_DIR", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    code, out, err = snapshot_cli(capsys, "--json", "--window-s", "0.6")
+    assert err == ""
+    (row,) = json.loads(out)["fleet"]["replicas"]
+    assert (row["name"], row["model"], row["key"]) == ("vllm-0", "in-cluster", sim.url)
+    assert code == 0
+    assert (emu.count("list"), emu.count("proxy")) == (1, 0)
+    assert {s.authorization for s in emu.seen} == {"Bearer sa-token"}
 
 
 def snapshot_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -173,15 +173,16 @@ class KubeEmulator:
         context: str = "emulated",
         token: str | None = None,
         extra_context: str | None = None,
+        user: Obj | None = None,
     ) -> Path:
-        """A kubeconfig whose current context reaches this API with the CA and the token."""
+        """A kubeconfig whose current context reaches this API with the CA and the token (or
+        `user`: an exec plugin, say)."""
         cluster: Obj = {"server": self.url}
         if self.tls is not None:
             pem = self.tls.cert_pem.bytes()
             cluster["certificate-authority-data"] = base64.b64encode(pem).decode()
-        user: Obj = {}
-        if token or self.token:
-            user["token"] = token or self.token
+        if user is None:
+            user = {"token": token or self.token} if token or self.token else {}
         contexts = [
             {"name": context, "context": {"cluster": "emu", "user": "emu", "namespace": namespace}}
         ]

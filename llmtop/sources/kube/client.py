@@ -299,7 +299,11 @@ def _in_cluster() -> KubeApi:
     namespace."""
     cfg = k8s_client.Configuration()
     try:
-        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=cfg,
+            token_filename=str(SA_DIR / "token"),  # re-read each minute: the kubelet rotates it
+            cert_filename=str(SA_DIR / "ca.crt"),
+        )
         namespace = (SA_DIR / "namespace").read_text(encoding="utf-8").strip() or "default"
     except (ConfigException, OSError) as e:
         raise ConfigError(f"in-cluster service account: {_one_line(str(e))}") from None
