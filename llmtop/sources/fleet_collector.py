@@ -27,7 +27,7 @@ from llmtop.sources.prometheus import PrometheusSource
 from llmtop.sources.targets_file import TargetsFile
 
 if TYPE_CHECKING:
-    from llmtop.sources.kube.discovery import PodDiscovery, PodTimeline
+    from llmtop.sources.kube.discovery import FleetPods, PodDiscovery
 
 
 class FleetCollector(Collector):
@@ -44,18 +44,19 @@ class FleetCollector(Collector):
             self._file.current()  # a bad file is an error at start, naming the line
         self.pods: PodDiscovery | None = None
         """The Kubernetes pods of --k8s-selector, when given: the targets, through the pod proxy."""
-        self.pod_timeline: PodTimeline | None = None
-        """Their events (came, left, restarted; the API away), on each poll's fleet."""
+        self.fleet_pods: FleetPods | None = None
+        """Their pods (node, restarts) and events (came, left, restarted; the API away), on
+        each poll's fleet."""
         http = None
         if monitor.k8s_selector:
             from llmtop.sources.kube.discovery import (  # the client: ~1.5 s to import
+                FleetPods,
                 PodDiscovery,
-                PodTimeline,
             )
             from llmtop.sources.kube.proxy import PodProxyClient
 
             self.pods = PodDiscovery.from_settings(monitor)
-            self.pod_timeline = PodTimeline(self.pods)
+            self.fleet_pods = FleetPods(self.pods)
             http = PodProxyClient(
                 self.pods, timeout_s=self.timeout_s, max_bytes=monitor.max_scrape_bytes
             )
@@ -107,7 +108,7 @@ class FleetCollector(Collector):
             raw = replace(raw, prometheus=answers)
         self.last_raw = raw
         snap = self.pipeline.update(raw, prometheus_replicas(raw))
-        return snap if self.pod_timeline is None else self.pod_timeline.onto(snap)
+        return snap if self.fleet_pods is None else self.fleet_pods.onto(snap)
 
     async def aclose(self) -> None:
         """Close the scraper, the Prometheus client and what the plain collector holds."""
@@ -154,8 +155,8 @@ async def take_fleet_snapshot(
     if fleet is None:
         return report, {}
     doc = _with_scrapes(fleet_json(fleet), collector)
-    if collector.pods is not None and collector.pod_timeline is not None:
-        doc["kubernetes"] = collector.pods.to_json(doc["replicas"], collector.pod_timeline.events)
+    if collector.pods is not None and collector.fleet_pods is not None:
+        doc["kubernetes"] = collector.pods.to_json(doc["replicas"], collector.fleet_pods.events)
     return report, {"fleet": doc}
 
 

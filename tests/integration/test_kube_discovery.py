@@ -268,13 +268,15 @@ async def test_a_refused_reconnect_is_the_api_away_and_its_return_is_said(
     assert emu.count("list") == 1
 
 
-async def test_pod_events_reach_the_fleet_and_the_log_once(
+async def test_pods_and_their_events_reach_the_fleet_rows_and_the_log(
     api_server: tuple[KubeEmulator, Path], fixtures_dir: Path
 ) -> None:
-    """The TUI's event log reads the fleet's events (tui.view.present.diff_events)."""
+    """The TUI reads the fleet: its rows (tui.view.replicas) and its log (present.diff_events)."""
+    from llmtop.core.base.snapshot import PodRef
     from llmtop.settings import HealthSettings, MonitorSettings
     from llmtop.sources.fleet_collector import FleetCollector
     from llmtop.tui.view.present import diff_events
+    from llmtop.tui.view.replicas import fleet_of, row
 
     emu, kubeconfig = api_server
     emu.metrics_body = (fixtures_dir / "metrics-load.txt").read_bytes()
@@ -301,6 +303,13 @@ async def test_pod_events_reach_the_fleet_and_the_log_once(
     assert "pod llm/vllm-0 restarted (OOMKilled) on node-a; 1 restart in all" in logged
     assert not [e.text for e in diff_events(second, third) if e.text.startswith("pod ")]
     assert len(third.engines) == 2
+    fleet = fleet_of(third)
+    assert fleet is not None
+    cells = {r.name: row(r).cells[-1] for r in fleet.replicas}  # the finding column
+    assert cells["vllm-0"].endswith("node-a, 1 restart (OOMKilled)")
+    assert cells["vllm-1"].endswith("gpu-3")
+    refs = {r.name: r.pod for r in fleet.replicas}
+    assert refs["vllm-0"] == PodRef("llm", "vllm-0", "node-a", 1, "OOMKilled")
 
 
 async def test_kubeconfig_mistakes_are_config_errors(

@@ -303,6 +303,21 @@ class Replica:
     """The data-parallel engine index of a sub-row."""
     parent: str | None = None
     """The key of the server a sub-row belongs to."""
+    pod: PodRef | None = None
+    """The Kubernetes pod it runs in, when discovery found it (--k8s-selector)."""
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Where a replica runs on Kubernetes: its pod, node and restarts, as last watched."""
+
+    namespace: str
+    name: str
+    node: str | None = None
+    restarts: int = 0
+    """Its containers' restartCount, summed."""
+    last_reason: str | None = None
+    """The last container termination's reason (OOMKilled, Error, ...)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.base.snapshot import FleetEvent, FleetSnapshot, Snapshot
+from llmtop.core.base.snapshot import FleetEvent, FleetSnapshot, PodRef, Snapshot
 from llmtop.core.pipeline.pods import (
     DEFAULT_ENGINE_PORT,
     Pod,
@@ -264,9 +264,10 @@ class PodDiscovery:
         }
 
 
-class PodTimeline:
-    """The discovery's events of the last ten minutes, on each poll's fleet among its own
-    events (the TUI's log shows them): `onto(snapshot)` after each poll."""
+class FleetPods:
+    """The discovery on each poll's fleet: every replica row given its pod (node, restarts),
+    and the events of the last ten minutes among the fleet's own (the TUI's log shows them):
+    `onto(snapshot)` after each poll."""
 
     def __init__(self, discovery: PodDiscovery, history_s: float = 600.0) -> None:
         self._discovery = discovery
@@ -275,21 +276,33 @@ class PodTimeline:
         """Oldest first, each stamped no later than the poll that took it."""
 
     def onto(self, snap: Snapshot) -> Snapshot:
-        """`snap` with the pod events on its fleet; the events seen since the last poll are
-        stamped at most at this poll's time, so the log shows each once."""
+        """`snap` with its replicas' pods and the pod events on its fleet; the events seen
+        since the last poll are stamped at most at this poll's time, so the log shows each
+        once."""
         for e in self._discovery.events():
             self.events.append(replace(e, time=min(e.time, snap.time)))
         while self.events and self.events[0].time < snap.time - self._history_s:
             self.events.popleft()
-        if not isinstance(snap, FleetSnapshot) or snap.fleet is None or not self.events:
+        if not isinstance(snap, FleetSnapshot) or snap.fleet is None:
             return snap
-        single = self._discovery.namespace is not None
+        d = self._discovery
+        pods = {t.url: d.pods.get(_key(t, d.namespace)) for t in d.targets()}
+        replicas = tuple(
+            replace(r, pod=_ref(pods.get(r.parent or r.key))) for r in snap.fleet.replicas
+        )
+        single = d.namespace is not None
         mine = [
             FleetEvent(e.time, e.kind, e.pod.split("/", 1)[-1] if single else e.pod, e.summary)
             for e in self.events
         ]
         merged = tuple(sorted((*snap.fleet.events, *mine), key=lambda e: e.time))
-        return replace(snap, fleet=replace(snap.fleet, events=merged))
+        return replace(snap, fleet=replace(snap.fleet, replicas=replicas, events=merged))
+
+
+def _ref(pod: Pod | None) -> PodRef | None:
+    if pod is None:
+        return None
+    return PodRef(pod.namespace, pod.name, pod.node, pod.restarts, pod.last_reason)
 
 
 async def preflight(monitor: MonitorSettings) -> None:

@@ -76,10 +76,25 @@ def _worst(r: Replica) -> tuple[str, str | None]:
     return f"{f.id}: {f.summary}", f.severity
 
 
+def _where(r: Replica) -> str:
+    """A pod's node and restarts, for the finding cell: `gpu-3, 2 restarts (OOMKilled)`."""
+    if r.pod is None:
+        return ""
+    parts = [r.pod.node] if r.pod.node else []
+    if r.pod.restarts:
+        why = f" ({r.pod.last_reason})" if r.pod.last_reason else ""
+        parts.append(f"{r.pod.restarts} restart{'s' * (r.pod.restarts != 1)}{why}")
+    return ", ".join(parts)
+
+
 def row(r: Replica) -> Row:
-    """A replica's cells: name, model, KV %, running/waiting, TTFT p95, ITL p95, tok/s, finding."""
+    """A replica's cells: name, model, KV %, running/waiting, TTFT p95, ITL p95, tok/s, finding
+    (then, for a pod, its node and restarts)."""
     e = r.stats
     finding, severity = _worst(r)
+    where = _where(r)
+    if where:
+        finding = f"{finding} · {where}" if finding else where
     up = e.up
     cells = (
         r.name,
