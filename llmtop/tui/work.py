@@ -16,5 +16,4 @@ def start_worker(
     runs. One replaced or cancelled before it ran (a burst of keys into the `:cap` preview, an
     admin change behind `q`) then leaves no coroutine that was never awaited, whose
     RuntimeWarning would be printed on the terminal after the TUI has quit."""
-    # textual's WorkType makes mypy infer Never for a coroutine function
-    return node.run_worker(work, **options)  # type: ignore[arg-type]
+    return node.run_worker(work, **options)

@@ -4,6 +4,7 @@ same hysteresis as every rule."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from llmtop.core.base.snapshot import Finding, GatewayStats, ReplicaStats, Snapshot
@@ -41,9 +42,11 @@ def gw(*replicas: ReplicaStats, **kw: object) -> GatewayStats:
     return GatewayStats("http://127.0.0.1:9000", True, replicas=replicas, **base)  # type: ignore[arg-type]
 
 
-def run(polls: list[GatewayStats | None]) -> list[tuple[Finding, ...]]:
+def run(polls: Sequence[GatewayStats | None]) -> list[tuple[Finding, ...]]:
     """One poll a second; each poll's findings."""
-    state, history, out = HealthState(S), [], []
+    state = HealthState(S)
+    history: list[Snapshot] = []
+    out: list[tuple[Finding, ...]] = []
     for i, g in enumerate(polls):
         t = T0 + i
         ctx = Context(time=t, engines=(), gateway=g, gpus=(), settings=S, history=history)

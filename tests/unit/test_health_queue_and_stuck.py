@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmtop.core.base.snapshot import EngineStats, GatewayStats, Snapshot
+from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, Snapshot
 from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.rulebase import Context
 from llmtop.settings import HealthSettings
@@ -53,9 +53,11 @@ def two_running() -> EngineStats:
     )
 
 
-def judge(polls: list[tuple[EngineStats, GatewayStats]]) -> list[dict[str, object]]:
+def judge(polls: list[tuple[EngineStats, GatewayStats]]) -> list[dict[str, Finding]]:
     """Each poll's findings by id, one poll a second."""
-    state, history, out = HealthState(S), [], []
+    state = HealthState(S)
+    history: list[Snapshot] = []
+    out: list[dict[str, Finding]] = []
     for t, (e, gw) in enumerate(polls):
         ctx = Context(time=float(t), engines=(e,), gateway=gw, gpus=(), settings=S, history=history)
         found = state.evaluate(ctx)

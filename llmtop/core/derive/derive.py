@@ -40,7 +40,7 @@ def counter_columns(scrape: EngineScrape) -> tuple[tuple[Key, ...], list[float]]
     if keys is None or columns is None:
         values = counter_values(scrape)
         return tuple(values), list(values.values())
-    return keys, columns  # type: ignore[return-value]
+    return keys, columns
 
 
 _BOUND = operator.itemgetter(0)
