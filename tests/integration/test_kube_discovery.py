@@ -462,7 +462,8 @@ def test_snapshot_reads_a_real_sim_through_the_pod_proxy(
     proxied = [s for s in emu.seen if s.kind == "proxy"]
     assert proxied
     assert {s.authorization for s in proxied} == {"Bearer s3cret-token"}
-    assert {s.path.split("/proxy/")[1] for s in proxied} <= {"metrics", "metrics/"}
+    assert {s.path.split("/proxy/")[1] for s in proxied} == {"metrics", "metrics/"}
+    assert rows["vllm-0"]["scrape"] == "narrow"  # the query passes through the pod proxy
 
 
 def test_snapshot_says_the_403_in_one_line(
