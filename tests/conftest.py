@@ -32,8 +32,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # CI runs the suite on pytest-xdist workers (scripts/check: `-n 6 --dist loadgroup`): most of it
 # waits on sockets, processes and timers, not on a core. Each worker is its own process, so every
 # server here binds port 0 and every file goes under tmp_path. A module whose tests share a
-# module-scoped server names an `xdist_group` so they stay on one worker; plain `pytest` runs in
-# one process.
+# module-scoped server names an `xdist_group` so they stay on one worker, and the tests that put
+# real servers under real-time load share the group "realtime-load", so that two of them never
+# starve each other of the 2 cores. Plain `pytest` runs in one process.
 
 
 @pytest.hookimpl(tryfirst=True)

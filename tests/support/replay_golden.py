@@ -33,9 +33,9 @@ with those fields taken out of the old tree's repr; and when the gateway's stats
 shared_url and shared_error (the Redis findings: issue 35), checked equal with those two,
 None in these recordings, taken out; and when they gained shared_draining_gateways (the
 gateway-peer-draining finding: issue 35), checked equal with that one, None in these
-recordings, taken out of the repr. And when EngineStats gained `engine` and `engine_note` (the engines'
-dialects): every digest checked equal with those two ("vllm" and None in these recordings)
-taken out of the repr.
+recordings, taken out of the repr. And when EngineStats gained `engine` and `engine_note` (the
+engines' dialects): every digest checked equal with those two ("vllm" and None in these
+recordings) taken out of the repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
