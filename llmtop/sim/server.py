@@ -26,12 +26,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from llmtop.core.dialects.catalog import dialect_of
+from llmtop.core.dialects.engines import VLLM
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
+from llmtop.sim.dialects import info, metrics_paths
 from llmtop.sim.exposition import restrict
 from llmtop.sim.faults import GARBAGE_HEADER_BYTES, SLOW_FACTOR, FaultSchedule, parse_faults
-from llmtop.sim.metrics import CONTENT_TYPE, VLLM_VERSION, MetricsRenderer
+from llmtop.sim.metrics import CONTENT_TYPE, MetricsRenderer
 from llmtop.sim.model import Engine, EngineConfig, RequestRejected, Sequence, StepResult
 from llmtop.sim.openai import BadRequest, ChunkWriter, error_body, parse_request
 from llmtop.sim.profiles import get_profile
@@ -87,14 +90,16 @@ def fault_schedule(settings: SimSettings, now: float) -> FaultSchedule:
     return schedule
 
 
-def banner(engine: Engine) -> str:
+def banner(engine: Engine, dialect: str = "vllm") -> str:
     """The line `llmtop sim` prints once listening ({url} is filled in by serve_forever)."""
     cfg = engine.config
     stuck = engine.stuck_from_s
     fault = "" if stuck is None else f", fault scheduler-stuck@{stuck - engine.now:g}"
+    d = dialect_of(dialect)
+    speaks = "" if d is VLLM else f", /metrics in {d.title}'s names"
     return (
         f"llmtop sim: profile {cfg.profile.name} ({cfg.kv_tokens:,} KV tokens,"
-        f" max_num_seqs {cfg.max_num_seqs}{fault}) listening on {{url}}"
+        f" max_num_seqs {cfg.max_num_seqs}{fault}{speaks}) listening on {{url}}"
     )
 
 
@@ -104,10 +109,11 @@ class SimServer:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         self.model_name = settings.model_name
+        self.dialect = dialect_of(settings.dialect)
         now = time.monotonic()
         self.engine = build_engine(settings, now)
         self.faults = fault_schedule(settings, now)
-        self.metrics = MetricsRenderer(self.engine, self.model_name, time.time())
+        self.metrics = MetricsRenderer(self.engine, self.model_name, time.time(), self.dialect)
         self.dcgm = DcgmTelemetry(self.engine, time.monotonic())
         self.created = int(time.time())
         # python_* and process_* series, as vLLM's /metrics has them (never the global
@@ -298,7 +304,7 @@ class SimServer:
             "id": self.model_name,
             "object": "model",
             "created": created,
-            "owned_by": "vllm",
+            "owned_by": self.dialect.kind,
             "root": f"llmtop-sim/{self.engine.config.profile.name}",
             "parent": None,
             "max_model_len": self.engine.config.max_model_len,
@@ -324,8 +330,9 @@ class SimServer:
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
-    async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": VLLM_VERSION})
+    async def info(self, request: Request) -> Response:
+        """The dialect's info endpoint (vLLM's /version, SGLang's /get_server_info, ...)."""
+        return JSONResponse(info(self.dialect, self.engine.config, self.model_name))
 
     async def prometheus(self, request: Request) -> Response:
         text = generate_latest(self._process_registry).decode() + self.metrics.render()
@@ -365,8 +372,8 @@ def create_app(settings: SimSettings) -> Starlette:
             Route("/v1/models", sim.models, methods=["GET"]),
             Route("/health", sim.health, methods=["GET"]),
             Route("/ping", sim.health, methods=["GET", "POST"]),
-            Route("/version", sim.version, methods=["GET"]),
-            Route("/metrics", sim.prometheus, methods=["GET"]),
+            Route(sim.dialect.info_path, sim.info, methods=["GET"]),
+            *(Route(path, sim.prometheus, methods=["GET"]) for path in metrics_paths(sim.dialect)),
             Route("/metrics/", sim.prometheus_mount, methods=["GET"]),
             Route("/dcgm/metrics", sim.dcgm_metrics, methods=["GET"]),
             Route("/sim/fault", sim.fault, methods=["POST"]),
@@ -388,4 +395,6 @@ def run_sim(settings: SimSettings) -> None:
     from llmtop.asgi.uvicorn_runner import serve_forever
 
     app = create_app(settings)
-    serve_forever(app, settings.host, settings.port, banner=banner(app.state.engine))
+    serve_forever(
+        app, settings.host, settings.port, banner=banner(app.state.engine, settings.dialect)
+    )
