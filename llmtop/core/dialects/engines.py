@@ -182,7 +182,13 @@ TGI = Dialect(
         **histogram("tgi_request_duration", "vllm:e2e_request_latency_seconds"),
         **histogram("tgi_request_queue_duration", "vllm:request_queue_time_seconds"),
     },
-    finished={"tgi_request_success": "stop", "tgi_request_failure": "error"},
+    # a counter without _total reads with it (the parser adds it where # TYPE says counter)
+    finished={
+        "tgi_request_success": "stop",
+        "tgi_request_success_total": "stop",
+        "tgi_request_failure": "error",
+        "tgi_request_failure_total": "error",
+    },
     lacks={
         "ttft": "TGI exports no TTFT (its queue and prefill durations are the closest)",
         "kv_usage": "TGI exports no KV usage",
