@@ -61,7 +61,9 @@ class Collector:
         self.last_raw: RawPoll | None = None
         self._client = http_client(self.timeout_s, transport=transport)
         self._versions: dict[str, str | None] = {}
-        """Engine URL -> its /version (None: asked once, not answered; not asked again)."""
+        """Engine URL -> its version (None: asked once, not answered; not asked again)."""
+        self._kinds: dict[str, str | None] = {}
+        """Engine URL -> the kind its first contact found (`vllm.identify`)."""
         self._gateway: GatewayReader | None = None
         if monitor.gateway_url:
             url = monitor.gateway_url
@@ -121,9 +123,11 @@ class Collector:
             max_bytes=self.monitor.max_scrape_bytes,
             version=self._versions.get(url),
             ask_version=url not in self._versions,
+            engine=self._kinds.get(url),
         )
         if raw.samples is not None and url not in self._versions:
             self._versions[url] = raw.version
+            self._kinds[url] = raw.engine
         return raw
 
     async def _read_gateway(

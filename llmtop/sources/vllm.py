@@ -11,8 +11,8 @@ import asyncio
 import httpx
 
 from llmtop.core.base.raw import RawEngine
+from llmtop.core.dialects.catalog import detect, sample_names
 from llmtop.core.exposition import promtext
-from llmtop.core.dialects.catalog import sample_names
 from llmtop.errors import ScrapeError
 
 VLLM_KEEP = promtext.keep_names(sample_names())
@@ -30,6 +30,11 @@ def base_url(url: str) -> str:
     return u.removesuffix("/metrics")
 
 
+class MetricsOff(ScrapeError):
+    """/metrics answered 404 or 501: an engine running with its metrics off (llama-server
+    without --metrics answers 501, SGLang without --enable-metrics 404), or not an engine."""
+
+
 class BodyTooLarge(Exception):
     """A response body over the configured limit (reading stopped there)."""
 
@@ -45,6 +50,8 @@ async def fetch_text(
     # 0.32's /metrics) spends more CPU on it than a body that crosses loopback or a LAN once a
     # second saves (BENCHMARKS.md, "Parsing a scrape and reading 100 replicas")
     async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
+        if resp.status_code in (404, 501):
+            raise MetricsOff(f"HTTP {resp.status_code} from {url}", target=url)
         if resp.status_code != 200:
             raise ScrapeError(f"HTTP {resp.status_code} from {url}", target=url)
         ctype = resp.headers.get("content-type", "")
@@ -86,28 +93,76 @@ async def scrape_engine(
     max_bytes: int,
     version: str | None = None,
     ask_version: bool = True,
+    engine: str | None = None,
 ) -> RawEngine:
-    """One scrape of one engine, filtered to the families llmtop reads; never raises."""
+    """One scrape of one engine, filtered to the families llmtop reads; never raises. On first
+    contact (`ask_version`) its version, and its kind where its metrics cannot tell (off, or no
+    family llmtop reads), come from its info endpoint (`identify`); `engine`, `version`: what
+    an earlier contact found."""
     murl = metrics_url(url)
     try:
         text = await asyncio.wait_for(fetch_text(client, murl, max_bytes=max_bytes), timeout_s)
         try:
             samples = promtext.parse(text, VLLM_KEEP)
         except ScrapeError as e:
-            return RawEngine(url=url, samples=None, error=f"{murl}: {e}", version=version)
+            return RawEngine(url, None, error=f"{murl}: {e}", version=version, engine=engine)
+    except MetricsOff as e:  # an engine that answers, with its metrics off, is no dead one
+        if ask_version:
+            engine, version = await identify(client, url, timeout_s)
+        if engine is None:
+            return RawEngine(url=url, samples=None, error=str(e))
+        return RawEngine(url=url, samples=(), version=version, engine=engine)
     except Exception as e:  # every target problem becomes the error field
-        return RawEngine(url=url, samples=None, error=describe_error(murl, e, timeout_s))
-    if version is None and ask_version:
-        version = await _version(client, url, timeout_s)
-    return RawEngine(url=url, samples=samples, version=version)
+        error = describe_error(murl, e, timeout_s)
+        return RawEngine(url=url, samples=None, error=error, version=version, engine=engine)
+    if ask_version:
+        spoken = detect([s.name for s in samples]).dialect
+        if spoken is None:
+            engine, version = await identify(client, url, timeout_s)
+        else:
+            engine, version = spoken.kind, await _version(client, url, spoken.info_path, timeout_s)
+    return RawEngine(url=url, samples=samples, version=version, engine=engine)
 
 
-async def _version(client: httpx.AsyncClient, url: str, timeout_s: float) -> str | None:
-    """vLLM's GET /version, or None (older servers, other engines, errors)."""
+IDENTITIES = (
+    ("/props", "llamacpp", "build_info"),
+    ("/get_server_info", "sglang", "version"),
+    ("/info", "tgi", "model_id"),
+    ("/version", "vllm", "version"),
+)
+"""(info endpoint, the engine answering it, a key only its answer has), most specific first:
+several engines answer /version, only llama.cpp /props."""
+
+
+async def identify(
+    client: httpx.AsyncClient, url: str, timeout_s: float
+) -> tuple[str | None, str | None]:
+    """(kind, version) from the first info endpoint that answers as its engine's; (None, None)
+    when none does."""
+    for path, kind, key in IDENTITIES:
+        data = await _info(client, url, path, timeout_s)
+        if data is not None and key in data:
+            return kind, _version_in(data)
+    return None, None
+
+
+async def _version(client: httpx.AsyncClient, url: str, path: str, timeout_s: float) -> str | None:
+    """The engine's version from its info endpoint, or None (older servers, errors)."""
+    data = await _info(client, url, path, timeout_s)
+    return None if data is None else _version_in(data)
+
+
+async def _info(
+    client: httpx.AsyncClient, url: str, path: str, timeout_s: float
+) -> dict[str, object] | None:
     try:
-        resp = await asyncio.wait_for(client.get(base_url(url) + "/version"), timeout_s)
+        resp = await asyncio.wait_for(client.get(base_url(url) + path), timeout_s)
         data = resp.json() if resp.status_code == 200 else None
     except Exception:
         return None
-    v = data.get("version") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _version_in(data: dict[str, object]) -> str | None:
+    v = data.get("version") or data.get("build_info")
     return v if isinstance(v, str) else None

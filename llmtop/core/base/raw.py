@@ -36,6 +36,8 @@ class RawEngine:
     error: str | None = None
     version: str | None = None
     model: str | None = None
+    engine: str | None = None
+    """The engine kind its info endpoint named (`core.dialects`), where its metrics cannot."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class RawPoll:
                     "error": e.error,
                     "version": e.version,
                     "model": e.model,
+                    **({"engine": e.engine} if e.engine is not None else {}),
                 }
                 for e in self.engines
             ],
@@ -162,6 +165,7 @@ class RawPoll:
                 error=e.get("error"),
                 version=e.get("version"),
                 model=e.get("model"),
+                engine=e.get("engine"),
             )
             for e in d.get("engines", [])
         )

@@ -16,6 +16,10 @@ from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import UsageError
 
 KINDS = tuple(d.kind for d in DIALECTS)
+__all__ = [
+    "BY_KIND", "DIALECTS", "KINDS", "Detected", "described", "detect", "dialect_of", "extract",
+    "sample_names",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

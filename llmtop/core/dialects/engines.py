@@ -12,7 +12,9 @@ VLLM = Dialect(
     title="vLLM",
     prefix="vllm:",
     renames={},
-    metrics_switch="restart vLLM without --disable-log-stats",
+    metrics_switch=(
+        "restart vLLM without --disable-log-stats (its /metrics then carries the vllm:* series)"
+    ),
     source="vllm/v1/metrics/loggers.py, vLLM 0.10-0.33",
 )
 

@@ -10,6 +10,9 @@ from llmtop.core.alerts.figures import P
 from llmtop.core.alerts.spec import AlertSpec, duration, number
 from llmtop.core.alerts.templates import figure, open_replica, replica, value
 from llmtop.core.base import format as fmt
+from llmtop.core.base.snapshot import EngineStats
+from llmtop.core.dialects.catalog import described
+from llmtop.core.dialects.engines import BY_KIND, DIALECTS, VLLM
 from llmtop.core.findings.definition import Definition, Guide
 from llmtop.core.health.rulebase import Context, Rule, Verdict, up_engines, where
 
@@ -19,7 +22,13 @@ def target_down(ctx: Context) -> Verdict | None:
     if not down:
         return None
     what = "; ".join(e.error or f"{e.url}: no answer" for e in down)
-    return Verdict(f"vLLM not answering: {what}")
+    return Verdict(f"{_titled(down)} not answering: {what}")
+
+
+def _titled(engines: list[EngineStats]) -> str:
+    """The engines' name in a finding's words: vLLM, llama.cpp, ..., or "the engine"."""
+    titles = {described(e.engine)[0] if e.engine else "" for e in engines}
+    return titles.pop() if len(titles) == 1 and "" not in titles else "the engine"
 
 
 def _target_down_alert(spec: AlertSpec) -> Alert:
@@ -50,11 +59,24 @@ TARGET_DOWN = Definition(
 
 
 def stats_disabled(ctx: Context) -> Verdict | None:
-    off = [e.url for e in ctx.engines if e.up and e.stats_disabled]
+    off = [e for e in ctx.engines if e.up and e.stats_disabled]
     if not off:
         return None
+    urls = ", ".join(e.url for e in off)
+    kinds = {e.engine for e in off}
+    (kind,) = kinds if len(kinds) == 1 else (None,)
+    d = BY_KIND.get(kind or "")
+    if d is None:  # nothing llmtop reads, and no info endpoint named the engine
+        known = ", ".join(f"{x.prefix}*" for x in DIALECTS)
+        return Verdict(
+            f"{urls} answers but exports no metrics llmtop reads ({known}): llmtop cannot see "
+            "its load",
+            "turn the engine's metrics on: " + "; ".join(x.metrics_switch for x in DIALECTS[:3]),
+        )
+    named = "" if d is VLLM else f" ({d.title})"  # vLLM's words as they always were
     return Verdict(
-        f"{', '.join(off)} answers but exports no vllm:* metrics: llmtop cannot see its load"
+        f"{urls}{named} answers but exports no {d.prefix}* metrics: llmtop cannot see its load",
+        d.metrics_switch,
     )
 
 
@@ -76,7 +98,7 @@ def _stats_disabled_alert(spec: AlertSpec) -> Alert | str:
 
 STATS_DISABLED = Definition(
     Rule("stats-disabled", "warning", "target", stats_disabled, immediate=True),
-    advice="restart vLLM without --disable-log-stats (its /metrics then carries the vllm:* series)",
+    advice=VLLM.metrics_switch,
     guide="target-down",
     alert=_stats_disabled_alert,
 )

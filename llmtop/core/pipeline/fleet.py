@@ -27,13 +27,13 @@ from llmtop.core.base.snapshot import (
 from llmtop.core.derive.aggregate import max_known, sum_known
 from llmtop.core.derive.fleet_scrape import restart_values, split_engines, went_back
 from llmtop.core.derive.series import Key
+from llmtop.core.dialects import catalog as dialects
 from llmtop.core.findings.catalog import REPLICA_RULES, FleetHealth, HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rulebase import Context, FleetView
 from llmtop.core.health.thresholds import FleetRules, HealthSettings
 from llmtop.core.pipeline.pipeline import EngineTrack, Pipeline
 from llmtop.core.pipeline.targets import default_name
-from llmtop.core.dialects import catalog as dialects
 from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0

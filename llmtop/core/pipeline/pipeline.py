@@ -19,11 +19,11 @@ from llmtop.core.base.snapshot import EngineStats, GatewayStats, ReplicaStats, S
 from llmtop.core.derive.derive import counter_columns, derive_engine
 from llmtop.core.derive.fleet_scrape import restart_values, went_back
 from llmtop.core.derive.series import CounterWindow, Key
+from llmtop.core.dialects import catalog as dialects
 from llmtop.core.findings.catalog import HealthState
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.dialects import catalog as dialects
 from llmtop.core.vllm.scrape import EngineScrape
 
 HISTORY_S = 600.0
@@ -57,6 +57,10 @@ class EngineTrack:
         stats = derive_engine(raw.url, scrape, self.window, window_s, version=raw.version)
         if stats.model is None and raw.model is not None:
             stats = replace(stats, model=raw.model)
+        if stats.engine is None and raw.engine is not None:  # named by its info endpoint
+            d = dialects.BY_KIND.get(raw.engine)
+            error = f"exports no {d.prefix}* metrics" if d else stats.error
+            stats = replace(stats, engine=raw.engine, error=error)
         if self.restarted_at is not None:
             stats = replace(stats, restarted_at=self.restarted_at)
         return stats
@@ -124,7 +128,11 @@ class Pipeline:
     def _engine(self, t: float, raw: RawEngine) -> EngineStats:
         if raw.samples is None:
             return EngineStats(
-                url=raw.url, up=False, error=raw.error or "no answer", model=raw.model
+                url=raw.url,
+                up=False,
+                error=raw.error or "no answer",
+                model=raw.model,
+                engine=raw.engine or "vllm",
             )
         track = self._engines.get(raw.url)
         if track is None:
