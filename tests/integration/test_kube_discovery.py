@@ -312,7 +312,7 @@ async def test_pods_and_their_events_reach_the_fleet_rows_and_the_log(
     assert refs["vllm-0"] == PodRef("llm", "vllm-0", "node-a", 1, "OOMKilled")
 
 
-async def test_kubeconfig_mistakes_are_config_errors(
+async def test_kubeconfig_mistakes_and_refused_logins_are_one_line(
     api_server: tuple[KubeEmulator, Path], tmp_path: Path
 ) -> None:
     emu, kubeconfig = api_server
@@ -323,6 +323,15 @@ async def test_kubeconfig_mistakes_are_config_errors(
     wrong = emu.write_kubeconfig(tmp_path / "wrong-token", token="expired")
     with pytest.raises(KubeError, match="refused the credentials \\(401 Unauthorized\\)"):
         await discovery(wrong).start()
+    garbled = tmp_path / "garbled"
+    garbled.write_text("{{{ not yaml", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a kubeconfig llmtop can read: while parsing"):
+        await discovery(garbled).start()
+    login = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "sh",
+                      "args": ["-c", "echo 'run: aws sso login' >&2; exit 1"]}}  # fmt: skip
+    expired = emu.write_kubeconfig(tmp_path / "sso", user=login)
+    with pytest.raises(KubeError, match=r"its exec plugin failed: .*run: aws sso login"):
+        await discovery(expired).start()
 
 
 EXEC_PLUGIN = """
@@ -415,7 +424,7 @@ def test_inside_the_cluster_the_service_account_and_pod_ips(
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
-    code, out, err = snapshot_cli(capsys, "--json", "--window-s", "0.6")
+    code, out, err = snapshot_cli(capsys, "--json", "--window-s", "2")
     assert err == ""
     (row,) = json.loads(out)["fleet"]["replicas"]
     assert (row["name"], row["model"], row["key"]) == ("vllm-0", "in-cluster", sim.url)
@@ -442,7 +451,7 @@ def test_snapshot_reads_a_real_sim_through_the_pod_proxy(
         emu.backends[f"llm/{name}"] = sim.url
     emu.put(pod("vllm-starting", ready=False))
     code, out, err = snapshot_cli(
-        capsys, "--kubeconfig", str(kubeconfig), "--json", "--window-s", "1"
+        capsys, "--kubeconfig", str(kubeconfig), "--json", "--window-s", "2"
     )
     assert err == ""
     doc = json.loads(out)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import os
 import ssl
 from collections.abc import AsyncIterator
@@ -28,6 +29,10 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from llmtop.errors import ConfigError, KubeError
+
+logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
+"""The client logs what it raises (an exec plugin's failure) to stderr through logging's last
+resort; what it raises becomes llmtop's one line, so that log goes nowhere."""
 
 NEEDS = "the console needs pods get/list/watch and pods/proxy get (docs/kubernetes.md, Discovery)"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -254,8 +259,13 @@ async def connect(*, kubeconfig: str | None = None, context: str | None = None) 
         loader = await k8s_config.load_kube_config(
             config_file=path, context=name, client_configuration=cfg, persist_config=False
         )
-    except (ConfigException, OSError, RuntimeError, ValueError, KeyError, AssertionError) as e:
-        raise ConfigError(f"kubeconfig {path}, context {name}: {_one_line(str(e))}") from None
+    except Exception as e:  # the loader's errors, its exec plugin's included
+        why = _one_line(str(e)) or type(e).__name__
+        if why.startswith("exec:") or isinstance(e, OSError | RuntimeError):
+            raise KubeError(  # not a mistake in the file: the login it runs failed
+                f"the credentials of context {name} ({path}): its exec plugin failed: {why}"
+            ) from None
+        raise ConfigError(f"kubeconfig {path}, context {name}: {why}") from None
     refresh = None
     if "exec" in (loader._user or {}):
         refresh = cfg.refresh_api_key_hook = _ExecRefresh(loader)
@@ -278,8 +288,11 @@ def _context_of(kubeconfig: str | None, context: str | None) -> tuple[str, str, 
         )
     try:
         contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
-    except (ConfigException, OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+    except ConfigException as e:
         raise ConfigError(f"kubeconfig {path}: {_one_line(str(e))}") from None
+    except Exception as e:  # YAML that does not parse, or is no kubeconfig: the loader's own
+        why = _one_line(str(e)) or type(e).__name__  # errors (yaml's, TypeError, ...)
+        raise ConfigError(f"kubeconfig {path} is not a kubeconfig llmtop can read: {why}") from None
     names = [str(c.get("name")) for c in contexts or []]
     chosen = context or (str(current["name"]) if current else None)
     if chosen is None:
