@@ -538,8 +538,9 @@ async def test_500_pods_one_list_one_watch(
     assert (emu.count("list"), emu.count("watch")) == (1, 1)
 
 
-def test_the_metrics_port_annotation_then_named_ports_then_the_default() -> None:
-    """Pure: which port a pod's metrics are read on, and what is a pod to scrape."""
+def test_pods_pure_ports_serving_and_proxy_names() -> None:
+    """Pure: which port a pod's metrics are read on, what is a pod to scrape, and the name of
+    a pod-proxy URL (a replayed recording has no names but the URLs)."""
     from llmtop.core.pipeline.pods import metrics_port, read_pod
 
     named = [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}]
@@ -556,3 +557,8 @@ def test_the_metrics_port_annotation_then_named_ports_then_the_default() -> None
     assert not read_pod(gone).serving
     with pytest.raises(ValueError, match=r"without metadata\.name"):
         read_pod({"metadata": {}})
+    from llmtop.core.pipeline.targets import default_name
+
+    proxied = "https://10.0.0.1:6443/api/v1/namespaces/llm/pods/vllm-0:8000/proxy"
+    assert default_name(proxied) == default_name(proxied + "/metrics") == "vllm-0"
+    assert default_name("http://10.0.0.7:8000") == "10.0.0.7:8000"

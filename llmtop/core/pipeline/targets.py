@@ -5,6 +5,7 @@ Pure: `sources/targets_file.py` re-reads the file when it changes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -21,10 +22,17 @@ class Target:
 
 
 def default_name(url: str) -> str:
-    """host:port of a URL (the path too, when there is one): short, and unique in most fleets."""
+    """host:port of a URL (the path too, when there is one): short, and unique in most fleets;
+    a pod read through the API server's pod proxy is its pod's name (a recording replayed)."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/").removesuffix("/metrics")
+    pod = _POD_PROXY.fullmatch(path)
+    if pod is not None:
+        return pod["name"]
     return (parts.netloc or url) + path
+
+
+_POD_PROXY = re.compile(r"/api/v1/namespaces/[^/]+/pods/(?P<name>[^/:]+)(?::\d+)?/proxy")
 
 
 def parse_targets(text: str, source: str = "targets file") -> tuple[Target, ...]:
