@@ -17,6 +17,7 @@ from typing import Literal
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import EngineStats, Finding, FleetSnapshot, GatewayStats, Snapshot
 from llmtop.core.derive.aggregate import combine
+from llmtop.core.dialects.catalog import described
 from llmtop.core.health.kvsize import KV_TARGET_FRAC
 from llmtop.core.output.incidents import GATEWAY, incidents
 from llmtop.tui.view.commands import label_of
@@ -27,6 +28,13 @@ Badge = Literal["OK", "DEGRADED", "CRITICAL", "DOWN", "UNKNOWN"]
 EventKind = Literal["fired", "cleared", "limit", "change", "error", "info"]
 
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+def engine_label(e: EngineStats | None) -> str | None:
+    """The engine as the header names it: "vLLM 0.32.0", "llama.cpp b6000", "SGLang"."""
+    if e is None or not e.up or (e.engine is None and not e.version):
+        return None
+    return " ".join(x for x in (described(e.engine)[0] if e.engine else None, e.version) if x)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from llmtop.core.base import format as fmt
-from llmtop.tui.view.present import View, badge, engine_badges, header_target
+from llmtop.tui.view.present import View, badge, engine_badges, engine_label, header_target
 
 BADGE_STYLE = {
     "OK": "bold black on green",
@@ -45,8 +45,9 @@ class StatusHeader(Widget):
         model = eng.model if eng is not None and eng.model else "model n/a"
         out.append(model, style="bold")
         out.append(f"  {header_target(snap)}")
-        if eng is not None and eng.version:
-            out.append(f"  vLLM {eng.version}", style="dim")
+        label = engine_label(eng)
+        if label:
+            out.append(f"  {label}", style="dim")
         if view.stale:
             out.append(f"  STALE {fmt.age(view.age_s)}", style="bold reverse yellow")
         else:
