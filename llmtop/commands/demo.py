@@ -36,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --headless: set the gateway's max concurrency to N at T s; auto: to the cap"
         " the active finding suggests at T (T defaults to the scenario's own moment)",
     )
+    p.add_argument(
+        "--dialect",
+        default="vllm",
+        metavar="ENGINE",
+        help="the engine whose /metrics the simulated engine speaks (default: vllm; as"
+        " `llmtop sim --dialect`)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the load (default 0)")
     p.add_argument("--record", metavar="FILE", help="record every poll to FILE")
     slo_flags(p)
@@ -45,12 +52,17 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from llmtop.commands._common import load
+    from llmtop.core.dialects.catalog import dialect_of
     from llmtop.demo.headless import parse_cap, run_headless
     from llmtop.demo.scenarios import get_scenario
     from llmtop.demo.stack import demo_stack
     from llmtop.settings import HealthSettings
 
     scenario = get_scenario(args.scenario)
+    try:
+        dialect = dialect_of(args.dialect).kind
+    except UsageError as e:
+        raise UsageError(f"--dialect: {e}") from None
     if not args.headless and (args.json or args.apply_cap):
         raise UsageError("--json and --apply-cap need --headless")
     if args.duration is not None and not args.duration > 0:
@@ -58,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     cap = parse_cap(args.apply_cap, scenario) if args.apply_cap else None
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("llmtop demo needs a terminal; use --headless for a timeline")
-    with demo_stack(scenario, load(HealthSettings, args), record=args.record) as stack:
+    health = load(HealthSettings, args)
+    with demo_stack(scenario, health, record=args.record, dialect=dialect) as stack:
         if args.headless:
             return run_headless(stack, args.duration, cap, seed=args.seed, as_json=args.json)
         from functools import partial

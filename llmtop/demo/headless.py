@@ -309,6 +309,7 @@ def run_headless(
     if as_json:
         doc = {
             "scenario": stack.scenario.name,
+            "dialect": stack.dialect,
             "sim_url": stack.sim.url,
             "gateway_url": stack.gateway.url,
             "duration_s": duration,

@@ -40,6 +40,8 @@ class Stack:
     engine_max_num_seqs: int
     monitor: MonitorSettings
     health: HealthSettings
+    dialect: str = "vllm"
+    """The engine whose /metrics the sim speaks (`llmtop demo --dialect`)."""
 
     def stop(self) -> None:
         """Gateway first (it holds connections to the sim), then the sim."""
@@ -48,12 +50,16 @@ class Stack:
 
     def banner(self) -> str:
         """What was started where, for the terminal before the TUI takes it."""
+        from llmtop.core.dialects.catalog import dialect_of
+
         s = self.scenario
+        d = dialect_of(self.dialect)
+        speaks = "" if d.kind == "vllm" else f" in {d.title}'s names"
         return "\n".join(
             [
                 f"llmtop demo: scenario '{s.name}' ({s.description})",
-                f"  simulated vLLM ({s.sim.get('profile', 'seed')}) {self.sim.url}"
-                f"  (/v1, /metrics, /dcgm/metrics)",
+                f"  simulated {d.title} ({s.sim.get('profile', 'seed')}) {self.sim.url}"
+                f"  (/v1, /metrics, /dcgm/metrics{speaks})",
                 f"  llmtop gateway        {self.gateway.url}  (max_concurrency"
                 f" {self.engine_max_num_seqs} = the engine's own --max-num-seqs: no cap yet)",
                 f"  load                  {', '.join(s.stream_names())} -> the gateway",
@@ -62,13 +68,20 @@ class Stack:
         )
 
 
-def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | None = None) -> Stack:
-    """Start the sim (the scenario's profile) and an uncapped gateway on free ports."""
+def start_stack(
+    scenario: Scenario,
+    health: HealthSettings,
+    *,
+    record: str | None = None,
+    dialect: str = "vllm",
+) -> Stack:
+    """Start the sim (the scenario's profile, its /metrics in `dialect`'s names) and an
+    uncapped gateway on free ports."""
     from llmtop.gateway.server.app import create_app as gateway_app
     from llmtop.sim.profiles import get_profile
     from llmtop.sim.server import create_app as sim_app
 
-    sim_settings = SimSettings(port=0, **scenario.sim)
+    sim_settings = SimSettings(port=0, dialect=dialect, **scenario.sim)
     max_seqs = sim_settings.max_num_seqs or get_profile(sim_settings.profile).max_num_seqs
     sim = ServerThread(sim_app(sim_settings)).start()
     try:
@@ -92,15 +105,19 @@ def start_stack(scenario: Scenario, health: HealthSettings, *, record: str | Non
         record=record,
     )
     health = dataclasses.replace(health, **scenario.health)
-    return Stack(scenario, sim, gateway, max_seqs, monitor, health)
+    return Stack(scenario, sim, gateway, max_seqs, monitor, health, dialect)
 
 
 @contextlib.contextmanager
 def demo_stack(
-    scenario: Scenario, health: HealthSettings, *, record: str | None = None
+    scenario: Scenario,
+    health: HealthSettings,
+    *,
+    record: str | None = None,
+    dialect: str = "vllm",
 ) -> Iterator[Stack]:
     """`start_stack`, quiet server logs unless LLMTOP_DEBUG=1, and stop it on the way out."""
-    stack = start_stack(scenario, health, record=record)
+    stack = start_stack(scenario, health, record=record, dialect=dialect)
     # Cutting the load at the end makes the servers meet closed sockets mid-request; asyncio and
     # uvicorn log each one on stderr, which is noise in a demo and scribbles over the TUI.
     # LLMTOP_DEBUG=1 keeps them. (Set after start_stack: configuring uvicorn resets the levels.)
