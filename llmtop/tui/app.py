@@ -30,8 +30,8 @@ from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
+from llmtop.tui.view.chart_data import CombinedEngines
 from llmtop.tui.view.present import (
-    CombinedEngines,
     LogEvent,
     View,
     diff_events,

@@ -12,7 +12,7 @@ from typing import Any
 from textual.app import App
 
 from llmtop.core.base.snapshot import Snapshot
-from llmtop.tui.view.present import EngineOf, throughput_chart, ttft_chart
+from llmtop.tui.view.chart_data import EngineOf, throughput_chart, ttft_chart
 
 CHART_EVERY_S = 5.0
 """Seconds (of snapshot time) between chart redraws; the numbers refresh every poll."""

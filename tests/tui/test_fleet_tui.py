@@ -23,7 +23,7 @@ from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.screens.replica import ReplicaScreen
-from llmtop.tui.view.present import CombinedEngines, throughput_chart, ttft_chart
+from llmtop.tui.view.chart_data import CombinedEngines, throughput_chart, ttft_chart
 from llmtop.tui.widgets.findings import FindingsPanel
 from llmtop.tui.widgets.kv import KvPanel
 from llmtop.tui.widgets.replicas import ReplicaTable

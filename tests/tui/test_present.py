@@ -191,7 +191,7 @@ def test_key_steps() -> None:
 
 
 def test_chart_ticks_are_round() -> None:
-    from llmtop.tui.view.present import nice_step, x_ticks, y_ticks
+    from llmtop.tui.view.chart_data import nice_step, x_ticks, y_ticks
 
     assert nice_step(55) == 20
     assert nice_step(3.3) == 1
@@ -207,7 +207,7 @@ def test_chart_ticks_are_round() -> None:
 
 
 def test_thin_keeps_the_newest_and_the_span() -> None:
-    from llmtop.tui.view.present import thin
+    from llmtop.tui.view.chart_data import thin
 
     snaps = list(story.snapshots())
     few = thin(snaps, 40)

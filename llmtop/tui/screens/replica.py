@@ -14,7 +14,8 @@ from textual.containers import Grid, Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from llmtop.tui.view.present import View, throughput_chart, ttft_chart
+from llmtop.tui.view.chart_data import throughput_chart, ttft_chart
+from llmtop.tui.view.present import View
 from llmtop.tui.widgets.chart import TimeChart
 from llmtop.tui.widgets.findings import FindingsPanel
 from llmtop.tui.widgets.gateway import GatewayPanel

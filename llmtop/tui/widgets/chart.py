@@ -6,7 +6,7 @@ from textual.app import RenderResult
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
-from llmtop.tui.view.present import ChartData, x_ticks, y_ticks
+from llmtop.tui.view.chart_data import ChartData, x_ticks, y_ticks
 
 
 class TimeChart(PlotextPlot):
