@@ -1,6 +1,6 @@
-"""The rules over what the gateway knows of its replicas and peers (core/findings/replicas and peers):
-fed its /admin/stats as the pipeline reads them, poll by poll on a fake clock, through the
-same hysteresis as every rule."""
+"""The rules over what the gateway knows of its replicas and peers (core/findings/replicas and
+peers): fed its /admin/stats as the pipeline reads them, poll by poll on a fake clock, through
+the same hysteresis as every rule."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 from llmtop.core.base.snapshot import Finding, GatewayStats, ReplicaStats, Snapshot
 from llmtop.core.derive.series import CounterWindow
 from llmtop.core.findings.catalog import HealthState
-from llmtop.core.health.rulebase import Context
 from llmtop.core.findings.replicas import replica_slow
+from llmtop.core.health.rulebase import Context
 from llmtop.core.pipeline.pipeline import gateway_stats
 from llmtop.settings import HealthSettings
 

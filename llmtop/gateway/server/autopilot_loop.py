@@ -12,8 +12,8 @@ import time
 import aiohttp
 
 from llmtop.core.derive.signals import fleet_signals
-from llmtop.core.exposition import promtext
 from llmtop.core.dialects import catalog as dialects
+from llmtop.core.exposition import promtext
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import ScrapeError
 from llmtop.gateway.admission.footprint import FootprintModel
