@@ -35,7 +35,8 @@ None in these recordings, taken out; and when they gained shared_draining_gatewa
 gateway-peer-draining finding: issue 35), checked equal with that one, None in these
 recordings, taken out of the repr. And when EngineStats gained `engine` and `engine_note` (the
 engines' dialects): every digest checked equal with those two ("vllm" and None in these
-recordings) taken out of the repr.
+recordings) taken out of the repr. And when a fleet's Replica gained `pod` (Kubernetes discovery):
+checked equal with `pod=None` taken out of the repr.
 
 After a deliberate change of behaviour, regenerate it from this tree and commit the diff:
 
