@@ -14,6 +14,7 @@ from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.autopilot.config import AutopilotConfig
 from llmtop.gateway.autopilot.readings import Figures, felt_by_users, overcommit, required
+from llmtop.gateway.autopilot.slots import Slots
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
 
 
@@ -68,6 +69,8 @@ class Autopilot:
         self.last_move: Move | None = None
         self.unread: tuple[str, ...] = ()
         """Replicas whose /metrics could not be read this tick (left out of the sums)."""
+        self.slots = Slots()
+        """The cap by slots, for an engine that exports no KV figure (`drive`)."""
 
     def reset(self, applied: int | None) -> None:
         """Take over from a limit set by someone else (mode switched to auto)."""

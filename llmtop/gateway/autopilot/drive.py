@@ -55,6 +55,9 @@ def drive(
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
         _publish(ctl, pilot)
         return
+    if sig.kv_capacity_blocks is None and sig.kv_usage_frac is None:  # llama.cpp, TGI
+        _by_slots(ctl, pilot, sig, advise)
+        return
     if ctl.footprint is not None:
         ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
     lim = ctl.limits
@@ -86,6 +89,21 @@ def drive(
         ctl.set_limits({"max_inflight_kv_blocks": move.new}, source=AUTOPILOT, reason=move.reason)
     claimed = room is not None and room >= (pilot.applied or 0)  # the budget went there
     ctl.set_engine_room(0 if advise or claimed else engine_room_tokens(ctl, pilot, sig))
+    _publish(ctl, pilot)
+
+
+def _by_slots(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, advise: bool) -> None:
+    """An engine with no KV figure: the cap by its slots and the TTFT measured here
+    (`slots.Slots`); the KV budget is not used."""
+    c = pilot.config
+    cap = pilot.slots.step(sig, ctl.engine_ttft_s, c.engine_ttft_share * c.ttft_slo_s)
+    pilot.last_reason = pilot.slots.reason
+    lim = ctl.limits
+    if not advise and cap is not None and cap != lim.max_concurrency:
+        changes: dict[str, int | None] = {"max_concurrency": cap}
+        if lim.max_inflight_kv_blocks is not None:
+            changes["max_inflight_kv_blocks"] = None
+        ctl.set_limits(changes, source=AUTOPILOT, reason=pilot.slots.reason)
     _publish(ctl, pilot)
 
 
@@ -152,7 +170,9 @@ def suggestion(pilot: Autopilot, lim: Limits) -> dict[str, Any]:
         want["max_inflight_kv_blocks"] = pilot.applied
     if pilot.prefill_applied is not None:
         want["max_unprefilled_prompt_tokens"] = pilot.prefill_applied
-    if want and lim.max_concurrency < AUTO_MAX_CONCURRENCY:
+    if pilot.slots.cap is not None:
+        want["max_concurrency"] = pilot.slots.cap  # no KV figure: the cap admits
+    elif want and lim.max_concurrency < AUTO_MAX_CONCURRENCY:
         want["max_concurrency"] = AUTO_MAX_CONCURRENCY  # the budgets admit; a cap only
     changes = {k: v for k, v in want.items() if getattr(lim, k) != v}
     why = pilot.last_reason.split(": ", 1)[-1]

@@ -1,0 +1,62 @@
+"""The autopilot in front of an engine with no KV figure (llama.cpp): it learns the slots from
+the running count while requests wait inside the engine, caps admission there, steps one
+lower while the TTFT measured at the gateway is over its share of the SLO, and says so."""
+
+from __future__ import annotations
+
+from llmtop.core.derive.signals import EngineSignals
+from llmtop.gateway.admission.controller import AUTOPILOT
+from llmtop.gateway.autopilot.autopilot import Autopilot
+from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive, suggestion
+from tests.support.admission import FakeClock, make
+from tests.support.autopilot import sig
+
+
+def slot_sig(running: float, waiting: float) -> EngineSignals:
+    return sig(
+        kv_capacity_blocks=None, kv_block_size=None, kv_usage_frac=None, preemptions=None,
+        running=running, waiting=waiting,
+    )  # fmt: skip
+
+
+def test_the_cap_learns_the_slots_and_holds_the_excess_at_the_gateway() -> None:
+    ctl = make(FakeClock(), max_concurrency=AUTO_MAX_CONCURRENCY, mode="auto")
+    pilot = Autopilot()
+    drive(ctl, pilot, slot_sig(1, 0), 0.0)
+    assert ctl.limits.max_concurrency == AUTO_MAX_CONCURRENCY  # nothing waited inside yet
+    assert ctl.autopilot is not None
+    assert "once requests wait inside it" in ctl.autopilot["reason"]
+    drive(ctl, pilot, slot_sig(2, 22), 1.0)  # 22 deferred
+    assert ctl.limits.max_concurrency == 2
+    assert ctl.limits.max_inflight_kv_blocks is None
+    assert ctl.events[-1]["source"] == AUTOPILOT
+    assert "admits by the engine's 2 slots (no KV figure" in ctl.autopilot["reason"]
+
+
+def test_a_slow_first_token_with_nothing_waiting_steps_one_lower_and_back() -> None:
+    ctl = make(FakeClock(), max_concurrency=AUTO_MAX_CONCURRENCY, mode="auto")
+    pilot = Autopilot()
+    drive(ctl, pilot, slot_sig(4, 3), 0.0)
+    assert ctl.limits.max_concurrency == 4
+    slo = pilot.config.engine_ttft_share * pilot.config.ttft_slo_s
+    ctl.estimates.engine_ttft_s = slo * 2  # the engine's share of TTFT, measured here
+    drive(ctl, pilot, slot_sig(4, 0), 1.0)
+    assert ctl.limits.max_concurrency == 3
+    assert "over" in pilot.last_reason
+    drive(ctl, pilot, slot_sig(3, 0), 2.0)
+    assert ctl.limits.max_concurrency == 2
+    ctl.estimates.engine_ttft_s = slo / 4
+    for t in range(3, 8):
+        drive(ctl, pilot, slot_sig(2, 0), float(t))
+    assert ctl.limits.max_concurrency == 4  # back to the slots, never above
+    assert "within" in pilot.last_reason
+
+
+def test_advise_mode_suggests_the_cap_and_sets_nothing() -> None:
+    ctl = make(FakeClock(), max_concurrency=64, mode="advise")
+    pilot = Autopilot()
+    drive(ctl, pilot, slot_sig(2, 5), 0.0)
+    assert ctl.limits.max_concurrency == 64
+    advice = suggestion(pilot, ctl.limits)
+    assert advice["suggestion"]["max_concurrency"] == 2
+    assert "cap 2 (now 64)" in advice["reason"]
