@@ -62,6 +62,8 @@ DEFINITIONS: tuple[Definition[Any], ...] = (
     *fleet.FINDINGS,
 )
 """Every finding llmtop has, in the order of its rules."""
+LEVEL_FINDINGS = frozenset(d.rule.id for d in DEFINITIONS if d.compares_levels)
+"""The findings that compare a figure with its own earlier level (`Definition.compares_levels`)."""
 
 
 def _guide() -> tuple[GuideRow, ...]:

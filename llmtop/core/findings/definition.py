@@ -54,6 +54,9 @@ class Definition(Generic[X]):
     reads: tuple[str, ...] = ()
     """The thresholds it reads (fields of HealthSettings, `slo.` for the SLO's, or of
     FleetRules): its alert moves with each and with no other (tests/unit/test_alerts_rules.py)."""
+    compares_levels: bool = False
+    """It compares a figure with its own earlier level (the TUI's window against the rows of
+    the look-back): a snapshot's window takes it from the TUI's pipeline over its polls."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rule", replace(self.rule, advice=self.advice))

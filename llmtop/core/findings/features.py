@@ -141,6 +141,7 @@ PREFIX_CACHE_COLLAPSE = Definition(
     ),
     alert=_prefix_cache_collapse_alert,
     reads=("prefix_drop_from_frac", "prefix_drop_to_share", "prefix_lookback_s"),
+    compares_levels=True,
 )
 
 
@@ -189,6 +190,7 @@ DECODE_STALL = Definition(
     ),
     alert="a poll-to-poll decode rate against its running median over a minute: at "
     "Prometheus' scrape interval the stall (seconds long) is averaged away",
+    compares_levels=True,
 )
 
 
@@ -258,6 +260,7 @@ SPEC_DECODE_LOW = Definition(
     ),
     alert=_spec_decode_low_alert,
     reads=("spec_acceptance_low_frac", "spec_drop_share", "prefix_lookback_s"),
+    compares_levels=True,
 )
 
 

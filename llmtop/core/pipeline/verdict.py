@@ -12,6 +12,7 @@ from dataclasses import replace
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Finding, Snapshot
 from llmtop.core.base.window import KvPeak, WindowFinding, WindowSnapshot
+from llmtop.core.findings.catalog import LEVEL_FINDINGS
 from llmtop.core.health.thresholds import HealthSettings
 from llmtop.core.pipeline.pipeline import HISTORY_S, Pipeline
 
@@ -41,7 +42,25 @@ def judge_window(
         raise ValueError("a snapshot needs at least one poll")
     span = raws[-1].time - raws[0].time
     pipeline = pipeline_class(window_settings(health, span))
-    return fold([pipeline.update(r) for r in raws], interval_s)
+    tui = pipeline_class(health)  # the findings that compare levels, as the TUI names them
+    return fold([with_levels(pipeline.update(r), tui.update(r)) for r in raws], interval_s)
+
+
+def with_levels(snap: Snapshot, tui: Snapshot) -> Snapshot:
+    """A window's snapshot with the findings that compare a figure with its earlier level
+    taken from the TUI's pipeline over the same polls: over the window's span the figure now
+    and the rows before it would cover different spans, and the rows older than the whole
+    window that the span's rules compare with are never there."""
+    kept = tuple(f for f in snap.findings if f.id not in LEVEL_FINDINGS)
+    levels = tuple(f for f in tui.findings if f.id in LEVEL_FINDINGS)
+    if not levels and len(kept) == len(snap.findings):
+        return snap
+    status, said = snap.status, {f.severity for f in levels}
+    if status != "unknown" and "critical" in said:
+        status = "critical"
+    elif status == "ok" and "warning" in said:
+        status = "degraded"
+    return replace(snap, findings=kept + levels, status=status)
 
 
 def fold(snaps: Sequence[Snapshot], interval_s: float) -> WindowSnapshot:
