@@ -79,8 +79,9 @@ def limits_block() -> str:
 
 def snapshot_schema() -> dict[str, Any]:
     """The keys of `llmtop snapshot --json`, from to_json of windows of the recorded demo (a
-    real run), lists as one element; the GPU keys from GPU_KEYS when the run had no GPU."""
-    from llmtop.core.output.summary import GPU_KEYS, to_json
+    real run), lists as one element; the GPU keys from GPU_KEYS when the run had no GPU, the
+    unavailable findings' from UNAVAILABLE_KEYS (the demo is vLLM's: none)."""
+    from llmtop.core.output.summary import GPU_KEYS, UNAVAILABLE_KEYS, to_json
     from llmtop.core.pipeline.verdict import fold
     from llmtop.recording.reader import read_recording
     from llmtop.recording.replay import ReplaySource
@@ -93,6 +94,8 @@ def snapshot_schema() -> dict[str, Any]:
         _merge(merged, to_json(fold(snapshots[end - 10 : end], 1.0)))
     if not merged.get("gpus"):
         merged["gpus"] = [dict.fromkeys(GPU_KEYS)]
+    if not merged.get("unavailable_findings"):  # a vLLM run: every finding is judged
+        merged["unavailable_findings"] = [dict.fromkeys(UNAVAILABLE_KEYS)]
     return merged
 
 

@@ -37,7 +37,7 @@ FINDING_KEYS = {
 }  # fmt: skip
 TOP_KEYS = {
     "time", "window", "status", "engines", "gateway", "gpus", "gpu_error", "findings",
-    "earlier_findings",
+    "earlier_findings", "unavailable_findings",
 }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from llmtop.core.dialects import catalog
 from llmtop.core.dialects.dialect import Dialect
 from llmtop.core.dialects.engines import DIALECTS
 from llmtop.core.exposition import promtext
+from llmtop.core.output.summary import unavailable
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.vllm.scrape import EngineScrape
 from llmtop.errors import UsageError
@@ -151,3 +152,28 @@ def test_vllm_is_read_as_before() -> None:
     s = scrape_of(text)
     assert (s.engine, s.engine_note) == ("vllm", None)
     assert s.gauges["running"] == 4.0
+
+
+def test_llamacpp_is_judged_on_what_it_exports_and_says_what_it_cannot() -> None:
+    """Two slots busy, 22 deferred, its token counter still (llama.cpp adds a request's tokens
+    when it ends): no stale-data, no kv-exhausted (no KV figure), the status read anyway."""
+    p = Pipeline(HealthSettings())
+    snap = None
+    for t in range(0, 40, 2):  # two long generations: nothing counted until they end
+        snap = p.update(RawPoll(float(t), (RawEngine(URL, promtext.parse(LLAMACPP, KEEP)),)))
+    assert snap is not None
+    assert [
+        f.id for f in snap.findings if f.id in ("stale-data", "kv-exhausted", "scheduler-stuck")
+    ] == []
+    assert snap.status != "unknown"
+    gone = {(u["finding"], u["why"]) for u in unavailable(snap.engines)}
+    assert (
+        "kv-exhausted",
+        "llama.cpp has exported no KV usage since its PR #13660 (2025-05)",
+    ) in gone
+    assert ("stale-data", "llama.cpp adds a request's generated tokens when it finishes") in gone
+    vllm = 'vllm:num_requests_running{model_name="m"} 4\n'
+    assert (
+        unavailable(p.update(RawPoll(41.0, (RawEngine(URL, promtext.parse(vllm, KEEP)),))).engines)
+        == []
+    )

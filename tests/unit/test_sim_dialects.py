@@ -55,7 +55,8 @@ READ: dict[str, Callable[[EngineScrape], Any]] = {
 
 
 def test_every_figure_is_read() -> None:
-    assert set(READ) == set(FIGURES)
+    # when an engine counts its tokens (`live_tokens`) is no name a round trip could see
+    assert set(READ) == set(FIGURES) - {"live_tokens"}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from llmtop.errors import UsageError
 KINDS = tuple(d.kind for d in DIALECTS)
 __all__ = [
     "BY_KIND", "DIALECTS", "KINDS", "Detected", "described", "detect", "dialect_of", "extract",
-    "sample_names",
+    "lacking", "sample_names",
 ]  # fmt: skip
 
 
@@ -118,3 +118,13 @@ def described(kind: str | None) -> tuple[str, dict[str, str]]:
     if d is None:
         return "unknown engine", {}
     return d.title, dict(d.lacks)
+
+
+def lacking(kind: str | None, figures: tuple[str, ...]) -> str | None:
+    """Why an engine of this kind cannot give one of `figures` (the first it lacks), or None
+    when it can give them all (vLLM, and an engine whose dialect is unknown: nothing is
+    assumed of it, its figures are None where absent)."""
+    d = BY_KIND.get(kind or "")
+    if d is None or not d.lacks:
+        return None
+    return next((d.lacks[f] for f in figures if f in d.lacks), None)

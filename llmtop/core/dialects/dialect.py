@@ -16,8 +16,10 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 FIGURES = (
     "running", "waiting", "kv_usage", "kv_capacity", "prompt_tokens", "generation_tokens",
     "ttft", "itl", "e2e", "queue_time", "preemptions", "prefix_cache", "spec_decode", "finished",
+    "live_tokens",
 )  # fmt: skip
-"""The figures a dialect maps or lacks: the panels and the findings' inputs."""
+"""The figures a dialect maps or lacks: the panels and the findings' inputs (`live_tokens`:
+generated tokens counted as they are made, not when a request ends)."""
 
 
 @dataclass(frozen=True)

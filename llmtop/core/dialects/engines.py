@@ -78,6 +78,8 @@ LLAMACPP = Dialect(
         "preemptions": "llama.cpp does not preempt: a request waits for a free slot",
         "prefix_cache": "llama.cpp " + NO_PREFIX_CACHE,
         "finished": "llama.cpp counts no finished requests",
+        "live_tokens": "llama.cpp adds a request's generated tokens when it finishes",
+        "spec_decode": "llama.cpp's speculative decoding counters are not read yet",
     },
     metrics_switch="restart llama-server with --metrics",
     default_port=8080,
@@ -104,6 +106,7 @@ TRTLLM = Dialect(
     lacks={
         "prompt_tokens": _TRTLLM_NO_TOKENS,
         "generation_tokens": _TRTLLM_NO_TOKENS,
+        "live_tokens": _TRTLLM_NO_TOKENS,
         "preemptions": "trtllm-serve counts no preemptions (trtllm_num_paused_requests is a level)",
         "prefix_cache": "trtllm-serve's kv_cache_hit_rate is a gauge, not counters",
     },
@@ -163,6 +166,7 @@ DYNAMO = Dialect(
     finished={"dynamo_frontend_requests_total": "stop"},
     lacks={
         "queue_time": "Dynamo's frontend has no queue-time histogram",
+        "spec_decode": "Dynamo's frontend exports no speculative decoding counters",
         "preemptions": "Dynamo's frontend counts no preemptions (its workers' own /metrics do)",
         "prefix_cache": "Dynamo's kvstats prefix hit rate is a gauge, not counters",
     },
@@ -193,6 +197,7 @@ TGI = Dialect(
     },
     lacks={
         "ttft": "TGI exports no TTFT (its queue and prefill durations are the closest)",
+        "live_tokens": "TGI's token sums are observed when a request ends",
         "kv_usage": "TGI exports no KV usage",
         "kv_capacity": "TGI exports no KV capacity",
         "preemptions": "TGI counts no preemptions",

@@ -116,6 +116,7 @@ BATCHING_CLIFF = Definition(
     ),
     alert=_batching_cliff_alert,
     reads=("cliff_waiting_growth", "cliff_flat_frac"),
+    needs=("generation_tokens",),
 )
 
 
@@ -205,6 +206,7 @@ DECODE_BOUND = Definition(
     ),
     alert=_decode_bound_alert,
     reads=("slo.itl_s", "decode_collapse_frac"),
+    needs=("itl", "generation_tokens"),
 )
 
 

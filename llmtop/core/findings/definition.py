@@ -11,7 +11,8 @@ from typing import Generic, NamedTuple
 
 from llmtop.core.alerts.alert import Alert, alert_name
 from llmtop.core.alerts.spec import AlertSpec
-from llmtop.core.health.rulebase import Rule, X
+from llmtop.core.dialects.catalog import lacking
+from llmtop.core.health.rulebase import Context, Rule, Verdict, X
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,18 @@ class Definition(Generic[X]):
     reads: tuple[str, ...] = ()
     """The thresholds it reads (fields of HealthSettings, `slo.` for the SLO's, or of
     FleetRules): its alert moves with each and with no other (tests/unit/test_alerts_rules.py)."""
+    needs: tuple[str, ...] = ()
+    """The figures its check needs (`core.dialects.dialect.FIGURES`): an engine whose dialect
+    lacks one is not judged by it, and `snapshot --json` lists it as unavailable there."""
     compares_levels: bool = False
     """It compares a figure with its own earlier level (the TUI's window against the rows of
     the look-back): a snapshot's window takes it from the TUI's pipeline over its polls."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rule", replace(self.rule, advice=self.advice))
+        rule = replace(self.rule, advice=self.advice)
+        if self.needs:
+            rule = replace(rule, check=_judged(rule.check, self.needs))  # type: ignore[arg-type]
+        object.__setattr__(self, "rule", rule)
 
     def alert_rule(self, spec: AlertSpec) -> AlertRule | str:
         """Its alerting rule for `spec`, or why there is none."""
@@ -68,6 +75,21 @@ class Definition(Generic[X]):
             return made
         r = self.rule
         return AlertRule(r.id, r.severity, r.bottleneck, r.immediate, made, r.advice)
+
+
+def _judged(
+    check: Callable[[Context], Verdict | None], needs: tuple[str, ...]
+) -> Callable[[Context], Verdict | None]:
+    """`check` over the engines whose dialect has every figure it needs; the Context as it is
+    when all do (the usual case: one comparison an engine, no copy)."""
+
+    def judged(ctx: Context) -> Verdict | None:
+        able = tuple(e for e in ctx.engines if lacking(e.engine, needs) is None)
+        if len(able) == len(ctx.engines):
+            return check(ctx)
+        return check(replace(ctx, engines=able)) if able else None
+
+    return judged
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,7 @@ PREFIX_CACHE_COLLAPSE = Definition(
     alert=_prefix_cache_collapse_alert,
     reads=("prefix_drop_from_frac", "prefix_drop_to_share", "prefix_lookback_s"),
     compares_levels=True,
+    needs=("prefix_cache",),
 )
 
 
@@ -191,6 +192,7 @@ DECODE_STALL = Definition(
     alert="a poll-to-poll decode rate against its running median over a minute: at "
     "Prometheus' scrape interval the stall (seconds long) is averaged away",
     compares_levels=True,
+    needs=("itl",),
 )
 
 
@@ -261,6 +263,7 @@ SPEC_DECODE_LOW = Definition(
     alert=_spec_decode_low_alert,
     reads=("spec_acceptance_low_frac", "spec_drop_share", "prefix_lookback_s"),
     compares_levels=True,
+    needs=("spec_decode",),
 )
 
 

@@ -146,6 +146,7 @@ KV_EXHAUSTED = Definition(
     ),
     alert=_kv_exhausted_alert,
     reads=("kv_high_frac", "kv_target_frac"),
+    needs=("kv_usage",),
 )
 
 FINDINGS = (KV_EXHAUSTED,)

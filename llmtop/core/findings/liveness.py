@@ -136,6 +136,7 @@ STALE_DATA = Definition(
     guide="target-down",
     alert=_stale_data_alert,
     reads=("stale_after_s",),
+    needs=("live_tokens",),
 )
 
 
@@ -193,6 +194,7 @@ SCHEDULER_STUCK = Definition(
     ),
     alert=_scheduler_stuck_alert,
     reads=("kv_high_frac", "scheduler_stuck_after_s"),
+    needs=("live_tokens",),
 )
 
 FINDINGS = (TARGET_DOWN, STATS_DISABLED, STALE_DATA, SCHEDULER_STUCK)

@@ -13,7 +13,8 @@ from llmtop.core.base import format as fmt
 from llmtop.core.base.admin_api import LIMIT_FIELDS
 from llmtop.core.base.snapshot import EngineStats, Finding, GatewayStats, GpuStats, Status
 from llmtop.core.base.window import KvPeak, WindowFinding, WindowSnapshot
-from llmtop.core.dialects.catalog import described
+from llmtop.core.dialects.catalog import described, lacking
+from llmtop.core.findings.catalog import DEFINITIONS
 
 EXIT_CODES: dict[Status, int] = {"ok": 0, "degraded": 1, "critical": 2, "unknown": 3}
 
@@ -184,7 +185,25 @@ def to_json(w: WindowSnapshot) -> dict[str, Any]:
         "gpu_error": snap.gpu_error,
         "findings": [_finding(f) for f in w.findings],
         "earlier_findings": [_finding(f) for f in w.earlier],
+        "unavailable_findings": unavailable(snap.engines),
     }
+
+
+UNAVAILABLE_KEYS = ("engine", "finding", "why")
+
+
+def unavailable(engines: tuple[EngineStats, ...]) -> list[dict[str, Any]]:
+    """The findings not judged on an engine because its dialect lacks a figure they need:
+    each with the engine and why (empty for vLLM, which exports them all)."""
+    out = []
+    for e in engines:
+        if not e.up:
+            continue
+        for d in DEFINITIONS:
+            why = lacking(e.engine, d.needs) if d.needs else None
+            if why is not None:
+                out.append(dict(zip(UNAVAILABLE_KEYS, (e.url, d.rule.id, why), strict=True)))
+    return out
 
 
 def offset(s: float) -> str:

@@ -155,16 +155,21 @@ class Pipeline:
             self._snapshots.popleft()
 
 
+KV, DECODE = ("kv_usage",), ("generation_tokens",)
+"""Core inputs a status needs, unless the engine's dialect lacks them (llama.cpp's KV use)."""
+
+
 def _status(engines: tuple[EngineStats, ...], findings: tuple[Any, ...]) -> Status:
-    """unknown when no engine is up with its core inputs known; else from the findings."""
+    """unknown when no engine is up with its core inputs known (those its engine exports);
+    else from the findings."""
     known = [
         e
         for e in engines
         if e.up
         and not e.stats_disabled
         and e.running is not None
-        and e.kv_cache_usage_frac is not None
-        and e.decode_tok_per_s is not None
+        and (e.kv_cache_usage_frac is not None or dialects.lacking(e.engine, KV) is not None)
+        and (e.decode_tok_per_s is not None or dialects.lacking(e.engine, DECODE) is not None)
     ]
     if not known:
         return "unknown"
