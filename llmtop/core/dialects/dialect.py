@@ -36,6 +36,9 @@ class Dialect:
     """Figure (`FIGURES`) -> why this engine has none, in a user's words."""
     metrics_switch: str = ""
     """How to make the engine export its metrics (`stats-disabled`'s advice)."""
+    seats: str = "restart vLLM with --max-num-seqs {n}"
+    """How to bound the engine's own concurrency at {n}, the cap advice's other way: "restart
+    X with --flag {n}" (without a figure, "with a lower --flag")."""
     default_port: int = 8000
     info_path: str = "/version"
     """Where it says its version (and, for some, its slots and capacity)."""

@@ -9,6 +9,7 @@ from llmtop.core.dialects.dialect import Dialect, histogram, prefixed
 NO_PREFIX_CACHE = "exports no prefix-cache counters"
 VLLM = Dialect(
     kind="vllm",
+    seats="restart vLLM with --max-num-seqs {n}",
     title="vLLM",
     prefix="vllm:",
     renames={},
@@ -20,6 +21,7 @@ VLLM = Dialect(
 
 SGLANG = Dialect(
     kind="sglang",
+    seats="restart SGLang with --max-running-requests {n}",
     title="SGLang",
     prefix="sglang:",
     renames={
@@ -57,6 +59,7 @@ SGLANG = Dialect(
 
 LLAMACPP = Dialect(
     kind="llamacpp",
+    seats="restart llama-server with --parallel {n} (its slots)",
     title="llama.cpp",
     prefix="llamacpp:",
     renames={
@@ -90,6 +93,7 @@ LLAMACPP = Dialect(
 _TRTLLM_NO_TOKENS = "trtllm-serve exports no token counters"
 TRTLLM = Dialect(
     kind="trtllm",
+    seats="restart trtllm-serve with --max_batch_size {n}",
     title="TensorRT-LLM",
     prefix="trtllm_",
     renames={
@@ -124,6 +128,7 @@ _LMDEPLOY_AS_VLLM = (
 )
 LMDEPLOY = Dialect(
     kind="lmdeploy",
+    seats="restart LMDeploy with --max-batch-size {n}",
     title="LMDeploy",
     prefix="lmdeploy:",
     renames={
@@ -145,6 +150,7 @@ LMDEPLOY = Dialect(
 
 DYNAMO = Dialect(
     kind="dynamo",
+    seats="restart Dynamo's workers with --max-num-seqs {n} (vLLM's; their engine's otherwise)",
     title="NVIDIA Dynamo",
     prefix="dynamo_frontend_",
     renames={
@@ -176,6 +182,7 @@ DYNAMO = Dialect(
 
 TGI = Dialect(
     kind="tgi",
+    seats="restart TGI with --max-concurrent-requests {n}",
     title="TGI",
     prefix="tgi_",
     renames={

@@ -20,6 +20,7 @@ from llmtop.core.base.snapshot import (
     Severity,
     Snapshot,
 )
+from llmtop.core.dialects.engines import BY_KIND, VLLM
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.kvsize import KvSize, kv_size
 from llmtop.core.health.thresholds import FleetRules, HealthSettings
@@ -195,7 +196,7 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
             return (
                 f"{why}: vLLM runs {running:.0f} but the gateway has {gw.in_flight} in flight, "
                 "so traffic reaches vLLM around it: point clients at the gateway "
-                f"(cap ~{n}), or restart vLLM with --max-num-seqs {n}"
+                f"(cap ~{n}), or {_seats(engines, str(n))}"
             )
         if gw.max_concurrency is not None and gw.max_concurrency <= n:
             return (
@@ -205,12 +206,23 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
     if n is None:
         return (
             f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "
-            "so the excess waits there with a timeout, or restart vLLM with a lower --max-num-seqs"
+            f"so the excess waits there with a timeout, or {_seats(engines, 'a lower')}"
         )
     return (
         f"{why}: cap concurrency at ~{n}: press - or :cap {n} (gateway max_concurrency), "
-        f"or restart vLLM with --max-num-seqs {n}"
+        f"or {_seats(engines, str(n))}"
     )
+
+
+def _seats(engines: Sequence[EngineStats], n: str) -> str:
+    """The engine's own way to bound its concurrency at `n`, in its flag's words; vLLM's where
+    the engines are several kinds, none, or of no dialect llmtop knows."""
+    kinds = {e.engine for e in engines}
+    d = BY_KIND.get(kinds.pop() or "") if len(kinds) == 1 else None
+    seats = (d or VLLM).seats
+    if n == "a lower":  # "with a lower --max-num-seqs": the flag without a figure
+        return seats.replace(" {n}", "").replace("with ", "with a lower ", 1)
+    return seats.format(n=n)
 
 
 _CAP_ADVICE = re.compile(r"press - or :cap (\d+)\b")
