@@ -181,7 +181,46 @@ def findings_block() -> str:
     return md_table(("id", "bottleneck", "fires when", "action"), rows)
 
 
+SHOWN = (
+    ("running", "running"), ("waiting", "waiting"), ("KV use", "kv_usage"),
+    ("KV size", "kv_capacity"), ("prefill", "prompt_tokens"), ("decode", "generation_tokens"),
+    ("TTFT", "ttft"), ("ITL", "itl"), ("E2E", "e2e"), ("queue", "queue_time"),
+    ("preempt", "preemptions"), ("prefix", "prefix_cache"), ("spec", "spec_decode"),
+)  # fmt: skip
+"""README's engine table: (column, the dialect figure it shows)."""
+
+
+def engines_block() -> str:
+    """README's engines table: each dialect's figures (✓, or n/a with its note) and the
+    findings it cannot be judged by, from the dialects and the findings' `needs`."""
+    from llmtop.core.dialects.engines import DIALECTS
+    from llmtop.core.findings.catalog import DEFINITIONS
+
+    notes: dict[str, int] = {}
+    rows = []
+    for d in DIALECTS:
+        cells = []
+        for _, fig in SHOWN:
+            why = d.lacks.get(fig)
+            cells.append(
+                "✓" if why is None else f"n/a{_sup(notes.setdefault(why, len(notes) + 1))}"
+            )
+        gone = [x.rule.id for x in DEFINITIONS if x.needs and any(f in d.lacks for f in x.needs)]
+        rows.append(
+            (f"{d.title} (`{d.prefix}`)", *cells, ", ".join(f"`{g}`" for g in gone) or "none")
+        )
+    table = md_table(("engine", *(c for c, _ in SHOWN), "findings not judged"), rows)
+    why = "\n".join(f"{_sup(n)} {w}" for w, n in notes.items())
+    sources = "\n".join(f"- {d.title}: {d.source}" for d in DIALECTS)
+    return f"{table}\n\n{why}\n\nRead from:\n\n{sources}"
+
+
+def _sup(n: int) -> str:
+    return "".join("⁰¹²³⁴⁵⁶⁷⁸⁹"[int(c)] for c in str(n))
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "engines": engines_block,
     "keys": keys_block,
     "findings": findings_block,
     "words": words_block,

@@ -177,3 +177,40 @@ def test_llamacpp_is_judged_on_what_it_exports_and_says_what_it_cannot() -> None
         unavailable(p.update(RawPoll(41.0, (RawEngine(URL, promtext.parse(vllm, KEEP)),))).engines)
         == []
     )
+
+
+CANONICAL = {
+    "running": {"vllm:num_requests_running"},
+    "waiting": {"vllm:num_requests_waiting"},
+    "kv_usage": {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+    "prompt_tokens": {"vllm:prompt_tokens_total"},
+    "generation_tokens": {"vllm:generation_tokens_total"},
+    "ttft": {"vllm:time_to_first_token_seconds_count"},
+    "itl": {"vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"},
+    "e2e": {"vllm:e2e_request_latency_seconds_count"},
+    "queue_time": {"vllm:request_queue_time_seconds_count"},
+    "preemptions": {"vllm:num_preemptions_total"},
+    "prefix_cache": {"vllm:prefix_cache_hits_total"},
+    "spec_decode": {"vllm:spec_decode_num_drafts_total"},
+    "finished": {"vllm:request_success_total"},
+}
+"""Each figure as vLLM's sample names a dialect maps it onto (capacity and live tokens are
+read otherwise: `Dialect.capacity`, and when an engine counts its tokens)."""
+
+
+OLD_BUILDS_ONLY = {("llamacpp", "kv_usage")}
+"""Read where an older build exports it, and said to be lacking in the current one."""
+
+
+@pytest.mark.parametrize("dialect", [d for d in DIALECTS if d.kind != "vllm"], ids=str)
+def test_every_figure_is_read_or_said_to_be_lacking(dialect: Dialect) -> None:
+    mapped = set(dialect.renames.values()) | (
+        {"vllm:request_success_total"} if dialect.finished else set()
+    )
+    for figure, names in CANONICAL.items():
+        read, lacking = bool(names & mapped), figure in dialect.lacks
+        if (dialect.kind, figure) in OLD_BUILDS_ONLY:
+            assert (read, lacking) == (True, True)
+        else:
+            assert read != lacking, f"{dialect.kind}: {figure} read and lacking, or neither"
+    assert (dialect.capacity is None) == ("kv_capacity" in dialect.lacks)

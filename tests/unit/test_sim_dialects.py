@@ -106,7 +106,8 @@ def test_round_trip_gives_the_vllm_figures_or_none(engine: Engine, d: Dialect) -
             assert get(theirs) == done > 0
             assert "abort" not in counted or get(theirs) == get(ours)
         elif figure in sp.figures:
-            assert get(ours) is not None, figure
+            if figure != "spec_decode":  # the sim does not decode speculatively
+                assert get(ours) is not None, figure
             assert get(theirs) == get(ours), figure
         else:  # lacked (or not in its tables): left out, never invented
             assert get(theirs) is None, figure

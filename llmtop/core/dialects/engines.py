@@ -113,6 +113,7 @@ TRTLLM = Dialect(
         "live_tokens": _TRTLLM_NO_TOKENS,
         "preemptions": "trtllm-serve counts no preemptions (trtllm_num_paused_requests is a level)",
         "prefix_cache": "trtllm-serve's kv_cache_hit_rate is a gauge, not counters",
+        "spec_decode": "trtllm-serve's speculative decoding figures are gauges, not counters",
     },
     metrics_switch="start trtllm-serve with return_perf_metrics and read /prometheus/metrics",
     info_path="/version",
@@ -125,6 +126,10 @@ _LMDEPLOY_AS_VLLM = (
     "gpu_cache_usage_perc",
     "prompt_tokens_total",
     "generation_tokens_total",
+    "request_success_total",  # finished_reason "ResponseType.FINISH", ...
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
 )
 LMDEPLOY = Dialect(
     kind="lmdeploy",
@@ -141,11 +146,12 @@ LMDEPLOY = Dialect(
     lacks={
         "kv_capacity": "LMDeploy exports no KV capacity",
         "preemptions": "LMDeploy counts no preemptions",
-        "prefix_cache": "LMDeploy " + NO_PREFIX_CACHE,
+        "prefix_cache": "LMDeploy's cached-token counter is not read yet (its prompt tokens' "
+        "share of it unconfirmed)",
     },
     metrics_switch="restart lmdeploy serve api_server with --enable-metrics",
     default_port=23333,
-    source="lmdeploy/metrics/stats.py (metrics_processor), LMDeploy 0.10",
+    source="lmdeploy/metrics/loggers.py, LMDeploy 0.18.0",
 )
 
 DYNAMO = Dialect(
@@ -209,6 +215,7 @@ TGI = Dialect(
         "kv_capacity": "TGI exports no KV capacity",
         "preemptions": "TGI counts no preemptions",
         "prefix_cache": "TGI " + NO_PREFIX_CACHE,
+        "spec_decode": "TGI exports no speculative decoding counters",
     },
     metrics_switch="TGI always exports /metrics: check the port",
     default_port=80,
