@@ -22,13 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"load scenario (default: {DEFAULT}; listed below)",
     )
     p.add_argument("--headless", action="store_true", help="no screen: print the timeline")
-    p.add_argument(
-        "--duration-s",
-        dest="duration",
-        type=float,
-        metavar="S",
-        help="stop after S seconds (headless default: one pass of the scenario)",
-    )
+    until = "stop after S seconds (headless default: one pass of the scenario)"
+    p.add_argument("--duration-s", dest="duration", type=float, metavar="S", help=until)
     p.add_argument("--json", action="store_true", help="with --headless: one JSON document")
     p.add_argument(
         "--apply-cap",
@@ -36,13 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --headless: set the gateway's max concurrency to N at T s; auto: to the cap"
         " the active finding suggests at T (T defaults to the scenario's own moment)",
     )
-    p.add_argument(
-        "--dialect",
-        default="vllm",
-        metavar="ENGINE",
-        help="the engine whose /metrics the simulated engine speaks (default: vllm; as"
-        " `llmtop sim --dialect`)",
-    )
+    speaks = "the engine whose /metrics the simulated engine speaks (as `llmtop sim --dialect`)"
+    p.add_argument("--dialect", default="vllm", metavar="ENGINE", help=speaks)
     p.add_argument("--seed", type=int, default=0, help="seed of the load (default 0)")
     p.add_argument("--record", metavar="FILE", help="record every poll to FILE")
     slo_flags(p)

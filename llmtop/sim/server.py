@@ -27,7 +27,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from llmtop.core.dialects.catalog import dialect_of
-from llmtop.core.dialects.engines import VLLM
 from llmtop.errors import UsageError
 from llmtop.settings import SimSettings
 from llmtop.sim.dcgm import DcgmTelemetry
@@ -95,8 +94,7 @@ def banner(engine: Engine, dialect: str = "vllm") -> str:
     cfg = engine.config
     stuck = engine.stuck_from_s
     fault = "" if stuck is None else f", fault scheduler-stuck@{stuck - engine.now:g}"
-    d = dialect_of(dialect)
-    speaks = "" if d is VLLM else f", /metrics in {d.title}'s names"
+    speaks = "" if dialect == "vllm" else f", /metrics in {dialect_of(dialect).title}'s names"
     return (
         f"llmtop sim: profile {cfg.profile.name} ({cfg.kv_tokens:,} KV tokens,"
         f" max_num_seqs {cfg.max_num_seqs}{fault}{speaks}) listening on {{url}}"
