@@ -3,6 +3,8 @@ carries, its families are read under vLLM's names, and what it lacks stays None,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmtop.core.base.raw import RawEngine, RawPoll
@@ -214,3 +216,46 @@ def test_every_figure_is_read_or_said_to_be_lacking(dialect: Dialect) -> None:
         else:
             assert read != lacking, f"{dialect.kind}: {figure} read and lacking, or neither"
     assert (dialect.capacity is None) == ("kv_capacity" in dialect.lacks)
+
+
+ENGINES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
+
+
+def test_a_real_llamacpp_burst_reads_as_its_slots_and_queue() -> None:
+    """llama.cpp b11434 (tests/fixtures/engines/llamacpp/: 30 streams behind 2 slots) at its
+    deepest queue: 2 processing, 26 deferred, read as running and waiting; no KV figure."""
+    text = (ENGINES / "llamacpp" / "metrics-burst.txt").read_text()
+    s = scrape_of(text)
+    assert (s.engine, s.engine_note) == ("llamacpp", None)
+    assert s.gauges == {"running": 2.0, "waiting": 26.0, "kv_usage": None}
+    assert s.counters["generation_tokens"] == 192.0
+    assert s.counters["prefix_hits"] == 0.0  # prompt_tokens_cached_total, 0 in this burst
+    assert s.counters["prefix_queries"] == 64.0  # computed + cached prompt tokens
+    assert s.counters["spec_drafts"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("engine", "path", "kind"),
+    [
+        ("sglang", "metrics-docs-example.txt", "sglang"),
+        ("sglang", "metrics-definitions-0.5.2-load.txt", "sglang"),
+        ("trtllm", "metrics-definitions-050f80de-load.txt", "trtllm"),
+        ("lmdeploy", "metrics-definitions-0.18.0-load.txt", "lmdeploy"),
+        ("tgi", "metrics-definitions-load.txt", "tgi"),
+        ("dynamo", "metrics-load.txt", "dynamo"),
+    ],
+)
+def test_each_engines_own_output_reads_in_its_dialect(engine: str, path: str, kind: str) -> None:
+    """Each engine's published (or source-generated, or here-captured) /metrics: its dialect
+    detected, its queue read, never read as nothing."""
+    s = scrape_of((ENGINES / engine / path).read_text())
+    assert s.engine == kind
+    assert s.has_vllm
+    assert s.gauges["running"] is not None
+    assert s.gauges["waiting"] is not None
+
+
+def test_sglangs_documented_example_is_its_queue() -> None:
+    """SGLang's own docs example: 162 running, 2,826 queued (read as nothing before)."""
+    s = scrape_of((ENGINES / "sglang" / "metrics-docs-example.txt").read_text())
+    assert (s.gauges["running"], s.gauges["waiting"]) == (162.0, 2826.0)

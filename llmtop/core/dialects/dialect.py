@@ -47,8 +47,9 @@ class Dialect:
     capacity: tuple[str, str | None] | None = None
     """(a gauge of its KV blocks, a gauge of tokens per block or None for tokens): its KV
     capacity, read as vLLM's `cache_config_info`."""
-    queries: str | None = None
-    """Its sample that also counts vLLM's prefix-cache queries (SGLang's prompt tokens)."""
+    queries: tuple[str, ...] = ()
+    """Its samples that also count as vLLM's prefix-cache queries, added up (SGLang's prompt
+    tokens; llama.cpp's prompt tokens computed and those it found cached)."""
     finished: Mapping[str, str] = field(default_factory=dict)
     """Its counter of finished requests -> the finished_reason it counts as."""
     keep_label: tuple[str, str] | None = None
@@ -72,7 +73,7 @@ class Dialect:
             name = renames.get(s.name)
             if name is not None:
                 out.append(Sample(name, s.labels, s.value))
-                if s.name == self.queries:
+                if s.name in self.queries:
                     out.append(Sample(PREFIX_QUERIES, s.labels, s.value))
             elif s.name in finished:
                 labels = (*s.labels, ("finished_reason", finished[s.name]))

