@@ -104,7 +104,9 @@ async def _queue_run(stack: Stack, tmp_path: Path) -> None:
     assert run.raised is not None
     assert snap["end"] < run.raised, (snap["end"], run.raised, run.onset)
     (engine,) = snap["json"]["engines"]
-    assert engine["running"] == 2
+    # the cap's 2, or 1 in the moment between one ending and the gateway starting the next
+    # (seen on a busy box: the poll falls between the two)
+    assert engine["running"] in (1, 2)
     assert engine["waiting"] == 0
     assert engine["kv_cache_usage_frac"] < 0.3
     ids = [f["id"] for f in snap["json"]["findings"]]
