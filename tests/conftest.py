@@ -31,24 +31,42 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # CI runs the suite on pytest-xdist workers (scripts/check: `-n 6 --dist loadgroup`): most of it
 # waits on sockets, processes and timers, not on a core. Each worker is its own process, so every
-# server here binds port 0 and every file goes under tmp_path. A module whose tests share a
-# module-scoped server names an `xdist_group` so they stay on one worker, and the tests that put
-# real servers under real-time load share the group "realtime-load", so that two of them never
-# starve each other of the 2 cores. Plain `pytest` runs in one process.
+# server here binds port 0 and every file goes under tmp_path. A module's tests stay on one
+# worker (below), and the tests that put real servers under real-time load share the group
+# "realtime-load", so that two of them never starve each other of the 2 cores. Plain `pytest`
+# runs in one process.
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first by `slow(seconds)` (stable: the rest keep their order), so that on workers
-    the what-if accuracy test (~140 s, collected near the end) starts at once, not last."""
-    items.sort(key=lambda item: -_expected_s(item))
+    """On workers a module's tests share one worker (its module-scoped servers and replays are
+    made once, not once a worker: the suite's CPU 2.6x without) unless a test names its own
+    `xdist_group`; the groups run longest first (`slow(seconds)`, a typical time otherwise),
+    so the what-if accuracy test (~140 s, collected near the end) starts at once, not last."""
+    weight: dict[str, float] = {}
+    group_of: dict[str, str] = {}
+    for item in items:
+        named = sorted({m.args[0] for m in item.iter_markers("xdist_group") if m.args})
+        if not named:
+            named = [item.nodeid.split("::")[0]]
+            item.add_marker(pytest.mark.xdist_group(named[0]))
+        group = "_".join(named)  # as xdist joins them
+        weight[group] = weight.get(group, 0.0) + _expected_s(item)
+        group_of[item.nodeid] = group
+    items.sort(key=lambda item: -weight[group_of[item.nodeid]])
+
+
+TYPICAL_S = {"unit": 0.05}
+"""An unmarked test's time, for the order only: a unit test milliseconds, the others (real
+servers, Pilot, snapshots) about a second."""
 
 
 def _expected_s(item: pytest.Item) -> float:
     mark = item.get_closest_marker("slow")
-    if mark is None:
-        return 0.0
-    return float(mark.args[0]) if mark.args else 10.0
+    if mark is not None:
+        return float(mark.args[0]) if mark.args else 10.0
+    folder = item.nodeid.split("/")[1] if item.nodeid.count("/") > 1 else ""
+    return TYPICAL_S.get(folder, 1.0)
 
 
 @pytest.fixture
