@@ -29,7 +29,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-# CI runs the suite on pytest-xdist workers (scripts/check: `-n 6 --dist loadgroup`): most of it
+# CI runs the suite on pytest-xdist workers (scripts/check: `-n 4 --dist loadgroup`): most of it
 # waits on sockets, processes and timers, not on a core. Each worker is its own process, so every
 # server here binds port 0 and every file goes under tmp_path. A module's tests stay on one
 # worker (below), and the tests that put real servers under real-time load share the group
