@@ -45,6 +45,7 @@ from harness.chaos_ledger import (
     Injection,
     disagreements,
     gateway_tally,
+    is_json_error,
     named,
     outcome_of_body,
     outcome_of_stream,
@@ -155,7 +156,9 @@ async def send(
             async for line in r.content:
                 if line.startswith(b"data: "):
                     events = [*events[-1:], line[6:].strip()]
-                    if e.kind == "cancel" and len(events) == 2 and events[-1] != b"[DONE]":
+                    last = events[-1]  # the stream's own error is the gateway's to count
+                    cancel = e.kind == "cancel" and len(events) == 2 and last != b"[DONE]"
+                    if cancel and not is_json_error(last):
                         r.close()  # this client gives up mid-stream
                         e.end("cancelled")
                         return

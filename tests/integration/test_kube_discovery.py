@@ -26,6 +26,13 @@ from tests.support.kube_api import KubeEmulator, Obj, pod
 SELECTOR = "app=vllm"
 NEEDS = "the console needs pods get/list/watch and pods/proxy get"
 
+pytestmark = pytest.mark.filterwarnings(
+    # a watch the emulator cuts mid-stream on purpose (its transport aborted) may leave its
+    # socket to the garbage collector, which can report it during a later test of the module
+    "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
+
 
 @pytest.fixture(autouse=True)
 def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
