@@ -110,8 +110,11 @@ async def _queue_run(stack: Stack, tmp_path: Path) -> None:
     assert engine["waiting"] == 0
     assert engine["kv_cache_usage_frac"] < 0.3
     ids = [f["id"] for f in snap["json"]["findings"]]
-    assert ids == [FINDING], snap["json"]["findings"]
-    (f,) = snap["json"]["findings"]
+    # on a starved box the queue's wait p95 can cross the SLO by then too: gateway-saturated
+    # beside it is the same queue named from its p95 (seen twice in fresh-clone runs)
+    assert FINDING in ids, snap["json"]["findings"]
+    assert set(ids) <= {FINDING, "gateway-saturated"}, snap["json"]["findings"]
+    (f,) = [x for x in snap["json"]["findings"] if x["id"] == FINDING]
     assert "in the gateway's queue have waited past the TTFT SLO (2.0 s)" in f["summary"]
     assert "raise the cap from 2 to ~" in f["action"]
     assert "KV tokens (90% target of 38,800)" in f["action"]
