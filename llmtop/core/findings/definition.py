@@ -84,9 +84,9 @@ def _judged(
     when all do (the usual case: one comparison an engine, no copy)."""
 
     def judged(ctx: Context) -> Verdict | None:
-        able = tuple(e for e in ctx.engines if lacking(e.engine, needs) is None)
-        if len(able) == len(ctx.engines):
+        if all(lacking(e.engine, needs) is None for e in ctx.engines):
             return check(ctx)
+        able = tuple(e for e in ctx.engines if lacking(e.engine, needs) is None)
         return check(replace(ctx, engines=able)) if able else None
 
     return judged

@@ -196,7 +196,7 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
             return (
                 f"{why}: vLLM runs {running:.0f} but the gateway has {gw.in_flight} in flight, "
                 "so traffic reaches vLLM around it: point clients at the gateway "
-                f"(cap ~{n}), or {_seats(engines, str(n))}"
+                f"(cap ~{n}), or {_seats(engines, n)}"
             )
         if gw.max_concurrency is not None and gw.max_concurrency <= n:
             return (
@@ -206,21 +206,22 @@ def cap_action(n: int | None, why: str, ctx: Context | None = None) -> str:
     if n is None:
         return (
             f"{why}: cap concurrency at the gateway (press - or :cap N, gateway max_concurrency) "
-            f"so the excess waits there with a timeout, or {_seats(engines, 'a lower')}"
+            f"so the excess waits there with a timeout, or {_seats(engines, None)}"
         )
     return (
         f"{why}: cap concurrency at ~{n}: press - or :cap {n} (gateway max_concurrency), "
-        f"or {_seats(engines, str(n))}"
+        f"or {_seats(engines, n)}"
     )
 
 
-def _seats(engines: Sequence[EngineStats], n: str) -> str:
-    """The engine's own way to bound its concurrency at `n`, in its flag's words; vLLM's where
-    the engines are several kinds, none, or of no dialect llmtop knows."""
+def _seats(engines: Sequence[EngineStats], n: int | None) -> str:
+    """The engine's own way to bound its concurrency at `n` (None: lower, no figure to name),
+    in its flag's words; vLLM's where the engines are several kinds, none, or of no dialect
+    llmtop knows."""
     kinds = {e.engine for e in engines}
     d = BY_KIND.get(kinds.pop() or "") if len(kinds) == 1 else None
     seats = (d or VLLM).seats
-    if n == "a lower":  # "with a lower --max-num-seqs": the flag without a figure
+    if n is None:  # "with a lower --max-num-seqs": the flag without a figure
         return seats.replace(" {n}", "").replace("with ", "with a lower ", 1)
     return seats.format(n=n)
 
