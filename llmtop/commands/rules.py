@@ -34,6 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="Prometheus' scrape and evaluation interval the windows are sized for (default 15)",
     )
+    p.add_argument(
+        "--dialect",
+        default="vllm",
+        metavar="ENGINES",
+        help="the engines whose series the rules read, comma-separated, or all: one group each, "
+        "in its own metric names (vllm, sglang, llamacpp, trtllm, lmdeploy, tgi, dynamo; "
+        "default vllm)",
+    )
     p.add_argument("--out", metavar="FILE", help="write the file here (default: print it)")
 
 
@@ -44,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llmtop.core.alerts.spec import AlertSpec, matchers
-    from llmtop.core.output.rulesfile import render
+    from llmtop.core.output.rulesfile import dialects, render
     from llmtop.errors import ConfigError
 
     monitor, health = load(MonitorSettings, args), load(HealthSettings, args)
@@ -55,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         replica_label=monitor.prometheus_replica_label,
         interval_s=float(args.interval),
     )
-    text = render(spec)
+    text = render(spec, dialects=dialects(args.dialect))
     if not args.out:
         sys.stdout.write(text)
         return 0

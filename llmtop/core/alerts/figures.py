@@ -18,6 +18,7 @@ from llmtop.core.alerts.spec import (
     number,
 )
 from llmtop.core.derive.derive import LEVEL_WINDOW_S
+from llmtop.core.dialects.reverse import reverse
 from llmtop.core.vllm.names import CACHE_CONFIG, COUNTERS, FINISHED
 
 P = "llmtop:vllm_"
@@ -59,10 +60,44 @@ def _label_number(spec: AlertSpec, label: str) -> str:
     )
 
 
+def _capacity(spec: AlertSpec) -> tuple[str, str]:
+    """The KV capacity in tokens and what it is read from: vLLM's cache_config_info, or the
+    engine's own gauges (SGLang's token pool, TensorRT-LLM's blocks x tokens per block)."""
+    r = spec.r
+    own = reverse(spec.dialect).capacity if spec.dialect != "vllm" else None
+    if own is None:
+        return (
+            f"sum by ({r}) ({_label_number(spec, 'num_gpu_blocks')} * on ({r}, engine) "
+            f"{_label_number(spec, 'block_size')})",
+            "KV tokens: num_gpu_blocks x block_size of cache_config_info, summed over engines",
+        )
+    blocks, per_block = own
+    total = f"sum by ({r}) ({spec.vllm(blocks)})"
+    if per_block is None:
+        return total, f"KV tokens: {blocks}, summed over its ranks"
+    return (
+        f"{total} * on ({r}) max by ({r}) ({spec.vllm(per_block)})",
+        f"KV tokens: {blocks} x {per_block}",
+    )
+
+
+def _block_size(spec: AlertSpec) -> str:
+    """Tokens per KV block: cache_config_info's, the engine's own gauge, or 1 where its
+    capacity is counted in tokens (SGLang's pages of one token, as llmtop reads it)."""
+    r = spec.r
+    own = reverse(spec.dialect).capacity if spec.dialect != "vllm" else None
+    if own is None:
+        return f"max by ({r}) ({_label_number(spec, 'block_size')})"
+    blocks, per_block = own
+    if per_block is None:
+        return f"max by ({r}) ({spec.vllm(blocks)}) * 0 + 1"
+    return f"max by ({r}) ({spec.vllm(per_block)})"
+
+
 def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
     """The recording rules, in the order they are evaluated (each may read the ones before)."""
     q = spec.queries.figures((spec.r,))
-    r, w, h = spec.r, duration(spec.window_s), spec.health
+    r, w, h, p = spec.r, duration(spec.window_s), spec.health, spec.p
     on = f"on ({r})"
     finished = f"sum by ({r}) (rate({spec.vllm(FINISHED)}[{w}]))"
     error = spec.vllm(FINISHED, extra='finished_reason="error"')
@@ -84,13 +119,13 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ("waiting_deferred", q["waiting_deferred"], "waiting for a LoRA, a KV transfer (0.20+)"),
         (
             "waiting_for_kv",
-            f"{P}waiting_for_capacity or {P}waiting",
+            f"{p}waiting_for_capacity or {p}waiting",
             "waiting for KV: by reason where vLLM says, else all waiting (as kv-exhausted reads)",
         ),
         ("kv_usage_frac", q["kv_usage"], "KV-cache usage, 0..1"),
         (
             "kv_usage_peak_frac",
-            f"max_over_time({P}kv_usage_frac[{w}])",
+            f"max_over_time({p}kv_usage_frac[{w}])",
             "the highest KV usage over the window: preemption frees blocks, so a full cache "
             "oscillates",
         ),
@@ -98,7 +133,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ("decode_tok_per_s", q["generation_tokens"], "generated tokens per second"),
         (
             "decode_tok_per_s_per_seq",
-            f"{P}decode_tok_per_s / {on} ({P}running > 0)",
+            f"{p}decode_tok_per_s / {on} ({p}running > 0)",
             "decode rate of each running sequence",
         ),
         ("preemptions_per_s", q["preemptions"], "preemptions per second"),
@@ -110,57 +145,52 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ("prompt_tokens_mean", q["mean_prompt_len"], "mean prompt of the finished requests"),
         ("generation_tokens_mean", q["mean_generation_len"], "mean output of the finished"),
         ("finished_per_s", finished, "requests finished per second, any reason"),
-        ("error_frac", f"{errors} / {on} ({P}finished_per_s > 0)", "share finished in error"),
+        ("error_frac", f"{errors} / {on} ({p}finished_per_s > 0)", "share finished in error"),
         (
             "admission_rejections_per_s",
             f"sum by ({r}) (rate({spec.vllm(*COUNTERS['admission_rejections'])}[{w}]))",
             "vLLM's own 503s per second (--max-num-queued-reqs, 0.32+)",
         ),
         ("tokens_total", tokens, "tokens made since start: its moving is the engine's progress"),
-        (
-            "kv_capacity_tokens",
-            f"sum by ({r}) ({_label_number(spec, 'num_gpu_blocks')} * on ({r}, engine) "
-            f"{_label_number(spec, 'block_size')})",
-            "KV tokens: num_gpu_blocks x block_size of cache_config_info, summed over engines",
-        ),
+        ("kv_capacity_tokens", *_capacity(spec)),
         (
             "kv_block_size",
-            f"max by ({r}) ({_label_number(spec, 'block_size')})",
+            _block_size(spec),
             "tokens per KV block",
         ),
         (
             "kv_held_tokens_per_seq",
-            f"{P}kv_usage_frac * {on} {P}kv_capacity_tokens / {on} ({P}running > 0)",
+            f"{p}kv_usage_frac * {on} {p}kv_capacity_tokens / {on} ({p}running > 0)",
             "KV each running sequence holds: usage x capacity / running",
         ),
         (
             "kv_request_tokens",
             f"ceil(max by ({r}) ("
-            f'label_replace(max_over_time({P}kv_held_tokens_per_seq[{held}]), "basis", "held", '
+            f'label_replace(max_over_time({p}kv_held_tokens_per_seq[{held}]), "basis", "held", '
             '"", "")'
-            f" or label_replace({P}prompt_tokens_mean + {on} {P}generation_tokens_mean or "
-            f'{P}prompt_tokens_mean, "basis", "mean", "", "")))',
+            f" or label_replace({p}prompt_tokens_mean + {on} {p}generation_tokens_mean or "
+            f'{p}prompt_tokens_mean, "basis", "mean", "", "")))',
             "what a slot costs (kv_size): the larger of the mean prompt + output and the most "
             f"a running sequence held over {held}, whole tokens",
         ),
         (
             "kv_budget_tokens",
-            f"floor({P}kv_capacity_tokens * {number(min(1.0, h.kv_target_frac))})",
+            f"floor({p}kv_capacity_tokens * {number(min(1.0, h.kv_target_frac))})",
             f"the KV tokens a cap may fill: kv_target_frac ({h.kv_target_frac:g}) of the cache",
         ),
         (
             "kv_fits",
-            f"clamp_min(floor((floor({P}kv_budget_tokens / {on} {P}kv_block_size) - 1) / {on} "
-            f"ceil({P}kv_request_tokens / {on} {P}kv_block_size)), 1)",
+            f"clamp_min(floor((floor({p}kv_budget_tokens / {on} {p}kv_block_size) - 1) / {on} "
+            f"ceil({p}kv_request_tokens / {on} {p}kv_block_size)), 1)",
             "sequences that fit: (budget blocks - vLLM's null block) / blocks per request",
         ),
         (
             "slo_ratio",
             f"max by ({r}) ("
-            f'label_replace({P}ttft_p95_seconds / {slo}, "figure", "ttft", "", "")'
-            f' or label_replace({P}itl_p95_seconds / {number(h.slo.itl_s)}, "figure", "itl", '
+            f'label_replace({p}ttft_p95_seconds / {slo}, "figure", "ttft", "", "")'
+            f' or label_replace({p}itl_p95_seconds / {number(h.slo.itl_s)}, "figure", "itl", '
             '"", "")'
-            f" or label_replace({P}gateway_unanswered_seconds / {slo},"
+            f" or label_replace({p}gateway_unanswered_seconds / {slo},"
             ' "figure", "unanswered", "", ""))',
             "the worst latency over its SLO: TTFT p95, ITL p95, and the gateway's oldest "
             "request at the engine without a first token",
@@ -168,7 +198,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         (
             "decode_tok_per_s_per_seq_by_running",
             " or ".join(
-                f"label_replace({P}decode_tok_per_s_per_seq and {on} {P}running <= {k}, "
+                f"label_replace({p}decode_tok_per_s_per_seq and {on} {p}running <= {k}, "
                 f'"running_le", "{k}", "", "")'
                 for k in DECODE_BANDS
             ),
@@ -176,10 +206,10 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ),
         (
             "decode_tok_per_s_per_seq_best_at_half",
-            f"max by ({r}) (max_over_time({P}decode_tok_per_s_per_seq_by_running"
+            f"max by ({r}) (max_over_time({p}decode_tok_per_s_per_seq_by_running"
             f"[{duration(spec.at_least_interval(HISTORY_S))}]) and on ({r}, running_le) ("
             + " or ".join(
-                f'label_replace({P}running >= {2 * k} < {4 * k}, "running_le", "{k}", "", "")'
+                f'label_replace({p}running >= {2 * k} < {4 * k}, "running_le", "{k}", "", "")'
                 for k in DECODE_BANDS
             )
             + "))",
@@ -187,7 +217,8 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
             "or fewer (the band below: a power of two)",
         ),
     ]
-    out = _upstream(spec) + [Recorded(P + name, expr, doc) for name, expr, doc in rows]
+    out = _upstream(spec) if spec.gateway_part else []
+    out += [Recorded(spec.p + name, expr, doc) for name, expr, doc in rows]
     out += _field_side(spec) + _gateway_side(spec)
     return tuple(out)
 
@@ -224,19 +255,21 @@ def _field_side(spec: AlertSpec) -> list[Recorded]:
     r = spec.r
     sw = duration(level_window_s(spec))
 
+    from llmtop.core.promql.promql import alternatives  # `llmtop rules` only (spec.queries)
+
     def rate(key: str, over: str) -> str:
-        each = [f"rate({spec.vllm(n)}[{over}])" for n in COUNTERS[key]]  # newest name first
-        return f"sum by ({r}) ({' or '.join(each)})"
+        found = alternatives(spec.queries.selectors(n) for n in COUNTERS[key])  # newest first
+        return f"sum by ({r}) ({' or '.join(f'rate({x}[{over}])' for x in found)})"
 
     drafting = f"{rate('spec_drafts', sw)} > 0"
     return [
         Recorded(
-            P + "prefix_cache_hit_frac",
+            spec.p + "prefix_cache_hit_frac",
             f"{rate('prefix_hits', sw)} / on ({r}) ({rate('prefix_queries', sw)} > 0)",
             "prefix-cache hits per token queried over the last seconds, while queries flow",
         ),
         Recorded(
-            P + "spec_acceptance_frac",
+            spec.p + "spec_acceptance_frac",
             f"({rate('spec_accepted_tokens', sw)} / on ({r}) "
             f"({rate('spec_draft_tokens', sw)} > 0)) and on ({r}) ({drafting})",
             f"draft tokens accepted per draft token over the last {sw}, while drafts are made",
@@ -258,6 +291,15 @@ def _unanswered(spec: AlertSpec) -> str:
     return f"{each} + on () group_left () max({oldest})"
 
 
+def _every(spec: AlertSpec, name: str) -> str:
+    """A recorded figure of every engine of the file: this one's, or (several engines) each
+    one's joined with `or` (each group records its own engines' figures under its prefix)."""
+    kinds = (spec.dialect, *spec.beside)
+    if len(kinds) == 1:
+        return spec.p + name
+    return "(" + " or ".join(f"llmtop:{k}_{name}" for k in kinds) + ")"
+
+
 def _gateway_side(spec: AlertSpec) -> list[Recorded]:
     """What the engines behind each gateway hold together, one series per gateway (labelled as
     its alerts are): what the gateway's rules weigh its cap against, as the TUI weighs it
@@ -267,9 +309,9 @@ def _gateway_side(spec: AlertSpec) -> list[Recorded]:
     h, r = spec.health, spec.r
     on = f"on ({r})"
     roomy = Recorded(
-        P + "kv_roomy",
-        f"({P}kv_usage_frac < bool {number(h.kv_high_frac)}) * {on} "
-        f"({P}waiting == bool 0) * {on} ({P}preemptions_per_s == bool 0)",
+        spec.p + "kv_roomy",
+        f"({spec.p}kv_usage_frac < bool {number(h.kv_high_frac)}) * {on} "
+        f"({spec.p}waiting == bool 0) * {on} ({spec.p}preemptions_per_s == bool 0)",
         "1 when the engine has KV headroom: below kv_high_frac, 0 waiting, no preemption",
     )
     parts = {
@@ -283,11 +325,13 @@ def _gateway_side(spec: AlertSpec) -> list[Recorded]:
         f"sum by ({r}) ({spec.gateway(G + 'queued')})",
         "requests waiting in each gateway's queue, every priority",
     )
+    if not spec.gateway_part:
+        return [roomy]
     out = [roomy, queued]
     if r == "instance":
         u = UPSTREAM
         for name, (agg, doc) in parts.items():
-            joined = f"{u} * on (instance) group_left () {P}{name}"
+            joined = f"{u} * on (instance) group_left () {_every(spec, name)}"
             expr = f"{agg} by (gateway) ({joined})"
             if name == "kv_fits":
                 expr += (
@@ -304,9 +348,11 @@ def _gateway_side(spec: AlertSpec) -> list[Recorded]:
         return out
     each = f"max by ({r}) ({spec.gateway(G + 'in_flight')}) * 0"
     for name, (agg, doc) in parts.items():
-        whole = f"{agg}({P}{name})"
+        whole = f"{agg}({_every(spec, name)})"
         if name == "kv_fits":
-            whole += f" and on () (count({P}kv_fits) == count({P}running))"
+            whole += (
+                f" and on () (count({_every(spec, 'kv_fits')}) == count({_every(spec, 'running')}))"
+            )
         out.append(
             Recorded(
                 "llmtop:gateway_" + name,

@@ -73,6 +73,14 @@ class AlertSpec:
     gateway_matchers: str = ""
     replica_label: str = "instance"
     interval_s: float = DEFAULT_INTERVAL_S
+    dialect: str = "vllm"
+    """The engine whose series the rules read (`core.dialects`): its own names for vLLM's."""
+    beside: tuple[str, ...] = ()
+    """The other engines of the same file: what the gateway's figures add up besides this
+    engine's (`figures._gateway_side`)."""
+    gateway_part: bool = True
+    """Whether these rules carry the gateway's own (its figures, its alerts): one engine's
+    group of a file does, the others' do not (a rule in two groups would write twice)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.interval_s) and 0.1 <= self.interval_s <= 3600):
@@ -80,6 +88,11 @@ class AlertSpec:
                 f"--interval-s must be between 0.1 and 3600 seconds, got {self.interval_s:g}"
             )
         _ = self.queries  # checks the replica label, naming the flag
+        from llmtop.core.dialects.engines import BY_KIND
+
+        for kind in (self.dialect, *self.beside):
+            if kind not in BY_KIND:
+                raise UsageError(f"--dialect {kind!r}: one of {', '.join(BY_KIND)}")
 
     @property
     def fleet_rules(self) -> FleetRules:
@@ -106,11 +119,20 @@ class AlertSpec:
         (imported here: the findings, which the TUI loads at start, build no alert there)."""
         from llmtop.core.promql.promql import Queries
 
-        return Queries(self.vllm_matchers, self.window_s, self.replica_label)
+        return Queries(self.vllm_matchers, self.window_s, self.replica_label, self.dialect)
+
+    @property
+    def p(self) -> str:
+        """The recorded figures' prefix for this engine (`figures.P` for vLLM)."""
+        return f"llmtop:{self.dialect}_"
 
     def vllm(self, *names: str, extra: str = "") -> str:
-        """A selector of vLLM's series; several names (newest first) joined with `or`."""
-        parts = [self.queries.series(n, extra) for n in names]
+        """A selector of vLLM's series (the engine's own, `Queries.selectors`); several names
+        (newest first) joined with `or`."""
+        from llmtop.core.promql.promql import alternatives
+
+        q = self.queries
+        parts = alternatives(q.selectors(n, extra) for n in names)
         return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
     def gateway(self, name: str, extra: str = "") -> str:

@@ -1,17 +1,30 @@
-"""The rules file: the recorded figures and the alerts in one group (evaluated in order at one
-time, so every alert reads this evaluation's figures), with a comment for what PromQL cannot
-say, rendered as YAML. Pure.
+"""The rules file: the recorded figures and the alerts in one group per engine (evaluated in
+order at one time, so every alert reads this evaluation's figures), with a comment for what
+PromQL cannot say and what an engine lacks, rendered as YAML. Pure.
+
+Each engine's group reads its own series (`AlertSpec.dialect`: the queries in its own names)
+and records its figures under its own prefix (`llmtop:sglang_*`), so its alerts, the fleet's
+comparisons among them, see that engine's replicas alone; a rule whose inputs the engine lacks
+is left out, with why. The gateway's own rules are written once, in the first group.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from llmtop import __version__
-from llmtop.core.alerts.figures import Recorded, figures
+from llmtop.core.alerts.figures import P, Recorded, figures
 from llmtop.core.alerts.spec import RATE_SCRAPES, AlertSpec, duration
-from llmtop.core.findings.catalog import alerts
+from llmtop.core.dialects.catalog import lacking
+from llmtop.core.dialects.engines import BY_KIND, DIALECTS
+from llmtop.core.dialects.reverse import reverse, why_lacks
+from llmtop.core.findings.catalog import DEFINITIONS, alerts
 from llmtop.core.findings.definition import AlertRule
+from llmtop.core.promql.promql import LACKS, VLLM_KIND, lacked
+from llmtop.errors import UsageError
 
 GROUP = "llmtop"
 
@@ -93,7 +106,7 @@ def _recorded(r: Recorded) -> list[str]:
     ]
 
 
-def _alert(spec: AlertSpec, a: AlertRule) -> list[str]:
+def _alert(spec: AlertSpec, a: AlertRule, engine: bool = False) -> list[str]:
     lines = [
         *_comment(f"{a.finding} ({a.severity}, {a.bottleneck}): {a.alert.doc}.", "      "),
         f"      - alert: {a.name}",
@@ -103,25 +116,176 @@ def _alert(spec: AlertSpec, a: AlertRule) -> list[str]:
         lines.append(f"        for: {duration(spec.health.fire_after_s)}")
         lines.append(f"        keep_firing_for: {duration(spec.health.clear_after_s)}")
     lines.append("        labels:")
-    lines += [f"          {k}: {_scalar(v)}" for k, v in a.labels().items()]
+    labels = a.labels()
+    if engine:
+        labels["engine"] = spec.dialect
+    lines += [f"          {k}: {_scalar(v)}" for k, v in labels.items()]
     lines.append("        annotations:")
     for k, v in (("summary", a.alert.summary), ("action", a.action), ("llmtop", a.alert.llmtop)):
         lines.append(f"          {k}: {_scalar(v)}")
     return lines
 
 
-def render(spec: AlertSpec, command: str = "llmtop rules") -> str:
-    """The whole rules file."""
-    made, left = alerts(spec)
-    lines = [
-        *header(spec, left, command),
-        "groups:",
-        f"  - name: {GROUP}",
-        f"    interval: {duration(spec.interval_s)}",
-        "    rules:",
+def render(spec: AlertSpec, command: str = "llmtop rules", dialects: Sequence[str] = ()) -> str:
+    """The whole rules file: one group per engine of `dialects` (none: `spec.dialect`'s)."""
+    kinds = tuple(dict.fromkeys(dialects)) or (spec.dialect,)
+    several = len(kinds) > 1
+    groups = [
+        group(
+            replace(spec, dialect=k, beside=kinds[1:] if i == 0 else (), gateway_part=i == 0),
+            several,
+        )
+        for i, k in enumerate(kinds)
     ]
-    for r in figures(spec):
-        lines += _recorded(r)
-    for a in made:
-        lines += _alert(spec, a)
+    lines = header(spec, groups[0].not_expressed, command)
+    if kinds != (VLLM_KIND,):
+        lines += _comment(
+            "Engines: "
+            + "; ".join(
+                f"{BY_KIND[g.kind].title}, group {g.name}, figures {g.prefix}*" for g in groups
+            )
+            + ". The gateway's own rules are in the first group.",
+            "",
+        )
+    lines.append("groups:")
+    for g in groups:
+        lines += [
+            f"  - name: {g.name}",
+            f"    interval: {duration(spec.interval_s)}",
+            "    rules:",
+        ]
+        if g.left:
+            lines.append(f"      # Left out for {BY_KIND[g.kind].title} (it lacks their inputs):")
+            for name, why in g.left.items():
+                lines += _comment(f"- {name}: {why}", "      ", hang="  ")
+        for r in g.records:
+            lines += _recorded(r)
+        for a in g.alerts:
+            lines += _alert(g.spec, a, a.finding in g.labelled)
     return "\n".join(lines) + "\n"
+
+
+def dialects(text: str) -> tuple[str, ...]:
+    """`--dialect`'s value: engine kinds, comma-separated, or `all`; a one-line error naming
+    the choices for an unknown one."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if words == ["all"]:
+        return tuple(d.kind for d in DIALECTS)
+    for w in words:
+        if w not in BY_KIND:
+            raise UsageError(f"--dialect {w!r}: one of {', '.join(BY_KIND)}, or all")
+    if not words:
+        raise UsageError(f"--dialect is empty: one of {', '.join(BY_KIND)}, or all")
+    return tuple(dict.fromkeys(words))
+
+
+@dataclass(frozen=True)
+class Group:
+    """One engine's rules: what it records, its alerts, and what is left out and why."""
+
+    spec: AlertSpec
+    records: tuple[Recorded, ...]
+    alerts: tuple[AlertRule, ...]
+    left: dict[str, str]
+    """A recorded figure's or a finding's name -> why the engine cannot have it."""
+    not_expressed: dict[str, str]
+    """The findings PromQL cannot say at all (the file's header)."""
+    labelled: frozenset[str]
+    """The findings whose alerts carry `engine`: those about an engine, in a file of another
+    engine than vLLM or of several."""
+
+    @property
+    def kind(self) -> str:
+        return self.spec.dialect
+
+    @property
+    def name(self) -> str:
+        return GROUP if self.kind == VLLM_KIND else f"{GROUP}-{self.kind}"
+
+    @property
+    def prefix(self) -> str:
+        return self.spec.p
+
+
+_TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_OWN_REGEX = '__name__=~"vllm:.+"'
+"""The one vLLM prefix a finding writes itself (stats-disabled: any vllm:* series)."""
+
+
+def group(spec: AlertSpec, several: bool = False) -> Group:
+    """`spec.dialect`'s rules. Its selectors are already the engine's own (`AlertSpec.vllm`);
+    the findings write the recorded figures under vLLM's prefix (`figures.P`), moved here to
+    the engine's. Left out: a recorded figure whose inputs it lacks (`LACKS`), a finding whose
+    needs it lacks (the reason `snapshot --json` gives), one that reads a family it lacks
+    (vLLM's own: engine_healthy, NIXL's). A rule reading a recorded figure left out reads it as
+    absent, as llmtop's check reads the figure as None. Another engine's own finding (llama.cpp's
+    estimate) is in that engine's group alone."""
+    kind = spec.dialect
+    left: dict[str, str] = {}
+    records: list[Recorded] = []
+    for r in figures(spec):
+        missing = lacked(r.expr)
+        if missing:
+            left[r.name] = why_lacks(kind, missing)
+        else:
+            records.append(r)
+    needs = {d.rule.id: d.needs for d in DEFINITIONS}
+    made, not_expressed = alerts(spec)
+    kept: list[AlertRule] = []
+    labelled: set[str] = set()
+    for a in made:
+        a = _moved(spec, a)
+        tokens = set(_TOKEN.findall(a.alert.expr))
+        owner = _owner(tokens)
+        if owner is not None and owner != kind:
+            continue  # another engine's own finding
+        engine_bound = owner is not None or any(
+            t.startswith((spec.p, "vllm:", LACKS)) for t in tokens
+        )
+        if not engine_bound and not spec.gateway_part:
+            continue  # the gateway's: in the first group
+        why = lacking(kind, needs.get(a.finding, ()))
+        if why is None and lacked(a.alert.expr):
+            why = why_lacks(kind, lacked(a.alert.expr))
+        if why is not None:
+            left[a.finding] = why
+            continue
+        kept.append(a)
+        if engine_bound:
+            labelled.add(a.finding)
+    return Group(
+        spec,
+        tuple(records),
+        tuple(kept),
+        left,
+        not_expressed,
+        frozenset(labelled) if several or kind != VLLM_KIND else frozenset(),
+    )
+
+
+def _owner(tokens: set[str]) -> str | None:
+    """The engine other than vLLM whose own families an expression names, if any."""
+    for d in DIALECTS:
+        if d.kind != VLLM_KIND and any(reverse(d.kind).speaks(t) for t in tokens):
+            return d.kind
+    return None
+
+
+def _moved(spec: AlertSpec, a: AlertRule) -> AlertRule:
+    """An alert with vLLM's recorded prefix (and its any-vllm:* regex) moved to the engine's."""
+    if spec.dialect == VLLM_KIND:
+        return a
+    p, own = spec.p, f'__name__=~"{reverse(spec.dialect).prefix}.+"'
+
+    def moved(text: str) -> str:
+        return text.replace(P, p).replace(_OWN_REGEX, own)
+
+    al = a.alert
+    alert = replace(
+        al,
+        expr=moved(al.expr),
+        summary=moved(al.summary),
+        llmtop=moved(al.llmtop),
+        action=moved(al.action),
+    )
+    return replace(a, alert=alert, advice=moved(a.advice))

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from llmtop.core.dialects.reverse import Reverse, reverse
 from llmtop.core.vllm.names import (
     CACHE_CONFIG,
     COUNTERS,
@@ -21,6 +22,10 @@ from llmtop.core.vllm.names import (
 )
 from llmtop.errors import UsageError
 
+VLLM_KIND = "vllm"
+LACKS = "llmtop_lacks:"
+"""Stands before a vLLM name an engine has no series of: a selector that matches nothing, which
+the rules (`core.alerts`) find and leave the rule out for, saying why."""
 FIGURE = "llmtop_figure"
 """The label that names the figure of a series in the (few-series) info answer."""
 FIGURES = "llmtop_figures"
@@ -41,8 +46,24 @@ MEANS = ("ttft", "itl", "queue_time", "prefill_time", "prompt_len", "generation_
 _SINCE_START = frozenset({"prompt_len", "generation_len"})
 """Means that fall back to the totals since start when nothing finished in the window."""
 FINISHED_PREFIX = "finished_"
+_MATCHER_PARTS = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def alternatives(groups: Iterable[list[str]]) -> list[str]:
+    """Selectors of alternative names in order, each once; those of a name the dialect lacks
+    (`LACKS`) only when no other is left."""
+    found: list[str] = []
+    for group in groups:
+        found += [x for x in group if x not in found]
+    real = [x for x in found if not x.startswith(LACKS)]
+    return real or found[:1]
+
+
+def lacked(expr: str) -> list[str]:
+    """The vLLM names an expression asks for that its dialect lacks, in order, each once."""
+    return list(dict.fromkeys(re.findall(re.escape(LACKS) + r"([a-zA-Z0-9_:]+)", expr)))
 
 
 def quantile_figure(key: str, q: float) -> str:
@@ -98,6 +119,8 @@ class Queries:
     matchers: str = ""
     window_s: float = 60.0
     replica_label: str = "instance"
+    dialect: str = VLLM_KIND
+    """The engine asked for (`core.dialects`): its own names stand for vLLM's."""
 
     def __post_init__(self) -> None:
         label = self.replica_label
@@ -108,16 +131,73 @@ class Queries:
             raise UsageError(f"--replica-label {label!r}: llmtop uses that name for a figure")
 
     def series(self, name: str, extra: str = "") -> str:
-        inside = ",".join(x for x in (self.matchers, extra) if x)
-        return f"{name}{{{inside}}}" if inside else name
+        """A selector of one vLLM name (in the dialect's own names: several of them as one
+        `__name__` regex, added up where aggregated), or `LACKS` + the name when it has none."""
+        if self.dialect == VLLM_KIND:
+            inside = ",".join(x for x in (self.matchers, extra) if x)
+            return f"{name}{{{inside}}}" if inside else name
+        rev = reverse(self.dialect)
+        found = self.selectors(name, extra)
+        own = rev.own(name)
+        return self._names(own, extra) if len(found) > 1 and own else found[0]
+
+    def selectors(self, name: str, extra: str = "") -> list[str]:
+        """One selector per own name a vLLM name has in the dialect, each an alternative (a
+        family renamed between versions), or one `LACKS` name when it has none (vLLM's: the
+        name itself)."""
+        if self.dialect == VLLM_KIND:
+            return [self.series(name, extra)]
+        rev = reverse(self.dialect)
+        if rev.speaks(name):  # its own name, asked as it is (a finding of this engine only)
+            return [self._names((name,), extra)]
+        if not name.startswith("vllm:"):  # up, the gateway's: the same in every dialect
+            inside = ",".join(x for x in (self.matchers, extra) if x)
+            return [f"{name}{{{inside}}}" if inside else name]
+        if name in rev.summed:
+            return [self._names(rev.summed[name], extra)]
+        if name == FINISHED and name not in rev.names:
+            return self._finished(rev, extra)
+        own = rev.own(name)
+        if not own:
+            return [LACKS + name]
+        return [self._names((n,), extra) for n in own]
+
+    def _inside(self, extra: str) -> str:
+        keep = "" if self.dialect == VLLM_KIND else reverse(self.dialect).keep
+        return ",".join(x for x in (self.matchers, keep, extra) if x)
+
+    def _names(self, names: Sequence[str], extra: str) -> str:
+        """One selector of the series of any of `names` (added up where aggregated)."""
+        inside = self._inside(extra)
+        if len(names) == 1:
+            return f"{names[0]}{{{inside}}}" if inside else names[0]
+        regex = _string("|".join(_literal(n) for n in names))
+        return "{" + ",".join(x for x in (f"__name__=~{regex}", inside) if x) + "}"
+
+    def _finished(self, rev: Reverse, extra: str) -> list[str]:
+        """vLLM's finished requests (by reason where `extra` says) as the engine's own
+        counters, each of which counts one reason."""
+        reason: str | None = None
+        kept = []
+        for m in _split_matchers(extra):
+            parts = _MATCHER_PARTS.fullmatch(m.strip())
+            if parts is None or parts.group(1) != "finished_reason":
+                kept.append(m.strip())
+                continue
+            _, op, value = parts.groups()
+            if op == "=":
+                reason = value.replace('\\"', '"').replace("\\\\", "\\")
+            else:
+                return [LACKS + FINISHED]  # a reason not known: its counters carry none
+        own = rev.finished_for(reason)
+        return [self._names(own, ",".join(kept))] if own else [LACKS + FINISHED]
 
     def _any(self, names: Iterable[str], fn: str = "", suffix: str = "", extra: str = "") -> str:
-        """`fn(new[w]) or fn(old[w])`: the first name exported wins."""
+        """`fn(new[w]) or fn(old[w])`: the first name exported wins (a name the dialect lacks
+        is left out while another is there)."""
         rng = f"[{self.window_s:g}s]" if fn else ""
-        parts = [
-            f"{fn}({self.series(n + suffix, extra)}{rng})" if fn else self.series(n + suffix, extra)
-            for n in names
-        ]
+        found = alternatives(self.selectors(n + suffix, extra) for n in names)
+        parts = [f"{fn}({x}{rng})" if fn else x for x in found]
         return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
     def figures(self, labels: Sequence[str], reasons: Sequence[str] = ()) -> dict[str, str]:
