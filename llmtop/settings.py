@@ -82,6 +82,9 @@ class MonitorSettings:
     """The kubeconfig context to use; its current context when unset."""
     kubeconfig: str | None = None
     """The kubeconfig file; $KUBECONFIG, else ~/.kube/config, else the pod's service account."""
+    inference_pool: str | None = field(default=None, metadata=_env("LLMTOP_INFERENCE_POOL"))
+    """Watch the pods of this InferencePool (inference.networking.k8s.io/v1: its selector and
+    target port), in --k8s-namespace; instead of k8s_selector."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,17 @@ class GatewaySettings:
 
     upstream: str = "http://127.0.0.1:8000"
     """Base URL of the engine; several replicas comma-separated (or --vllm repeated)."""
+    k8s_selector: str | None = field(default=None, metadata=_env("LLMTOP_K8S_SELECTOR"))
+    """Follow the Ready Kubernetes pods with these labels: they are the upstreams, a new one in
+    rotation at its first answer, one that leaves drained (docs/kubernetes.md)."""
+    inference_pool: str | None = field(default=None, metadata=_env("LLMTOP_INFERENCE_POOL"))
+    """Follow the Ready pods of this InferencePool instead (its selector and target port)."""
+    k8s_namespace: str | None = None
+    """The pods' namespace (`all`: every namespace); the context's namespace when unset."""
+    k8s_context: str | None = None
+    """The kubeconfig context to use; its current context when unset."""
+    kubeconfig: str | None = None
+    """The kubeconfig file; $KUBECONFIG, else ~/.kube/config, else the pod's service account."""
     replica_max_concurrency: int | None = None
     """Requests allowed at each replica at once; off when unset (max_concurrency is the whole)."""
     eject_s: float = 5.0
