@@ -32,6 +32,12 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
      "then no new connections; requests in flight get this long before an error ends them",
      {"metavar": "S", "type": float}),
     ("listen", "--listen", "address to listen on", {"metavar": "HOST:PORT"}),
+    ("k8s_selector", "--k8s-selector", "follow the Ready Kubernetes pods with these labels"
+     " as the upstreams (docs/kubernetes.md)", {"metavar": "LABELS"}),
+    ("inference_pool", "--inference-pool", "follow an InferencePool's pods", {"metavar": "NAME"}),
+    ("k8s_namespace", "--k8s-namespace", "the pods' namespace", {"metavar": "NS"}),
+    ("k8s_context", "--k8s-context", "the kubeconfig context", {"metavar": "NAME"}),
+    ("kubeconfig", "--kubeconfig", "the kubeconfig file", {"metavar": "F"}),
 )  # a table: one flag a row, read down its options  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (
     ("autopilot", "--autopilot",
@@ -65,5 +71,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if isinstance(args.upstream, list):  # --vllm repeated: one comma-separated setting
         args.upstream = ",".join(args.upstream)
-    run_gateway(load(GatewaySettings, args))
+    settings = load(GatewaySettings, args)
+    from llmtop.sources.kube.upstreams import follow_pods  # the pods, listed once here
+
+    run_gateway(*follow_pods(settings))
     return 0

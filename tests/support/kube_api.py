@@ -217,7 +217,7 @@ class KubeEmulator:
         app.router.add_get("/api/v1/pods", self._pods_route)
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self._pods_route)
         app.router.add_route(
-            "GET", r"/api/v1/namespaces/{ns}/pods/{name}:{port:\d+}/proxy/{tail:.*}", self._proxy
+            "*", r"/api/v1/namespaces/{ns}/pods/{name}:{port:\d+}/proxy/{tail:.*}", self._proxy
         )
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         loop.run_until_complete(self._runner.setup())
@@ -378,13 +378,24 @@ class KubeEmulator:
                 return _status(503, "ServiceUnavailable", "no endpoints available")
             return web.Response(body=self.metrics_body, content_type="text/plain")
         if self._client is None:
-            self._client = aiohttp.ClientSession()
+            self._client = aiohttp.ClientSession(auto_decompress=False)
         url = f"{backend.rstrip('/')}/{tail}"
-        async with self._client.get(url, params=request.query) as got:
-            body = await got.read()
-            return web.Response(
-                body=body, status=got.status, content_type=got.content_type or "text/plain"
-            )
+        headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED}
+        body = await request.read()
+        async with self._client.request(
+            request.method, url, params=request.query, data=body or None, headers=headers
+        ) as got:  # streamed back as it comes, as the API server's proxy does (SSE included)
+            resp = web.StreamResponse(status=got.status)
+            resp.content_type = got.content_type or "text/plain"
+            await resp.prepare(request)
+            async for chunk in got.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+
+_PASSED = {"content-type", "accept"}
+"""Request headers the proxy passes on (Authorization is the API server's own)."""
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:

@@ -44,6 +44,9 @@ class Pod:
     """The sum of its containers' restartCount."""
     last_reason: str | None
     """The reason of the most recent container's last terminated state (OOMKilled, Error, ...)."""
+    api_port: int = DEFAULT_ENGINE_PORT
+    """The port its OpenAI API answers on, for the gateway: a container port named `http`,
+    else the metrics port (vLLM serves both on one)."""
 
     @property
     def key(self) -> str:
@@ -56,8 +59,11 @@ class Pod:
         return self.phase == "Running" and self.ready and not self.deleting
 
 
-def read_pod(obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT) -> Pod:
-    """The Pod of a pod object; ValueError when it has no name or namespace."""
+def read_pod(
+    obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT, *, port: int | None = None
+) -> Pod:
+    """The Pod of a pod object; ValueError when it has no name or namespace. `port` (an
+    InferencePool's target port) is both its metrics and its API port."""
     meta = _map(obj.get("metadata"))
     spec = _map(obj.get("spec"))
     status = _map(obj.get("status"))
@@ -68,6 +74,8 @@ def read_pod(obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT) ->
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     restarts, last_reason = _restarts(_list(status.get("containerStatuses")))
     node, ip = spec.get("nodeName"), status.get("podIP")
+    metrics = port if port is not None else metrics_port(obj, default_port)
+    api = port if port is not None else _named_ports(obj).get("http", metrics)
     return Pod(
         namespace=namespace,
         name=name,
@@ -76,9 +84,10 @@ def read_pod(obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT) ->
         phase=str(status.get("phase") or "Unknown"),
         ready=ready,
         deleting=meta.get("deletionTimestamp") is not None,
-        port=metrics_port(obj, default_port),
+        port=metrics,
         restarts=restarts,
         last_reason=last_reason,
+        api_port=api,
     )
 
 
@@ -89,6 +98,15 @@ def metrics_port(obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT
     port = _port(annotations.get(PORT_ANNOTATION))
     if port is not None:
         return port
+    named = _named_ports(obj)
+    for label in PORT_NAMES:
+        if label in named:
+            return named[label]
+    return default_port
+
+
+def _named_ports(obj: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's container ports by name (the first of a name)."""
     named: dict[str, int] = {}
     for container in _list(_map(obj.get("spec")).get("containers")):
         for p in _list(_map(container).get("ports")):
@@ -96,10 +114,7 @@ def metrics_port(obj: Mapping[str, Any], default_port: int = DEFAULT_ENGINE_PORT
             label = _map(p).get("name")
             if number is not None and isinstance(label, str):
                 named.setdefault(label, number)
-    for label in PORT_NAMES:
-        if label in named:
-            return named[label]
-    return default_port
+    return named
 
 
 def pod_target(pod: Pod, *, api_server: str | None, name: str | None = None) -> Target:
@@ -128,6 +143,26 @@ def serving_targets(
         if not pod.serving or (api_server is None and pod.ip is None):
             continue
         out.append(pod_target(pod, api_server=api_server, name=key if qualify else pod.name))
+    return tuple(out)
+
+
+def upstream_urls(pods: Mapping[str, Pod], *, kubectl_proxy: str | None) -> tuple[str, ...]:
+    """The gateway's upstreams: each serving pod's API base URL, by key. At its IP
+    (`http://IP:PORT`: inside the cluster, or wherever the pod network is routed), or through
+    `kubectl proxy` at `kubectl_proxy` (`.../pods/NAME:PORT/proxy`), which adds the
+    credentials itself: the way to try the gateway from a laptop, not a production path."""
+    out: list[str] = []
+    for key in sorted(pods):
+        pod = pods[key]
+        if not pod.serving:
+            continue
+        if kubectl_proxy is not None:
+            ns, name = quote(pod.namespace, safe=""), quote(pod.name, safe="")
+            base = kubectl_proxy.rstrip("/")
+            out.append(f"{base}/api/v1/namespaces/{ns}/pods/{name}:{pod.api_port}/proxy")
+        elif pod.ip is not None:
+            host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+            out.append(f"http://{host}:{pod.api_port}")
     return tuple(out)
 
 

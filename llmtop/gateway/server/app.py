@@ -24,12 +24,13 @@ from starlette.types import Receive, Scope, Send
 
 from llmtop.errors import ConfigError
 from llmtop.gateway.admission.controller import AdmissionController, LimitError
-from llmtop.gateway.server import autopilot_loop, replica_watch
+from llmtop.gateway.server import autopilot_loop, replica_watch, upstream_feed
 from llmtop.gateway.server.admin import admin_routes
 from llmtop.gateway.server.context import GatewayContext, limits_of, upstream_timeout
 from llmtop.gateway.server.handler_time import TimedResponse
 from llmtop.gateway.server.metrics import metrics_endpoint
 from llmtop.gateway.server.proxy import Proxy
+from llmtop.gateway.server.upstream_feed import UpstreamFeed
 from llmtop.gateway.server.wire import describe_error
 from llmtop.gateway.upstreams.shared import LocalLimits, RedisLimits, SharedLimits
 from llmtop.settings import GatewaySettings, resolve_token
@@ -168,8 +169,14 @@ class GatewayApp(Starlette):
 _OWN_PATHS = frozenset({"/metrics", "/healthz", "/readyz", "/admin"})
 
 
-def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None = None) -> Starlette:
-    """The gateway for `settings`; `clock` (monotonic seconds) drives admission, for tests."""
+def create_app(
+    settings: GatewaySettings,
+    *,
+    clock: Callable[[], float] | None = None,
+    feed: UpstreamFeed | None = None,
+) -> Starlette:
+    """The gateway for `settings`; `clock` (monotonic seconds) drives admission, for tests;
+    `feed`: the upstreams follow it (Kubernetes' Ready pods), `settings.upstream` its first set."""
     try:
         controller = AdmissionController(limits_of(settings), clock=clock or time.monotonic)
     except LimitError as e:
@@ -194,7 +201,11 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
             raise ConfigError(f"gateway: redis_url {settings.redis_url!r}: {e}") from None
     try:
         state = GatewayContext(
-            settings=settings, admission=controller, admin_token=token, shared=shared
+            settings=settings,
+            admission=controller,
+            admin_token=token,
+            shared=shared,
+            following=feed is not None,
         )
     except ValueError as e:  # the drain's seconds
         raise ConfigError(f"gateway: {e}") from None
@@ -209,10 +220,13 @@ def create_app(settings: GatewaySettings, *, clock: Callable[[], float] | None =
         autopilot = asyncio.ensure_future(autopilot_loop.run(state, controller_of_budget))
         watcher = asyncio.ensure_future(replica_watch.watch(state))
         sync = asyncio.ensure_future(state.shared.run(controller, state.apply_shares))
+        tasks = [task, autopilot, watcher, sync]
+        if feed is not None:
+            tasks.append(asyncio.ensure_future(upstream_feed.follow(state, feed)))
         try:
             yield
         finally:
-            for t in (task, autopilot, watcher, sync):
+            for t in tasks:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t

@@ -127,16 +127,22 @@ class GatewayContext:
     drain: Drain = field(init=False)
     """The drain after SIGTERM (llmtop/asgi/drain.py): /readyz reads it, the runner's signal
     handler starts it, the housekeeping tick cuts what is left at its end."""
+    following: bool = False
+    """A feed decides the replicas (upstream_feed.py): `settings.upstream` is its first set,
+    which may be empty."""
 
     def __post_init__(self) -> None:
         s = self.settings
         urls = upstream_urls(s.upstream)
-        self.base_url = urls[0]
+        if self.following:
+            urls = [u.strip().rstrip("/") for u in s.upstream.split(",") if u.strip()]
+        self.base_url = urls[0] if urls else "http://127.0.0.1:8000"  # until the feed names one
         self.balancer = Balancer(
             urls,
             eject_s=s.eject_s,
             max_per_replica=s.replica_max_concurrency,
             deadline_s=s.replica_deadline_s,
+            allow_empty=self.following,
         )
         self.callers = CallerRules(s.api_keys, trust_headers=s.trust_client_headers)
         self.upstream = UpstreamHealth(self.base_url)

@@ -59,6 +59,15 @@ def _log_events(state: GatewayContext, seen: int) -> int:
             log.warning("llmtop gateway: replica %s out of rotation: %s", e.url, e.reason)
         elif e.change == "up":
             log.info("llmtop gateway: replica %s in rotation: its first answer", e.url)
+        elif e.change == "added":
+            why = f" ({e.reason})" if e.reason else ""
+            log.info("llmtop gateway: replica %s added%s; in rotation at its first answer",
+                     e.url, why)  # fmt: skip
+        elif e.change == "draining":
+            log.info("llmtop gateway: replica %s left: draining, nothing new sent (%s)",
+                     e.url, e.reason)  # fmt: skip
+        elif e.change == "removed":
+            log.info("llmtop gateway: replica %s removed (%s)", e.url, e.reason)
         else:
             log.info("llmtop gateway: replica %s back in rotation", e.url)
     return total

@@ -5,10 +5,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtop.errors import UsageError
 from llmtop.settings import GatewaySettings, resolve_token
+
+if TYPE_CHECKING:
+    from llmtop.gateway.server.upstream_feed import UpstreamFeed
 
 
 def is_loopback(host: str) -> bool:
@@ -66,9 +69,9 @@ def log_to_stderr() -> None:
         logger.addHandler(handler)
 
 
-def run_gateway(settings: GatewaySettings) -> None:
+def run_gateway(settings: GatewaySettings, feed: UpstreamFeed | None = None) -> None:
     """Build the app and serve until its drain is over (SIGTERM, Ctrl-C: docs/gateway.md);
-    ServeError when the port is taken."""
+    ServeError when the port is taken. `feed`: the upstreams follow it (upstream_feed.py)."""
     from llmtop.asgi.uvicorn_runner import parse_listen, serve_forever
     from llmtop.gateway.server.app import create_app
 
@@ -76,7 +79,7 @@ def run_gateway(settings: GatewaySettings) -> None:
     settings = resolve_token(settings)  # read by settings.load already: no second read
     token = settings.admin_token
     check_exposure(host, token)
-    app = create_app(settings)
+    app = create_app(settings, feed=feed)
     log_to_stderr()
     auth = "token required" if token else "no token (loopback only)"
     serve_forever(
@@ -85,7 +88,7 @@ def run_gateway(settings: GatewaySettings) -> None:
         port,
         drain=app.state.gateway.drain,
         banner=(
-            f"llmtop gateway on {{url}} -> {settings.upstream}  "
+            f"llmtop gateway on {{url}} -> {feed.description if feed else settings.upstream}  "
             f"(max_concurrency {settings.max_concurrency}, max_queue {settings.max_queue}; "
             f"admin API: {auth})"
         ),

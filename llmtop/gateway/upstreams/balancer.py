@@ -2,20 +2,22 @@
 clock), fed by `done` (the proxy), `probed` and `replicas` (the app's /health and /metrics). The
 choice: the most KV headroom, then the shortest engine queue, the fewest outstanding, the least
 recently picked; one at its own cap is skipped. A refused connection, a timeout, a 5xx or no /health
-answer for `deadline_s` (a hang) ejects it for `eject_s`, then until a probe answers (`events`)."""
+answer for `deadline_s` (a hang) ejects it for `eject_s`, then until a probe answers (`events`).
+Replicas may come and go (`follow`: a feed of the Ready pods): a new one awaits its first /health
+answer, one that left drains (nothing new is sent; what it holds finishes) and is then removed."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 HEADROOM_STEP = 0.05
 """KV-use fractions closer than this count as a tie."""
-OK, EJECTED, PROBING = "ok", "ejected", "probing"
+OK, EJECTED, PROBING, DRAINING = "ok", "ejected", "probing", "draining"
 RATE_WINDOW_S = 1.0
 """A replica's token rate per request is read over about this many seconds..."""
 RATE_MIN_REQUEST_S = 0.5
@@ -132,8 +134,10 @@ class ReplicaEvent:
 
     time: float
     url: str
-    change: Literal["out", "back", "up"]
-    """up: in rotation at its first answer (it had not served before it went out)."""
+    change: Literal["out", "back", "up", "added", "draining", "removed"]
+    """up: in rotation at its first answer (it had not served before it went out). added: a
+    feed (`follow`) named it, it awaits its first /health answer; draining: the feed dropped it
+    while it held requests (nothing new goes to it); removed: gone from the replicas."""
     reason: str | None = None
 
 
@@ -151,8 +155,11 @@ class Balancer:
     events: deque[ReplicaEvent] = field(init=False)
     """The last 200 moves out of rotation and back, oldest first."""
 
+    allow_empty: bool = False
+    """A feed decides the replicas (`follow`): none at all is a state, not a mistake."""
+
     def __post_init__(self) -> None:
-        if not self.urls:
+        if not self.urls and not self.allow_empty:
             raise ValueError("at least one upstream is needed")
         if not 0 < self.deadline_s < float("inf"):
             raise ValueError(f"replica_deadline_s must be > 0 seconds, got {self.deadline_s:g}")
@@ -175,7 +182,49 @@ class Balancer:
         """Requests the live replicas may hold together (None: no per-replica limit)."""
         if self.max_per_replica is None:
             return None
-        return self.max_per_replica * (len(self.eligible()) or len(self.replicas))
+        return self.max_per_replica * (len(self.eligible()) or len(self._serving()))
+
+    def _serving(self) -> list[Replica]:
+        """Replicas that are not draining: panic routing's candidates."""
+        return [r for r in self.replicas if r.state != DRAINING]
+
+    def follow(self, urls: Iterable[str]) -> None:
+        """Make the replicas the set `urls` (a feed's current upstreams). A new one (or one
+        that comes back while draining) awaits its first /health answer before any traffic
+        (`added`); one no longer named drains: nothing new is sent to it, what it holds
+        finishes, and it is removed when that is done (`draining`, then `removed`; at once
+        when it holds nothing)."""
+        wanted = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        have = {r.url: r for r in self.replicas}
+        now = self.clock()
+        for url in wanted:
+            r = have.get(url)
+            if r is None:
+                r = Replica(url, state=PROBING, meter=TokenMeter(self.clock))
+                r.out_since = now
+                self.replicas.append(r)
+                self._event(ReplicaEvent(now, url, "added"))
+            elif r.state == DRAINING:
+                r.state, r.out_since, r.back_at = PROBING, now, None
+                self._event(ReplicaEvent(now, url, "added", "named again while draining"))
+        keep = set(wanted)
+        for r in list(self.replicas):
+            if r.url in keep or r.state == DRAINING:
+                continue
+            if r.in_flight > 0:
+                r.state = DRAINING
+                r.out_since = r.out_since if r.out_since is not None else now
+                r.back_at = None
+                self._event(ReplicaEvent(now, r.url, "draining", f"{r.in_flight} in flight"))
+            else:
+                self._remove(r, "it left")
+
+    def _holds(self, r: Replica) -> bool:
+        return any(x is r for x in self.replicas)
+
+    def _remove(self, r: Replica, why: str) -> None:
+        self.replicas = [x for x in self.replicas if x is not r]
+        self._event(ReplicaEvent(self.clock(), r.url, "removed", why))
 
     def pick(self, kv_blocks: int = 0, exclude: Sequence[Replica] = ()) -> Replica | None:
         """The replica for a request of `kv_blocks`; None when none may take it. When every
@@ -184,7 +233,7 @@ class Balancer:
         cap = self.max_per_replica
         best: Replica | None = None
         best_key: tuple[float, float, int, int] | None = None
-        for r in self.eligible() or self.replicas:
+        for r in self.eligible() or self._serving():
             if r in exclude or (cap is not None and r.in_flight >= cap):
                 continue
             used = round(r.kv_used_frac(kv_blocks) / HEADROOM_STEP)
@@ -204,13 +253,25 @@ class Balancer:
         """An attempt ended; `error` (refused, timed out, 5xx) ejects the replica."""
         r.in_flight -= 1
         r.kv_in_flight -= kv_blocks
+        if r.state == DRAINING:
+            if error is not None:
+                r.failures += 1
+                r.last_error = error
+            if r.in_flight <= 0 and self._holds(r):
+                self._remove(r, "drained")
+            return
         if error is None:
             r.healthy = r.served = True
             return
         self.fail(r, error)
 
     def fail(self, r: Replica, error: str) -> None:
-        """Out of rotation for eject_s (an event when it was in rotation)."""
+        """Out of rotation for eject_s (an event when it was in rotation); a draining replica
+        only counts the failure."""
+        if r.state == DRAINING:
+            r.failures += 1
+            r.last_error = error
+            return
         if r.state == OK:
             now = self.clock()
             self._event(ReplicaEvent(now, r.url, "out", error))
@@ -237,6 +298,8 @@ class Balancer:
         answer to a check that left before the replica was ejected does not end the ejection:
         its time runs out first."""
         self._tick()
+        if r.state == DRAINING or not self._holds(r):
+            return  # it left while the probe was out
         if error is None:
             if r.state == EJECTED:
                 return
@@ -284,4 +347,13 @@ class Balancer:
         return out
 
 
-__all__ = ["EJECTED", "OK", "PROBING", "Balancer", "Replica", "ReplicaEvent", "TokenMeter"]
+__all__ = [
+    "DRAINING",
+    "EJECTED",
+    "OK",
+    "PROBING",
+    "Balancer",
+    "Replica",
+    "ReplicaEvent",
+    "TokenMeter",
+]

@@ -22,6 +22,7 @@ from llmtop.core.pipeline.pods import (
     pod_changes,
     read_pod,
     serving_targets,
+    upstream_urls,
 )
 from llmtop.core.pipeline.targets import Target
 from llmtop.errors import KubeError
@@ -38,6 +39,7 @@ class PodDiscovery:
         self,
         selector: str,
         *,
+        pool: str | None = None,
         namespace: str | None = None,
         context: str | None = None,
         kubeconfig: str | None = None,
@@ -47,6 +49,11 @@ class PodDiscovery:
         watch_timeout_s: int = 300,
     ) -> None:
         self.selector = selector
+        """The label selector listed (an InferencePool's, read at `start`, when `pool`)."""
+        self.pool = pool
+        """The InferencePool whose selector and target port are followed (None: `selector`)."""
+        self._pool_port: int | None = None
+        self._pool_version: str | None = None
         self._namespace_asked = namespace
         self._context = context
         self._kubeconfig = kubeconfig
@@ -76,6 +83,8 @@ class PodDiscovery:
         self._started = False
         self._streaming = False
         """A watch is open (a KubeError now is its connection cut, not the API away)."""
+        self.changed = asyncio.Event()
+        """Set whenever `pods` changes (a list, a watch event): the gateway's feed waits on it."""
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> PodDiscovery:
@@ -113,6 +122,13 @@ class PodDiscovery:
         proxy = None if self.in_cluster else self.server
         return serving_targets(self.pods, api_server=proxy, qualify=self.namespace is None)
 
+    def upstream_urls(self) -> tuple[str, ...]:
+        """The serving pods as the gateway's upstreams: at their IP, or through the pod proxy
+        of `kubectl proxy` (an API server on plain HTTP, which adds the credentials) from
+        outside the cluster; never with our own token on each request (upstreams.py says why)."""
+        via = self.server if self.server and self.server.startswith("http:") else None
+        return upstream_urls(self.pods, kubectl_proxy=None if self.in_cluster else via)
+
     def events(self) -> list[PodEvent]:
         """The pod events since the last call (added, deleted, restarted), oldest first."""
         out, self._events = self._events, []
@@ -134,6 +150,7 @@ class PodDiscovery:
             n = len(self.pods)
             summary = f"Kubernetes API away: {error}; still reading the {n} pods known"
             self._events.append(PodEvent(self._clock(), "api-away", "", summary))
+            self.changed.set()
         self.error = error
 
     def _back(self, now: float) -> None:
@@ -142,6 +159,7 @@ class PodDiscovery:
             away = f" after {now - self.seen_at:.0f} s" if self.seen_at is not None else ""
             summary = f"Kubernetes API back{away}: {len(self.pods)} pods"
             self._events.append(PodEvent(now, "api-back", "", summary))
+            self.changed.set()
         self.seen_at, self.error = now, None
 
     async def _list(self, *, initial: bool) -> None:
@@ -157,6 +175,7 @@ class PodDiscovery:
         if not initial:
             self._events.extend(pod_changes(self.pods, pods, now))
         self.pods, self._version = pods, got.resource_version
+        self.changed.set()
         self._back(now)
 
     async def _run(self) -> None:
@@ -221,6 +240,7 @@ class PodDiscovery:
             self.pods.pop(pod.key, None)
         else:
             self.pods[pod.key] = after = pod
+        self.changed.set()
         change = pod_change(before, after, now)
         if change is not None:
             self._events.append(change)

@@ -1,0 +1,176 @@
+"""The gateway following Kubernetes pods over real HTTP: a real `llmtop gateway --k8s-selector`
+process, the emulated API (tests/support/kube_api.py) as `kubectl proxy` serves it, and real
+`llmtop sim`s behind its pod proxy. Pods appear, become Ready, leave while streams are in flight
+(the streams finish, nothing new goes there), restart; rotation is read from /admin/stats and
+from what each engine received; each move is a log line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.terminal import Server, clean_env, wait_until
+from llmtop.asgi.uvicorn_runner import ServerThread
+from tests.support.gateway_sim import engine_of, reached
+from tests.support.kube_api import KubeEmulator, pod
+
+Start = Callable[..., ServerThread]
+BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeEmulator]:
+    emu = KubeEmulator().start()  # plain HTTP: as `kubectl proxy` serves it
+    yield emu
+    emu.stop()
+
+
+def proxy_url(emu: KubeEmulator, name: str, port: int = 8000) -> str:
+    return f"{emu.url}/api/v1/namespaces/llm/pods/{name}:{port}/proxy"
+
+
+def gateway(emu: KubeEmulator, tmp_path: Path, *extra: str) -> Server:
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    args = ["gateway", "--k8s-selector", "app=vllm", "--kubeconfig", str(kubeconfig)]
+    args += ["--listen", "127.0.0.1:0", "--eject-s", "1", *extra]
+    return Server(args, clean_env(tmp_path), tmp_path / "gateway.log")
+
+
+def replicas(gw: Server) -> dict[str, dict[str, Any]]:
+    stats = httpx.get(gw.url + "/admin/stats", timeout=5).json()
+    return {r["url"]: r for r in stats["replicas"]}
+
+
+def states(gw: Server) -> dict[str, str]:
+    return {url: r["state"] for url, r in replicas(gw).items()}
+
+
+async def complete(client: httpx.AsyncClient, n: int) -> list[int]:
+    """`n` completions at once: their statuses."""
+    answers = await asyncio.gather(*(client.post("/v1/completions", json=BODY) for _ in range(n)))
+    return [r.status_code for r in answers]
+
+
+async def stream(client: httpx.AsyncClient, max_tokens: int) -> tuple[int, int, bool]:
+    """One streamed completion: its status, its token events and whether it ended [DONE]."""
+    body = {**BODY, "max_tokens": max_tokens, "stream": True}
+    tokens, done = 0, False
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        async for line in r.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                tokens += "error" not in json.loads(line[6:])
+    return r.status_code, tokens, done
+
+
+@pytest.mark.slow(15)
+async def test_the_gateway_follows_the_pods_as_they_come_and_go(
+    kube: KubeEmulator, start_sim: Start, tmp_path: Path
+) -> None:
+    sims = {name: start_sim(profile="fast") for name in ("vllm-0", "vllm-1", "vllm-2")}
+    for name, sim in sims.items():
+        kube.backends[f"llm/{name}"] = sim.url
+    kube.put(pod("vllm-0", ip="10.0.0.10"))
+    kube.put(pod("vllm-1", ip="10.0.0.11", node="node-b"))
+    kube.put(pod("other", labels={"app": "redis"}))
+    gw = gateway(kube, tmp_path)
+    u0, u1, u2 = (proxy_url(kube, n) for n in sims)
+    try:
+        assert states(gw) == {u0: "ok", u1: "ok"}  # the Ready pods at start
+        async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
+            assert await complete(c, 8) == [200] * 8
+            assert reached(engine_of(sims["vllm-0"])) > 0
+            assert reached(engine_of(sims["vllm-1"])) > 0
+
+            # a pod that is not Ready is not an upstream; once Ready it joins at its first answer
+            kube.put(pod("vllm-2", ip="10.0.0.12", ready=False))
+            await asyncio.sleep(0.5)
+            assert set(states(gw)) == {u0, u1}
+            kube.put(pod("vllm-2", ip="10.0.0.12"))
+            wait_until(lambda: states(gw).get(u2) == "ok", "vllm-2 in rotation", 10)
+            assert await complete(c, 9) == [200] * 9
+            assert reached(engine_of(sims["vllm-2"])) > 0
+
+            # vllm-0 leaves while streams are in flight: they finish, nothing new goes there
+            streams = [asyncio.ensure_future(stream(c, 300)) for _ in range(6)]
+            await asyncio.to_thread(
+                wait_until, lambda: replicas(gw)[u0]["in_flight"] > 0, "a stream at vllm-0", 10
+            )
+            kube.delete("llm", "vllm-0")
+            await asyncio.to_thread(
+                wait_until, lambda: states(gw).get(u0) == "draining", "vllm-0 draining", 10
+            )
+            at_zero = reached(engine_of(sims["vllm-0"]))
+            assert await complete(c, 6) == [200] * 6
+            assert reached(engine_of(sims["vllm-0"])) == at_zero  # nothing new
+            results = await asyncio.gather(*streams)
+            assert [(s, n, d) for s, n, d in results] == [(200, 300, True)] * 6
+            await asyncio.to_thread(
+                wait_until, lambda: u0 not in states(gw), "vllm-0 removed once drained", 10
+            )
+
+            # a restart: out of rotation while not Ready, back at its first answer
+            kube.put(pod("vllm-1", ip="10.0.0.11", node="node-b", ready=False, restarts=1,
+                         last_reason="OOMKilled"))  # fmt: skip
+            await asyncio.to_thread(
+                wait_until, lambda: u1 not in states(gw), "vllm-1 out while restarting", 10
+            )
+            before = reached(engine_of(sims["vllm-1"]))
+            assert await complete(c, 4) == [200] * 4
+            assert reached(engine_of(sims["vllm-1"])) == before
+            kube.put(pod("vllm-1", ip="10.0.0.11", node="node-b", restarts=1,
+                         last_reason="OOMKilled"))  # fmt: skip
+            await asyncio.to_thread(
+                wait_until, lambda: states(gw).get(u1) == "ok", "vllm-1 back", 10
+            )
+            stats = (await c.get("/admin/stats")).json()
+        assert stats["offered"] == sum(stats["outcomes"].values())
+        assert stats["outcomes"].get("upstream_error", 0) == 0
+    finally:
+        gw.stop()
+    log = gw.log.read_text(errors="replace")
+    assert "Traceback" not in log
+    assert "-> pods app=vllm in llm" in log  # the banner says what it follows
+    for line in (
+        f"replica {u2} added; in rotation at its first answer",
+        f"replica {u2} in rotation: its first answer",
+        f"replica {u0} left: draining, nothing new sent (",
+        f"replica {u0} removed (drained)",
+        f"replica {u1} removed (it left)",
+        "pod llm/vllm-1 restarted (OOMKilled) on node-b; 1 restart in all",
+        "pod llm/vllm-0 left",
+    ):
+        assert line in log, line
+    assert (kube.count("list"), kube.count("watch")) == (2, 1)  # the CLI's list, then the feed's
+
+
+def test_a_refusal_at_start_is_one_line(kube: KubeEmulator, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    kube.forbid.add("list")
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    done = subprocess.run(
+        [sys.executable, "-m", "llmtop", "gateway", "--k8s-selector", "app=vllm",
+         "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"],
+        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("llmtop: forbidden: cannot list pods in namespace llm")
+    both = subprocess.run(
+        [sys.executable, "-m", "llmtop", "gateway", "--k8s-selector", "app=vllm",
+         "--vllm", "http://127.0.0.1:1"],
+        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert both.returncode == 2, both.stderr
+    assert both.stderr.strip() == (
+        "llmtop: give --vllm (LLMTOP_UPSTREAM) or the Kubernetes pods to follow, not both"
+    )
