@@ -58,6 +58,9 @@ class MonitorSettings:
     """File holding the admin token; read once, by `load` (`resolve_token`), into admin_token."""
     record: str | None = None
     """Append every poll to this recording file (JSON lines, gzip when it ends in .gz)."""
+    past_s: float = field(default=3600.0, metadata=_env("LLMTOP_PAST_S"))
+    """Seconds of the past the TUI shows at its start, from the gateway's history or
+    Prometheus (`--past 1h`); 0 for none (`--no-past`)."""
     targets_file: str | None = field(default=None, metadata=_env("LLMTOP_TARGETS"))
     """File of engine URLs (one a line, an optional name after), re-read when it changes."""
     prometheus_url: str | None = field(default=None, metadata=_env("LLMTOP_PROMETHEUS"))

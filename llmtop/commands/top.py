@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from llmtop.commands._common import Flag, flags, slo_flags
+from llmtop.core.pipeline.span import parse_span
 from llmtop.settings import MonitorSettings
 
 HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live (default)"
@@ -50,6 +51,9 @@ TOP_FLAGS: tuple[Flag, ...] = (
     ("read_only", "--read-only", "disable every key that changes something",
      {"action": "store_const", "const": True}),
     ("record", "--record", "append every poll to a recording", {"metavar": "FILE"}),
+    ("past_s", "--past", "start with the past (1h, 30m): the gateway's history or --prometheus",
+     {"metavar": "SPAN", "type": parse_span}),
+    ("past_s", "--no-past", "start with no past", {"action": "store_const", "const": 0.0}),
 )  # a table: one flag a row, read down its options  # fmt: skip
 
 

@@ -22,12 +22,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from llmtop.core.base import format as fmt
 from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
+from llmtop.core.pipeline.span import span_text
 from llmtop.core.promql import promql, promql_answers
 from llmtop.errors import LlmtopError, TargetError
+from llmtop.recording.memory import recording_of
 from llmtop.recording.reader import Recording
-from llmtop.recording.writer import Encoder, header
+from llmtop.recording.writer import header
 from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
 
 RangeFetch = Callable[[str, dict[str, str]], Awaitable[tuple[int, bytes]]]
@@ -111,7 +112,7 @@ async def prometheus_history(
         await asker.aclose()
     if not rows:
         raise TargetError(
-            f"prometheus {url}: no vLLM series in the last {fmt.dur(since_s)}"
+            f"prometheus {url}: no vLLM series in the last {span_text(since_s)}"
             + (f" matching {selector}" if selector else "")
         )
     polls = [
@@ -119,26 +120,10 @@ async def prometheus_history(
         for t, r in sorted(rows.items())
     ]
     if polls[0].time - start > max(step, window_s) * 2:
-        got = fmt.dur(polls[-1].time - polls[0].time)
-        warnings.append(f"prometheus history: it holds {got} of the {fmt.dur(since_s)} asked")
+        got = span_text(polls[-1].time - polls[0].time)
+        warnings.append(f"prometheus history: it holds {got} of the {span_text(since_s)} asked")
     targets: dict[str, Any] = {"vllm": [], "prometheus": url, "gateway": None, "dcgm": None}
     return recording_of(polls, f"prometheus {url}", header(step, targets, start), warnings)
-
-
-def recording_of(
-    polls: Sequence[RawPoll], path: str, head: dict[str, Any], warnings: Sequence[str] = ()
-) -> Recording:
-    """RawPolls as an in-memory Recording (each line a keyframe: seeking decodes one line)."""
-    encoder = Encoder(keyframe_every=1)
-    lines = [json.dumps(encoder.encode(p), separators=(",", ":")).encode() for p in polls]
-    return Recording(
-        path=path,
-        header=head,
-        lines=lines,
-        warnings=list(warnings),
-        times=[p.time for p in polls],
-        keyframes=list(range(len(lines))),
-    )
 
 
 class _Asker:

@@ -21,6 +21,7 @@ from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer, Input
 
+from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
@@ -28,9 +29,11 @@ from llmtop.tui.charts import Charts
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
+from llmtop.tui.past import PastSource, PastUpdate
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.chart_data import CombinedEngines
+from llmtop.tui.view.past import connected_line, past_events, past_label
 from llmtop.tui.view.present import (
     LogEvent,
     View,
@@ -79,6 +82,7 @@ class LlmtopApp(App[int]):
         Binding("A", "apply_suggestion", "apply", show=False),
         Binding("w", "whatif", "what-if"),
         Binding("r", "record", "rec", show=False),
+        Binding("h", "past", "past", show=False),
         # the replica keys: their hint is in the table's headings (the footer is full at 80)
         Binding("up,k", "select_replica(-1)", "replica", show=False),
         Binding("down,j", "select_replica(1)", "", show=False),
@@ -100,8 +104,13 @@ class LlmtopApp(App[int]):
         clock: Callable[[], float] = time.monotonic,
         history: Sequence[Snapshot] = (),
         exit_after_s: float | None = None,
+        past: PastSource | None = None,
     ) -> None:
         super().__init__()
+        self.past = past
+        """The console's past (the gateway's history, Prometheus'): taken as it comes."""
+        self.past_polls: list[RawPoll] | None = None
+        """Set by `h` before the app exits: the polls to replay (launch.py replays them)."""
         self.source = source
         self.monitor = monitor
         self.health = health
@@ -180,6 +189,7 @@ class LlmtopApp(App[int]):
         if self._preload:
             self.call_after_refresh(self.charts.render)
         self.query_one(StatusHeader).recording = bool(getattr(self.recorder, "recording", False))
+        self._show_past_label()
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
         if self._exit_after_s is not None:
@@ -272,6 +282,7 @@ class LlmtopApp(App[int]):
             await asyncio.sleep(deadline - now)
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        self._take_past()
         self.feed(message.snapshot)
         self._check_recorder()
 
@@ -310,7 +321,9 @@ class LlmtopApp(App[int]):
         self._render_all(charts=False)
 
     def _tick(self) -> None:
-        """Keep the age and the stale mark true while no poll arrives."""
+        """Keep the age and the stale mark true while no poll arrives; a late past fills in."""
+        if self.snapshot is not None:
+            self._take_past()
         view = self.view()
         if view is None:
             return
@@ -355,6 +368,45 @@ class LlmtopApp(App[int]):
         if charts:
             self.charts.render()
         self.replica_nav.show(view, self.history, charts=charts)
+
+    # -- the past ---------------------------------------------------------------------------
+
+    def _take_past(self) -> None:
+        """Show what is new of the past: the header's words, and once it is in, its snapshots
+        in the charts, its events marked in the log before the live ones."""
+        update = self.past.take() if self.past is not None else None
+        if update is None:
+            return
+        self._show_past_label()
+        if update.snapshots:
+            self._fill_past(update)
+        self.log_events(*update.lines)
+
+    def _show_past_label(self) -> None:
+        label = past_label(self.past.state) if self.past is not None else ""
+        for header in self._widgets(StatusHeader):
+            header.past = label
+
+    def _fill_past(self, update: PastUpdate) -> None:
+        live_events = list(self.events)
+        past = update.snapshots
+        lines = [*past_events(past), connected_line(past[-1].time, update.state, len(past))]
+        self.events.clear()
+        self.log_events(*lines, *live_events)
+        self.history.clear()
+        self.history.extend((*past, *update.live))
+        self.snapshot = (update.live or past)[-1]
+        self._render_all(charts=True)
+
+    def action_past(self) -> None:
+        """`h`: the past and what came since as a replay (launch.py runs it, then live again)."""
+        polls = self.past.polls() if self.past is not None else []
+        if len(polls) < 2:
+            why = past_label(self.past.state) if self.past is not None else "past: off"
+            self.notify(f"no past to replay ({why})", severity="warning", timeout=3)
+            return
+        self.past_polls = polls
+        self.exit(0)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.charts.render)

@@ -6,14 +6,23 @@ what `top`'s first frame does not show is imported when used (test_import_hygien
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.pipeline.span import span_text
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.collector import Collector, is_fleet
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.app import LlmtopApp
+from llmtop.tui.past import PastFetch, PastSource
+from llmtop.tui.view.past import PastState
 from llmtop.whatif.feed import with_whatif
+
+if TYPE_CHECKING:
+    from llmtop.recording.reader import Recording
 
 
 def run_live(
@@ -27,27 +36,105 @@ def run_live(
 ) -> int:
     """Poll the targets in the TUI until `q` (or `exit_after_s`); every poll goes through the
     recorder, which writes when --record or the `r` key opened it. Returns the exit code.
-    `app_class`: the demo passes its app (the live one plus a line saying what to do)."""
-    if is_fleet(monitor):
-        from llmtop.sources.fleet_collector import FleetCollector
+    `app_class`: the demo passes its app (the live one plus a line saying what to do).
 
-        collector: Collector = FleetCollector(monitor, health, max_num_seqs=max_num_seqs)
-    else:
-        collector = Collector(monitor, health, max_num_seqs=max_num_seqs)
+    The console starts with the past (`monitor.past_s`, `past_fetch`); `h` leaves the live
+    app for a replay of it, and the replay's `h` comes back to a live app started anew, its
+    past read again (it covers the time spent in the replay)."""
     recorder = Recorder.from_settings(monitor)
     if monitor.record:
         recorder.open()
-    app = app_class(
-        with_whatif(RecordingSource(collector, recorder), monitor, health),
-        monitor=monitor,
-        health=health,
-        admin=AdminClient.from_settings(monitor),
-        recorder=recorder,
-        title=title,
-        exit_after_s=exit_after_s,
+    while True:
+        if is_fleet(monitor):
+            from llmtop.sources.fleet_collector import FleetCollector
+
+            collector: Collector = FleetCollector(monitor, health, max_num_seqs=max_num_seqs)
+        else:
+            collector = Collector(monitor, health, max_num_seqs=max_num_seqs)
+        past = with_past(collector, monitor)
+        app = app_class(
+            with_whatif(RecordingSource(past or collector, recorder), monitor, health),
+            monitor=monitor,
+            health=health,
+            admin=AdminClient.from_settings(monitor),
+            recorder=recorder,
+            title=title,
+            exit_after_s=exit_after_s,
+            past=past,
+        )
+        recording = recorder.recording
+        result = app.run()
+        code = int(result or 0) if app.return_code is None else app.return_code
+        if app.past_polls is None or past is None:
+            return code
+        if not replay_past(app.past_polls, past.state, health):
+            return 0
+        if recording and not recorder.recording:  # the live app's exit closed it: append
+            recorder.open()
+
+
+def with_past(collector: Collector, monitor: MonitorSettings) -> PastSource | None:
+    """`collector` with the past in front (`past_fetch`); None under --no-past."""
+    if monitor.past_s <= 0:
+        return None
+    source, fetch, error = past_fetch(monitor)
+    urls = () if is_fleet(monitor) else monitor.vllm_urls
+    return PastSource(
+        collector, fetch, source=source, asked_s=monitor.past_s, live_urls=urls, error=error
     )
-    result = app.run()
-    return int(result or 0) if app.return_code is None else app.return_code
+
+
+def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, str | None]:
+    """Where the past comes from: (its name, how to read it, or why there is none). Prometheus
+    when --prometheus is given (the fleet's store), else the gateway's history."""
+    since = monitor.past_s
+    if monitor.prometheus_url:
+        from llmtop.sources.prometheus_history import prometheus_history
+
+        url = monitor.prometheus_url
+
+        def from_prometheus() -> Awaitable[Recording]:
+            return prometheus_history(
+                url,
+                since,
+                selector=monitor.prometheus_selector,
+                window_s=monitor.prometheus_window_s,
+                replica_label=monitor.prometheus_replica_label,
+            )
+
+        return "prometheus", from_prometheus, None
+    if not monitor.gateway_url:
+        return None, None, "no gateway or --prometheus to read it from"
+    try:
+        from llmtop.sources.history import gateway_history
+    except ImportError:  # a checkout from before the gateway kept history
+        return "gateway", None, "this llmtop reads no gateway history"
+    gateway, token = monitor.gateway_url, monitor.admin_token
+
+    def from_gateway() -> Awaitable[Recording]:
+        return gateway_history(gateway, token, since)
+
+    return "gateway", from_gateway, None
+
+
+def replay_past(polls: list[RawPoll], state: PastState, health: HealthSettings) -> bool:
+    """The past and what came since as a replay at its end (paused); True when its `h` asks
+    to go back to live, False when it quit."""
+    from llmtop.recording.memory import recording_of
+    from llmtop.recording.replay import ReplaySource
+    from llmtop.recording.writer import header
+    from llmtop.tui.replay_app import ReplayApp
+
+    targets: dict[str, object] = {"vllm": [], "prometheus": None, "gateway": None}
+    recording = recording_of(polls, f"{state.source} history", header(1.0, targets, polls[0].time))
+    source = ReplaySource(recording, health, paused=True)
+    source.seek_end()
+    monitor = MonitorSettings(vllm_urls=("history",), gateway_url=None, read_only=True)
+    span = span_text(polls[-1].time - polls[0].time)
+    title = f"llmtop: the last {span} from {state.source} history (h: back to live)"
+    app = ReplayApp(source, monitor=monitor, health=health, title=title, live_key=True)
+    app.run()
+    return app.back_to_live
 
 
 def run_replay(path: str, health: HealthSettings, *, speed: float, paused: bool) -> int:

@@ -52,6 +52,7 @@ class ReplayApp(LlmtopApp):
         Binding("left_square_bracket", "read_only('queue -')", "", show=False),
         Binding("colon", "read_only('the command line')", "", show=False),
         Binding("r", "read_only('recording')", "", show=False),
+        Binding("h", "back_to_live", "live"),
     ]
 
     def __init__(
@@ -62,6 +63,7 @@ class ReplayApp(LlmtopApp):
         health: HealthSettings,
         title: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        live_key: bool = False,
     ) -> None:
         read_only = replace(monitor, read_only=True, admin_token=None, record=None)
         super().__init__(
@@ -69,6 +71,9 @@ class ReplayApp(LlmtopApp):
         )
         self.replay = source
         self._shown: int | None = None
+        self.live_key = live_key
+        """`h` goes back to live: the live console opened this replay of its past."""
+        self.back_to_live = False
 
     def on_mount(self) -> None:
         # the live app's on_mount (poll worker, tick) runs too: Textual dispatches up the MRO
@@ -135,6 +140,15 @@ class ReplayApp(LlmtopApp):
         speed = self.replay.faster() if direction > 0 else self.replay.slower()
         self.notify(f"replay speed x{speed:g}", timeout=2)
         self._moved()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back_to_live":
+            return self.live_key
+        return super().check_action(action, parameters)
+
+    def action_back_to_live(self) -> None:
+        self.back_to_live = True
+        self.exit(0)
 
     def action_read_only(self, what: str) -> None:
         self.notify(f"replay is read-only: {what} is disabled", severity="warning", timeout=3)

@@ -30,6 +30,8 @@ class StatusHeader(Widget):
 
     view: reactive[View | None] = reactive(None)
     recording: reactive[bool] = reactive(False)
+    past: reactive[str] = reactive("")
+    """Where the console's past comes from (`view.past.past_label`); "" without one."""
 
     def render(self) -> Text:
         view = self.view
@@ -58,5 +60,7 @@ class StatusHeader(Widget):
             out.append("  read-only", style="bold")
         if self.recording:
             out.append("  ● REC", style="bold red")
+        if self.past:
+            out.append(f"  {self.past}", style="dim")
         out.truncate(max(self.size.width, 1), overflow="ellipsis")
         return out

@@ -1,0 +1,83 @@
+"""The console's past: polls read from a history (the gateway's, Prometheus') pushed through the
+live pipeline before its first poll, so its windows, hysteresis and look-backs start full. Pure.
+
+The same RawPolls through the same Pipeline give the same Snapshots as if the console had been
+watching (recording and replay rely on it). `PastFold` does it in slices, so the caller (the
+TUI's event loop) stays responsive between them; polls out of time order (a clock step) and any
+at or after the first live poll are left out and counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.fleet import FleetPipeline
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.promql.promql_answers import prometheus_replicas
+
+
+def fold(pipeline: Pipeline, raw: RawPoll) -> Snapshot:
+    """One poll through a pipeline as the live collector feeds it (a fleet's Prometheus rows
+    as its derived replicas)."""
+    if isinstance(pipeline, FleetPipeline):
+        return pipeline.update(raw, prometheus_replicas(raw))
+    return pipeline.update(raw)
+
+
+def onto_live(polls: Iterable[RawPoll], live_urls: Sequence[str]) -> list[RawPoll]:
+    """The past's engine named as the console names it: one engine read by the gateway at its
+    upstream URL and by the console at its --vllm URL is one engine, one window."""
+    if len(live_urls) != 1:
+        return list(polls)
+    url = live_urls[0]
+    out: list[RawPoll] = []
+    for raw in polls:
+        if len(raw.engines) == 1 and raw.engines[0].url != url:
+            raw = replace(raw, engines=(replace(raw.engines[0], url=url),))
+        out.append(raw)
+    return out
+
+
+@dataclass
+class PastFold:
+    """Feeds a fresh pipeline the past, then the live polls already seen, `step` polls a call.
+
+    `snapshots` are the past's (what the charts and the event log show of it), `live` the
+    recomputed live ones; `skipped` counts the past's polls left out (out of order, or not
+    before the first live poll)."""
+
+    pipeline: Pipeline
+    past: Sequence[RawPoll]
+    live: Sequence[RawPoll] = ()
+    snapshots: list[Snapshot] = field(default_factory=list)
+    live_snapshots: list[Snapshot] = field(default_factory=list)
+    skipped: int = 0
+    _i: int = 0
+    _last: float = -math.inf
+
+    @property
+    def done(self) -> bool:
+        return self._i >= len(self.past) + len(self.live)
+
+    def run(self, step: int = 10_000_000) -> bool:
+        """Fold up to `step` more polls; True once every poll is folded."""
+        before = self.live[0].time if self.live else math.inf
+        n_past = len(self.past)
+        end = min(self._i + max(step, 1), n_past + len(self.live))
+        while self._i < end:
+            i = self._i
+            self._i += 1
+            if i < n_past:
+                raw = self.past[i]
+                if not self._last < raw.time < before:
+                    self.skipped += 1
+                    continue
+                self._last = raw.time
+                self.snapshots.append(fold(self.pipeline, raw))
+            else:
+                self.live_snapshots.append(fold(self.pipeline, self.live[i - n_past]))
+        return self.done

@@ -1,0 +1,209 @@
+"""The live collector with its past in front: the console starts with the last hour.
+
+At the first poll `PastSource` asks its injected `fetch` (the gateway's history, Prometheus'
+query_range) for the past and waits for it at most `wait_s`; the past's polls go through a fresh
+pipeline (`core.pipeline.past`, in slices so keys never wait), then the live polls already seen,
+and that pipeline replaces the collector's: windows, hysteresis and the charts start full, and a
+late past fills in when it comes. The app takes what is new with `take()`. Every failure is the
+header's one line and the log's, never a traceback; a past never counts as a live poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol, overload
+
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.fleet import FleetPipeline
+from llmtop.core.pipeline.past import PastFold, onto_live
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.tui.view.past import PastState
+from llmtop.tui.view.present import LogEvent
+
+if TYPE_CHECKING:
+    from llmtop.recording.reader import Recording
+
+PastFetch = Callable[[], Awaitable["Recording"]]
+"""Read the past (`sources.history.gateway_history`, `sources.prometheus_history`), bound."""
+
+WAIT_S = 2.0
+"""The most the first frame waits for the past; a later past fills in when it comes."""
+TIMEOUT_S = 30.0
+"""The most the past is waited for at all."""
+SLICE = 200
+"""Polls folded between two turns of the event loop (~0.2 s of CPU at most)."""
+
+
+class _Collector(Protocol):
+    pipeline: Pipeline
+    last_raw: RawPoll | None
+
+    async def poll(self) -> Snapshot: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PastUpdate:
+    """What the app shows once the past is in: its snapshots (the charts), the live ones
+    recomputed after it, and the state (the header)."""
+
+    state: PastState
+    snapshots: tuple[Snapshot, ...] = ()
+    live: tuple[Snapshot, ...] = ()
+    lines: tuple[LogEvent, ...] = ()
+    """Lines for the log that are not snapshots' diffs: the failure or the warnings."""
+
+
+def fresh_pipeline(p: Pipeline) -> Pipeline:
+    """A new pipeline with `p`'s settings (and a fleet's names)."""
+    if isinstance(p, FleetPipeline):
+        fleet = FleetPipeline(p.settings, max_num_seqs=p.max_num_seqs)
+        fleet.names = dict(p.names)
+        return fleet
+    return Pipeline(p.settings, max_num_seqs=p.max_num_seqs)
+
+
+class _Decoded(Sequence[RawPoll]):
+    """A recording's polls decoded as they are read (an hour decoded at once would hold the
+    loop ~1 s), each named as the console names its engine (`onto_live`)."""
+
+    def __init__(self, recording: Recording, live_urls: Sequence[str]) -> None:
+        self.recording = recording
+        self.live_urls = live_urls
+
+    def __len__(self) -> int:
+        return len(self.recording)
+
+    @overload
+    def __getitem__(self, i: int) -> RawPoll: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RawPoll]: ...
+
+    def __getitem__(self, i: int | slice) -> RawPoll | Sequence[RawPoll]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return onto_live((self.recording.raw(i),), self.live_urls)[0]
+
+
+class PastSource:
+    """A SnapshotSource: `collector`'s polls, its pipeline first fed the past `fetch` reads."""
+
+    def __init__(
+        self,
+        collector: _Collector,
+        fetch: PastFetch | None,
+        *,
+        source: str | None,
+        asked_s: float,
+        live_urls: Sequence[str] = (),
+        wait_s: float = WAIT_S,
+        timeout_s: float = TIMEOUT_S,
+        error: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.collector = collector
+        self.last_raw: RawPoll | None = None
+        """The last live poll's raw inputs (the recorder writes them)."""
+        self._fetch = fetch
+        self.live_urls = tuple(live_urls)
+        self.wait_s = wait_s
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self.state = PastState(source, asked_s, loading=fetch is not None, error=error)
+        self._live: deque[RawPoll] = deque(maxlen=max(60, int(asked_s) + 60))
+        """The live polls since the start (an hour's worth at most): a late past refolds them,
+        the replay key shows them after the past."""
+        self._past: Sequence[RawPoll] = ()
+        self._task: asyncio.Task[None] | None = None
+        self._update: PastUpdate | None = None
+        if fetch is None:
+            self._update = PastUpdate(self.state, lines=self._failure_lines())
+
+    def __getattr__(self, name: str) -> object:
+        """Everything else of the collector (a fleet's `fleet`, say) as is."""
+        return getattr(self.__dict__["collector"], name)
+
+    async def poll(self) -> Snapshot:
+        """The first poll starts reading the past and waits for it up to `wait_s`."""
+        if self._task is None and self._fetch is not None:
+            self._task = asyncio.ensure_future(self._load(self._fetch))
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), self.wait_s)
+        snap = await self.collector.poll()
+        self.last_raw = self.collector.last_raw
+        if self.last_raw is not None:
+            self._live.append(self.last_raw)
+        return snap
+
+    def take(self) -> PastUpdate | None:
+        """What is new of the past since the last call (None: nothing)."""
+        update, self._update = self._update, None
+        return update
+
+    def polls(self) -> list[RawPoll]:
+        """The past and the live polls since, of the last `asked_s` (the replay key's)."""
+        first_live = self._live[0].time if self._live else float("inf")
+        polls = [p for p in self._past if p.time < first_live] + list(self._live)
+        if not polls:
+            return []
+        since = polls[-1].time - max(self.state.asked_s, 0.0)
+        return [p for p in polls if p.time >= since]
+
+    async def _load(self, fetch: PastFetch) -> None:
+        try:
+            recording = await asyncio.wait_for(fetch(), self.timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except (asyncio.TimeoutError, TimeoutError):
+            self._failed(f"no answer within {self.timeout_s:g} s")
+            return
+        except Exception as e:  # a source's LlmtopError is one line; anything else too
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self._failed(text)
+            return
+        past = _Decoded(recording, self.live_urls)
+        fold = PastFold(fresh_pipeline(self.collector.pipeline), past, live=self._live)
+        while not fold.run(SLICE):  # noqa: ASYNC110 (a turn of the loop between slices of CPU)
+            await asyncio.sleep(0)
+        self.collector.pipeline = fold.pipeline  # no await since the last slice: no poll lost
+        self._past = past
+        covered = fold.snapshots[-1].time - fold.snapshots[0].time if fold.snapshots else 0.0
+        warnings = tuple(recording.warnings)
+        if fold.skipped:
+            warnings += (f"{fold.skipped} polls of the past out of time order or after now",)
+        self.state = replace(self.state, loading=False, covered_s=covered, warnings=warnings)
+        if not fold.snapshots:
+            self._failed("it holds no poll before now")
+            return
+        self._update = PastUpdate(
+            self.state,
+            tuple(fold.snapshots),
+            tuple(fold.live_snapshots),
+            tuple(LogEvent(self._clock(), "error", f"past: {w}") for w in warnings),
+        )
+
+    def _failed(self, error: str) -> None:
+        self.state = replace(self.state, loading=False, error=error)
+        self._update = PastUpdate(self.state, lines=self._failure_lines())
+
+    def _failure_lines(self) -> tuple[LogEvent, ...]:
+        from llmtop.tui.view.past import past_label
+
+        if self.state.error is None or self.state.asked_s <= 0:
+            return ()
+        return (LogEvent(self._clock(), "error", past_label(self.state)),)
+
+    async def aclose(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self.collector.aclose()

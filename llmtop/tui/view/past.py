@@ -1,0 +1,74 @@
+"""What the console says of its past (pure): the event log's lines for what fired and changed
+before it opened, each marked, and the header's words for where the past comes from.
+
+The marker goes before a line's detail (`critical kv-exhausted (before you connected): ...`), so
+an 80-column log that cuts the detail keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.span import span_text
+from llmtop.tui.view.present import LogEvent, diff_events
+
+BEFORE = "(before you connected)"
+
+
+def marked(event: LogEvent) -> LogEvent:
+    """`event` marked as from the past: the marker after its subject, before its detail."""
+    head, sep, tail = event.text.partition(": ")
+    text = f"{head} {BEFORE}{sep}{tail}" if sep else f"{event.text} {BEFORE}"
+    return replace(event, text=text)
+
+
+def past_events(snapshots: Sequence[Snapshot]) -> list[LogEvent]:
+    """The event log the console would have built watching these snapshots, every line
+    marked: findings fired and cleared, limit changes, targets down and up, restarts."""
+    out: list[LogEvent] = []
+    prev: Snapshot | None = None
+    for snap in snapshots:
+        out += diff_events(prev, snap)
+        prev = snap
+    return [marked(e) for e in out]
+
+
+@dataclass(frozen=True)
+class PastState:
+    """Where the console's past stands: asked of `source` (gateway, prometheus), loading, in
+    (covering `covered_s`), or off and why."""
+
+    source: str | None
+    """"gateway" or "prometheus"; None: no source of history for these targets."""
+    asked_s: float
+    loading: bool = False
+    covered_s: float | None = None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def past_label(state: PastState | None) -> str:
+    """The header's words: `past: gateway 1h`, `past: prometheus 12m of 1h`, `past: gateway
+    1h loading…`, `past: none — gateway history off: <why>`."""
+    if state is None or state.asked_s <= 0:
+        return "past: off"
+    if state.source is None:
+        return f"past: none — {state.error or 'no gateway or Prometheus to read it from'}"
+    asked = span_text(state.asked_s)
+    if state.loading:
+        return f"past: {state.source} {asked} loading…"
+    if state.error is not None:
+        return f"past: none — {state.source} history off: {state.error}"
+    covered = state.covered_s or 0.0
+    shown = asked if covered >= state.asked_s * 0.95 else f"{span_text(covered)} of {asked}"
+    partial = " (partial)" if state.warnings else ""
+    return f"past: {state.source} {shown}{partial}"
+
+
+def connected_line(t: float, state: PastState, polls: int) -> LogEvent:
+    """The log's line between the past and the live: where the lines above came from."""
+    covered = span_text(state.covered_s or 0.0)
+    text = f"connected: the lines above are {covered} of {state.source} history ({polls} polls)"
+    return LogEvent(t, "info", text)
