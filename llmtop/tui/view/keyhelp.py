@@ -65,6 +65,12 @@ KEYS: tuple[KeyHelp, ...] = (
         "a fleet: select a replica, open its own panels (Esc goes back)",
     ),
     KeyHelp(("record",), "`r`", "start / stop recording"),
+    KeyHelp(
+        ("past",),
+        "`h`",
+        "the past (`--past`, 1h: the gateway's history or Prometheus) and what came since as a"
+        " replay with its timeline; `h` there comes back to live",
+    ),
     KeyHelp(("help",), "`?`", "help: every key, panel and finding explained"),
     KeyHelp(("quit",), "`q`, Ctrl-C", "quit"),
 )
