@@ -41,8 +41,10 @@ def counter_rate(spec: AlertSpec, *keys: str) -> str:
     a replica that exports the running gauge but not the counter."""
     r, w = spec.r, duration(spec.window_s)
     zero = f"0 * max by ({r}) ({spec.vllm('vllm:num_requests_running')})"
+    q = spec.queries
     return " + ".join(
-        f"(sum by ({r}) (rate({spec.vllm(*COUNTERS[k])}[{w}])) or on ({r}) {zero})" for k in keys
+        f"(sum by ({r}) ({q.over('rate', spec.vllm(*COUNTERS[k]), w)}) or on ({r}) {zero})"
+        for k in keys
     )
 
 
@@ -99,9 +101,10 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
     q = spec.queries.figures((spec.r,))
     r, w, h, p = spec.r, duration(spec.window_s), spec.health, spec.p
     on = f"on ({r})"
-    finished = f"sum by ({r}) (rate({spec.vllm(FINISHED)}[{w}]))"
+    rated = spec.queries.over
+    finished = f"sum by ({r}) ({rated('rate', spec.vllm(FINISHED), w)})"
     error = spec.vllm(FINISHED, extra='finished_reason="error"')
-    errors = f"sum by ({r}) (rate({error}[{w}]))"
+    errors = f"sum by ({r}) ({rated('rate', error, w)})"
     tokens = " + ".join(
         f"sum by ({r}) ({spec.vllm(*COUNTERS[k])})" for k in ("generation_tokens", "prompt_tokens")
     )
@@ -148,7 +151,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
         ("error_frac", f"{errors} / {on} ({p}finished_per_s > 0)", "share finished in error"),
         (
             "admission_rejections_per_s",
-            f"sum by ({r}) (rate({spec.vllm(*COUNTERS['admission_rejections'])}[{w}]))",
+            f"sum by ({r}) ({rated('rate', spec.vllm(*COUNTERS['admission_rejections']), w)})",
             "vLLM's own 503s per second (--max-num-queued-reqs, 0.32+)",
         ),
         ("tokens_total", tokens, "tokens made since start: its moving is the engine's progress"),
@@ -259,7 +262,8 @@ def _field_side(spec: AlertSpec) -> list[Recorded]:
 
     def rate(key: str, over: str) -> str:
         found = alternatives(spec.queries.selectors(n) for n in COUNTERS[key])  # newest first
-        return f"sum by ({r}) ({' or '.join(f'rate({x}[{over}])' for x in found)})"
+        rated = " or ".join(spec.queries.over("rate", x, over) for x in found)
+        return f"sum by ({r}) ({rated})"
 
     drafting = f"{rate('spec_drafts', sw)} > 0"
     return [

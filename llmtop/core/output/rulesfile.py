@@ -137,7 +137,12 @@ def render(spec: AlertSpec, command: str = "llmtop rules", dialects: Sequence[st
         )
         for i, k in enumerate(kinds)
     ]
-    lines = header(spec, groups[0].not_expressed, command)
+    everywhere = {
+        k: why
+        for k, why in groups[0].not_expressed.items()
+        if all(k in g.not_expressed for g in groups)
+    }
+    lines = header(spec, everywhere, command)
     if kinds != (VLLM_KIND,):
         lines += _comment(
             "Engines: "

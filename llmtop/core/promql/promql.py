@@ -26,6 +26,11 @@ VLLM_KIND = "vllm"
 LACKS = "llmtop_lacks:"
 """Stands before a vLLM name an engine has no series of: a selector that matches nothing, which
 the rules (`core.alerts`) find and leave the rule out for, saying why."""
+PART = "llmtop_part"
+"""The label that keeps an engine's counters apart under a range function where several of
+them make one of vLLM's (llama.cpp's prefix-cache queries, SGLang's finished requests)."""
+_PARTS: dict[str, tuple[str, ...]] = {}
+"""A selector of several names -> a selector of each (`Queries.over`)."""
 FIGURE = "llmtop_figure"
 """The label that names the figure of a series in the (few-series) info answer."""
 FIGURES = "llmtop_figures"
@@ -124,7 +129,7 @@ class Queries:
 
     def __post_init__(self) -> None:
         label = self.replica_label
-        taken = {ENGINE, "le", FIGURE, FIGURES, *self.figures((label,))}
+        taken = {ENGINE, "le", FIGURE, FIGURES, PART, *self.figures((label,))}
         if not _LABEL.fullmatch(label) or label.startswith("__"):
             raise UsageError(f"--replica-label {label!r} is not a Prometheus label name")
         if label in taken or label.startswith(FINISHED_PREFIX):
@@ -167,12 +172,32 @@ class Queries:
         return ",".join(x for x in (self.matchers, keep, extra) if x)
 
     def _names(self, names: Sequence[str], extra: str) -> str:
-        """One selector of the series of any of `names` (added up where aggregated)."""
+        """One selector of the series of any of `names` (added up where aggregated; a range
+        function over it: `over`)."""
         inside = self._inside(extra)
         if len(names) == 1:
             return f"{names[0]}{{{inside}}}" if inside else names[0]
         regex = _string("|".join(_literal(n) for n in names))
-        return "{" + ",".join(x for x in (f"__name__=~{regex}", inside) if x) + "}"
+        out = "{" + ",".join(x for x in (f"__name__=~{regex}", inside) if x) + "}"
+        _PARTS[out] = tuple(self._names((n,), extra) for n in names)
+        return out
+
+    def over(self, fn: str, selector: str, window: str | None = None) -> str:
+        """`fn(selector[window])`; over a selector of several names (`_names`), each name's
+        apart and kept apart by a label, since a range function drops the name and two series
+        left with one label set are an error (the aggregation around it adds them)."""
+        rng = f"[{window or f'{self.window_s:g}s'}]"
+        parts = _PARTS.get(selector)
+        if parts is None:
+            return f"{fn}({selector}{rng})"
+        return (
+            "("
+            + " or ".join(
+                f'label_replace({fn}({x}{rng}), "{PART}", "{i}", "", "")'
+                for i, x in enumerate(parts)
+            )
+            + ")"
+        )
 
     def _finished(self, rev: Reverse, extra: str) -> list[str]:
         """vLLM's finished requests (by reason where `extra` says) as the engine's own
@@ -195,9 +220,8 @@ class Queries:
     def _any(self, names: Iterable[str], fn: str = "", suffix: str = "", extra: str = "") -> str:
         """`fn(new[w]) or fn(old[w])`: the first name exported wins (a name the dialect lacks
         is left out while another is there)."""
-        rng = f"[{self.window_s:g}s]" if fn else ""
         found = alternatives(self.selectors(n + suffix, extra) for n in names)
-        parts = [f"{fn}({x}{rng})" if fn else x for x in found]
+        parts = [self.over(fn, x) if fn else x for x in found]
         return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
     def figures(self, labels: Sequence[str], reasons: Sequence[str] = ()) -> dict[str, str]:
