@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Protocol, overload
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
-from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.past import PastFold, onto_live
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.tui.view.past import PastState
@@ -63,6 +62,10 @@ class PastUpdate:
 
 def fresh_pipeline(p: Pipeline) -> Pipeline:
     """A new pipeline with `p`'s settings (and a fleet's names)."""
+    if type(p) is Pipeline:  # one engine: its console imports no fleet
+        return Pipeline(p.settings, max_num_seqs=p.max_num_seqs)
+    from llmtop.core.pipeline.fleet import FleetPipeline
+
     if isinstance(p, FleetPipeline):
         fleet = FleetPipeline(p.settings, max_num_seqs=p.max_num_seqs)
         fleet.names = dict(p.names)

@@ -15,16 +15,18 @@ from dataclasses import dataclass, field, replace
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
-from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.pipeline import Pipeline
-from llmtop.core.promql.promql_answers import prometheus_replicas
 
 
 def fold(pipeline: Pipeline, raw: RawPoll) -> Snapshot:
     """One poll through a pipeline as the live collector feeds it (a fleet's Prometheus rows
-    as its derived replicas)."""
-    if isinstance(pipeline, FleetPipeline):
-        return pipeline.update(raw, prometheus_replicas(raw))
+    as its derived replicas; imported then only: one engine's console starts without them)."""
+    if raw.prometheus is not None:
+        from llmtop.core.pipeline.fleet import FleetPipeline
+        from llmtop.core.promql.promql_answers import prometheus_replicas
+
+        if isinstance(pipeline, FleetPipeline):
+            return pipeline.update(raw, prometheus_replicas(raw))
     return pipeline.update(raw)
 
 
