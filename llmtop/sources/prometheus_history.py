@@ -23,12 +23,12 @@ from dataclasses import replace
 from typing import Any
 
 from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
+from llmtop.core.pipeline.past import recording_of
 from llmtop.core.pipeline.span import span_text
 from llmtop.core.promql import promql, promql_answers
+from llmtop.core.record.decode import Recording
+from llmtop.core.record.encode import header
 from llmtop.errors import LlmtopError, TargetError
-from llmtop.recording.memory import recording_of
-from llmtop.recording.reader import Recording
-from llmtop.recording.writer import header
 from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
 
 RangeFetch = Callable[[str, dict[str, str]], Awaitable[tuple[int, bytes]]]

@@ -120,9 +120,9 @@ def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, 
 def replay_past(polls: list[RawPoll], state: PastState, health: HealthSettings) -> bool:
     """The past and what came since as a replay at its end (paused); True when its `h` asks
     to go back to live, False when it quit."""
-    from llmtop.recording.memory import recording_of
+    from llmtop.core.pipeline.past import recording_of
+    from llmtop.core.record.encode import header
     from llmtop.recording.replay import ReplaySource
-    from llmtop.recording.writer import header
     from llmtop.tui.replay_app import ReplayApp
 
     targets: dict[str, object] = {"vllm": [], "prometheus": None, "gateway": None}

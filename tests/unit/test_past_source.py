@@ -9,9 +9,9 @@ import functools
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.past import recording_of
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.errors import GatewayReadError
-from llmtop.recording.memory import recording_of
 from llmtop.recording.reader import Recording
 from llmtop.settings import HealthSettings
 from llmtop.tui.past import PastFetch, PastSource

@@ -9,13 +9,17 @@ at or after the first live poll are left out and counted.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.record.decode import Recording
+from llmtop.core.record.encode import Encoder
 
 
 def fold(pipeline: Pipeline, raw: RawPoll) -> Snapshot:
@@ -83,3 +87,21 @@ class PastFold:
             else:
                 self.live_snapshots.append(fold(self.pipeline, self.live[i - n_past]))
         return self.done
+
+
+def recording_of(
+    polls: Sequence[RawPoll], path: str, head: dict[str, Any], warnings: Sequence[str] = ()
+) -> Recording:
+    """RawPolls (in time order) as an in-memory Recording, for replay and report: a history
+    read from Prometheus, the console's past and what it saw since. Each line a keyframe, so
+    a seek decodes one line."""
+    encoder = Encoder(keyframe_every=1)
+    lines = [json.dumps(encoder.encode(p), separators=(",", ":")).encode() for p in polls]
+    return Recording(
+        path=path,
+        header=head,
+        lines=lines,
+        warnings=list(warnings),
+        times=[p.time for p in polls],
+        keyframes=list(range(len(lines))),
+    )
