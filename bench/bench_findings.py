@@ -48,6 +48,8 @@ class Result:
     """On a healthy run: each warning/critical firing ("id severity at +s")."""
     max_severity: str | None = None
     """The most any finding may reach on this run (its SLO holds)."""
+    engine: str = "vllm"
+    """The engine (dialect) it was recorded on or spoken in."""
 
 
 def score_one(path: Path, entry: dict[str, Any]) -> Result:
@@ -61,6 +63,7 @@ def score_one(path: Path, entry: dict[str, Any]) -> Result:
     out = Result(entry["class"], bool(entry["healthy"]), end - start)
     out.within = {f: float(e["within_s"]) for f, e in expected.items()}
     out.max_severity = entry.get("max_severity")
+    out.engine = entry.get("engine", "vllm")
     out.named = dict.fromkeys(expected)
     alarms_before: set[tuple[str, str]] = set()
     for raw in rec:
@@ -108,31 +111,38 @@ def misses(results: list[Result]) -> list[str]:
 def table(results: list[Result]) -> str:
     """The confusion table (markdown): class x finding, the first time held after the onset."""
     findings = sorted({f for r in results for f in r.first})
-    head = "| class | " + " | ".join(f"`{f}`" for f in findings) + " |"
-    lines = [head, "|---|" + "---|" * len(findings)]
+    head = "| class | engine | " + " | ".join(f"`{f}`" for f in findings) + " |"
+    lines = [head, "|---|---|" + "---|" * len(findings)]
     for r in results:
         cells = []
         for f in findings:
             got = r.first.get(f)
             mark = "**" if f in r.named else ""
             cells.append("" if got is None else f"{mark}{got[0]:.0f} {r.worst[f][0]}{mark}")
-        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r.name} | {r.engine} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def report(results: list[Result]) -> str:
     """Time to name each expected finding, and false alarms per healthy hour."""
-    lines = ["| class | expected | named after onset | target |", "|---|---|---|---|"]
+    lines = ["| class | engine | expected | named after onset | target |", "|---|---|---|---|---|"]
     for r in results:
         for f, t in r.named.items():
             shown = "never" if t is None else f"{t:.0f} s"
             named_as = r.first.get(f, (0, "", ""))[2] or "-"
-            lines.append(f"| {r.name} | `{f}` ({named_as}) | {shown} | {r.within[f]:.0f} s |")
+            lines.append(
+                f"| {r.name} | {r.engine} | `{f}` ({named_as}) | {shown} | {r.within[f]:.0f} s |"
+            )
     healthy = [r for r in results if r.healthy]
     hours = sum(r.seconds for r in healthy) / 3600
     alarms = sum(len(r.false_alarms) for r in healthy)
     infos = sorted({f"{f} ({r.name})" for r in healthy for f in r.first})
+    engines = sorted({r.engine for r in healthy})
     lines.append("")
+    lines.append(
+        "healthy runs by engine: "
+        + ", ".join(f"{e} {sum(r.engine == e for r in healthy)}" for e in engines)
+    )
     lines.append(
         f"healthy runs: {len(healthy)}, {hours * 60:.1f} minutes; warning/critical findings "
         f"on them: {alarms} ({alarms / hours if hours else 0:.1f} per healthy hour); info "

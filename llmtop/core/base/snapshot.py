@@ -112,6 +112,9 @@ class EngineStats:
     """Mean NIXL transfer time over the window."""
     sleep_state: str | None = None
     """awake, weights_offloaded (sleep level 1), discard_all (level 2); None: not exported."""
+    longest_seq_tokens: float | None = None
+    """The longest sequence (prompt + generation tokens) the engine has served, where it says
+    (llama.cpp's n_tokens_max): a bound on a request's length where nothing counts requests."""
     healthy: bool | None = None
     """`engine_healthy` where exported; None: not exported or not a number."""
     corrupted_per_s: float | None = None
@@ -341,8 +344,12 @@ class FleetEvent:
     """Something that happened to one replica between two polls."""
 
     time: float
-    kind: Literal["restart", "pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back"]
-    """restart: a counter went back; pod-* and api-*: Kubernetes discovery (core.pipeline.pods)."""
+    kind: Literal[
+        "restart", "pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back",
+        "pool-changed",
+    ]  # fmt: skip
+    """restart: a counter went back; pod-*, api-* and pool-changed: Kubernetes discovery
+    (core.pipeline.pods)."""
     replica: str
     summary: str
 

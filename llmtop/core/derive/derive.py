@@ -205,6 +205,7 @@ def derive_engine(
         prefix_cache_hit_frac=prefix_frac,
         mean_prompt_tokens=mean_prompt,
         mean_generation_tokens=mean_gen,
+        longest_seq_tokens=scrape.counters.get("longest_seq_tokens"),
         ttft_p50_s=ttft_p50,
         ttft_p95_s=ttft_p95,
         ttft_p99_s=ttft_p99,

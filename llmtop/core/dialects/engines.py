@@ -72,6 +72,9 @@ LLAMACPP = Dialect(
         "llamacpp:kv_cache_usage_ratio": "vllm:kv_cache_usage_perc",  # builds before 2025-05
         # prompt tokens it found cached (not counted in prompt_tokens_total): prefix-cache hits
         "llamacpp:prompt_tokens_cached_total": "vllm:prefix_cache_hits_total",
+        # typed counter, so read with _total; a build that types it gauge reads without
+        "llamacpp:n_tokens_max_total": "llmtop:longest_seq_tokens_total",
+        "llamacpp:n_tokens_max": "llmtop:longest_seq_tokens_total",
         "llamacpp:spec_decode_num_drafts_total": "vllm:spec_decode_num_drafts_total",
         "llamacpp:spec_decode_num_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
         "llamacpp:spec_decode_num_accepted_tokens_total": (

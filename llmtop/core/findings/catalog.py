@@ -22,6 +22,7 @@ from llmtop.core.findings import (
     peers,
     refusals,
     replicas,
+    slots,
     vllm_state,
 )
 from llmtop.core.findings.definition import AlertRule, Definition, Guide, GuideRow
@@ -32,6 +33,7 @@ ENGINE_FAMILIES = (
     liveness,
     kv_cache,
     degraded,
+    slots,
     batching,
     refusals,
     gateway,

@@ -42,6 +42,9 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "kv_offload_store_bytes": ("vllm:kv_offload_store_bytes_total",),
     "kv_offload_load_time_s": ("vllm:kv_offload_load_time_total",),
     "kv_offload_store_time_s": ("vllm:kv_offload_store_time_total",),
+    # no vLLM family: llama.cpp's longest sequence (prompt + generation) so far, a counter
+    # that only rises, mapped here by its dialect (the queue-wait estimate's request length)
+    "longest_seq_tokens": ("llmtop:longest_seq_tokens_total",),
 }
 FINISHED = "vllm:request_success_total"
 PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
