@@ -177,6 +177,16 @@ class GatewaySettings:
     )
     """Per-tenant TTFT budgets (`{batch = 60}`): an override of [slo] ttft_s for admission
     only (the deadline queue); what the monitors judge stays the SLO."""
+    history: bool = True
+    """Keep the recent past (the engines' figures and the gateway's own, each second) in a file
+    served by /admin/history (docs/recording.md, "History in the gateway"); `--no-history`."""
+    history_dir: str | None = field(default=None, metadata=_env("LLMTOP_HISTORY_DIR"))
+    """Folder of the history files (gateway-<port>.sqlite); $XDG_STATE_HOME/llmtop when unset
+    (~/.local/state/llmtop)."""
+    history_max_age_s: float = 86400.0
+    """Seconds of history kept (`--history-max-age 24h`)."""
+    history_max_mb: float = 200.0
+    """Megabytes the history file may hold; the oldest polls go first."""
 
 
 def _engine_kind(value: Any, where: str) -> str:

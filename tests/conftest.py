@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # modules are imported and before xdist starts its workers, which inherit the environment.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# The gateway's history (on by default) reads each upstream's /metrics every second, which the
+# fake upstreams would count as requests: off for `llmtop gateway` here unless a test turns it
+# on, and kept under a temporary folder, never in the user's ~/.local/state.
+os.environ["LLMTOP_HISTORY"] = "false"
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="llmtop-test-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)
 
 # CI runs the suite on pytest-xdist workers (scripts/check: `-n 4 --dist loadgroup`): most of it
 # waits on sockets, processes and timers, not on a core. Each worker is its own process, so every

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from llmtop.commands._common import Flag, flags, limit_flags, load, slo_flags
+from llmtop.core.pipeline.span import parse_span
 from llmtop.settings import GatewaySettings
 
 HELP = "admission gateway in front of the engine: bounded concurrency, visible queue, live limits"
@@ -51,10 +52,19 @@ MODE_FLAGS: tuple[Flag, ...] = (
      "stamp vLLM's priority field from the gateway's (vLLM with --scheduling-policy priority)",
      ON),
 )  # a table: one flag a row, read down its options  # fmt: skip
+HISTORY_FLAGS: tuple[Flag, ...] = (
+    ("history", "--no-history", "keep no history", {"action": "store_const", "const": False}),
+    ("history_dir", "--history-dir", "folder of the history file", {"metavar": "DIR"}),
+    ("history_max_age_s", "--history-max-age", "history kept (3600, 90m, 24h)",
+     {"metavar": "AGE", "type": parse_span}),
+    ("history_max_mb", "--history-max-mb", "megabytes the history may hold",
+     {"metavar": "MB", "type": float}),
+)  # docs/recording.md, "History in the gateway"  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    flags(p, GatewaySettings, (*UPSTREAM_FLAGS, *limit_flags(GatewaySettings), *MODE_FLAGS))
+    table = (*UPSTREAM_FLAGS, *limit_flags(GatewaySettings), *MODE_FLAGS, *HISTORY_FLAGS)
+    flags(p, GatewaySettings, table)
     slo_flags(p)
     p.add_argument(
         "--hash-key",

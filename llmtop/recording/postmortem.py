@@ -9,32 +9,46 @@ from pathlib import Path
 
 from llmtop.errors import UsageError
 from llmtop.recording import report
-from llmtop.recording.reader import read_recording
+from llmtop.recording.reader import Recording, read_recording
 from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings
 
 
-def build_report(path: str, health: HealthSettings) -> report.Report:
-    """The report of one recording file; the reader's warnings go to stderr."""
-    recording = read_recording(path)
+def build_report(
+    path: str, health: HealthSettings, *, recording: Recording | None = None
+) -> report.Report:
+    """The report of one recording file, or of `recording` (a gateway's history, Prometheus'
+    range: `path` then names it, and no live screen is compared); the reader's warnings go
+    to stderr."""
+    fetched = recording is not None
+    if recording is None:
+        recording = read_recording(path)
     for warning in recording.warnings:
         sys.stderr.write(f"llmtop: warning: {warning}\n")
     replay = ReplaySource(recording, health)
     header = recording.header
+    live = None if fetched else [recording.findings(i) for i in range(len(recording))]
     return report.build(
         replay.snapshots(),
         replay.events,
-        source=Path(path).name,
+        source=path if fetched else Path(path).name,
         meta={"version": header.get("version"), "targets": header.get("targets", {})},
         ttft_slo_s=health.slo.ttft_s,
-        live_findings=[recording.findings(i) for i in range(len(recording))],
+        live_findings=live,
     )
 
 
-def write_report(path: str, health: HealthSettings, *, fmt: str, out: str | None) -> list[Path]:
+def write_report(
+    path: str,
+    health: HealthSettings,
+    *,
+    fmt: str,
+    out: str | None,
+    recording: Recording | None = None,
+) -> list[Path]:
     """Markdown or JSON on stdout (out=None), or report.md/.json and the PNG charts in `out`;
     returns the files written."""
-    r = build_report(path, health)
+    r = build_report(path, health, recording=recording)
     charts = out is not None
     if fmt == "json":
         text = json.dumps(r.to_dict(with_series=False), indent=2) + "\n"

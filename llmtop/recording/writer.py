@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import time
 import zlib
 from collections.abc import Iterable, Mapping
@@ -29,6 +30,7 @@ from llmtop.errors import RecordingError
 
 if TYPE_CHECKING:
     from llmtop.core.base.snapshot import Finding, Snapshot
+    from llmtop.core.record.decode import Recording
     from llmtop.settings import MonitorSettings
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "RecordingSource",
     "header",
     "redact",
+    "save_recording",
     "scrub",
 ]
 
@@ -189,3 +192,24 @@ def _ends_with_newline(path: Path) -> bool:
     with path.open("rb") as f:
         f.seek(-1, 2)
         return f.read(1) == b"\n"
+
+
+def save_recording(recording: Recording, folder: str | Path, name: str) -> Path:
+    """Write a recording held in memory (a gateway's history, Prometheus' range) as a file in
+    `folder` named after `name`, for what reads files (the replay TUI); each decode start
+    begins a segment, so every poll reads back as it was."""
+    stem = re.sub(r"[^A-Za-z0-9.]+", "-", name.split("://", 1)[-1]).strip("-") or "recording"
+    path = Path(folder) / f"{stem}.jsonl.gz"
+    head = json.dumps(recording.header, separators=(",", ":")).encode() + b"\n"
+    starts = set(recording.keyframes)
+    try:
+        with gzip.open(path, "wb", compresslevel=6) as f:
+            for i, line in enumerate(recording.lines):
+                if i in starts:
+                    f.write(head)
+                f.write(line.rstrip(b"\n") + b"\n")
+            if not recording.lines:
+                f.write(head)
+    except OSError as e:
+        raise RecordingError(f"cannot write {path}: {e.strerror or e}") from None
+    return path

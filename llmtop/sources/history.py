@@ -37,7 +37,7 @@ def _why(status: int, where: str) -> str:
 
 def history_params(since_s: float, until: float | None) -> dict[str, str]:
     """The query of `gateway_history`: `since` in seconds ago, `until` a unix time."""
-    params = {"since": f"{max(0.0, since_s):g}"}
+    params = {"since": f"{max(0.0, since_s):.3f}"}
     if until is not None:
         params["until"] = f"{until:.3f}"
     return params

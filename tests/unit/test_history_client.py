@@ -42,7 +42,7 @@ async def test_reads_the_polls_and_sends_since_and_the_token() -> None:
     assert [r.engines[0].samples[0].value for r in rec] == [0.0, 1.0, 2.0]  # type: ignore[index]
     (req,) = seen
     assert req.url.path == "/admin/history"
-    assert req.url.params["since"] == "3600"
+    assert req.url.params["since"] == "3600.000"
     assert req.url.params["until"] == "200.000"
     assert req.headers["authorization"] == "Bearer s3cret"
 

@@ -24,7 +24,8 @@ from starlette.types import Receive, Scope, Send
 
 from llmtop.errors import ConfigError
 from llmtop.gateway.admission.controller import AdmissionController, LimitError
-from llmtop.gateway.server import autopilot_loop, replica_watch, upstream_feed
+from llmtop.gateway.history.keeper import HistoryKeeper
+from llmtop.gateway.server import autopilot_loop, history_loop, replica_watch, upstream_feed
 from llmtop.gateway.server.admin import admin_routes
 from llmtop.gateway.server.context import GatewayContext, limits_of, upstream_timeout
 from llmtop.gateway.server.handler_time import TimedResponse
@@ -174,9 +175,11 @@ def create_app(
     *,
     clock: Callable[[], float] | None = None,
     feed: UpstreamFeed | None = None,
+    history: HistoryKeeper | None = None,
 ) -> Starlette:
     """The gateway for `settings`; `clock` (monotonic seconds) drives admission, for tests;
-    `feed`: the upstreams follow it (Kubernetes' Ready pods), `settings.upstream` its first set."""
+    `feed`: the upstreams follow it (Kubernetes' Ready pods), `settings.upstream` its first set;
+    `history`: keeps its polls (`history_loop.keeper_of(settings)`: `llmtop gateway` passes it)."""
     try:
         controller = AdmissionController(limits_of(settings), clock=clock or time.monotonic)
     except LimitError as e:
@@ -210,6 +213,7 @@ def create_app(
     except ValueError as e:  # the drain's seconds
         raise ConfigError(f"gateway: {e}") from None
     proxy = Proxy(state)
+    state.history = history  # docs/recording.md, "History in the gateway"
     state.apply_shares()  # with Redis: no room until it grants some
     controller_of_budget = autopilot_loop.attach(state)  # the autopilot (docs/autopilot.md)
 
@@ -221,6 +225,7 @@ def create_app(
         watcher = asyncio.ensure_future(replica_watch.watch(state))
         sync = asyncio.ensure_future(state.shared.run(controller, state.apply_shares))
         tasks = [task, autopilot, watcher, sync]
+        history = history_loop.start(state)
         if feed is not None:
             tasks.append(asyncio.ensure_future(upstream_feed.follow(state, feed)))
         try:
@@ -231,6 +236,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
             await state.shared.close()
+            await history_loop.stop(state, history)
             await state.session.close()
             log.info("llmtop gateway: stopped: %s", json.dumps(final_counts(state, proxy)))
 

@@ -15,6 +15,7 @@ from llmtop.core.base.admin_api import SloDoc, StatsDoc
 from llmtop.gateway.admission.callers import CallerRules
 from llmtop.gateway.admission.controller import AdmissionController, Limits
 from llmtop.gateway.admission.queueing import POLICIES
+from llmtop.gateway.history.keeper import HistoryKeeper
 from llmtop.gateway.server.handler_time import HandlerTime
 from llmtop.gateway.server.unanswered import Unanswered
 from llmtop.gateway.server.upstream_errors import UpstreamErrors
@@ -130,6 +131,8 @@ class GatewayContext:
     following: bool = False
     """A feed decides the replicas (upstream_feed.py): `settings.upstream` is its first set,
     which may be empty."""
+    history: HistoryKeeper | None = None
+    """The history's keeper (gateway/history/keeper.py), set by create_app; None: not kept."""
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -171,4 +174,7 @@ class GatewayContext:
         now = self.clock()
         out["oldest_queued_s"] = self.unanswered.oldest_queued_s(now)
         out["oldest_unanswered_s"] = self.unanswered.oldest_admitted_s(now)
+        out["history"] = (
+            self.history.status() if self.history else {"on": False, "why_off": "not kept here"}
+        )
         return cast(StatsDoc, out)

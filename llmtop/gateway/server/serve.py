@@ -79,7 +79,9 @@ def run_gateway(settings: GatewaySettings, feed: UpstreamFeed | None = None) -> 
     settings = resolve_token(settings)  # read by settings.load already: no second read
     token = settings.admin_token
     check_exposure(host, token)
-    app = create_app(settings, feed=feed)
+    from llmtop.gateway.server.history_loop import keeper_of
+
+    app = create_app(settings, feed=feed, history=keeper_of(settings, token))
     log_to_stderr()
     auth = "token required" if token else "no token (loopback only)"
     serve_forever(
