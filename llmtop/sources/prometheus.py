@@ -1,7 +1,10 @@
-"""Read every vLLM replica through a Prometheus-compatible API (POST /api/v1/query, aiohttp).
+"""Read every replica through a Prometheus-compatible API (POST /api/v1/query, aiohttp).
 
 A poll asks two queries at once, one series a replica (`core.promql.promql`), the slow figures
 (`Info`) every `promql.INFO_EVERY_S`; never raises: a server that cannot answer is one down row.
+A fleet that mixes engines (the info says which replicas export SGLang's, llama.cpp's, ...
+families) is asked one pair per engine, each in that engine's own names, over its replicas
+alone; vLLM's pair takes the rest (the down and the silent as well).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmtop.core.base.raw import PromAnswers
+from llmtop.core.base.raw import PromAnswers, PromRow
 from llmtop.core.base.snapshot import DerivedReplica
+from llmtop.core.dialects.catalog import KINDS
 from llmtop.core.promql import promql, promql_answers
-from llmtop.core.promql.promql_answers import Answer
+from llmtop.core.promql.promql_answers import Answer, Info
 from llmtop.errors import TargetError
 from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
 
@@ -43,6 +47,13 @@ class PrometheusSource:
     ) -> None:
         self.url = url.rstrip("/")
         self.queries = promql.Queries(promql.selector_matchers(selector), window_s, replica_label)
+        self._dialects = {
+            k: promql.Queries(self.queries.matchers, window_s, replica_label, k)
+            for k in KINDS
+            if k != promql.VLLM_KIND
+        }
+        self._kind_asks: dict[str, tuple[promql.Packed, promql.Packed]] = {}
+        """An engine other than vLLM -> its packed pair, over its replicas (fleets that mix)."""
         self.timeout_s = timeout_s
         self.queries_sent = 0
         self._clock = clock
@@ -90,13 +101,45 @@ class PrometheusSource:
         result = body.get("data", {}).get("result", [])
         return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
 
-    async def _read_info(self) -> promql_answers.Info:
+    async def _read_info(self) -> Info:
         q = self.queries
-        info = promql_answers.read_info(await self.query(q.info()), q.replica_label)
-        if self._info is None or info.reasons != self._info.reasons:
-            self._asks = (q.replicas(info.reasons), q.engines(info.reasons))
+        info = promql_answers.read_info(
+            await self.query(q.info(tuple(self._dialects))), q.replica_label
+        )
+        before = self._info
+        kinds = sorted(set(info.kinds.values()) & self._dialects.keys())
+        if before is None or (info.reasons, info.kinds) != (before.reasons, before.kinds):
+            if kinds:
+                others = " or ".join(self._dialects[k].carrier() for k in kinds)
+                rest = f"unless on ({q.replica_label}) ({others})"
+                self._asks = (q.replicas(info.reasons, rest), q.engines(info.reasons))
+            else:
+                self._asks = (q.replicas(info.reasons), q.engines(info.reasons))
+            self._kind_asks = {}
+            for k in kinds:
+                d = self._dialects[k]
+                among = f"and on ({q.replica_label}) {d.carrier()}"
+                self._kind_asks[k] = d.replicas(d.reasons(info.reasons), among)
         self._info, self._info_at = info, self._clock()
         return info
+
+    async def _answers(self) -> list[tuple[str, list[Answer]]]:
+        """vLLM's pair and each other engine's, asked at the same time, by engine."""
+        asks = {promql.VLLM_KIND: self._asks[0], **self._kind_asks}
+        answers = await asyncio.gather(*(self._ask(a) for a in asks.values()))
+        return list(zip(asks, answers, strict=True))
+
+    def _rows(self, answers: list[tuple[str, list[Answer]]], info: Info) -> list[PromRow]:
+        """Every replica's row, each engine's read with the reasons it was asked by."""
+        label = self.queries.replica_label
+        rows: list[PromRow] = []
+        for kind, answer in answers:
+            if kind == promql.VLLM_KIND:
+                rows += promql_answers.read_rows(answer, info, label)
+            else:
+                reasons = self._dialects[kind].reasons(info.reasons)
+                rows += promql_answers.read_rows(answer, info, label, reasons=reasons, kind=kind)
+        return rows
 
     async def read_answers(self) -> PromAnswers:
         """What Prometheus says of every replica now, decoded (what a recording keeps); the
@@ -106,14 +149,14 @@ class PrometheusSource:
             info = self._info
             if info is None or self._clock() - self._info_at >= promql.INFO_EVERY_S:
                 info = await self._read_info()
-            answers = await self._ask(self._asks[0])
-            rows = promql_answers.read_rows(answers, info, label)
+            answers = await self._answers()
+            rows = self._rows(answers, info)
             if promql_answers.stale(info, rows, self._resets):
-                reasons = info.reasons
+                before = info
                 info = await self._read_info()
-                if info.reasons != reasons:
-                    answers = await self._ask(self._asks[0])
-                rows = promql_answers.read_rows(answers, info, label)
+                if (info.reasons, info.kinds) != (before.reasons, before.kinds):
+                    answers = await self._answers()
+                rows = self._rows(answers, info)
             if not rows and promql_answers.unmatched_selector(info):
                 raise TargetError(
                     f"{self.url}: the selector matches vLLM series but not their targets' up: "
@@ -121,8 +164,8 @@ class PrometheusSource:
                 )
             self._resets = {r.replica: r.figures.get("resets") for r in rows}
             if promql_answers.data_parallel(rows):
-                answers = await self._ask(self._asks[1])
-                rows += promql_answers.read_rows(answers, info, label, by_engine=True)
+                engines = await self._ask(self._asks[1])
+                rows += promql_answers.read_rows(engines, info, label, by_engine=True)
         except TargetError as e:
             return PromAnswers(self.url, error=str(e))
         return PromAnswers(self.url, tuple(rows), dict(info.first_bounds))

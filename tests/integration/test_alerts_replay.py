@@ -19,14 +19,13 @@ from pathlib import Path
 import pytest
 
 from llmtop.core.alerts.alert import alert_name
-from llmtop.core.alerts.figures import figures
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.base.slo import SloSettings
 from llmtop.core.exposition import promtext
 from llmtop.core.findings.catalog import NOT_EXPRESSED, alerts
 from llmtop.core.health.thresholds import HealthSettings
-from llmtop.core.output.rulesfile import render
+from llmtop.core.output.rulesfile import group, render
 from llmtop.core.vllm.names import sample_names
 from llmtop.recording.reader import read_recording
 from tests.support import alert_replay as ar
@@ -217,8 +216,8 @@ def test_promtool_checks_the_rules_clean(spec: AlertSpec, tmp_path: Path) -> Non
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    made, _ = alerts(spec)
-    assert f"SUCCESS: {len(made) + len(figures(spec))} rules found" in done.stdout
+    made = group(spec)  # vLLM's group: the alerts of its findings, its recorded figures
+    assert f"SUCCESS: {len(made.alerts) + len(made.records)} rules found" in done.stdout
 
 
 def test_field_levels_warn_when_latency_is_unknown_and_skip_a_restart(tmp_path: Path) -> None:

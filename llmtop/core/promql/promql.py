@@ -26,6 +26,10 @@ VLLM_KIND = "vllm"
 LACKS = "llmtop_lacks:"
 """Stands before a vLLM name an engine has no series of: a selector that matches nothing, which
 the rules (`core.alerts`) find and leave the rule out for, saying why."""
+KIND = "llmtop_engine_kind"
+"""The label that names the engine of a replica in the info answer (`Queries.info`'s kinds)."""
+KIND_FIGURE = "kind_"
+"""A replica row's figure `kind_<engine>` (1) says which engine it is, where not vLLM."""
 PART = "llmtop_part"
 """The label that keeps an engine's counters apart under a range function where several of
 them make one of vLLM's (llama.cpp's prefix-cache queries, SGLang's finished requests)."""
@@ -279,10 +283,12 @@ class Queries:
                 out[quantile_figure(key, q)] = f"histogram_quantile({q:g}, {buckets})"
         return out
 
-    def replicas(self, reasons: Sequence[str] = ()) -> tuple[Packed, Packed]:
+    def replicas(self, reasons: Sequence[str] = (), among: str = "") -> tuple[Packed, Packed]:
         """Every replica's figures, one series per replica (see the module's docstring), as two
         queries to ask at once: the quantiles are most of Prometheus' work, and one query is
-        evaluated on one core."""
+        evaluated on one core. `among` narrows the replicas (`and on (...)`, `unless on
+        (...)`: those of one engine, in a fleet of several); a figure the engine lacks is not
+        asked (it reads as unknown)."""
         r = self.replica_label
         running = self._any(GAUGES["running"])
         known = "|".join(_literal(x) for x in reasons)
@@ -294,8 +300,40 @@ class Queries:
             f"({self._any(COUNTERS['admission_rejections'], 'rate')})",
             **self.figures((r,), reasons),
         }
+        if self.dialect != VLLM_KIND:
+            del figures["engines"]  # a server's ranks are one engine (vLLM's alone split)
+            figures.update(self._capacity())
+            figures = {k: v for k, v in figures.items() if LACKS not in v}
         base = f"max by ({r}) ({self.series('up')})"
+        if among:
+            base = f"({base} {among})"
         return _packed_pair((r,), "up", base, figures)
+
+    def carrier(self) -> str:
+        """One series per replica that exports this engine's running gauge: how a replica's
+        engine is told in a fleet of several."""
+        return f"count by ({self.replica_label}) ({self._any(GAUGES['running'])})"
+
+    def reasons(self, known: Sequence[str]) -> tuple[str, ...]:
+        """The finished reasons this engine's figures are asked by: vLLM's (and an engine's
+        that carries vLLM's label) as Prometheus knows them, else one per counter it has."""
+        if self.dialect == VLLM_KIND or FINISHED in reverse(self.dialect).names:
+            return tuple(known)
+        return tuple(dict.fromkeys(reverse(self.dialect).finished.values()))
+
+    def _capacity(self) -> dict[str, str]:
+        """The KV capacity of an engine that says it in gauges of its own (no cache_config_info):
+        tokens, and tokens per block where it says one."""
+        own = reverse(self.dialect).capacity
+        if own is None:
+            return {}
+        r = self.replica_label
+        blocks, per_block = own
+        total = f"sum by ({r}) ({self.series(blocks)})"
+        if per_block is None:
+            return {"kv_capacity": total}
+        size = f"max by ({r}) ({self.series(per_block)})"
+        return {"kv_capacity": f"{total} * on ({r}) {size}", "kv_block_size": size}
 
     def engines(self, reasons: Sequence[str] = ()) -> tuple[Packed, Packed]:
         """The engines of data-parallel servers only: one series per (replica, engine)."""
@@ -306,9 +344,10 @@ class Queries:
         del figures["running"]  # the carrier
         return _packed_pair((r, ENGINE), "running", base, figures)
 
-    def info(self) -> str:
+    def info(self, kinds: Sequence[str] = ()) -> str:
         """The slow-changing figures, one series each: the replicas, their KV blocks and model,
-        the finished reasons, every `le` of the quantile histograms."""
+        the finished reasons, every `le` of the quantile histograms; with `kinds`, which
+        replicas speak each of those other engines (and their models, reasons and bounds)."""
         r = self.replica_label
         running = self._any(GAUGES["running"])
         figures = {
@@ -322,9 +361,35 @@ class Queries:
             figures[f"bounds_{key}"] = (
                 f"count by (le) ({self._any(HISTOGRAMS[key], suffix='_bucket')})"
             )
-        return " or ".join(
+        out = " or ".join(
             f'label_replace({expr}, "{FIGURE}", "{name}", "", "")' for name, expr in figures.items()
         )
+        return out + "".join(f" or {x}" for x in self._kinds(kinds))
+
+    def _kinds(self, kinds: Sequence[str]) -> list[str]:
+        """The info's parts for the other engines: which replicas speak each (`KIND`), their
+        models, finished reasons and histogram bounds."""
+        out = []
+        for kind in kinds:
+            q = Queries(self.matchers, self.window_s, self.replica_label, kind)
+            r = self.replica_label
+            running = q._any(GAUGES["running"])
+            parts = {
+                "kind": f'label_replace({q.carrier()}, "{KIND}", "{kind}", "", "")',
+                "model": f"count by ({r}, model_name) ({running})",
+            }
+            if FINISHED in reverse(kind).names:
+                parts["reason"] = f"count by (finished_reason) ({q.series(FINISHED)})"
+            for key in QUANTILES:
+                parts[f"bounds_{key}"] = (
+                    f"count by (le) ({q._any(HISTOGRAMS[key], suffix='_bucket')})"
+                )
+            out += [
+                f'label_replace({expr}, "{FIGURE}", "{name}", "", "")'
+                for name, expr in parts.items()
+                if LACKS not in expr
+            ]
+        return out
 
 
 @dataclass(frozen=True)

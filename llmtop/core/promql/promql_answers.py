@@ -23,7 +23,10 @@ from llmtop.core.promql.promql import (
     FIGURE,
     FIGURES,
     FINISHED_PREFIX,
+    KIND,
+    KIND_FIGURE,
     QUANTILES,
+    VLLM_KIND,
     quantile_figure,
 )
 
@@ -42,6 +45,8 @@ class Info:
     reasons: tuple[str, ...] = ()
     """The finished reasons known, in the order of the `finished_<i>` figures."""
     first_bounds: Mapping[str, float] = field(default_factory=dict)
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    """Replica -> its engine where not vLLM (sglang, llamacpp, ...): asked in its own names."""
 
 
 def _number(text: Any) -> float | None:
@@ -60,6 +65,7 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
     models: dict[str, str] = {}
     reasons: set[str] = set()
     bounds: dict[str, float] = {}
+    kinds: dict[str, str] = {}
     for item in answer:
         labels = item.get("metric", {})
         figure, replica = labels.get(FIGURE), labels.get(replica_label, "")
@@ -74,6 +80,8 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
         elif figure == "model" and replica and labels.get("model_name"):
             name = str(labels["model_name"])
             models[str(replica)] = min(name, models.get(str(replica), name))
+        elif figure == "kind" and replica and labels.get(KIND):
+            kinds.setdefault(str(replica), str(labels[KIND]))
         elif figure == "reason" and labels.get("finished_reason"):
             reasons.add(str(labels["finished_reason"]))
         elif isinstance(figure, str) and figure.startswith("bounds_"):
@@ -90,7 +98,9 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
         if not engine:
             servers.setdefault(replica, kv)
     all_blocks = {**blocks, **{(r, ""): kv for r, kv in servers.items()}}
-    return Info(frozenset(replicas), all_blocks, models, tuple(sorted(reasons)), bounds)
+    return Info(
+        frozenset(replicas), all_blocks, models, tuple(sorted(reasons)), bounds, dict(kinds)
+    )
 
 
 def _figures(text: str, names: Sequence[str]) -> dict[str, float | None] | None:
@@ -120,10 +130,14 @@ def read_rows(
     replica_label: str = "instance",
     *,
     by_engine: bool = False,
+    reasons: Sequence[str] | None = None,
+    kind: str | None = None,
 ) -> list[PromRow]:
-    """Packed answers (the `Queries.replicas` or `.engines` pair, asked with `info.reasons`)
-    -> one row per replica (or engine), its figures from every answer."""
-    finished = {f"{FINISHED_PREFIX}{i}": reason for i, reason in enumerate(info.reasons)}
+    """Packed answers (the `Queries.replicas` or `.engines` pair, asked with `reasons`, by
+    default `info.reasons`) -> one row per replica (or engine), its figures from every answer;
+    an engine other than vLLM's rows carry its `KIND_FIGURE`."""
+    known = info.reasons if reasons is None else reasons
+    finished = {f"{FINISHED_PREFIX}{i}": reason for i, reason in enumerate(known)}
     merged: dict[tuple[str, str], dict[str, float | None]] = {}
     for names, answer in answers:
         for item in answer:
@@ -148,6 +162,8 @@ def read_rows(
                 per_reason[reason] = value
         blocks, size = info.kv_blocks.get((replica, engine), (None, None))
         model = info.models.get(replica)
+        if kind is not None and kind != VLLM_KIND:
+            figures[KIND_FIGURE + kind] = 1.0
         out.append(PromRow(replica, engine, figures, per_reason, model, blocks, size))
     return out
 
@@ -219,6 +235,18 @@ def _engines_kv(server: PromRow, engines: Sequence[PromRow]) -> float | None:
     return sum(v or 0.0 for v, _ in kv) / len(kv)
 
 
+def kind_of(figures: Mapping[str, float | None]) -> str:
+    """A row's engine: the one its `KIND_FIGURE` names, else vLLM."""
+    for name in figures:
+        if name.startswith(KIND_FIGURE):
+            return name.removeprefix(KIND_FIGURE)
+    return VLLM_KIND
+
+
+def _whole(x: float | None) -> int | None:
+    return None if x is None or x <= 0 else int(x)
+
+
 def _stats(url: str, row: PromRow, bounds: Mapping[str, float], kv: float | None) -> EngineStats:
     f = row.figures
     if f.get("up") == 0.0:
@@ -234,16 +262,20 @@ def _stats(url: str, row: PromRow, bounds: Mapping[str, float], kv: float | None
         )
     running, decode = f.get("running"), f.get("generation_tokens")
     blocks, size = row.kv_blocks, row.kv_block_size
+    capacity = blocks * size if blocks and size else f.get("kv_capacity")
+    if size is None and f.get("kv_capacity") is not None:
+        size = _whole(f.get("kv_block_size")) or 1  # counted in tokens: SGLang's pages of one
     return EngineStats(
         url=url,
         up=True,
+        engine=kind_of(f),
         model=row.model,
         running=running,
         waiting=f.get("waiting"),
         waiting_capacity=f.get("waiting_capacity"),
         waiting_deferred=f.get("waiting_deferred"),
         kv_cache_usage_frac=kv,
-        kv_capacity_tokens=blocks * size if blocks and size else None,
+        kv_capacity_tokens=_whole(capacity),
         kv_block_size=size,
         prompt_tok_per_s=f.get("prompt_tokens"),
         prompt_computed_tok_per_s=f.get("prompt_computed_tok_per_s"),
