@@ -38,6 +38,9 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("k8s_selector", "--k8s-selector",
      "watch the Kubernetes pods with these labels, each a replica read through the API "
      "server's pod proxy", {"metavar": "LABELS"}),
+    ("inference_pool", "--inference-pool",
+     "instead of --k8s-selector: the pods of this InferencePool (its selector and target port)",
+     {"metavar": "NAME"}),
     ("k8s_namespace", "--k8s-namespace",
      "with --k8s-selector: the pods' namespace, 'all' for every one (else the context's)",
      {"metavar": "NS"}),
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from llmtop.tui.launch import run_live
 
     monitor = load(MonitorSettings, args)
-    if monitor.k8s_selector:  # a wrong context or a 403: one line here, before the screen
+    if monitor.k8s_selector or monitor.inference_pool:  # a 403: one line, before the screen
         import asyncio
 
         from llmtop.sources.kube.discovery import preflight

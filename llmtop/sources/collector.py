@@ -36,6 +36,7 @@ def is_fleet(monitor: MonitorSettings) -> bool:
     """Whether the settings name a fleet rather than one engine (fleet_collector.py reads that;
     one engine needs no more than this module, so the TUI's start imports no fleet)."""
     many = monitor.targets_file or monitor.prometheus_url or monitor.k8s_selector
+    many = many or monitor.inference_pool
     return bool(many or len(monitor.vllm_urls) > 1)
 
 

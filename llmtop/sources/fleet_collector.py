@@ -48,7 +48,7 @@ class FleetCollector(Collector):
         """Their pods (node, restarts) and events (came, left, restarted; the API away), on
         each poll's fleet."""
         http = None
-        if monitor.k8s_selector:
+        if monitor.k8s_selector or monitor.inference_pool:
             from llmtop.sources.kube.discovery import (  # the client: ~1.5 s to import
                 FleetPods,
                 PodDiscovery,

@@ -18,7 +18,7 @@ import pytest
 from harness.terminal import Server, clean_env, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.support.gateway_sim import engine_of, reached
-from tests.support.kube_api import KubeEmulator, pod
+from tests.support.kube_api import KubeEmulator, pod, pool
 
 Start = Callable[..., ServerThread]
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}
@@ -37,8 +37,8 @@ def proxy_url(emu: KubeEmulator, name: str, port: int = 8000) -> str:
 
 def gateway(emu: KubeEmulator, tmp_path: Path, *extra: str) -> Server:
     kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
-    args = ["gateway", "--k8s-selector", "app=vllm", "--kubeconfig", str(kubeconfig)]
-    args += ["--listen", "127.0.0.1:0", "--eject-s", "1", *extra]
+    args = ["gateway", "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"]
+    args += ["--eject-s", "1", *(extra or ("--k8s-selector", "app=vllm"))]
     return Server(args, clean_env(tmp_path), tmp_path / "gateway.log")
 
 
@@ -149,6 +149,37 @@ async def test_the_gateway_follows_the_pods_as_they_come_and_go(
     ):
         assert line in log, line
     assert (kube.count("list"), kube.count("watch")) == (2, 1)  # the CLI's list, then the feed's
+
+
+@pytest.mark.slow(6)
+async def test_the_gateway_follows_an_inference_pool(
+    kube: KubeEmulator, start_sim: Start, tmp_path: Path
+) -> None:
+    a, b = start_sim(profile="fast"), start_sim(profile="fast")
+    kube.backends["llm/vllm-a"], kube.backends["llm/vllm-b"] = a.url, b.url
+    kube.put(pool("llama", {"app": "vllm", "tier": "a"}, port=8200))
+    kube.put(pod("vllm-a", labels={"app": "vllm", "tier": "a"}))
+    kube.put(pod("vllm-b", labels={"app": "vllm", "tier": "b"}, ip="10.0.0.2"))
+    gw = gateway(kube, tmp_path, "--inference-pool", "llama")
+    ua, ub = proxy_url(kube, "vllm-a", 8200), proxy_url(kube, "vllm-b", 8300)
+    try:
+        assert states(gw) == {ua: "ok"}  # the pool's pods, at its target port
+        async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
+            assert await complete(c, 3) == [200] * 3
+            kube.put(pool("llama", {"app": "vllm", "tier": "b"}, port=8300))  # moved to tier b
+            await asyncio.to_thread(
+                wait_until, lambda: states(gw) == {ub: "ok"}, "the pool's new pods in rotation", 10
+            )
+            before = reached(engine_of(a))
+            assert await complete(c, 3) == [200] * 3
+        assert reached(engine_of(a)) == before
+        assert reached(engine_of(b)) == 3
+    finally:
+        gw.stop()
+    log = gw.log.read_text(errors="replace")
+    assert "-> InferencePool llama in llm" in log
+    assert "InferencePool llm/llama now selects app=vllm,tier=b on port 8300" in log
+    assert "Traceback" not in log
 
 
 def test_a_refusal_at_start_is_one_line(kube: KubeEmulator, tmp_path: Path) -> None:

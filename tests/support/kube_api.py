@@ -91,6 +91,27 @@ def pod(
     }
 
 
+def pool(
+    name: str,
+    labels: dict[str, str],
+    *,
+    port: int = 8000,
+    namespace: str = "llm",
+) -> Obj:
+    """An InferencePool as GAIE's v1 API serves it (api/v1/inferencepool_types.go): its
+    selector's matchLabels, one target port, the endpoint picker it names."""
+    return {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-pool-{name}"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "targetPorts": [{"number": port}],
+            "endpointPickerRef": {"name": f"{name}-epp", "portNumber": 9002},
+        },
+    }
+
+
 class KubeEmulator:
     """Start with `start()`; change pods with `put` / `delete` (thread-safe); `stop()`."""
 
@@ -111,10 +132,13 @@ class KubeEmulator:
         """namespace/name -> the base URL its proxy forwards to (a real `llmtop sim`)."""
         self.forbid: set[str] = set()
         """Verbs refused with 403: list, watch, proxy."""
+        self.pool_crd = True
+        """The cluster serves InferencePools (False: 404 for their paths, the CRD missing)."""
         self.gone_as_status = False
         """A too-old watch gets HTTP 410 (True) or an ERROR event of code 410 (as the API does)."""
         self.seen: list[Seen] = []
         self._pods: dict[str, Obj] = {}
+        self._pools: dict[str, Obj] = {}
         self._history: list[tuple[int, str, Obj]] = []
         self._version = 100
         self._compacted = 0
@@ -141,6 +165,9 @@ class KubeEmulator:
 
     def delete(self, namespace: str, name: str, *, publish: bool = True) -> None:
         self._call(lambda: self._delete(f"{namespace}/{name}", publish))
+
+    def delete_pool(self, namespace: str, name: str) -> None:
+        self._call(lambda: self._delete(f"{namespace}/{name}", True, self._pools))
 
     def drop_watches(self, *, compact: bool = False) -> None:
         """Cut every open watch's connection; `compact`: versions before now are gone (410)."""
@@ -216,6 +243,9 @@ class KubeEmulator:
         app = web.Application()
         app.router.add_get("/api/v1/pods", self._pods_route)
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self._pods_route)
+        pools = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools"
+        app.router.add_get(pools, self._pools_route)
+        app.router.add_get(pools + "/{name}", self._pool_route)
         app.router.add_route(
             "*", r"/api/v1/namespaces/{ns}/pods/{name}:{port:\d+}/proxy/{tail:.*}", self._proxy
         )
@@ -243,16 +273,17 @@ class KubeEmulator:
     def _put(self, obj: Obj, publish: bool) -> None:
         meta = obj["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        kind = "MODIFIED" if key in self._pods else "ADDED"
+        store = self._pools if obj.get("kind") == "InferencePool" else self._pods
+        kind = "MODIFIED" if key in store else "ADDED"
         self._version += 1
         obj = json.loads(json.dumps(obj))
         obj["metadata"]["resourceVersion"] = str(self._version)
-        self._pods[key] = obj
+        store[key] = obj
         if publish:
             self._publish(kind, obj)
 
-    def _delete(self, key: str, publish: bool) -> None:
-        obj = self._pods.pop(key)
+    def _delete(self, key: str, publish: bool, store: dict[str, Obj] | None = None) -> None:
+        obj = (self._pods if store is None else store).pop(key)
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
         if publish:
@@ -270,21 +301,74 @@ class KubeEmulator:
         for w in self._watches:
             w.queue.put_nowait(None)
 
-    def _refusal(self, request: web.Request, verb: str) -> web.Response | None:
+    def _refusal(
+        self, request: web.Request, verb: str, resource: str = "pods", group: str = ""
+    ) -> web.Response | None:
+        """401 without the token; 403 for a verb in `forbid` (`list`, `watch`, `proxy`; for
+        InferencePools `get inferencepools`, `watch inferencepools`)."""
         auth = request.headers.get("Authorization")
         if self.token is not None and auth != f"Bearer {self.token}":
             return _status(401, "Unauthorized", "Unauthorized")
-        if verb in self.forbid:
+        named = verb if resource == "pods" else f"{verb} {resource}"
+        if named in self.forbid:
             ns = request.match_info.get("ns")
-            resource = "pods/proxy" if verb == "proxy" else "pods"
+            resource = "pods/proxy" if verb == "proxy" else resource
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             message = (
                 f'{resource} is forbidden: User "system:serviceaccount:llm:console" cannot '
-                f'{"get" if verb == "proxy" else verb} resource "{resource}" in API group ""'
-                f"{where}"
+                f'{"get" if verb == "proxy" else verb} resource "{resource}" in API group'
+                f' "{group}"{where}'
             )
             return _status(403, "Forbidden", message)
         return None
+
+    async def _pool_route(self, request: web.Request) -> web.StreamResponse:
+        """GET one InferencePool."""
+        self.seen.append(
+            Seen(
+                "pool-get", request.path, dict(request.query), request.headers.get("Authorization")
+            )
+        )
+        refusal = self._refusal(request, "get", "inferencepools", _POOL_GROUP)
+        if refusal is not None:
+            return refusal
+        if not self.pool_crd:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        name = request.match_info["name"]
+        obj = self._pools.get(f"{request.match_info['ns']}/{name}")
+        if obj is None:
+            message = f'inferencepools.{_POOL_GROUP} "{name}" not found'
+            return _status(404, "NotFound", message)
+        return web.json_response(obj)
+
+    async def _pools_route(self, request: web.Request) -> web.StreamResponse:
+        """List or watch InferencePools (a `metadata.name=` field selector)."""
+        query = dict(request.query)
+        watching = query.get("watch") in ("true", "1", "True")
+        kind = "pool-watch" if watching else "pool-list"
+        self.seen.append(Seen(kind, request.path, query, request.headers.get("Authorization")))
+        verb = "watch" if watching else "list"
+        refusal = self._refusal(request, verb, "inferencepools", _POOL_GROUP)
+        if refusal is not None:
+            return refusal
+        if not self.pool_crd:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        ns = request.match_info["ns"]
+        field = query.get("fieldSelector", "")
+        name = field.split("=", 1)[1] if field.startswith("metadata.name=") else None
+        if not watching:
+            items = [
+                o for k, o in self._pools.items()
+                if k.startswith(f"{ns}/") and (name is None or o["metadata"]["name"] == name)
+            ]  # fmt: skip
+            return web.json_response(
+                {"kind": "InferencePoolList", "apiVersion": f"{_POOL_GROUP}/v1",
+                 "metadata": {"resourceVersion": str(self._version)}, "items": items}
+            )  # fmt: skip
+        since = int(query.get("resourceVersion") or 0)
+        return await self._stream(
+            request, ns, {}, since, float(query["timeoutSeconds"]), "InferencePool", name
+        )
 
     async def _pods_route(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -331,6 +415,8 @@ class KubeEmulator:
         selector: dict[str, str],
         since: int,
         timeout_s: float,
+        kind: str = "Pod",
+        name: str | None = None,
     ) -> web.StreamResponse:
         watch = _Watch(asyncio.Queue(), request)
         self._watches.append(watch)
@@ -351,11 +437,11 @@ class KubeEmulator:
                     if request.transport is not None:
                         request.transport.abort()
                     return resp
-                version, kind, obj = entry
-                if version <= sent or not _matches(obj, ns, selector):
+                version, change, obj = entry
+                if version <= sent or not _matches(obj, ns, selector, kind, name):
                     continue
                 sent = version
-                await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                await resp.write(json.dumps({"type": change, "object": obj}).encode() + b"\n")
         except (ConnectionResetError, asyncio.CancelledError):
             return resp
         finally:
@@ -394,6 +480,7 @@ class KubeEmulator:
             return resp
 
 
+_POOL_GROUP = "inference.networking.k8s.io"
 _PASSED = {"content-type", "accept"}
 """Request headers the proxy passes on (Authorization is the API server's own)."""
 
@@ -414,8 +501,12 @@ def _selector(text: str) -> dict[str, str]:
     return out
 
 
-def _matches(obj: Obj, ns: str | None, selector: dict[str, str]) -> bool:
+def _matches(
+    obj: Obj, ns: str | None, selector: dict[str, str], kind: str = "Pod", name: str | None = None
+) -> bool:
     meta = obj["metadata"]
+    if obj.get("kind", "Pod") != kind or (name is not None and meta["name"] != name):
+        return False
     if ns is not None and meta["namespace"] != ns:
         return False
     labels = meta.get("labels") or {}

@@ -18,8 +18,11 @@ PORT_ANNOTATION = "prometheus.io/port"
 PORT_NAMES = ("metrics", "http")
 """Container port names that mark the metrics port, in the order they are preferred."""
 
-PodChange = Literal["pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back"]
-"""What a PodEvent says: a pod came, left or restarted; the API went away or came back."""
+PodChange = Literal[
+    "pod-added", "pod-deleted", "pod-restarted", "api-away", "api-back", "pool-changed"
+]
+"""What a PodEvent says: a pod came, left or restarted; the API went away or came back; the
+InferencePool's selector or port changed."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,35 @@ def upstream_urls(pods: Mapping[str, Pod], *, kubectl_proxy: str | None) -> tupl
             host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
             out.append(f"http://{host}:{pod.api_port}")
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What llmtop reads of an InferencePool (inference.networking.k8s.io/v1)."""
+
+    selector: str
+    """spec.selector.matchLabels as a label selector (`app=vllm,tier=prod`), keys sorted."""
+    port: int
+    """spec.targetPorts[0].number: where its pods serve (the API and /metrics)."""
+    version: str
+    """metadata.resourceVersion, where a watch of it starts."""
+
+
+def read_pool(obj: Mapping[str, Any]) -> PoolSpec:
+    """The PoolSpec of an InferencePool object; ValueError, in words, when it has no labels to
+    match (an empty selector would take every pod of the namespace) or no target port."""
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    name = meta.get("name") or "?"
+    labels = _map(_map(spec.get("selector")).get("matchLabels"))
+    pairs = [(k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)]
+    if not pairs:
+        raise ValueError(f"InferencePool {name} has no spec.selector.matchLabels")
+    ports = [_port(_map(p).get("number")) for p in _list(spec.get("targetPorts"))]
+    port = next((p for p in ports if p is not None), None)
+    if port is None:
+        raise ValueError(f"InferencePool {name} has no spec.targetPorts[].number")
+    selector = ",".join(f"{k}={v}" for k, v in sorted(pairs))
+    return PoolSpec(selector, port, str(meta.get("resourceVersion") or ""))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
 resort; what it raises becomes llmtop's one line, so that log goes nowhere."""
 
 NEEDS = "the console needs pods get/list/watch and pods/proxy get (docs/kubernetes.md, Discovery)"
+POOL_NEEDS = "with --inference-pool also inferencepools get/list/watch (docs/kubernetes.md, RBAC)"
+POOL_GROUP, POOL_VERSION, POOLS = "inference.networking.k8s.io", "v1", "inferencepools"
+"""GAIE's InferencePool, as read here: api/v1/inferencepool_types.go of
+kubernetes-sigs/gateway-api-inference-extension (v1.0 and later): spec.selector.matchLabels,
+spec.targetPorts[0].number."""
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -61,6 +66,7 @@ class KubeApi:
     ) -> None:
         self._api = api
         self._core: Any = k8s_client.CoreV1Api(api)
+        self._custom: Any = k8s_client.CustomObjectsApi(api)
         self._cfg = configuration
         self._refresh = refresh
         self.server: str = str(configuration.host).rstrip("/")
@@ -140,13 +146,72 @@ class KubeApi:
         )
         return WatchStream(resp, self.where)
 
+    async def get_pool(self, namespace: str, name: str) -> dict[str, Any]:
+        """The InferencePool `name` (its JSON); KubeError in words, status 404 when there is no
+        such pool or the cluster serves no InferencePools at all."""
+        resp = await self._request(
+            "get",
+            namespace,
+            self._custom.get_namespaced_custom_object,
+            POOL_GROUP,
+            POOL_VERSION,
+            namespace,
+            POOLS,
+            name,
+            _request_timeout=30,
+            resource=POOLS,
+            name=name,
+        )
+        try:
+            doc = json.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raise KubeError(f"reading InferencePool {name} at {self.where}: {e}") from None
+        finally:
+            resp.release()
+        if not isinstance(doc, dict):
+            raise KubeError(f"{self.where} answered an InferencePool llmtop cannot read")
+        return doc
+
+    async def watch_pool(
+        self, namespace: str, name: str, resource_version: str, *, timeout_s: int
+    ) -> WatchStream:
+        """A watch of the one InferencePool `name` after `resource_version` (a field selector
+        on its name: the list and watch verbs, not a request per look)."""
+        resp = await self._request(
+            "watch",
+            namespace,
+            self._custom.list_namespaced_custom_object,
+            POOL_GROUP,
+            POOL_VERSION,
+            namespace,
+            POOLS,
+            field_selector=f"metadata.name={name}",
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _request_timeout=aiohttp.ClientTimeout(
+                connect=10, sock_connect=10, sock_read=timeout_s + 30
+            ),
+            resource=POOLS,
+            name=name,
+        )
+        return WatchStream(resp, self.where, what=f"InferencePool {name}")
+
     def _pods_call(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
         if namespace is None:
             return self._core.list_pod_for_all_namespaces, ()
         return self._core.list_namespaced_pod, (namespace,)
 
     async def _request(
-        self, verb: str, namespace: str | None, call: Any, *args: Any, **kwargs: Any
+        self,
+        verb: str,
+        namespace: str | None,
+        call: Any,
+        *args: Any,
+        resource: str = "pods",
+        name: str | None = None,
+        **kwargs: Any,
     ) -> aiohttp.ClientResponse:
         """The raw answer of one call (the body still to read), or KubeError in words."""
         try:
@@ -177,12 +242,34 @@ class KubeApi:
             body = b""
         finally:
             resp.release()
-        raise self._refusal(verb, namespace, resp.status, body)
+        raise self._refusal(verb, namespace, resp.status, body, resource, name)
 
-    def _refusal(self, verb: str, namespace: str | None, status: int, body: bytes) -> KubeError:
+    def _refusal(
+        self,
+        verb: str,
+        namespace: str | None,
+        status: int,
+        body: bytes,
+        resource: str = "pods",
+        name: str | None = None,
+    ) -> KubeError:
         """The API's refusal in words, naming what to fix."""
         message = _status_message(body)
         scope = f"in namespace {namespace}" if namespace else "in all namespaces"
+        pool = resource == POOLS
+        needs = f"{NEEDS}; {POOL_NEEDS}" if pool else NEEDS
+        if pool and status == 404:
+            if "could not find the requested resource" in message:
+                return KubeError(
+                    f"the Kubernetes API at {self.where} serves no {POOL_GROUP}/{POOL_VERSION}"
+                    " InferencePool: is the Gateway API Inference Extension (v1.0 or later)"
+                    " installed?",
+                    status=status,
+                )
+            return KubeError(
+                f"no InferencePool {name} {scope} (kubectl -n {namespace} get inferencepools)",
+                status=status,
+            )
         if status == 401:
             self.token_refused()
             return KubeError(
@@ -192,12 +279,17 @@ class KubeApi:
             )
         if status == 403:
             why = f" ({message})" if message else ""
-            return KubeError(f"forbidden: cannot {verb} pods {scope}{why}: {NEEDS}", status=status)
+            return KubeError(
+                f"forbidden: cannot {verb} {resource} {scope}{why}: {needs}", status=status
+            )
         if status == 410:
-            return KubeError(f"{verb} pods: 410 Gone (resourceVersion too old)", status=status)
+            return KubeError(
+                f"{verb} {resource}: 410 Gone (resourceVersion too old)", status=status
+            )
         why = f": {message}" if message else ""
         return KubeError(
-            f"the Kubernetes API at {self.where} answered {status} to {verb} pods {scope}{why}",
+            f"the Kubernetes API at {self.where} answered {status} to {verb} {resource}"
+            f" {scope}{why}",
             status=status,
         )
 
@@ -212,9 +304,10 @@ class WatchStream:
     connection drops (status None), for an ERROR event (410: the version is too old). `close`
     it when done."""
 
-    def __init__(self, resp: aiohttp.ClientResponse, where: str) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, where: str, what: str = "pods") -> None:
         self._resp = resp
         self._where = where
+        self._what = what
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         return self._events()
@@ -225,7 +318,9 @@ class WatchStream:
                 line = await self._resp.content.readline()
             except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
                 why = _one_line(str(e)) or type(e).__name__
-                raise KubeError(f"the watch of pods at {self._where} dropped: {why}") from None
+                raise KubeError(
+                    f"the watch of {self._what} at {self._where} dropped: {why}"
+                ) from None
             if not line:
                 return  # the server ended the watch
             if not line.strip():
@@ -237,7 +332,7 @@ class WatchStream:
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "ERROR":
-                raise _watch_error(event.get("object"))
+                raise _watch_error(event.get("object"), self._what)
             yield event
 
     def close(self) -> None:
@@ -363,13 +458,13 @@ def _ssl_context(cfg: Any) -> ssl.SSLContext:
     return ctx
 
 
-def _watch_error(status: Any) -> KubeError:
+def _watch_error(status: Any, what: str = "pods") -> KubeError:
     """An ERROR event's Status as KubeError (410: the version is too old, relist)."""
     doc = status if isinstance(status, dict) else {}
     code = doc.get("code")
     message = _one_line(str(doc.get("message") or doc.get("reason") or "an error event"))
     return KubeError(
-        f"the watch of pods: {message}", status=code if isinstance(code, int) else None
+        f"the watch of {what}: {message}", status=code if isinstance(code, int) else None
     )
 
 

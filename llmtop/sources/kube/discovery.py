@@ -17,15 +17,18 @@ from llmtop.core.base.snapshot import FleetEvent, FleetSnapshot, PodRef, Snapsho
 from llmtop.core.pipeline.pods import (
     DEFAULT_ENGINE_PORT,
     Pod,
+    PodChange,
     PodEvent,
+    PoolSpec,
     pod_change,
     pod_changes,
     read_pod,
+    read_pool,
     serving_targets,
     upstream_urls,
 )
 from llmtop.core.pipeline.targets import Target
-from llmtop.errors import KubeError
+from llmtop.errors import ConfigError, KubeError
 from llmtop.settings import MonitorSettings
 from llmtop.sources.kube.client import KubeApi, connect
 
@@ -54,6 +57,7 @@ class PodDiscovery:
         """The InferencePool whose selector and target port are followed (None: `selector`)."""
         self._pool_port: int | None = None
         self._pool_version: str | None = None
+        self._pool_task: asyncio.Task[None] | None = None
         self._namespace_asked = namespace
         self._context = context
         self._kubeconfig = kubeconfig
@@ -88,10 +92,12 @@ class PodDiscovery:
 
     @classmethod
     def from_settings(cls, monitor: MonitorSettings) -> PodDiscovery:
-        """The discovery of --k8s-selector, --k8s-namespace, --k8s-context, --kubeconfig."""
-        assert monitor.k8s_selector is not None
+        """The discovery of --k8s-selector (or --inference-pool), --k8s-namespace,
+        --k8s-context, --kubeconfig."""
+        assert monitor.k8s_selector is not None or monitor.inference_pool is not None
         return cls(
-            monitor.k8s_selector,
+            monitor.k8s_selector or "",
+            pool=monitor.inference_pool,
             namespace=monitor.k8s_namespace,
             context=monitor.k8s_context,
             kubeconfig=monitor.kubeconfig,
@@ -102,11 +108,18 @@ class PodDiscovery:
         fails. Then the watch runs in a task of the running loop. Later calls do nothing."""
         if self._started:
             return
-        api = await connect(kubeconfig=self._kubeconfig, context=self._context)
         asked = self._namespace_asked
+        if self.pool is not None and asked == ALL_NAMESPACES:
+            raise ConfigError(
+                f"InferencePool {self.pool}: a pool is in one namespace; give --k8s-namespace"
+                " NS (or none: the context's), not all"
+            )
+        api = await connect(kubeconfig=self._kubeconfig, context=self._context)
         self.namespace = None if asked == ALL_NAMESPACES else (asked or api.namespace)
         self.api, self.server, self.in_cluster = api, api.server, api.in_cluster
         try:
+            if self.pool is not None:
+                self._use_pool(await self._get_pool())
             await self._list(initial=True)
         except BaseException:
             self.api = None
@@ -114,6 +127,106 @@ class PodDiscovery:
             raise
         self._started = True
         self._task = asyncio.create_task(self._run(), name="llmtop-pod-watch")
+        if self.pool is not None:
+            self._pool_task = asyncio.create_task(self._run_pool(), name="llmtop-pool-watch")
+
+    async def _get_pool(self) -> PoolSpec:
+        """The InferencePool read now; KubeError when it cannot be read, ConfigError when it
+        names no pods."""
+        assert self.api is not None
+        assert self.pool is not None
+        assert self.namespace is not None
+        obj = await self.api.get_pool(self.namespace, self.pool)
+        try:
+            return read_pool(obj)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def _use_pool(self, spec: PoolSpec) -> bool:
+        """Follow `spec`'s selector and port; True when they changed (the pods to list again)."""
+        self._pool_version = spec.version or self._pool_version
+        if (spec.selector, spec.port) == (self.selector, self._pool_port):
+            return False
+        self.selector, self._pool_port = spec.selector, spec.port
+        return True
+
+    async def _run_pool(self) -> None:
+        """Watch the InferencePool (one watch, by its name): a changed selector or port lists
+        the pods again (those that left the pool are events); a pool deleted keeps the pods
+        known, and says so. Resumes and backs off as the pods' watch does."""
+        delay = self._retry_s
+        while True:
+            try:
+                if self._pool_version is None:
+                    self._pool_changed(await self._get_pool())
+                await self._watch_pool()
+                delay = self._retry_s
+            except KubeError as e:
+                if e.status == 410:
+                    self._pool_version = None
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            except ConfigError as e:  # changed to name no pods: keep the last selector
+                self._note("pool-changed", f"{e}; keeping the pods of {self.selector}")
+                self._pool_version = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            else:
+                await asyncio.sleep(self._retry_s)
+
+    async def _watch_pool(self) -> None:
+        assert self.api is not None
+        assert self.pool is not None
+        assert self.namespace is not None
+        assert self._pool_version is not None
+        self.watches += 1
+        stream = await self.api.watch_pool(
+            self.namespace, self.pool, self._pool_version, timeout_s=self._watch_timeout_s
+        )
+        try:
+            async for event in stream:
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if event.get("type") == "DELETED":
+                    self._note(
+                        "pool-changed",
+                        f"InferencePool {self.namespace}/{self.pool} deleted; keeping the"
+                        f" {len(self.pods)} pods known",
+                    )
+                elif event.get("type") in ("ADDED", "MODIFIED"):
+                    try:
+                        spec = read_pool(obj)
+                    except ValueError as e:
+                        self._note("pool-changed", f"{e}; keeping the pods of {self.selector}")
+                    else:
+                        self._pool_changed(spec)
+                if isinstance(version, str) and version:
+                    self._pool_version = version
+        finally:
+            stream.close()
+
+    def _pool_changed(self, spec: PoolSpec) -> None:
+        """A pool read anew: when its selector or port moved, an event, and the pods' watch
+        starts again from a fresh list."""
+        before = (self.selector, self._pool_port)
+        if not self._use_pool(spec):
+            return
+        self._note(
+            "pool-changed",
+            f"InferencePool {self.namespace}/{self.pool} now selects {spec.selector} on port"
+            f" {spec.port} (was {before[0]} on port {before[1]}): pods listed again",
+        )
+        self._version = None  # the pods' loop lists again, with the new selector and port
+        if self._task is not None:
+            self._task.cancel()
+        self._task = asyncio.create_task(self._run(), name="llmtop-pod-watch")
+
+    def _note(self, kind: PodChange, summary: str) -> None:
+        self._events.append(PodEvent(self._clock(), kind, "", summary))
+        self.changed.set()
 
     def targets(self) -> tuple[Target, ...]:
         """The pods Running and Ready now, through the pod proxy (by pod IP in the cluster)."""
@@ -170,7 +283,7 @@ class PodDiscovery:
         pods: dict[str, Pod] = {}
         for obj in got.items:
             with contextlib.suppress(ValueError):
-                pod = read_pod(obj, self._default_port)
+                pod = read_pod(obj, self._default_port, port=self._pool_port)
                 pods[pod.key] = pod
         if not initial:
             self._events.extend(pod_changes(self.pods, pods, now))
@@ -231,7 +344,7 @@ class PodDiscovery:
         if kind not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(obj, dict):
             return  # BOOKMARK: only its version
         try:
-            pod = read_pod(obj, self._default_port)
+            pod = read_pod(obj, self._default_port, port=self._pool_port)
         except ValueError:
             return
         before = self.pods.get(pod.key)
@@ -246,12 +359,13 @@ class PodDiscovery:
             self._events.append(change)
 
     async def aclose(self) -> None:
-        """Stop the watch and close the client."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the watches and close the client."""
+        for task in (self._pool_task, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._pool_task = None
         if self.api is not None:
             await self.api.aclose()
             self.api = None
@@ -274,6 +388,7 @@ class PodDiscovery:
             "server": self.server,
             "namespace": self.namespace or ALL_NAMESPACES,
             "selector": self.selector,
+            "inference_pool": self.pool,
             "pods": len(self.pods),
             "serving": sum(p.serving for p in self.pods.values()),
             "error": self.status(),

@@ -115,7 +115,7 @@ class PodUpstreams:
 
 def _describe(d: PodDiscovery) -> str:
     ns = d.namespace or "every namespace"
-    return f"pods {d.selector} in {ns}"
+    return f"InferencePool {d.pool} in {ns}" if d.pool else f"pods {d.selector} in {ns}"
 
 
 __all__ = ["PodUpstreams", "follow_pods"]
