@@ -302,6 +302,25 @@ class StatsDoc(TypedDict, total=False):
     share_slots: int | None
     """Admission's cap from outside the limits (shared grant, live replicas); None: none."""
     share_kv_blocks: int | None
+    history: HistoryDoc
+    """The gateway's history (docs/recording.md, "History in the gateway")."""
+
+
+class HistoryDoc(TypedDict, total=False):
+    """/admin/stats' `history`: kept or not, where, how much, since when, and why not."""
+
+    on: bool
+    path: str | None
+    bytes: int
+    """The file's bytes on disk, its write-ahead log included."""
+    oldest: float | None
+    """Epoch seconds of the oldest poll kept."""
+    polls_written: int
+    polls_dropped: int
+    """Polls dropped because the disk was slower than the polls (the writer's queue was full)."""
+    max_age_s: float
+    max_bytes: int
+    why_off: str | None
 
 
 class EventDoc(TypedDict):
