@@ -87,12 +87,12 @@ class AlertSpec:
             raise UsageError(
                 f"--interval-s must be between 0.1 and 3600 seconds, got {self.interval_s:g}"
             )
-        _ = self.queries  # checks the replica label, naming the flag
         from llmtop.core.dialects.engines import BY_KIND
 
         for kind in (self.dialect, *self.beside):
             if kind not in BY_KIND:
                 raise UsageError(f"--dialect {kind!r}: one of {', '.join(BY_KIND)}")
+        _ = self.queries  # checks the replica label, naming the flag
 
     @property
     def fleet_rules(self) -> FleetRules:

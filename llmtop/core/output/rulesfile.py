@@ -19,7 +19,7 @@ from llmtop import __version__
 from llmtop.core.alerts.figures import P, Recorded, figures
 from llmtop.core.alerts.spec import RATE_SCRAPES, AlertSpec, duration
 from llmtop.core.dialects.catalog import lacking
-from llmtop.core.dialects.engines import BY_KIND, DIALECTS
+from llmtop.core.dialects.engines import BY_KIND, DIALECTS, VLLM
 from llmtop.core.dialects.reverse import reverse, why_lacks
 from llmtop.core.findings.catalog import DEFINITIONS, alerts
 from llmtop.core.findings.definition import AlertRule
@@ -239,16 +239,17 @@ def group(spec: AlertSpec, several: bool = False) -> Group:
     kept: list[AlertRule] = []
     labelled: set[str] = set()
     for a in made:
-        a = _moved(spec, a)
         tokens = set(_TOKEN.findall(a.alert.expr))
         owner = _owner(tokens)
         if owner is not None and owner != kind:
             continue  # another engine's own finding
-        engine_bound = owner is not None or any(
-            t.startswith((spec.p, "vllm:", LACKS)) for t in tokens
+        any_engine = _OWN_REGEX in a.alert.expr  # any engine's series at all: stats-disabled
+        engine_bound = not any_engine and (
+            owner is not None or any(t.startswith((P, "vllm:", LACKS)) for t in tokens)
         )
-        if not engine_bound and not spec.gateway_part:
-            continue  # the gateway's: in the first group
+        if not spec.gateway_part and not engine_bound:
+            continue  # the gateway's, or about every engine of the file: in the first group
+        a = _moved(spec, a)
         why = lacking(kind, needs.get(a.finding, ()))
         if why is None and lacked(a.alert.expr):
             why = why_lacks(kind, lacked(a.alert.expr))
@@ -277,14 +278,31 @@ def _owner(tokens: set[str]) -> str | None:
 
 
 def _moved(spec: AlertSpec, a: AlertRule) -> AlertRule:
-    """An alert with vLLM's recorded prefix (and its any-vllm:* regex) moved to the engine's."""
-    if spec.dialect == VLLM_KIND:
+    """An alert with vLLM's recorded prefix moved to the engine's; one that reads "any vllm:*
+    series" (stats-disabled) reads any of the file's engines' own, with their switches."""
+    kinds = (spec.dialect, *spec.beside)
+    if kinds == (VLLM_KIND,):
         return a
-    p, own = spec.p, f'__name__=~"{reverse(spec.dialect).prefix}.+"'
+    prefixes = [reverse(k).prefix for k in kinds]
+    own = (
+        f'__name__=~"{"|".join(prefixes)}.+"'
+        if len(kinds) == 1
+        else ("__name__=~" + '"(' + "|".join(prefixes) + ').+"')
+    )
+    stars = " or ".join(f"{x}*" for x in prefixes)
+    p = spec.p
 
     def moved(text: str) -> str:
-        return text.replace(P, p).replace(_OWN_REGEX, own)
+        return text.replace(P, p).replace(_OWN_REGEX, own).replace("vllm:*", stars)
 
+    advice = a.advice
+    if _OWN_REGEX in a.alert.expr and advice == VLLM.metrics_switch:
+        switches = [BY_KIND[k].metrics_switch for k in kinds]
+        advice = (
+            switches[0]
+            if len(kinds) == 1
+            else "; ".join(f"{BY_KIND[k].title}: {x}" for k, x in zip(kinds, switches, strict=True))
+        )
     al = a.alert
     alert = replace(
         al,
@@ -293,4 +311,4 @@ def _moved(spec: AlertSpec, a: AlertRule) -> AlertRule:
         llmtop=moved(al.llmtop),
         action=moved(al.action),
     )
-    return replace(a, alert=alert, advice=moved(a.advice))
+    return replace(a, alert=alert, advice=advice)
