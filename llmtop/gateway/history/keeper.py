@@ -32,6 +32,8 @@ BATCH_S = 5.0
 PRUNE_EVERY_S = 60.0
 RETRY_S = 60.0
 """Seconds before a history that went off tries its file again."""
+FLUSH_WAIT_S = 2.0
+"""What a read waits at most for the queued polls to be written."""
 STEP_BACK_S = 1.0
 """A poll stamped this much before the last one is a clock step back, not jitter."""
 
@@ -73,6 +75,8 @@ class HistoryKeeper:
         self._queue: deque[RawPoll] = deque(maxlen=QUEUE_MAX)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._flushes = 0
+        self._flushed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._store: HistoryStore | None = None
         self._encoder = Encoder()
@@ -127,11 +131,21 @@ class HistoryKeeper:
 
     def read(self, since: float, until: float | None) -> Iterator[bytes]:
         """The recording from `since` to `until`: this gateway's header first, always, so an
-        empty history still reads as a recording. Run it off the loop (it reads the file)."""
+        empty history still reads as a recording; the polls still queued are written first
+        (waiting `FLUSH_WAIT_S` at most). Run it off the loop (it waits on the thread)."""
+        self._flush_now()
         head = header(1.0, self.targets, self.clock())
         yield json.dumps(head, separators=(",", ":")).encode() + b"\n"
         if self.path is not None:
             yield from read_lines(self.path, since, until)
+
+    def _flush_now(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            return
+        with self._flushed:
+            target = self._flushes + 1
+            self._wake.set()
+            self._flushed.wait_for(lambda: self._flushes >= target, FLUSH_WAIT_S)
 
     # -- the thread -----------------------------------------------------------------------------
 
@@ -141,6 +155,9 @@ class HistoryKeeper:
             self._wake.wait(self.batch_s)
             self._wake.clear()
             self.flush()
+            with self._flushed:
+                self._flushes += 1
+                self._flushed.notify_all()
         self.flush()
         if self._store is not None:
             self._store.close()
