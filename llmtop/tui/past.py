@@ -126,6 +126,9 @@ class PastSource:
         the replay key shows them after the past."""
         self._past: Sequence[RawPoll] = ()
         self._task: asyncio.Task[None] | None = None
+        self.in_time: bool | None = None
+        """Whether the past was in (or had failed) before the first live poll: the first
+        frame shows it; None before that poll."""
         self._update: PastUpdate | None = None
         if fetch is None:
             self._update = PastUpdate(self.state, lines=self._failure_lines())
@@ -140,6 +143,7 @@ class PastSource:
             self._task = asyncio.ensure_future(self._load(self._fetch))
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._task), self.wait_s)
+            self.in_time = self._task.done()
         snap = await self.collector.poll()
         self.last_raw = self.collector.last_raw
         if self.last_raw is not None:

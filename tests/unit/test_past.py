@@ -106,8 +106,9 @@ def test_what_fired_before_you_connected_is_in_the_log_with_its_time() -> None:
     snaps = watched()[:OPENED]
     lines = past_events(snaps)
     assert lines
-    assert all(BEFORE in e.text for e in lines)
-    fired = {e.text.split(f" {BEFORE}")[0]: e.time for e in lines if e.kind == "fired"}
+    assert all(BEFORE[:-1] in e.text for e in lines)
+    fired = {e.text.split(f" {BEFORE[:-1]}")[0]: e.time for e in lines if e.kind == "fired"}
+    assert len(fired) == len([e for e in lines if e.kind == "fired"])  # each finding once
     first_kv = next(s for s in snaps if any(f.id == "kv-exhausted" for f in s.findings))
     severity = next(f.severity for f in first_kv.findings if f.id == "kv-exhausted")
     assert fired[f"{severity} kv-exhausted"] == first_kv.time
@@ -125,6 +126,8 @@ def test_the_marker_comes_before_the_detail() -> None:
     e = LogEvent(5.0, "fired", "critical kv-exhausted: KV cache 97% full, 12 waiting")
     assert marked(e).text == f"critical kv-exhausted {BEFORE}: KV cache 97% full, 12 waiting"
     assert marked(LogEvent(5.0, "cleared", "cleared x")).text == f"cleared x {BEFORE}"
+    again = marked(e, times=9).text
+    assert again.startswith("critical kv-exhausted (before you connected, fired 9×): KV")
 
 
 def test_the_header_says_where_the_past_comes_from() -> None:

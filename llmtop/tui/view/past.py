@@ -17,22 +17,37 @@ from llmtop.tui.view.present import LogEvent, diff_events
 BEFORE = "(before you connected)"
 
 
-def marked(event: LogEvent) -> LogEvent:
-    """`event` marked as from the past: the marker after its subject, before its detail."""
+def marked(event: LogEvent, times: int = 1) -> LogEvent:
+    """`event` marked as from the past (and how often it fired then): the marker after its
+    subject, before its detail."""
+    mark = BEFORE if times < 2 else f"{BEFORE[:-1]}, fired {times}×)"
     head, sep, tail = event.text.partition(": ")
-    text = f"{head} {BEFORE}{sep}{tail}" if sep else f"{event.text} {BEFORE}"
+    text = f"{head} {mark}{sep}{tail}" if sep else f"{event.text} {mark}"
     return replace(event, text=text)
 
 
 def past_events(snapshots: Sequence[Snapshot]) -> list[LogEvent]:
-    """The event log the console would have built watching these snapshots, every line
-    marked: findings fired and cleared, limit changes, targets down and up, restarts."""
+    """The past's lines for the event log, each marked: every finding's first firing (with how
+    often it fired again), every limit change, target down and up, restart. A finding that
+    flapped for an hour is one line, so the onset stays on screen."""
     out: list[LogEvent] = []
+    first: dict[str, int] = {}
+    fired: dict[str, int] = {}
     prev: Snapshot | None = None
     for snap in snapshots:
-        out += diff_events(prev, snap)
+        for e in diff_events(prev, snap):
+            if e.kind == "cleared":
+                continue
+            if e.kind == "fired":
+                key = e.text.partition(": ")[0].split(" ")[-1]  # "critical kv-exhausted: ..."
+                fired[key] = fired.get(key, 0) + 1
+                if key in first:
+                    continue
+                first[key] = len(out)
+            out.append(e)
         prev = snap
-    return [marked(e) for e in out]
+    counts = {i: fired[k] for k, i in first.items()}
+    return [marked(e, counts.get(i, 1)) for i, e in enumerate(out)]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""The console opened 10 minutes after the onset of the demo's incident starts with the past.
+
+The past comes over HTTP from a small local server answering GET /admin/history in the
+gateway's format (a gzip recording, read by `sources.history.gateway_history`): the demo story,
+a recorded real run, lengthened in virtual time (tests/support/past_story.py). The live polls
+are the same run's next ones, played by a fake collector, so the test takes seconds, not the
+11 minutes a real run would. The first frame shows the onset, the finding's first firing and
+the cap set before, each marked; the header names the past; `h` hands the past and the live
+polls to a replay. A gateway without history is one line in the header and the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmtop.asgi.uvicorn_runner import ServerThread
+from llmtop.core.base import format as fmt
+from llmtop.core.base.raw import RawPoll
+from llmtop.core.base.snapshot import Snapshot
+from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.core.record.decode import Recording
+from llmtop.settings import HealthSettings, MonitorSettings
+from llmtop.sources.history import gateway_history
+from llmtop.tui.app import LlmtopApp
+from llmtop.tui.past import PastSource
+from llmtop.tui.widgets.eventlog import EventLog
+from llmtop.tui.widgets.header import StatusHeader
+from tests.support import past_story
+from tests.support.tui import log_texts, until
+
+TOKEN = "s3cret-admin"
+
+
+class Live:
+    """The run's polls from the console's opening on, through the collector's pipeline."""
+
+    def __init__(self, first: int) -> None:
+        self.pipeline = Pipeline(HealthSettings())
+        self.last_raw: RawPoll | None = None
+        self.next = first
+
+    async def poll(self) -> Snapshot:
+        raw = past_story.polls()[min(self.next, len(past_story.polls()) - 1)]
+        self.next += 1
+        self.last_raw = raw
+        return self.pipeline.update(raw)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[ServerThread]:
+    """/admin/history as the gateway answers it: the run's polls before the opening."""
+    body = past_story.history_bytes(past_story.polls()[: past_story.opened_at()])
+
+    async def history(request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return Response(status_code=401)
+        assert float(request.query_params["since"]) == 3600.0
+        return Response(
+            body, media_type="application/x-ndjson", headers={"content-encoding": "gzip"}
+        )
+
+    async def off(request: Request) -> Response:
+        return Response(status_code=503)
+
+    app = Starlette(routes=[Route("/admin/history", history), Route("/off/admin/history", off)])
+    server = ServerThread(app).start()
+    yield server
+    server.stop()
+
+
+def console(url: str, token: str | None = TOKEN) -> tuple[LlmtopApp, PastSource]:
+    engine = past_story.polls()[0].engines[0].url
+
+    async def fetch() -> Recording:
+        return await gateway_history(url, token, 3600.0)
+
+    past = PastSource(
+        Live(past_story.opened_at()), fetch, source="gateway", asked_s=3600.0, live_urls=[engine]
+    )
+    monitor = MonitorSettings(vllm_urls=(engine,), gateway_url=url, nvml=False)
+    return LlmtopApp(past, monitor=monitor, health=HealthSettings(), admin=None, past=past), past
+
+
+async def test_the_first_frame_shows_the_incident_from_its_onset(gateway: ServerThread) -> None:
+    app, past = console(gateway.url)
+    polls = past_story.polls()
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, app.first_snapshot.is_set, timeout_s=15)
+        await pilot.pause()
+        assert past.in_time  # in the first frame, not filled in later
+        lines = log_texts(app)
+        onset = polls[past_story.ONSET].time
+        fired = {e.text.split(" (")[0]: e.time for e in app.events if e.kind == "fired"}
+        assert fired["warning degraded-200"] == pytest.approx(onset)  # the onset, 10 min ago
+        assert "critical kv-exhausted" in fired  # the finding's first firing
+        assert fired["critical kv-exhausted"] - onset < 5
+        assert "limits (before you connected): cap 256 -> 9" in lines
+        assert lines[-1].startswith("connected: the lines above are 11m")
+        assert polls[-1].time - app.history[0].time >= 595  # the charts' 10 minutes, full
+        assert app.snapshot is not None
+        watching = Pipeline(HealthSettings())
+        along = {r.time: watching.update(r) for r in polls}[app.snapshot.time]
+        assert app.snapshot.findings == along.findings  # as a console open since the start
+        assert {f.id for f in along.findings} >= {"gateway-saturated"}
+        header = app.query_one(StatusHeader).render().plain
+        assert "past: gateway 11m of 1h" in header
+        shown = app.query_one(EventLog).render().plain
+        assert f"{fmt.local_clock(onset)} warning degraded-200 (before you connected" in shown
+        assert "cap 256 -> 9" in shown
+        await pilot.press("h")
+        await pilot.pause()
+    assert app.past_polls is not None
+    assert app.past_polls[0].time == polls[0].time  # the story from its start, and the live
+    assert app.past_polls[-1].time >= polls[past_story.opened_at()].time
+    assert past.state.error is None
+
+
+async def test_a_gateway_without_history_says_so_and_live_goes_on(gateway: ServerThread) -> None:
+    app, _ = console(gateway.url + "/off")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, app.first_snapshot.is_set, timeout_s=15)
+        assert await until(pilot, lambda: any("past: none" in t for t in log_texts(app)))
+        header = app.query_one(StatusHeader).render().plain
+        assert "past: none — gateway history off:" in header
+        assert "(503" in next(t for t in log_texts(app) if t.startswith("past: none"))
+        assert app.snapshot is not None
+        assert not app.snapshot.findings  # nothing read as known: the windows start empty
