@@ -15,12 +15,19 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.redis_server import redis_server
 from harness.terminal import Server, clean_env, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
-from tests.support.gateway_sim import engine_of, reached
+from tests.support.gateway_sim import at_engine, engine_of, reached
 from tests.support.kube_api import KubeEmulator, pod, pool
 
 Start = Callable[..., ServerThread]
+pytestmark = pytest.mark.filterwarnings(
+    # the emulator's watch and proxy connections, cut when the gateway process goes, may leave
+    # their sockets to the garbage collector (as in test_kube_discovery.py)
+    "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}
 
 
@@ -38,7 +45,8 @@ def proxy_url(emu: KubeEmulator, name: str, port: int = 8000) -> str:
 def gateway(emu: KubeEmulator, tmp_path: Path, *extra: str) -> Server:
     kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
     args = ["gateway", "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"]
-    args += ["--eject-s", "1", *(extra or ("--k8s-selector", "app=vllm"))]
+    args += ["--eject-s", "1", "--drain-grace-s", "0", "--drain-timeout-s", "2"]
+    args += extra or ("--k8s-selector", "app=vllm")
     return Server(args, clean_env(tmp_path), tmp_path / "gateway.log")
 
 
@@ -180,6 +188,61 @@ async def test_the_gateway_follows_an_inference_pool(
     assert "-> InferencePool llama in llm" in log
     assert "InferencePool llm/llama now selects app=vllm,tier=b on port 8300" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.slow(12)
+async def test_shared_limits_hold_while_the_replicas_come_and_go(
+    kube: KubeEmulator, start_sim: Start, tmp_path: Path
+) -> None:
+    """Two gateways, one Redis, max_concurrency 4 in all: however the pods change under them,
+    the engines together never hold more than 4 (a draining pod's requests still count)."""
+    sims = {f"vllm-{i}": start_sim(profile="fast") for i in range(4)}
+    for name, sim in sims.items():
+        kube.backends[f"llm/{name}"] = sim.url
+    for i in range(3):
+        kube.put(pod(f"vllm-{i}", ip=f"10.0.0.{i}"))
+    engines = [engine_of(s) for s in sims.values()]
+    with redis_server() as redis:
+        extra = ("--k8s-selector", "app=vllm", "--redis", redis.url, "--max-concurrency", "4")
+        for i in range(2):
+            (tmp_path / f"gw{i}").mkdir()
+        gws = await asyncio.gather(  # started side by side: each lists, then serves
+            *(asyncio.to_thread(gateway, kube, tmp_path / f"gw{i}", *extra) for i in range(2))
+        )
+        peak, stop = 0, False
+
+        async def watch() -> None:
+            nonlocal peak
+            while not stop:
+                peak = max(peak, sum(at_engine(e) for e in engines))
+                await asyncio.sleep(0.002)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            clients = [httpx.AsyncClient(base_url=g.url, timeout=30) for g in gws]
+            streams = [asyncio.ensure_future(stream(clients[i % 2], 80)) for i in range(12)]
+            await asyncio.sleep(0.3)
+            kube.delete("llm", "vllm-0")  # one leaves with what it holds, one comes
+            kube.put(pod("vllm-3", ip="10.0.0.3"))
+            results = await asyncio.gather(*streams)
+            stop = True
+            await watcher
+            assert results == [(200, 80, True)] * 12
+            stats = [(await c.get("/admin/stats")).json() for c in clients]
+            for c in clients:
+                await c.aclose()
+        finally:
+            stop = True
+            for g in gws:
+                g.stop()
+    assert peak <= 4, f"{peak} at the engines together, past the shared 4"
+    assert peak >= 3, f"the cap was never reached ({peak}): nothing was tested"
+    for s in stats:
+        assert s["shared"]["live_gateways"] == 2
+        urls = {r["url"] for r in s["replicas"]}
+        assert proxy_url(kube, "vllm-3") in urls
+        assert proxy_url(kube, "vllm-0") not in urls
+    assert reached(engines[3]) > 0  # the new pod took its part
 
 
 def test_a_refusal_at_start_is_one_line(kube: KubeEmulator, tmp_path: Path) -> None:
