@@ -34,9 +34,10 @@ def test_numbers_keep_their_width_and_the_finding_takes_the_rest() -> None:
         cols = rp.widths(rows, width)
         used = sum(w for w in cols if w) + sum(1 for w in cols if w) - 1 + rp.MARK_WIDTH
         assert used == width  # every cell of the line is used, none more
-        assert [cols[i] for i in (2, 3, 4, 5, 6)] == [4, 9, 6, 6, 6]
+        assert [cols[i] for i in (3, 4, 5, 6, 7)] == [4, 9, 6, 6, 6]
         assert cols[rp.NAME] == len("10.0.0.0:8000")
         assert cols[rp.MODEL] == 0  # one model: the header names it
+        assert cols[rp.ENGINE] == 0  # all vLLM: no engine column
     assert rp.widths(rows, 118)[rp.FINDING] - rp.widths(rows, 78)[rp.FINDING] == 40
 
 

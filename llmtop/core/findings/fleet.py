@@ -18,10 +18,12 @@ from llmtop.core.alerts.spec import AlertSpec, number
 from llmtop.core.alerts.templates import open_fleet, replica, value
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import Bottleneck, EngineStats, Replica
+from llmtop.core.dialects.engines import DIALECTS
 from llmtop.core.findings.definition import Definition, Guide
 from llmtop.core.health.rulebase import FleetView, Rule, Verdict
 from llmtop.core.health.thresholds import FleetRules
 
+_ENGINE_TITLES = {d.kind: d.title for d in DIALECTS}
 SHOWN = 4
 """Replicas named in one finding before "and N more"."""
 
@@ -103,15 +105,73 @@ def _medians_of_others(values: list[float]) -> list[float] | None:
     return out
 
 
+def alike(rows: Sequence[Replica]) -> list[Sequence[Replica]]:
+    """The rows in groups of one engine kind and one model (in the order first seen): what a
+    fleet finding compares, like with like. A llama.cpp with 2 slots beside vLLMs batching 256
+    is no outlier for its queue, nor a 70B beside 8Bs for its TTFT. One group, the rows as they
+    are, when the fleet is all alike (the usual case: no copy)."""
+    if not rows:
+        return []
+    first = rows[0].stats
+    kind = (first.engine, first.model)
+    if all((r.stats.engine, r.stats.model) == kind for r in rows):
+        return [rows]
+    groups: dict[tuple[str | None, str | None], list[Replica]] = {}
+    for r in rows:
+        groups.setdefault((r.stats.engine, r.stats.model), []).append(r)
+    return list(groups.values())
+
+
+def _where(group: Sequence[Replica], mixed: bool) -> str:
+    """The other replicas a value is compared with, named by their engine and model in a fleet
+    of several kinds."""
+    if not mixed:
+        return ""
+    s = group[0].stats
+    what = " ".join(x for x in (s.model, _ENGINE_TITLES.get(s.engine or "", s.engine)) if x)
+    return f" ({what})" if what else ""
+
+
 def replica_outlier(view: FleetView) -> Verdict | None:
     rules = view.rules
     up = [r for r in view.leaves if r.stats.up and not r.stats.stats_disabled]
     found: dict[str, list[str]] = {}
     bottleneck: Bottleneck | None = None
     order: list[Replica] = []
-    distinct = len({id(r) for r in up}) == len(up)  # a row's peers: all the other rows
+    groups = alike(up)
+    for group in groups:
+        standing, fig_bottleneck = _outliers(group, rules, found, len(groups) > 1)
+        if standing and len(standing) * 2 <= len(group):  # half a group is no outlier: the
+            order += standing  # fleet rules and each row say the rest
+            bottleneck = bottleneck or fig_bottleneck
+    if not order:
+        return None
+    names = ", ".join(r.name for r in order[:SHOWN])
+    if len(order) == 1:
+        summary = f"{names} stands out: {', '.join(found[order[0].key])}"
+    else:
+        listed = "; ".join(f"{r.name}: {', '.join(found[r.key])}" for r in order[:SHOWN])
+        summary = f"{names} stand out: {listed}"
+    return Verdict(
+        summary,
+        f"{names}: more than a fair share of requests, or slower serving: read the replica's "
+        "own findings (its row); take it out of rotation until it recovers, and check the "
+        "balancer's routing (session affinity, prefix-aware hashing) or the replica's GPU",
+        bottleneck=bottleneck,
+    )
+
+
+def _outliers(
+    group: Sequence[Replica], rules: FleetRules, found: dict[str, list[str]], mixed: bool
+) -> tuple[list[Replica], Bottleneck | None]:
+    """The rows of one group of alike replicas that stand out from its others' median, in the
+    order found; what each stands out by goes into `found`."""
+    order: list[Replica] = []
+    bottleneck: Bottleneck | None = None
+    distinct = len({id(r) for r in group}) == len(group)  # a row's peers: all the other rows
+    where = _where(group, mixed)
     for fig in _FIGURES:
-        known = [(r, v) for r in up if (v := fig.read(r.stats)) is not None]
+        known = [(r, v) for r in group if (v := fig.read(r.stats)) is not None]
         if len(known) < rules.outlier_min_replicas:
             continue
         medians = _medians_of_others([v for _, v in known]) if distinct else None
@@ -127,24 +187,11 @@ def replica_outlier(view: FleetView) -> Verdict | None:
                 found[r.key] = []
                 order.append(r)
             found[r.key].append(
-                f"{fig.label} {fig.show(v)} vs a median of {fig.show(median)} on the other {others}"
+                f"{fig.label} {fig.show(v)} vs a median of {fig.show(median)} on the other "
+                f"{others}{where}"
             )
             bottleneck = bottleneck or fig.bottleneck
-    if not order or len(order) * 2 > len(up):
-        return None  # half the fleet is no outlier: the fleet rules and each row say the rest
-    names = ", ".join(r.name for r in order[:SHOWN])
-    if len(order) == 1:
-        summary = f"{names} stands out: {', '.join(found[order[0].key])}"
-    else:
-        listed = "; ".join(f"{r.name}: {', '.join(found[r.key])}" for r in order[:SHOWN])
-        summary = f"{names} stand out: {listed}"
-    return Verdict(
-        summary,
-        f"{names}: more than a fair share of requests, or slower serving: read the replica's "
-        "own findings (its row); take it out of rotation until it recovers, and check the "
-        "balancer's routing (session affinity, prefix-aware hashing) or the replica's GPU",
-        bottleneck=bottleneck,
-    )
+    return order, bottleneck
 
 
 def _replica_outlier_alert(spec: AlertSpec) -> Alert:
@@ -218,12 +265,18 @@ REPLICA_OUTLIER = Definition(
 
 
 def load_imbalance(view: FleetView) -> Verdict | None:
-    rules = view.rules
-    loads = [
-        (r, (r.stats.running or 0.0) + (r.stats.waiting or 0.0))
-        for r in view.leaves
-        if r.stats.up and r.stats.running is not None
-    ]
+    rows = [r for r in view.leaves if r.stats.up and r.stats.running is not None]
+    groups = alike(rows)
+    for group in groups:
+        found = _imbalance(group, view.rules, _where(group, len(groups) > 1))
+        if found is not None:
+            return found
+    return None
+
+
+def _imbalance(rows: Sequence[Replica], rules: FleetRules, where: str) -> Verdict | None:
+    """Load imbalance among alike replicas (`alike`)."""
+    loads = [(r, (r.stats.running or 0.0) + (r.stats.waiting or 0.0)) for r in rows]
     if len(loads) < 2:
         return None
     mean = sum(v for _, v in loads) / len(loads)
@@ -233,7 +286,7 @@ def load_imbalance(view: FleetView) -> Verdict | None:
     if busiest[1] < rules.imbalance_factor * mean or spread < rules.imbalance_min_load:
         return None
     return Verdict(
-        f"uneven load across {len(loads)} replicas: in flight (running + waiting) from "
+        f"uneven load across {len(loads)} replicas{where}: in flight (running + waiting) from "
         f"{fmt.count(idlest[1])} on {idlest[0].name} to {fmt.count(busiest[1])} on "
         f"{busiest[0].name}, mean {mean:.1f}",
     )

@@ -12,6 +12,7 @@ from typing import Literal
 
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import Fleet, FleetSnapshot, Replica, Snapshot
+from llmtop.core.dialects.engines import BY_KIND
 
 Align = Literal["left", "right"]
 Mark = Literal["down", "critical", "degraded", "ok", "unknown"]
@@ -29,6 +30,7 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("replica", 0, "left"),
     Column("model", 0, "left"),
+    Column("engine", 0, "left"),
     Column("KV", 4),
     Column("run/wait", 9),
     Column("TTFT95", 6),
@@ -36,10 +38,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("tok/s", 6),
     Column("worst finding", 0, "left"),
 )
-NAME, MODEL, FINDING = 0, 1, 7
+NAME, MODEL, ENGINE, FINDING = 0, 1, 2, 8
 MARK_WIDTH = 2
 """The status mark and a space before the first column."""
-NAME_MAX, MODEL_MAX, FINDING_MIN = 24, 28, 12
+NAME_MAX, MODEL_MAX, ENGINE_MAX, FINDING_MIN = 24, 28, 13, 12
 ELLIPSIS = "…"
 
 
@@ -87,9 +89,16 @@ def _where(r: Replica) -> str:
     return ", ".join(parts)
 
 
+def engine_title(r: Replica) -> str:
+    """The replica's engine as people name it (vLLM, SGLang, llama.cpp, ...); "?" for one
+    whose dialect was not found."""
+    kind = r.stats.engine
+    return BY_KIND[kind].title if kind in BY_KIND else "?"
+
+
 def row(r: Replica) -> Row:
-    """A replica's cells: name, model, KV %, running/waiting, TTFT p95, ITL p95, tok/s, finding
-    (then, for a pod, its node and restarts)."""
+    """A replica's cells: name, model, engine, KV %, running/waiting, TTFT p95, ITL p95, tok/s,
+    finding (then, for a pod, its node and restarts)."""
     e = r.stats
     finding, severity = _worst(r)
     where = _where(r)
@@ -99,6 +108,7 @@ def row(r: Replica) -> Row:
     cells = (
         r.name,
         e.model or "",
+        engine_title(r) if up else "",
         fmt.frac(e.kv_cache_usage_frac) if up else "",
         f"{fmt.num(e.running, 0)}/{fmt.num(e.waiting, 0)}" if up else "",
         fmt.dur(e.ttft_p95_s) if up else "",
@@ -122,13 +132,29 @@ def widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
     longest_name = max(names, default=7)
     # one model everywhere is the header's: its column would only repeat it
     longest_model = max(map(len, models), default=0) if len(models) > 1 else 0
+    # the engine: only in a fleet that is not all vLLM (the header names one engine)
+    engines = {engine_title(r) for r in replicas if r.stats.up}
+    mixed = engines and engines != {"vLLM"}
+    longest_engine = max(len(COLUMNS[ENGINE].heading), *map(len, engines)) if mixed else 0
     name = min(max(longest_name, len(COLUMNS[NAME].heading)), NAME_MAX, max(flex - FINDING_MIN, 8))
-    model = min(longest_model, MODEL_MAX, max(flex - name - FINDING_MIN, 0))
+    engine = min(longest_engine, ENGINE_MAX, max(flex - name - FINDING_MIN, 0))
+    if 0 < engine < len(COLUMNS[ENGINE].heading):
+        engine = 0  # a column too narrow for its heading says nothing
+    model = min(longest_model, MODEL_MAX, max(flex - name - engine - FINDING_MIN, 0))
     if 0 < model < len(COLUMNS[MODEL].heading):
-        model = 0  # a column too narrow for its heading says nothing
-    finding = max(flex - name - model + (1 if model == 0 else 0), 0)  # no model: its space too
+        model = 0
+    # an empty column gives the finding its space and its separator
+    finding = max(flex - name - model - engine + (model == 0) + (engine == 0), 0)
     return tuple(
-        name if i == NAME else model if i == MODEL else finding if i == FINDING else c.width
+        name
+        if i == NAME
+        else model
+        if i == MODEL
+        else engine
+        if i == ENGINE
+        else finding
+        if i == FINDING
+        else c.width
         for i, c in enumerate(COLUMNS)
     )
 
