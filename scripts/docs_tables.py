@@ -191,10 +191,13 @@ SHOWN = (
 
 
 def engines_block() -> str:
-    """README's engines table: each dialect's figures (✓, or n/a with its note) and the
-    findings it cannot be judged by, from the dialects and the findings' `needs`."""
+    """README's engines table: each dialect's figures (✓, or n/a with its note), the
+    findings it cannot be judged by, from the dialects and the findings' `needs`, and the
+    alerts of its group in `llmtop rules --dialect` (llmtop.core.output.rulesfile)."""
+    from llmtop.core.alerts.spec import AlertSpec
     from llmtop.core.dialects.engines import DIALECTS
     from llmtop.core.findings.catalog import DEFINITIONS
+    from llmtop.core.output.rulesfile import group
 
     notes: dict[str, int] = {}
     rows = []
@@ -206,13 +209,25 @@ def engines_block() -> str:
                 "✓" if why is None else f"n/a{_sup(notes.setdefault(why, len(notes) + 1))}"
             )
         gone = [x.rule.id for x in DEFINITIONS if x.needs and any(f in d.lacks for f in x.needs)]
+        alerts = len(group(AlertSpec(dialect=d.kind)).alerts)
         rows.append(
-            (f"{d.title} (`{d.prefix}`)", *cells, ", ".join(f"`{g}`" for g in gone) or "none")
+            (
+                f"{d.title} (`{d.prefix}`)",
+                *cells,
+                ", ".join(f"`{g}`" for g in gone) or "none",
+                f"{alerts} (`--dialect {d.kind}`)",
+            )
         )
-    table = md_table(("engine", *(c for c, _ in SHOWN), "findings not judged"), rows)
+    heads = ("engine", *(c for c, _ in SHOWN), "findings not judged", "alerts")
+    table = md_table(heads, rows)
     why = "\n".join(f"{_sup(n)} {w}" for w, n in notes.items())
     sources = "\n".join(f"- {d.title}: {d.source}" for d in DIALECTS)
-    return f"{table}\n\n{why}\n\nRead from:\n\n{sources}"
+    rules = (
+        "alerts: the alerting rules `llmtop rules --dialect <engine>` writes for it, each in "
+        "its own metric names ([Alert rules per engine]"
+        "(docs/engines-sources.md#alert-rules-per-engine))"
+    )
+    return f"{table}\n\n{why}\n\n{rules}.\n\nRead from:\n\n{sources}"
 
 
 def _sup(n: int) -> str:
