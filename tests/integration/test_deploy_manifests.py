@@ -8,7 +8,8 @@ accepts and to the gateway they run.
   CRDs, not in those schemas: they are checked here field by field against what the operator
   reads (apiVersion, kind, the fields it requires, the rule fields it knows).
 - The PrometheusRule is `llmtop rules`' output now (deploy/kubernetes/render_rules.py --check).
-- The drain: terminationGracePeriodSeconds covers --drain-grace-s + --drain-timeout-s + a margin.
+- The drain: a preStop sleep of --drain-grace-s, and terminationGracePeriodSeconds covering it,
+  --drain-grace-s, --drain-timeout-s and a margin.
 - The probes: a real `llmtop gateway`, started with the Deployment's args and the ConfigMap's
   environment (the listen address and the engine's URL swapped for loopback ones), answers the
   readiness and liveness paths on the port the probes name, the ServiceMonitor's path, and the
@@ -101,6 +102,9 @@ def renderings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[
         out[c] = kustomize(overlay(tmp, c, [c]))
     out["all"] = kustomize(
         overlay(tmp, "all", ["redis", "rbac-all-namespaces", "rbac-inference-pool"])
+    )
+    out["follow-pool"] = kustomize(
+        overlay(tmp, "follow-pool", ["follow-pods", "rbac-inference-pool"])
     )
     return out
 
@@ -277,7 +281,10 @@ def test_the_grace_period_covers_the_drain(renderings: dict[str, list[dict[str, 
         spec = gateway(objs)["spec"]["template"]["spec"]
         c = container(objs)
         f = flags(c["args"])
-        pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+        hook = c["lifecycle"]["preStop"]
+        assert set(hook) == {"sleep"}, "the kubelet's own sleep: no binary, no shell in the image"
+        pre_stop = hook["sleep"]["seconds"]
+        assert pre_stop == float(f["drain-grace-s"]), "the preStop sleeps --drain-grace-s"
         need = pre_stop + float(f["drain-grace-s"]) + float(f["drain-timeout-s"]) + DRAIN_MARGIN_S
         assert spec["terminationGracePeriodSeconds"] >= need, (name, need)
         # the grace must outlast the readiness probe's notice of the SIGTERM
@@ -303,7 +310,9 @@ def test_the_pod_runs_locked_down(renderings: dict[str, list[dict[str, Any]]]) -
             pod = d["spec"]["template"]["spec"]
             assert pod["securityContext"]["runAsNonRoot"] is True, name
             assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-            assert pod["automountServiceAccountToken"] is False
+            # the gateway's token only where it reads the pods it follows
+            follows = name.startswith("follow") and d["metadata"]["name"] == "llmtop-gateway"
+            assert pod["automountServiceAccountToken"] is follows, name
             for c in pod["containers"]:
                 sc = c["securityContext"]
                 assert sc["allowPrivilegeEscalation"] is False
@@ -326,6 +335,28 @@ def test_the_admin_token_comes_from_the_secret(
                  if v["name"] == "admin-token"]  # fmt: skip
     assert volume["secret"]["items"] == [{"key": "token", "path": token_file.name}]
     assert not any(o["kind"] == "Secret" for o in objs), "no token is ever committed"
+
+
+def test_the_gateway_follows_the_pods_with_the_rbac_it_needs(
+    renderings: dict[str, list[dict[str, Any]]],
+) -> None:
+    objs = renderings["follow-pods"]
+    env = one(objs, "ConfigMap")["data"]
+    assert "LLMTOP_UPSTREAM" not in env, "the pods are the upstreams, not a URL"
+    assert env["LLMTOP_K8S_SELECTOR"]
+    pods = {("", "pods", v) for v in ("get", "list", "watch")}
+    pools = {("inference.networking.k8s.io", "inferencepools", v) for v in ("get", "list", "watch")}
+
+    def rules(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {(g, r, v) for rule in obj["rules"] for g in rule["apiGroups"]
+                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+
+    assert rules(one(objs, "Role", "llmtop-gateway")) == pods  # no pods/proxy: by pod IP
+    assert rules(one(renderings["follow-pool"], "Role", "llmtop-gateway")) == pods | pools
+    binding = one(objs, "RoleBinding", "llmtop-gateway")
+    assert binding["roleRef"]["name"] == "llmtop-gateway"
+    sa = gateway(objs)["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "llm"}]
 
 
 def test_redis_is_the_gateways_shared_limits(renderings: dict[str, list[dict[str, Any]]]) -> None:
@@ -478,4 +509,42 @@ def test_the_probes_answer_on_a_real_gateway(
         gw.proc.wait(grace + 15)
     finally:
         gw.stop()
+    assert "Traceback" not in gw.log.read_text(errors="replace")
+
+
+@pytest.mark.slow(6)
+def test_a_gateway_with_the_follow_pods_environment_follows_them(
+    renderings: dict[str, list[dict[str, Any]]], sim: Server, tmp_path: Path
+) -> None:
+    """The component's ConfigMap and the Deployment's args make a gateway that follows the
+    pods: here through the emulated API as `kubectl proxy` serves it (in a cluster, the
+    service account and the pods' IPs, which no test here can reach)."""
+    from tests.support.kube_api import KubeEmulator, pod
+
+    objs = renderings["follow-pods"]
+    env_cm = one(objs, "ConfigMap")["data"]
+    selector = dict(kv.split("=", 1) for kv in env_cm["LLMTOP_K8S_SELECTOR"].split(","))
+    emu = KubeEmulator().start()
+    try:
+        emu.put(pod("vllm-0", labels=selector))
+        emu.put(pod("other", labels={"app": "redis"}))
+        emu.backends["llm/vllm-0"] = sim.url
+        (tmp_path / "token").write_text("t0k3n\n", encoding="utf-8")
+        args = [a for a in container(objs)["args"] if not a.startswith(("--listen=", "--admin"))]
+        args += ["--listen=127.0.0.1:0", f"--admin-token-file={tmp_path / 'token'}",
+                 f"--kubeconfig={emu.write_kubeconfig(tmp_path / 'kubeconfig')}",
+                 "--drain-grace-s=0"]  # fmt: skip
+        gw = Server(["gateway", *args], clean_env(tmp_path, **env_cm), tmp_path / "gateway.log")
+        try:
+            auth = {"Authorization": "Bearer t0k3n"}
+            stats = httpx.get(gw.url + "/admin/stats", headers=auth, timeout=5).json()
+            assert [r["url"] for r in stats["replicas"]] == [
+                f"{emu.url}/api/v1/namespaces/llm/pods/vllm-0:8000/proxy"
+            ]
+            body = {"model": "llmtop-sim", "prompt": "hi", "max_tokens": 4}
+            assert httpx.post(gw.url + "/v1/completions", json=body, timeout=10).status_code == 200
+        finally:
+            gw.stop()
+    finally:
+        emu.stop()
     assert "Traceback" not in gw.log.read_text(errors="replace")
