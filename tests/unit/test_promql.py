@@ -323,3 +323,58 @@ def test_a_server_that_cannot_answer_is_one_down_row_saying_why() -> None:
         assert row.name == "prometheus"
         assert not row.stats.up
         assert why in (row.stats.error or "")
+
+
+ENGINE_KINDS = ("sglang", "trtllm", "lmdeploy", "llamacpp", "tgi", "dynamo")
+
+
+def test_each_engines_queries_parse_in_its_own_names(tmp_path: Path) -> None:
+    """Another engine's pair asks its own families (SGLang's ranks kept to 0), leaves out what
+    it lacks, and keeps apart the counters a range function reads together."""
+    vllm = promql.Queries('job="x"', 30.0)
+    queries: dict[str, str] = {"info": vllm.info(ENGINE_KINDS)}
+    for kind in ENGINE_KINDS:
+        q = promql.Queries('job="x"', 30.0, dialect=kind)
+        among = f"and on (instance) {q.carrier()}"
+        for i, p in enumerate(q.replicas(q.reasons(("stop",)), among)):
+            queries[f"{kind}_{i}"] = p.expr
+            assert "vllm:" not in p.expr, kind
+            assert promql.LACKS not in p.expr, kind
+            assert not re.search(r'rate\(\{__name__=~"[^"]*\|', p.expr), kind
+            assert "engines" not in p.names  # its ranks are one engine
+    check_promql(queries, tmp_path)
+    sglang = queries["sglang_0"]
+    assert 'sglang:num_running_reqs{job="x",tp_rank=~"0|"}' in sglang
+    assert "kv_capacity" in names_of(sglang)
+    assert 'label_replace(count by (instance) (sglang:num_running_reqs{job="x"' in queries["info"]
+    assert promql.Queries().info() == promql.Queries().info(())  # vLLM's alone: as before
+
+
+def test_a_replica_of_another_engine_is_read_as_that_engine() -> None:
+    info = read_info(
+        [
+            *(tagged("replica", instance=r) for r in ("v:1", "s:1")),
+            tagged("cache_config", instance="v:1", num_gpu_blocks="32", block_size="16"),
+            tagged("kind", instance="s:1", llmtop_engine_kind="sglang"),
+            tagged("model", instance="s:1", model_name="m"),
+        ]
+    )
+    assert info.kinds == {"s:1": "sglang"}
+    q = promql.Queries(dialect="sglang")
+    reasons = q.reasons(info.reasons)
+    assert reasons == ("stop", "abort")
+    sglang = [packed("s:1", up=1, running=3, kv_usage=0.5, kv_capacity=8192, finished_1=0.5)]
+    vllm = [packed("v:1", up=1, running=2)]
+    rows = read_rows([answer(vllm)], info) + read_rows(
+        [answer(sglang)], info, reasons=reasons, kind="sglang"
+    )
+    raw = RawPoll(time=1.0, prometheus=PromAnswers("http://prom", tuple(rows)))
+    back = RawPoll.from_dict(json.loads(json.dumps(raw.to_dict())))  # a recording keeps it
+    stats = {r.name: r.stats for r in prometheus_replicas(back)}
+    assert stats["s:1"].engine == "sglang"
+    assert stats["s:1"].kv_capacity_tokens == 8192  # its token pool
+    assert stats["s:1"].kv_block_size == 1
+    assert stats["s:1"].finished_per_s == {"abort": 0.5}
+    assert stats["s:1"].model == "m"
+    assert stats["v:1"].engine == "vllm"
+    assert stats["v:1"].kv_capacity_tokens == 512
