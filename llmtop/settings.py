@@ -38,6 +38,11 @@ class MonitorSettings:
         default=("http://127.0.0.1:8000",), metadata=_env("LLMTOP_VLLM")
     )
     """Base URLs of the engines (their /metrics is scraped); comma-separated in the env."""
+    engine_kind: str | None = field(
+        default=None, metadata={"env": "LLMTOP_ENGINE_KIND", "parse": lambda v, w: _kind(v, w)}
+    )
+    """The engines' kind (vllm, sglang, llamacpp, trtllm, lmdeploy, tgi, dynamo): their
+    /metrics read in that dialect; each detected from its families and info endpoint when unset."""
     gateway_url: str | None = field(
         default="http://127.0.0.1:9000", metadata=_env("LLMTOP_GATEWAY")
     )
@@ -96,6 +101,10 @@ class GatewaySettings:
 
     upstream: str = "http://127.0.0.1:8000"
     """Base URL of the engine; several replicas comma-separated (or --vllm repeated)."""
+    engine_kind: str | None = field(
+        default=None, metadata={"env": "LLMTOP_ENGINE_KIND", "parse": lambda v, w: _kind(v, w)}
+    )
+    """The engine's kind, for the autopilot's reading of its /metrics (as [monitor]'s)."""
     k8s_selector: str | None = field(default=None, metadata=_env("LLMTOP_K8S_SELECTOR"))
     """Follow the Ready Kubernetes pods with these labels: they are the upstreams, a new one in
     rotation at its first answer, one that leaves drained (docs/kubernetes.md)."""
@@ -197,6 +206,12 @@ def _engine_kind(value: Any, where: str) -> str:
         return dialect_of(str(value).strip()).kind
     except UsageError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _kind(value: Any, where: str) -> str | None:
+    """`--engine-kind`: an engine kind, or None (off, auto: detected)."""
+    text = str(value).strip()
+    return None if text.lower() in ("", "off", "none", "auto") else _engine_kind(text, where)
 
 
 @dataclass(frozen=True)

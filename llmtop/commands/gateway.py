@@ -16,6 +16,11 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
     ("upstream", "--vllm",
      "engine (vLLM) base URL; repeat it (or comma-separate) for several replicas",
      {"metavar": "URL", "action": "append"}),
+    ("upstream", "--engine", "the same as --vllm, for any engine",
+     {"metavar": "URL", "action": "append"}),
+    ("engine_kind", "--engine-kind",
+     "read the engine's /metrics as this kind (vllm, sglang, llamacpp, trtllm, lmdeploy, tgi, "
+     "dynamo; detected when unset)", {"metavar": "KIND"}),
     ("replica_max_concurrency", "--replica-max-concurrency",
      "requests allowed at each replica at once", {"metavar": "N", "type": int}),
     ("eject_s", "--eject-s", "a failed replica's time out", {"metavar": "S", "type": float}),

@@ -14,6 +14,11 @@ HELP = "the TUI: engine, gateway, GPU and findings; change admission limits live
 MONITOR_FLAGS: tuple[Flag, ...] = (
     ("vllm_urls", "--vllm", "engine base URL (repeat for several engines)", {
         "metavar": "URL", "action": "append"}),
+    ("vllm_urls", "--engine", "the same as --vllm, for any engine", {
+        "metavar": "URL", "action": "append"}),
+    ("engine_kind", "--engine-kind",
+     "read the engines as this kind (vllm, sglang, llamacpp, trtllm, lmdeploy, tgi, dynamo; "
+     "detected when unset)", {"metavar": "KIND"}),
     ("gateway_url", "--gateway", "llmtop gateway base URL ('off' to ignore)", {"metavar": "URL"}),
     ("dcgm_url", "--dcgm", "dcgm-exporter /metrics URL for remote GPUs", {"metavar": "URL"}),
     ("admin_token_file", "--admin-token-file",

@@ -125,6 +125,7 @@ class Collector:
             version=self._versions.get(url),
             ask_version=url not in self._versions,
             engine=self._kinds.get(url),
+            kind=self.monitor.engine_kind,
         )
         if raw.samples is not None and url not in self._versions:
             self._versions[url] = raw.version

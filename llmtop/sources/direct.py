@@ -2,7 +2,8 @@
 
 Over `scrape_client.ScrapeClient` (aiohttp), bounded in number, time and size; never raises
 (`RawEngine.error`).
-A target a probe shows can narrow gets asked only for llmtop's series (`narrow=False`: never).
+A target a probe shows can narrow gets asked only for llmtop's series (`narrow=False`: never);
+with `--engine-kind` every target is read in that dialect.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from llmtop.core.exposition import narrow as narrowing
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient, TooLarge
-from llmtop.sources.vllm import VLLM_KEEP, metrics_url
+from llmtop.sources.vllm import PROMETHEUS_PATH, VLLM_KEEP, base_url, metrics_url
 
 _NAMES_QUERY = narrowing.query(VLLM_KEEP.names)
 
@@ -32,8 +33,12 @@ class FleetScraper:
         narrow: bool = True,
         clock: Callable[[], float] = time.monotonic,
         http: ScrapeClient | None = None,
+        kind: str | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.kind = kind
+        """`--engine-kind`: every target read in this dialect (None: each as it speaks);
+        trtllm-serve's at /prometheus/metrics."""
         self.max_bytes = max_bytes
         self._http = http or ScrapeClient(timeout_s=timeout_s, max_bytes=max_bytes)
         """The client (`kube.proxy`'s signs its requests to the API server's pod proxy)."""
@@ -61,6 +66,8 @@ class FleetScraper:
     async def scrape(self, url: str) -> RawEngine:
         """One scrape, filtered to the families llmtop reads; never raises."""
         murl = metrics_url(url)
+        if self.kind == "trtllm" and not url.rstrip("/").endswith("/metrics"):
+            murl = base_url(url) + PROMETHEUS_PATH
         try:
             samples = await self._read(url, murl)
         except ScrapeError as e:
@@ -80,6 +87,8 @@ class FleetScraper:
         except Exception as e:  # every target problem becomes the error field
             detail = f": {e}" if str(e) else ""
             return RawEngine(url, None, error=f"{murl}: {type(e).__name__}{detail}")
+        if self.kind is not None:
+            return RawEngine(url=url, samples=samples, engine=self.kind, kind_forced=True)
         return RawEngine(url=url, samples=samples)
 
     async def _read(self, url: str, murl: str) -> tuple[Sample, ...]:

@@ -65,6 +65,7 @@ class FleetCollector(Collector):
             max_bytes=monitor.max_scrape_bytes,
             narrow=monitor.narrow_scrape,
             http=http,
+            kind=monitor.engine_kind,
         )
         self.prometheus: PrometheusSource | None = None
         if monitor.prometheus_url:

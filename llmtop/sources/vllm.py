@@ -7,27 +7,38 @@ a body over `max_bytes` or malformed text each become `RawEngine.error` with sam
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import httpx
 
 from llmtop.core.base.raw import RawEngine
-from llmtop.core.dialects.catalog import detect, sample_names
+from llmtop.core.dialects.catalog import BY_KIND, detect, dialect_of, metrics_path, sample_names
 from llmtop.core.exposition import promtext
 from llmtop.errors import ScrapeError
 
 VLLM_KEEP = promtext.keep_names(sample_names())
 
 
+PROMETHEUS_PATH = BY_KIND["trtllm"].metrics_path
+"""Where trtllm-serve serves its Prometheus text (/prometheus/metrics): its /metrics is a JSON
+list of iteration stats (`Dialect.metrics_path`)."""
+_PATHS: dict[str, str] = {}
+"""Base URL -> the metrics path it was found to answer at, where not /metrics (trtllm-serve's);
+bounded (`_PATHS_MAX`), so the next poll asks there at once."""
+_PATHS_MAX = 1024
+
+
 def metrics_url(url: str) -> str:
-    """The /metrics URL of an engine given its base URL (or its /metrics URL)."""
+    """The /metrics URL of an engine given its base URL (or its /metrics URL); trtllm-serve's
+    /prometheus/metrics where an earlier scrape found it there."""
     u = url.rstrip("/")
-    return u if u.endswith("/metrics") else u + "/metrics"
+    return u if u.endswith("/metrics") else u + _PATHS.get(u, "/metrics")
 
 
 def base_url(url: str) -> str:
-    """The base URL of an engine given either form."""
+    """The base URL of an engine given either form (/metrics or /prometheus/metrics)."""
     u = url.rstrip("/")
-    return u.removesuffix("/metrics")
+    return u.removesuffix(PROMETHEUS_PATH).removesuffix("/metrics")
 
 
 class MetricsOff(ScrapeError):
@@ -94,34 +105,91 @@ async def scrape_engine(
     version: str | None = None,
     ask_version: bool = True,
     engine: str | None = None,
+    kind: str | None = None,
 ) -> RawEngine:
     """One scrape of one engine, filtered to the families llmtop reads; never raises. On first
     contact (`ask_version`) its version, and its kind where its metrics cannot tell (off, or no
     family llmtop reads), come from its info endpoint (`identify`); `engine`, `version`: what
-    an earlier contact found."""
+    an earlier contact found. `kind` (`--engine-kind`) names the engine instead: no detection,
+    its own info endpoint, and trtllm-serve read at /prometheus/metrics.
+
+    trtllm-serve answers /metrics with JSON (its iteration stats): such an answer is read again
+    at /prometheus/metrics, and that path kept for the URL. Its /version answers as vLLM's does,
+    so a 404 at /metrics is retried there only where the kind is known to be TensorRT-LLM."""
+    if kind is None:
+        return await _scrape(client, url, timeout_s, max_bytes, version, ask_version, engine)
+    engine = dialect_of(kind).kind
+    if engine == "trtllm":
+        _found_at(url, PROMETHEUS_PATH)
+    raw = await _scrape(
+        client, url, timeout_s, max_bytes, version, ask_version, engine, forced=True
+    )
+    return replace(raw, engine=engine, kind_forced=True)
+
+
+async def _scrape(
+    client: httpx.AsyncClient,
+    url: str,
+    timeout_s: float,
+    max_bytes: int,
+    version: str | None,
+    ask_version: bool,
+    engine: str | None,
+    forced: bool = False,
+) -> RawEngine:
     murl = metrics_url(url)
     try:
-        text = await asyncio.wait_for(fetch_text(client, murl, max_bytes=max_bytes), timeout_s)
+        try:
+            text = await asyncio.wait_for(fetch_text(client, murl, max_bytes=max_bytes), timeout_s)
+        except MetricsOff:
+            if engine is None and ask_version:
+                engine, version = await identify(client, url, timeout_s)
+                ask_version = False
+            if engine != "trtllm" or murl.endswith(PROMETHEUS_PATH):
+                raise
+            text = await _prometheus(client, url, max_bytes, timeout_s)
+        if not murl.endswith(PROMETHEUS_PATH) and metrics_path(None, text):  # trtllm's JSON
+            engine = engine or "trtllm"
+            text = await _prometheus(client, url, max_bytes, timeout_s)
         try:
             samples = promtext.parse(text, VLLM_KEEP)
         except ScrapeError as e:
+            murl = metrics_url(url)
             return RawEngine(url, None, error=f"{murl}: {e}", version=version, engine=engine)
     except MetricsOff as e:  # an engine that answers, with its metrics off, is no dead one
         if ask_version:
-            engine, version = await identify(client, url, timeout_s)
+            found, version = await identify(client, url, timeout_s)
+            engine = engine or found
         if engine is None:
             return RawEngine(url=url, samples=None, error=str(e))
         return RawEngine(url=url, samples=(), version=version, engine=engine)
     except Exception as e:  # every target problem becomes the error field
-        error = describe_error(murl, e, timeout_s)
+        error = describe_error(metrics_url(url), e, timeout_s)
         return RawEngine(url=url, samples=None, error=error, version=version, engine=engine)
     if ask_version:
-        spoken = detect([s.name for s in samples]).dialect
+        named = BY_KIND.get(engine or "") if forced or engine == "trtllm" else None
+        spoken = named or detect([s.name for s in samples]).dialect
         if spoken is None:
             engine, version = await identify(client, url, timeout_s)
         else:
             engine, version = spoken.kind, await _version(client, url, spoken.info_path, timeout_s)
     return RawEngine(url=url, samples=samples, version=version, engine=engine)
+
+
+def _found_at(url: str, path: str) -> None:
+    u = url.rstrip("/")
+    if not u.endswith("/metrics") and _PATHS.get(u) != path:
+        if len(_PATHS) >= _PATHS_MAX:
+            _PATHS.clear()
+        _PATHS[u] = path
+
+
+async def _prometheus(client: httpx.AsyncClient, url: str, max_bytes: int, timeout_s: float) -> str:
+    """trtllm-serve's Prometheus text, its path kept for the URL once it answers."""
+    purl = base_url(url) + PROMETHEUS_PATH
+    text = await asyncio.wait_for(fetch_text(client, purl, max_bytes=max_bytes), timeout_s)
+    _found_at(url, PROMETHEUS_PATH)
+    return text
 
 
 IDENTITIES = (

@@ -38,6 +38,13 @@ class RawEngine:
     model: str | None = None
     engine: str | None = None
     """The engine kind its info endpoint named (`core.dialects`), where its metrics cannot."""
+    kind_forced: bool = False
+    """`engine` was given (`--engine-kind`): its samples are read in that dialect."""
+
+    @property
+    def forced_kind(self) -> str | None:
+        """The dialect its samples must be read in; None: the one they speak (detected)."""
+        return self.engine if self.kind_forced else None
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ class RawPoll:
                     "version": e.version,
                     "model": e.model,
                     **({"engine": e.engine} if e.engine is not None else {}),
+                    **({"forced": True} if e.kind_forced else {}),
                 }
                 for e in self.engines
             ],
@@ -166,6 +174,7 @@ class RawPoll:
                 version=e.get("version"),
                 model=e.get("model"),
                 engine=e.get("engine"),
+                kind_forced=e.get("forced") is True,
             )
             for e in d.get("engines", [])
         )

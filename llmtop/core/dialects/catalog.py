@@ -18,7 +18,7 @@ from llmtop.errors import UsageError
 KINDS = tuple(d.kind for d in DIALECTS)
 __all__ = [
     "BY_KIND", "DIALECTS", "KINDS", "Detected", "described", "detect", "dialect_of", "extract",
-    "lacking", "sample_names",
+    "lacking", "metrics_path", "sample_names",
 ]  # fmt: skip
 
 
@@ -31,9 +31,20 @@ class Detected:
     note: str | None = None
 
 
-_DETECTED: dict[tuple[str, ...], Detected] = {}
-"""Sample names seen -> their reading (an engine exports the same names poll after poll)."""
+_DETECTED: dict[tuple[str | None, tuple[str, ...]], Detected] = {}
+"""(Forced kind, sample names seen) -> their reading (an engine exports the same names poll
+after poll)."""
 _DETECTED_MAX = 256
+
+
+def metrics_path(kind: str | None, body: str = "") -> str | None:
+    """Where to read an engine's Prometheus text instead of /metrics, or None: its dialect's
+    own path when forced (`--engine-kind trtllm`), or trtllm-serve's when /metrics answered
+    with JSON (`body`: its iteration stats)."""
+    if kind is not None:
+        path = dialect_of(kind).metrics_path
+        return None if path == "/metrics" else path
+    return BY_KIND["trtllm"].metrics_path if body.lstrip()[:1] in ("[", "{") else None
 
 
 def dialect_of(kind: str) -> Dialect:
@@ -46,14 +57,13 @@ def dialect_of(kind: str) -> Dialect:
 
 def detect(names: Iterable[str], kind: str | None = None) -> Detected:
     """The dialect of a scrape whose samples have these names."""
-    key = tuple(names)
-    found = _DETECTED.get(key) if kind is None else None
+    key = (kind, tuple(names))
+    found = _DETECTED.get(key)
     if found is None:
-        found = _detect(key, kind)
-        if kind is None:
-            if len(_DETECTED) >= _DETECTED_MAX:
-                _DETECTED.clear()
-            _DETECTED[key] = found
+        found = _detect(key[1], kind)
+        if len(_DETECTED) >= _DETECTED_MAX:
+            _DETECTED.clear()
+        _DETECTED[key] = found
     return found
 
 

@@ -40,6 +40,8 @@ class Dialect:
     """How to bound the engine's own concurrency at {n}, the cap advice's other way: "restart
     X with --flag {n}" (without a figure, "with a lower --flag")."""
     default_port: int = 8000
+    metrics_path: str = "/metrics"
+    """Where it serves its Prometheus text (trtllm-serve: /prometheus/metrics)."""
     info_path: str = "/version"
     """Where it says its version (and, for some, its slots and capacity)."""
     source: str = ""

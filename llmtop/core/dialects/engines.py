@@ -125,6 +125,9 @@ TRTLLM = Dialect(
         "spec_decode": "trtllm-serve's speculative decoding figures are gauges, not counters",
     },
     metrics_switch="start trtllm-serve with return_perf_metrics and read /prometheus/metrics",
+    # OpenAIServer.mount_metrics (tensorrt_llm/serve/openai_server.py): its /metrics is a JSON
+    # list of iteration stats; the Prometheus text is mounted here with return_perf_metrics
+    metrics_path="/prometheus/metrics",
     info_path="/version",
     source="tensorrt_llm/metrics/collector.py, TensorRT-LLM main (2026)",
 )

@@ -74,9 +74,13 @@ def stats_disabled(ctx: Context) -> Verdict | None:
             "turn the engine's metrics on: " + "; ".join(x.metrics_switch for x in DIALECTS[:3]),
         )
     named = "" if d is VLLM else f" ({d.title})"  # vLLM's words as they always were
+    notes = sorted({e.engine_note for e in off if e.engine_note})
+    forced = any(n.startswith("forced") for n in notes)
     return Verdict(
-        f"{urls}{named} answers but exports no {d.prefix}* metrics: llmtop cannot see its load",
-        d.metrics_switch,
+        f"{urls}{named} answers but exports no {d.prefix}* metrics: llmtop cannot see its load"
+        + (f" ({'; '.join(notes)})" if notes else ""),
+        ("check --engine-kind (its families are another engine's), or " if forced else "")
+        + d.metrics_switch,
     )
 
 

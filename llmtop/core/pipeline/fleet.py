@@ -224,10 +224,12 @@ class FleetPipeline(Pipeline):
             stats = EngineStats(url=raw.url, up=False, error=raw.error or "no answer")
             return [self._judge(t, raw.url, name, stats)]
         names = list(map(_NAME, raw.samples))  # read once, for the plan and the split
-        rows = [self._from_scrape(t, raw.url, name, dialects.extract(raw.samples, names), raw)]
+        scrape = dialects.extract(raw.samples, names, kind=raw.forced_kind)
+        rows = [self._from_scrape(t, raw.url, name, scrape, raw)]
         for engine, samples in split_engines(raw.samples, names).items():
             key = f"{raw.url}#engine={engine}"
-            row = self._from_scrape(t, key, f"{name}#{engine}", dialects.extract(samples), raw)
+            split = dialects.extract(samples, kind=raw.forced_kind)
+            row = self._from_scrape(t, key, f"{name}#{engine}", split, raw)
             rows.append(replace(row, engine=engine, parent=raw.url))
         return rows
 

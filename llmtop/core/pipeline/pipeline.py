@@ -137,7 +137,8 @@ class Pipeline:
         track = self._engines.get(raw.url)
         if track is None:
             track = self._engines[raw.url] = EngineTrack()
-        return track.fold(t, raw, dialects.extract(raw.samples), self.window_s)
+        scrape = dialects.extract(raw.samples, kind=raw.forced_kind)
+        return track.fold(t, raw, scrape, self.window_s)
 
     def _gateway_stats(self, raw: RawPoll) -> GatewayStats | None:
         if raw.gateway_url is None:

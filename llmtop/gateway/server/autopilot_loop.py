@@ -28,10 +28,10 @@ KEEP = promtext.keep_names(dialects.sample_names(bucketed=("generation_len",)))
 """The monitor's names, and the output-length buckets the footprint learns from."""
 
 
-def read_scrape(text: str) -> EngineScrape:
-    """An upstream's /metrics body as core reads it, in its engine's dialect; ScrapeError
-    when it carries no family llmtop reads."""
-    scrape = dialects.extract(promtext.parse(text, KEEP))
+def read_scrape(text: str, kind: str | None = None) -> EngineScrape:
+    """An upstream's /metrics body as core reads it, in its engine's dialect (`kind`:
+    `--engine-kind`'s, else detected); ScrapeError when it carries no family llmtop reads."""
+    scrape = dialects.extract(promtext.parse(text, KEEP), kind=kind)
     if not scrape.has_vllm:
         raise ScrapeError(
             "no family llmtop reads in the upstream's /metrics (its metrics off, or an engine "
@@ -48,16 +48,29 @@ def attach(state: GatewayContext) -> Autopilot:
     return Autopilot(AutopilotConfig(ttft_slo_s=slo.ttft_s, itl_slo_s=slo.itl_s))
 
 
-async def _read(state: GatewayContext, url: str) -> EngineScrape:
+async def metrics_text(state: GatewayContext, url: str, timeout: aiohttp.ClientTimeout) -> str:
+    """An upstream's Prometheus text: at its dialect's path with `--engine-kind` (trtllm-serve's
+    /prometheus/metrics), else /metrics, read again at trtllm-serve's path when /metrics
+    answered with its JSON. ScrapeError on a status other than 200."""
     assert state.session is not None
-    async with state.session.get(
-        url + "/metrics",
-        timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
-        allow_redirects=False,
-    ) as r:
-        if r.status != 200:
-            raise ScrapeError(f"/metrics returned {r.status}")
-        return read_scrape(await r.text())
+    kind = state.settings.engine_kind
+    path = dialects.metrics_path(kind) or "/metrics"
+    for _ in range(2):
+        async with state.session.get(url + path, timeout=timeout, allow_redirects=False) as r:
+            if r.status != 200:
+                raise ScrapeError(f"{path} returned {r.status}")
+            text = await r.text()
+        other = None if kind is not None else dialects.metrics_path(None, text)
+        if other is None or other == path:
+            return text
+        path = other
+    return text
+
+
+async def _read(state: GatewayContext, url: str) -> EngineScrape:
+    timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+    text = await metrics_text(state, url, timeout)
+    return read_scrape(text, state.settings.engine_kind)
 
 
 _FAILS = (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError)

@@ -13,7 +13,7 @@ import logging
 import aiohttp
 
 from llmtop.errors import ScrapeError
-from llmtop.gateway.server.autopilot_loop import read_scrape
+from llmtop.gateway.server.autopilot_loop import metrics_text, read_scrape
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.wire import describe_error
 from llmtop.gateway.upstreams.balancer import Replica
@@ -76,12 +76,8 @@ def _log_events(state: GatewayContext, seen: int) -> int:
 async def _scrape(state: GatewayContext, r: Replica) -> None:
     assert state.session is not None
     try:
-        async with state.session.get(
-            r.url + "/metrics", timeout=TIMEOUT, allow_redirects=False
-        ) as resp:
-            if resp.status != 200:
-                return
-            scrape = read_scrape(await resp.text())
+        text = await metrics_text(state, r.url, TIMEOUT)
+        scrape = read_scrape(text, state.settings.engine_kind)
     except (aiohttp.ClientError, asyncio.TimeoutError, ScrapeError, UnicodeError):
         return  # headroom stays as last read; failures on traffic eject, not this
     tokens, size = scrape.kv_capacity_tokens, scrape.kv_block_size
