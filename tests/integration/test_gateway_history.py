@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,12 +18,15 @@ import httpx
 import pytest
 
 from llmtop.core.record.decode import Recording
+from llmtop.recording.postmortem import build_report
 from llmtop.serve.stack import free_port
+from llmtop.settings import HealthSettings
 from llmtop.sources.history import gateway_history
-from tests.support.gateway_queue import wait_ready
+from tests.support.gateway_queue import Burst, Stack, wait_ready, watch_burst
 
 pytestmark = [pytest.mark.slow(12), pytest.mark.timeout(90)]
 LLMTOP = [sys.executable, "-m", "llmtop"]
+INTERVAL_S = 1.0
 ENV = {**os.environ, "LLMTOP_HISTORY": "true"}  # tests/conftest.py turns it off elsewhere
 
 
@@ -149,3 +153,50 @@ async def test_an_unwritable_history_folder_leaves_the_gateway_serving(
     text = log.read_text()
     assert text.count("history off") == 1
     assert "serving goes on" in text
+
+
+@pytest.mark.slow(20)
+async def test_a_report_from_history_matches_the_report_of_a_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28.3's run, shortened: the console records while the gateway keeps its history;
+    `report --gateway URL --since` finds the same findings at the same times within a poll
+    (and the phase between the two pollers), and the same limit change by the same hand."""
+    monkeypatch.setenv("LLMTOP_HISTORY", "true")
+    gateway_args = ("--max-concurrency", "2", "--history-dir", str(tmp_path / "state"))
+    record = tmp_path / "console.jsonl.gz"
+    health = HealthSettings()
+    with Stack(("--profile", "seed"), (*gateway_args, "--drain-grace-s", "0")) as stack:
+        burst = Burst(requests=12, prompt=4000, output=128, duration_s=30)
+        run = await watch_burst(
+            stack.sim_url,
+            stack.gateway_url,
+            burst,
+            watch_s=13,
+            raise_to=6,
+            raise_after_s=5,
+            record=record,
+            health=health,
+        )
+        start = run.snaps[0].time
+        history = await gateway_history(stack.gateway_url, None, time.time() - start + 0.5)
+    assert run.raised is not None
+    recorded = build_report(str(record), health)
+    kept = build_report("history", health, recording=history)
+    assert recorded.findings, "the run fired no finding: nothing to compare"
+    mine = {f.id: f for f in kept.findings}
+    assert set(mine) == {f.id for f in recorded.findings}
+    # two pollers a phase apart (up to a poll: the gateway's and the console's seconds) each
+    # see a crossing at their next poll: within a poll of each other, that phase on top
+    near = INTERVAL_S + 1.05
+    for theirs in recorded.findings:
+        found = mine[theirs.id]
+        assert abs(found.fired - theirs.fired) <= near, (found, theirs)
+        if theirs.cleared is None:
+            assert found.cleared is None, (found, theirs)
+        else:
+            assert found.cleared is not None, (found, theirs)
+            assert abs(found.cleared - theirs.cleared) <= near, (found, theirs)
+    changes = [(c.time, c.field, c.old, c.new, c.source) for c in kept.limit_changes]
+    assert changes == [(c.time, c.field, c.old, c.new, c.source) for c in recorded.limit_changes]
+    assert [c[1:] for c in changes] == [("max_concurrency", 2, 6, "tui")]
