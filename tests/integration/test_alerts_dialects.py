@@ -29,7 +29,7 @@ from tests.support import alert_replay as ar
 from tests.support.paths import FIXTURES
 from tests.support.promtool import promtool
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow(2), pytest.mark.timeout(300)]
 
 INTERVAL_S = 1.0
 KIND_CLIFF = {"LlmtopBatchingCliff": ""}

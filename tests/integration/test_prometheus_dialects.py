@@ -39,7 +39,7 @@ from tests.integration.test_prometheus_real import (
 )
 
 pytestmark = [
-    pytest.mark.slow(20),
+    pytest.mark.slow(35),
     pytest.mark.timeout(240),
     pytest.mark.xdist_group("realtime-load"),
 ]
