@@ -21,7 +21,7 @@ def _caps(text: str) -> tuple[int, ...]:
 
 
 FLAGS: tuple[Row, ...] = (
-    ("--vllm", "engine base URL", {"metavar": "URL", "required": True}),
+    ("--vllm", "engine base URL (or one Kubernetes pod: --k8s-selector)", {"metavar": "URL"}),
     ("--gateway", "llmtop gateway base URL (optional)", {"metavar": "URL"}),
     ("--window-s", "seconds of live metrics to calibrate on (default: 30)",
      {"dest": "window", "type": float, "default": 30.0, "metavar": "S"}),
@@ -43,10 +43,14 @@ FLAGS: tuple[Row, ...] = (
     ("--seed", "seed of the simulated traffic", {"type": int, "default": 0}),
     ("--json", "print one JSON object", {"action": "store_true"}),
 )  # a table: one flag a row, read down its options  # fmt: skip
+K8S = ("k8s_selector", "inference_pool", "k8s_namespace", "k8s_context", "kubeconfig")
+"""The console's discovery flags (commands/top.py); here they must name one pod."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    rows(p, FLAGS)
+    from llmtop.commands.top import MONITOR_FLAGS
+
+    rows(p, (*FLAGS, *((o, h, {**kw, "dest": f}) for f, o, h, kw in MONITOR_FLAGS if f in K8S)))
     slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
 
@@ -57,13 +61,17 @@ def run(args: argparse.Namespace) -> int:
 
     opts = options_from(vars(args), load(HealthSettings, args).slo)
     validate(opts, window_s=args.window, interval_s=args.interval)
+    from llmtop.sources.kube.single import engine_target  # --vllm, or the one pod named
+
+    url, transport = engine_target(args.vllm, **{k: getattr(args, k) for k in K8S})
     result = run_whatif(
-        args.vllm,
+        url,
         args.gateway,
         opts,
         window_s=args.window,
         interval_s=args.interval,
         token_file=args.admin_token_file,
+        transport=transport,
     )
     print(result.json() if args.json else result.text())
     return 0

@@ -54,12 +54,14 @@ async def collect_window(
     window_s: float,
     interval_s: float = 1.0,
     token: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[Point]:
-    """Scrape every `interval_s` for `window_s`; a scrape that fails after the first is skipped."""
+    """Scrape every `interval_s` for `window_s`; a scrape that fails after the first is skipped.
+    `transport`: one that signs requests to a Kubernetes pod proxy (sources/kube/single.py)."""
     timeout_s = max(0.5, min(5.0, interval_s * 0.9))
     reader = GatewayReader(gateway_url, token, optional=False) if gateway_url else None
     points: list[Point] = []
-    async with http_client(timeout_s) as client:
+    async with http_client(timeout_s, transport=transport) as client:
         start = time.monotonic()
         points.append(await scrape_once(client, vllm_url, reader, timeout_s))
         n = 1

@@ -165,8 +165,10 @@ def run_whatif(
     window_s: float,
     interval_s: float = 1.0,
     token_file: str | None = None,
+    transport: Any = None,
 ) -> Analysis:
-    """Scrape the targets over the window, then `analyse`."""
+    """Scrape the targets over the window, then `analyse`; `transport`: an httpx transport for
+    an engine read through a Kubernetes pod proxy."""
     import os
 
     from llmtop.settings import read_token
@@ -175,7 +177,14 @@ def run_whatif(
     token = read_token(os.environ.get("LLMTOP_ADMIN_TOKEN"), token_file)
 
     points = asyncio.run(
-        collect_window(vllm_url, gateway_url, window_s=window_s, interval_s=interval_s, token=token)
+        collect_window(
+            vllm_url,
+            gateway_url,
+            window_s=window_s,
+            interval_s=interval_s,
+            token=token,
+            transport=transport,
+        )
     )
     try:
         return analyse(points, opts)

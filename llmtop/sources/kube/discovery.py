@@ -66,6 +66,9 @@ class PodDiscovery:
         self._retry_s = retry_s
         self._watch_timeout_s = watch_timeout_s
         self.api: KubeApi | None = None
+        self.last_api: KubeApi | None = None
+        """The API of the last `start`, kept after `aclose`: its credentials and TLS sign
+        requests of one's own (`single.py`) with no client open."""
         self.namespace: str | None = None
         """The namespace listed (None: every namespace); known after `start`."""
         self.server: str | None = None
@@ -117,6 +120,7 @@ class PodDiscovery:
         api = await connect(kubeconfig=self._kubeconfig, context=self._context)
         self.namespace = None if asked == ALL_NAMESPACES else (asked or api.namespace)
         self.api, self.server, self.in_cluster = api, api.server, api.in_cluster
+        self.last_api = api
         try:
             if self.pool is not None:
                 self._use_pool(await self._get_pool())
