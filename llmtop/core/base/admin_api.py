@@ -187,7 +187,8 @@ class ReplicaDoc(TypedDict):
 
     url: str
     state: str
-    """ok, ejected (refused, timed out or 5xx'd lately) or probing (awaits a /health answer)."""
+    """ok, ejected (refused, timed out or 5xx'd lately), probing (awaits a /health answer: new
+    or back from an ejection) or draining (its pod left: what it holds finishes, nothing new)."""
     healthy: bool | None
     in_flight: int
     kv_in_flight_blocks: int
