@@ -23,6 +23,8 @@ from llmtop.core.promql.promql_answers import Answer, Info
 from llmtop.errors import TargetError
 from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
 
+VLLM = promql.VLLM_KIND
+
 Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 """POST one query to an endpoint: (HTTP status, body). Injected by tests."""
 
@@ -111,17 +113,26 @@ class PrometheusSource:
         if before is None or (info.reasons, info.kinds) != (before.reasons, before.kinds):
             if kinds:
                 others = " or ".join(self._dialects[k].carrier() for k in kinds)
-                rest = f"unless on ({q.replica_label}) ({others})"
+                # the others' replicas, but for those that export vLLM's too (read as vLLM)
+                rest = f"unless on ({q.replica_label}) (({others}) unless {q.carrier()})"
                 self._asks = (q.replicas(info.reasons, rest), q.engines(info.reasons))
             else:
                 self._asks = (q.replicas(info.reasons), q.engines(info.reasons))
             self._kind_asks = {}
+            r = q.replica_label
             for k in kinds:
                 d = self._dialects[k]
-                among = f"and on ({q.replica_label}) {d.carrier()}"
+                among = f"and on ({r}) {d.carrier()}"
+                earlier = [x for x in KINDS[: KINDS.index(k)] if x == VLLM or x in kinds]
+                if earlier:  # a replica of two engines' families is the first's (`_first`)
+                    carriers = " or ".join(self._queries(x).carrier() for x in earlier)
+                    among += f" unless on ({r}) ({carriers})"
                 self._kind_asks[k] = d.replicas(d.reasons(info.reasons), among)
         self._info, self._info_at = info, self._clock()
         return info
+
+    def _queries(self, kind: str) -> promql.Queries:
+        return self.queries if kind == VLLM else self._dialects[kind]
 
     async def _answers(self) -> list[tuple[str, list[Answer]]]:
         """vLLM's pair and each other engine's, asked at the same time, by engine."""

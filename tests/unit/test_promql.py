@@ -378,3 +378,38 @@ def test_a_replica_of_another_engine_is_read_as_that_engine() -> None:
     assert stats["s:1"].model == "m"
     assert stats["v:1"].engine == "vllm"
     assert stats["v:1"].kv_capacity_tokens == 512
+
+
+def test_a_mixed_fleet_is_asked_one_pair_per_engine_each_over_its_replicas(
+    tmp_path: Path,
+) -> None:
+    """The info names the engines; then each engine's pair, at once, over its own replicas: a
+    replica exporting two engines' families is read as the first (vLLM before SGLang before
+    Dynamo), as a direct scrape reads it."""
+    info = [
+        *(tagged("replica", instance=r) for r in ("v:1", "s:1", "d:1", "vs:1", "sd:1")),
+        *(tagged("kind", instance=r, llmtop_engine_kind="vllm") for r in ("v:1", "vs:1")),
+        *(tagged("kind", instance=r, llmtop_engine_kind="sglang") for r in ("s:1", "vs:1", "sd:1")),
+        *(tagged("kind", instance=r, llmtop_engine_kind="dynamo") for r in ("d:1", "sd:1")),
+    ]
+    assert read_info(info).kinds == {"s:1": "sglang", "d:1": "dynamo", "sd:1": "sglang"}
+    asked: list[str] = []
+
+    async def reply(endpoint: str, query: str) -> tuple[int, bytes]:
+        asked.append(query)
+        result = info if 'llmtop_figure"' in query else []
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, json.dumps(body).encode()
+
+    source = PrometheusSource("http://prom:9090/", selector='{job="x"}', fetch=reply)
+    try:
+        asyncio.run(source.read())
+    finally:
+        asyncio.run(source.aclose())
+    assert len(asked) == 1 + 3 * 2  # the info, then vLLM's, SGLang's and Dynamo's pairs
+    check_promql({f"q{i}": q for i, q in enumerate(asked)}, tmp_path)
+    sglang = [q for q in asked[1:] if "sglang:num_running_reqs" in q and "dynamo_" not in q]
+    assert sglang
+    assert all("unless on (instance) (count by (instance) (vllm:" in q for q in sglang)
+    dynamo = [q for q in asked[1:] if q.count("dynamo_frontend_inflight_requests") > 1]
+    assert all("sglang:num_running_reqs" in q for q in dynamo)  # not SGLang's replicas

@@ -370,6 +370,9 @@ class Queries:
         """The info's parts for the other engines: which replicas speak each (`KIND`), their
         models, finished reasons and histogram bounds."""
         out = []
+        if kinds:  # vLLM's too: a replica exporting two engines' families is read as the first
+            kind_of = f'label_replace({self.carrier()}, "{KIND}", "{VLLM_KIND}", "", "")'
+            out.append(f'label_replace({kind_of}, "{FIGURE}", "kind", "", "")')
         for kind in kinds:
             q = Queries(self.matchers, self.window_s, self.replica_label, kind)
             r = self.replica_label

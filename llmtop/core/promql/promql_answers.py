@@ -18,6 +18,7 @@ from typing import Any
 from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
 from llmtop.core.base.snapshot import DerivedReplica, EngineStats
 from llmtop.core.derive.derive import NO_GAUGES
+from llmtop.core.dialects.engines import DIALECTS
 from llmtop.core.promql.promql import (
     ENGINE,
     FIGURE,
@@ -65,7 +66,7 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
     models: dict[str, str] = {}
     reasons: set[str] = set()
     bounds: dict[str, float] = {}
-    kinds: dict[str, str] = {}
+    kinds: dict[str, set[str]] = {}
     for item in answer:
         labels = item.get("metric", {})
         figure, replica = labels.get(FIGURE), labels.get(replica_label, "")
@@ -81,7 +82,7 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
             name = str(labels["model_name"])
             models[str(replica)] = min(name, models.get(str(replica), name))
         elif figure == "kind" and replica and labels.get(KIND):
-            kinds.setdefault(str(replica), str(labels[KIND]))
+            kinds.setdefault(str(replica), set()).add(str(labels[KIND]))
         elif figure == "reason" and labels.get("finished_reason"):
             reasons.add(str(labels["finished_reason"]))
         elif isinstance(figure, str) and figure.startswith("bounds_"):
@@ -99,8 +100,19 @@ def read_info(answer: Iterable[Mapping[str, Any]], replica_label: str = "instanc
             servers.setdefault(replica, kv)
     all_blocks = {**blocks, **{(r, ""): kv for r, kv in servers.items()}}
     return Info(
-        frozenset(replicas), all_blocks, models, tuple(sorted(reasons)), bounds, dict(kinds)
+        frozenset(replicas), all_blocks, models, tuple(sorted(reasons)), bounds, _first(kinds)
     )
+
+
+def _first(kinds: Mapping[str, set[str]]) -> dict[str, str]:
+    """Replica -> its engine, where not vLLM: of the engines whose families it exports, the
+    first in `DIALECTS` (as a direct scrape reads a mixed exposition: `dialects.detect`)."""
+    out = {}
+    for replica, found in kinds.items():
+        first = next((d.kind for d in DIALECTS if d.kind in found), VLLM_KIND)
+        if first != VLLM_KIND:
+            out[replica] = first
+    return out
 
 
 def _figures(text: str, names: Sequence[str]) -> dict[str, float | None] | None:
