@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from llmtop.core.dialects.catalog import KINDS
 from llmtop.core.findings.catalog import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,12 @@ def test_every_class_is_named_in_time_and_healthy_runs_raise_nothing() -> None:
     assert len(healthy) >= 7
     assert sum(r.seconds for r in healthy) >= 1800  # the sim's 30 minutes among them
     assert all(r.false_alarms == [] for r in healthy)
+    # every engine has a healthy run (its own dialect: what it lacks is absent), none alarms
+    assert {r.engine for r in healthy} == set(KINDS)
+    assert "| class | engine |" in scorer.table(results)
+    engines = {r.name: r.engine for r in results}
+    assert engines["real-llamacpp-burst"] == engines["real-llamacpp-healthy"] == "llamacpp"
+    assert engines["sglang-kv-exhausted"] == "sglang"
 
 
 def test_the_library_covers_every_engine_and_gpu_finding() -> None:
