@@ -245,26 +245,86 @@ async def test_shared_limits_hold_while_the_replicas_come_and_go(
     assert reached(engines[3]) > 0  # the new pod took its part
 
 
-def test_a_refusal_at_start_is_one_line(kube: KubeEmulator, tmp_path: Path) -> None:
-    import subprocess
-    import sys
+async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
+    start_sim: Start,
+    serve_app: Callable[[Any], ServerThread],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No kubeconfig, in a pod: the service account over HTTPS with its CA, and the traffic
+    at each pod's IP and its port named `http` (here loopback and a sim's port), never
+    through the API server."""
+    import trustme
+
+    from llmtop.gateway.server.app import create_app
+    from llmtop.settings import GatewaySettings
+    from llmtop.sources.kube import client
+    from llmtop.sources.kube.upstreams import PodUpstreams
+
+    ca = trustme.CA()
+    emu = KubeEmulator(tls=ca, token="sa-token").start()
+    try:
+        a, b = start_sim(profile="fast"), start_sim(profile="fast")
+        for name, sim in (("vllm-0", a), ("vllm-1", b)):
+            port = int(sim.url.rsplit(":", 1)[1])
+            emu.put(
+                pod(
+                    name,
+                    ip="127.0.0.1",
+                    ports=[
+                        {"name": "http", "containerPort": port},
+                        {"name": "metrics", "containerPort": 1},
+                    ],
+                )
+            )
+        account = tmp_path / "serviceaccount"
+        account.mkdir()
+        (account / "token").write_text("sa-token", encoding="utf-8")
+        (account / "namespace").write_text("llm", encoding="utf-8")
+        (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
+        monkeypatch.setattr(client, "SA_DIR", account)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+        feed = PodUpstreams("app=vllm", retry_s=0.05)
+        first = await feed.first()
+        assert first == (a.url, b.url)  # their IPs and API ports, not the metrics port
+        settings = GatewaySettings(upstream=",".join(first), k8s_selector="app=vllm")
+        gw = serve_app(create_app(settings, feed=feed))
+        async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
+            assert await complete(c, 6) == [200] * 6
+            emu.delete("llm", "vllm-1")
+            await asyncio.to_thread(
+                wait_until, lambda: [r["url"] for r in httpx.get(gw.url + "/admin/stats",
+                                    timeout=5).json()["replicas"]] == [a.url], "vllm-1 gone", 10
+            )  # fmt: skip
+            before = reached(engine_of(b))
+            assert await complete(c, 4) == [200] * 4
+        assert reached(engine_of(b)) == before
+        assert emu.count("proxy") == 0
+        assert {s.authorization for s in emu.seen} == {"Bearer sa-token"}
+    finally:
+        emu.stop()
+
+
+def test_a_refusal_at_start_is_one_line(
+    kube: KubeEmulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmtop.cli import main
 
     kube.forbid.add("list")
-    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
-    done = subprocess.run(
-        [sys.executable, "-m", "llmtop", "gateway", "--k8s-selector", "app=vllm",
-         "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"],
-        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 3, done.stderr
-    (line,) = done.stderr.strip().splitlines()
+    kubeconfig = str(kube.write_kubeconfig(tmp_path / "kubeconfig"))
+    args = ["gateway", "--k8s-selector", "app=vllm", "--listen", "127.0.0.1:0"]
+    assert main([*args, "--kubeconfig", kubeconfig]) == 3  # before it listens
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
     assert line.startswith("llmtop: forbidden: cannot list pods in namespace llm")
-    both = subprocess.run(
-        [sys.executable, "-m", "llmtop", "gateway", "--k8s-selector", "app=vllm",
-         "--vllm", "http://127.0.0.1:1"],
-        env=clean_env(tmp_path), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert both.returncode == 2, both.stderr
-    assert both.stderr.strip() == (
-        "llmtop: give --vllm (LLMTOP_UPSTREAM) or the Kubernetes pods to follow, not both"
+    assert main([*args, "--vllm", "http://127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == (
+        "llmtop: give --vllm (LLMTOP_UPSTREAM) or the Kubernetes pods to follow, not both\n"
     )
+    both = [*args, "--inference-pool", "p", "--kubeconfig", kubeconfig]
+    assert main(both) == 2
+    assert capsys.readouterr().err == "llmtop: give --k8s-selector or --inference-pool, not both\n"
