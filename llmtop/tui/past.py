@@ -187,8 +187,9 @@ class PastSource:
         if fold.skipped:
             warnings += (f"{fold.skipped} polls of the past out of time order or after now",)
         self.state = replace(self.state, loading=False, covered_s=covered, warnings=warnings)
-        if not fold.snapshots:
-            self._failed("it holds no poll before now")
+        if not fold.snapshots:  # history on, but nothing in it yet (a gateway just started)
+            line = LogEvent(self._clock(), "info", f"past: {self.state.source} holds no poll yet")
+            self._update = PastUpdate(self.state, lines=(line,))
             return
         self._update = PastUpdate(
             self.state,

@@ -134,6 +134,8 @@ def test_the_header_says_where_the_past_comes_from() -> None:
     assert past_label(PastState("gateway", 3600.0, covered_s=3600.0)) == "past: gateway 1h"
     assert past_label(PastState("prometheus", 3600.0, covered_s=3599.0)) == "past: prometheus 1h"
     assert past_label(PastState("gateway", 3600.0, covered_s=720.0)) == "past: gateway 12m of 1h"
+    empty = PastState("gateway", 3600.0, covered_s=0.0)
+    assert past_label(empty) == "past: gateway 1h, nothing in it yet"
     assert past_label(PastState("gateway", 3600.0, loading=True)) == "past: gateway 1h loading…"
     off = PastState("gateway", 3600.0, error="keeps no history now (503)")
     assert past_label(off) == "past: none — gateway history off: keeps no history now (503)"

@@ -139,3 +139,15 @@ async def test_no_source_says_so_at_once() -> None:
     assert update.lines[0].text == "past: none — no gateway or --prometheus to read it from"
     await src.poll()
     assert len(src.polls()) == 1
+
+
+async def test_a_history_with_nothing_yet_says_so() -> None:
+    async def empty() -> Recording:
+        return recording_of([], "gateway history", story.recording().header)
+
+    src = PastSource(FakeCollector(), empty, source="gateway", asked_s=3600.0)
+    assert await src.poll() == Pipeline(HealthSettings()).update(polls()[OPENED])
+    update = src.take()
+    assert update is not None
+    assert past_label(update.state) == "past: gateway 1h, nothing in it yet"
+    assert [e.text for e in update.lines] == ["past: gateway holds no poll yet"]

@@ -77,6 +77,8 @@ def past_label(state: PastState | None) -> str:
     if state.error is not None:
         return f"past: none — {state.source} history off: {state.error}"
     covered = state.covered_s or 0.0
+    if covered <= 0:
+        return f"past: {state.source} {asked}, nothing in it yet"
     shown = asked if covered >= state.asked_s * 0.95 else f"{span_text(covered)} of {asked}"
     partial = " (partial)" if state.warnings else ""
     return f"past: {state.source} {shown}{partial}"
