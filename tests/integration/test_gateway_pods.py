@@ -50,12 +50,12 @@ def gateway(emu: KubeEmulator, tmp_path: Path, *extra: str) -> Server:
     return Server(args, clean_env(tmp_path), tmp_path / "gateway.log")
 
 
-def replicas(gw: Server) -> dict[str, dict[str, Any]]:
+def replicas(gw: Server | ServerThread) -> dict[str, dict[str, Any]]:
     stats = httpx.get(gw.url + "/admin/stats", timeout=5).json()
     return {r["url"]: r for r in stats["replicas"]}
 
 
-def states(gw: Server) -> dict[str, str]:
+def states(gw: Server | ServerThread) -> dict[str, str]:
     return {url: r["state"] for url, r in replicas(gw).items()}
 
 
@@ -306,6 +306,38 @@ async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
         assert {s.authorization for s in emu.seen} == {"Bearer sa-token"}
     finally:
         emu.stop()
+
+
+async def test_no_pod_ready_at_start_then_one(
+    kube: KubeEmulator,
+    start_sim: Start,
+    serve_app: Callable[[Any], ServerThread],
+    tmp_path: Path,
+) -> None:
+    """None Ready when the gateway starts: it serves, answers that no replica can take a
+    request, probes nothing (no stray /health to a default URL), and takes the first pod that
+    becomes Ready."""
+    from llmtop.gateway.server.app import create_app
+    from llmtop.settings import GatewaySettings
+    from llmtop.sources.kube.upstreams import PodUpstreams
+
+    sim = start_sim(profile="fast")
+    kube.backends["llm/vllm-0"] = sim.url
+    kube.put(pod("vllm-0", ready=False))
+    kubeconfig = str(kube.write_kubeconfig(tmp_path / "kubeconfig"))
+    feed = PodUpstreams("app=vllm", kubeconfig=kubeconfig, retry_s=0.05)
+    assert await feed.first() == ()
+    gw = serve_app(create_app(GatewaySettings(upstream="", k8s_selector="app=vllm"), feed=feed))
+    async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
+        r = await c.post("/v1/completions", json=BODY)
+        assert r.status_code == 502
+        assert "no upstream replica" in r.text
+        assert (await c.get("/healthz")).json()["upstream"]["healthy"] is None  # not probed
+        kube.put(pod("vllm-0"))
+        await asyncio.to_thread(
+            wait_until, lambda: states(gw) == {proxy_url(kube, "vllm-0"): "ok"}, "vllm-0 in", 10
+        )
+        assert await complete(c, 3) == [200] * 3
 
 
 def test_a_refusal_at_start_is_one_line(

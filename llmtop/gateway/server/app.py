@@ -139,7 +139,8 @@ async def _housekeeping(state: GatewayContext, proxy: Proxy) -> None:
             ctl.expire()
             phase = _watch_drain(state, proxy, phase)
             now = time.monotonic()
-            if now >= next_probe and state.session is not None and (probe is None or probe.done()):
+            idle = probe is None or probe.done()
+            if now >= next_probe and state.session is not None and idle and state.balancer.replicas:
                 next_probe = now + HEALTH_INTERVAL_S
                 probe = asyncio.ensure_future(_probe(state))
             await asyncio.sleep(TICK_S)
