@@ -14,11 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
+from harness.past_history import history_app
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.core.base import format as fmt
 from llmtop.core.base.raw import RawPoll
@@ -59,20 +56,7 @@ class Live:
 def gateway() -> Iterator[ServerThread]:
     """/admin/history as the gateway answers it: the run's polls before the opening."""
     body = past_story.history_bytes(past_story.polls()[: past_story.opened_at()])
-
-    async def history(request: Request) -> Response:
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            return Response(status_code=401)
-        assert float(request.query_params["since"]) == 3600.0
-        return Response(
-            body, media_type="application/x-ndjson", headers={"content-encoding": "gzip"}
-        )
-
-    async def off(request: Request) -> Response:
-        return Response(status_code=503)
-
-    app = Starlette(routes=[Route("/admin/history", history), Route("/off/admin/history", off)])
-    server = ServerThread(app).start()
+    server = ServerThread(history_app(body, TOKEN)).start()
     yield server
     server.stop()
 
