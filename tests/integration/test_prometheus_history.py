@@ -103,6 +103,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         sim_url = m.group(1)
         _wait(sim_url + "/metrics", 20)
         load = ["--url", sim_url, "--duration-s", "60", "--requests", "5000", "--concurrency", "4"]
+        load += ["--output-tokens", "32"]  # requests end and start: first tokens each second
         command = [sys.executable, "-m", "llmtop", "load", *load]
         out = subprocess.DEVNULL
         procs.append(subprocess.Popen(command, stdout=out, stderr=out, text=True))
