@@ -330,8 +330,9 @@ async def test_no_pod_ready_at_start_then_one(
     gw = serve_app(create_app(GatewaySettings(upstream="", k8s_selector="app=vllm"), feed=feed))
     async with httpx.AsyncClient(base_url=gw.url, timeout=20) as c:
         r = await c.post("/v1/completions", json=BODY)
-        assert r.status_code == 502
-        assert "no upstream replica" in r.text
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "1"
+        assert "no upstream replica in rotation yet" in r.text
         assert (await c.get("/healthz")).json()["upstream"]["healthy"] is None  # not probed
         kube.put(pod("vllm-0"))
         await asyncio.to_thread(

@@ -296,6 +296,17 @@ class Proxy:
         while True:
             replica = bal.pick(kv, exclude=tried)
             if replica is None:
+                if not tried and not bal.serving():
+                    # Following pods, none Ready yet or all draining: come back, not broken.
+                    exchange.status = 503
+                    await send_error(
+                        exchange.send,
+                        503,
+                        "no upstream replica in rotation yet",
+                        "upstream_error",
+                        headers=[(b"retry-after", b"1")],
+                    )
+                    return "upstream_error"
                 exchange.status = 502
                 await send_error(
                     exchange.send, 502, "no upstream replica can take it", "upstream_error"

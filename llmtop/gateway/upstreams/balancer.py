@@ -182,9 +182,9 @@ class Balancer:
         """Requests the live replicas may hold together (None: no per-replica limit)."""
         if self.max_per_replica is None:
             return None
-        return self.max_per_replica * (len(self.eligible()) or len(self._serving()))
+        return self.max_per_replica * (len(self.eligible()) or len(self.serving()))
 
-    def _serving(self) -> list[Replica]:
+    def serving(self) -> list[Replica]:
         """Replicas that are not draining: panic routing's candidates."""
         return [r for r in self.replicas if r.state != DRAINING]
 
@@ -233,7 +233,7 @@ class Balancer:
         cap = self.max_per_replica
         best: Replica | None = None
         best_key: tuple[float, float, int, int] | None = None
-        for r in self.eligible() or self._serving():
+        for r in self.eligible() or self.serving():
             if r in exclude or (cap is not None and r.in_flight >= cap):
                 continue
             used = round(r.kv_used_frac(kv_blocks) / HEADROOM_STEP)
