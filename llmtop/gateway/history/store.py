@@ -102,6 +102,9 @@ class HistoryStore:
             self._con.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._con.execute("PRAGMA journal_mode=WAL")
             self._con.execute("PRAGMA synchronous=NORMAL")
+            # the write-ahead log folded in each MB and cut back to 1 MB: it counts on disk too
+            self._con.execute("PRAGMA wal_autocheckpoint=256")
+            self._con.execute(f"PRAGMA journal_size_limit={1 << 20}")
             if max_pages is not None:
                 self._con.execute(f"PRAGMA max_page_count={int(max_pages)}")
             if self._con.execute("PRAGMA user_version").fetchone()[0] != SCHEMA:
@@ -206,6 +209,9 @@ class HistoryStore:
         return None if value is None else float(value)
 
     def close(self) -> None:
+        """Fold the write-ahead log into the file and close it."""
+        with contextlib.suppress(sqlite3.Error):
+            self._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
             self._con.close()
         with contextlib.suppress(OSError):
