@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -71,3 +72,35 @@ async def test_unreachable_is_one_line() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as c:
         with pytest.raises(GatewayReadError, match="not answering"):
             await gateway_history(URL, None, 60, client=c)
+
+
+def test_a_fetched_recording_saved_for_the_replay_reads_back_the_same(tmp_path: Path) -> None:
+    from llmtop.core.record.decode import read_recording_bytes
+    from llmtop.recording.reader import read_recording
+    from llmtop.recording.writer import save_recording
+
+    rec = read_recording_bytes(_body(130) + _body(5))  # two segments
+    path = save_recording(rec, tmp_path, "http://gw.test:9000 history")
+    assert path.name == "gw.test-9000-history.jsonl.gz"
+    assert list(read_recording(path)) == list(rec)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["report"], "give one of"),
+        (["report", "x.jsonl", "--gateway", URL], "give one of"),
+        (["replay", "--gateway", URL, "--prometheus", URL], "give one of"),
+        (["report", "x.jsonl", "--since", "1h"], "--since goes with"),
+        (["report", "--gateway", URL, "--since", "soon"], "a duration"),
+    ],
+)
+def test_report_and_replay_take_one_source(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmtop.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert err.count("\n") == 1
