@@ -72,16 +72,30 @@ def history_bytes(past: Sequence[RawPoll], targets: Mapping[str, Any]) -> bytes:
     return gzip.compress(text.encode())
 
 
-def history_app(body: bytes, token: str | None = None) -> Starlette:
-    """A stand-in gateway answering GET /admin/history with `body` (any `since`), 401 without
-    `token`; /off/admin/history answers 503, as a gateway keeping no history."""
+def history_app(
+    past: Sequence[RawPoll],
+    targets: Mapping[str, Any],
+    token: str | None = None,
+    sinces: Sequence[float] = (900.0, 3600.0),
+) -> Starlette:
+    """A stand-in gateway answering GET /admin/history?since=S with `past`'s last S seconds
+    (counted back from its last poll, as a gateway counts from now), 401 without `token`;
+    /off/admin/history answers 503, as a gateway keeping no history. The answers for `sinces`
+    (the console's two reads) are made here, so a request costs what a gateway's does."""
+
+    def answer(since: float) -> bytes:
+        return history_bytes([p for p in past if p.time >= past[-1].time - since], targets)
+
+    answers = {since: answer(since) for since in sinces}
 
     async def history(request: Request) -> Response:
         if token is not None and request.headers.get("authorization") != f"Bearer {token}":
             return Response(status_code=401)
-        float(request.query_params["since"])
+        since = float(request.query_params["since"])
+        if since not in answers:
+            answers[since] = answer(since)
         gz = {"content-encoding": "gzip"}
-        return Response(body, media_type="application/x-ndjson", headers=gz)
+        return Response(answers[since], media_type="application/x-ndjson", headers=gz)
 
     async def off(request: Request) -> Response:
         return Response(status_code=503)

@@ -110,6 +110,8 @@ class LlmtopApp(App[int]):
         self.past = past
         """The console's past (the gateway's history, Prometheus'): taken as it comes."""
         self.past_polls: list[RawPoll] | None = None
+        self._past_lines = 0
+        """How many lines atop the log are the past's."""
         """Set by `h` before the app exits: the polls to replay (launch.py replays them)."""
         self.source = source
         self.monitor = monitor
@@ -388,9 +390,12 @@ class LlmtopApp(App[int]):
             header.past = label
 
     def _fill_past(self, update: PastUpdate) -> None:
-        live_events = list(self.events)
+        """The past's snapshots in the charts and its lines atop the log (instead of an earlier,
+        shorter past's: the recent past comes first, the rest of the hour after it)."""
+        live_events = list(self.events)[self._past_lines :]
         past = update.snapshots
         lines = [*past_events(past), connected_line(past[-1].time, update.state, len(past))]
+        self._past_lines = len(lines)
         self.events.clear()
         self.log_events(*lines, *live_events)
         self.history.clear()

@@ -87,13 +87,12 @@ def with_past(collector: Collector, monitor: MonitorSettings) -> PastSource | No
 def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, str | None]:
     """Where the past comes from: (its name, how to read it, or why there is none). Prometheus
     when --prometheus is given (the fleet's store), else the gateway's history."""
-    since = monitor.past_s
     if monitor.prometheus_url:
         from llmtop.sources.prometheus_history import prometheus_history
 
         url = monitor.prometheus_url
 
-        def from_prometheus() -> Awaitable[Recording]:
+        def from_prometheus(since: float) -> Awaitable[Recording]:
             return prometheus_history(
                 url,
                 since,
@@ -111,7 +110,7 @@ def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, 
         return "gateway", None, "this llmtop reads no gateway history"
     gateway, token = monitor.gateway_url, monitor.admin_token
 
-    def from_gateway() -> Awaitable[Recording]:
+    def from_gateway(since: float) -> Awaitable[Recording]:
         return gateway_history(gateway, token, since)
 
     return "gateway", from_gateway, None

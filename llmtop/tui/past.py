@@ -28,15 +28,22 @@ from llmtop.tui.view.present import LogEvent
 if TYPE_CHECKING:
     from llmtop.recording.reader import Recording
 
-PastFetch = Callable[[], Awaitable["Recording"]]
-"""Read the past (`sources.history.gateway_history`, `sources.prometheus_history`), bound."""
+PastFetch = Callable[[float], Awaitable["Recording"]]
+"""Read the last so many seconds of the past (`sources.history.gateway_history`,
+`sources.prometheus_history`), bound."""
 
 WAIT_S = 2.0
 """The most the first frame waits for the past; a later past fills in when it comes."""
 TIMEOUT_S = 30.0
 """The most the past is waited for at all."""
-SLICE = 200
-"""Polls folded between two turns of the event loop (~0.2 s of CPU at most)."""
+FIRST_S = 900.0
+"""The recent past the first frame waits for: the charts' 10 minutes and some. An hour folds in
+~4 s of CPU (~1 ms a poll: BENCHMARKS.md), so the older part is read and folded after it."""
+SLICE_S = 0.05
+"""Seconds of folding between two turns of the event loop once the first frame is up: keys and
+frames go on meanwhile, and a busy screen does not starve the fold."""
+FIRST_SLICE_S = 0.25
+"""The same before the first frame, which waits for the fold (only `q` could want a turn)."""
 
 
 class _Collector(Protocol):
@@ -126,6 +133,8 @@ class PastSource:
         the replay key shows them after the past."""
         self._past: Sequence[RawPoll] = ()
         self._task: asyncio.Task[None] | None = None
+        self._first_in = asyncio.Event()
+        """Set once the recent past is in (or failed): what the first poll waits for."""
         self.in_time: bool | None = None
         """Whether the past was in (or had failed) before the first live poll: the first
         frame shows it; None before that poll."""
@@ -142,8 +151,8 @@ class PastSource:
         if self._task is None and self._fetch is not None:
             self._task = asyncio.ensure_future(self._load(self._fetch))
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._task), self.wait_s)
-            self.in_time = self._task.done()
+                await asyncio.wait_for(self._first_in.wait(), self.wait_s)
+            self.in_time = self._first_in.is_set()
         snap = await self.collector.poll()
         self.last_raw = self.collector.last_raw
         if self.last_raw is not None:
@@ -165,38 +174,94 @@ class PastSource:
         return [p for p in polls if p.time >= since]
 
     async def _load(self, fetch: PastFetch) -> None:
+        """The last `FIRST_S` first (what the first frame waits for), then, when there may be
+        more, the whole span asked (the log's older lines), each folded in as it comes."""
         try:
-            recording = await asyncio.wait_for(fetch(), self.timeout_s)
+            first_s = min(self.state.asked_s, FIRST_S)
+            recent = await self._read(fetch, first_s)
+            if recent is None or not await self._fold_in(recent, more=True):
+                return
+            if self.state.asked_s <= first_s or (self.state.covered_s or 0.0) < first_s * 0.9:
+                self._done()  # the history holds no more than that
+                return
+            whole = await self._read(fetch, self.state.asked_s, first=False)
+            if whole is not None:
+                await self._fold_in(whole, more=False)
+            self._done()
+        finally:
+            self._first_in.set()
+
+    async def _read(
+        self, fetch: PastFetch, since_s: float, *, first: bool = True
+    ) -> Recording | None:
+        """`fetch(since_s)` bounded; None (and the failure said) when it fails."""
+        try:
+            return await asyncio.wait_for(fetch(since_s), self.timeout_s)
         except asyncio.CancelledError:
             raise
         except (asyncio.TimeoutError, TimeoutError):
-            self._failed(f"no answer within {self.timeout_s:g} s")
-            return
+            why = f"no answer within {self.timeout_s:g} s"
         except Exception as e:  # a source's LlmtopError is one line; anything else too
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self._failed(text)
-            return
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if first:
+            self._failed(why)
+        else:  # the recent past is in: keep it, say what is missing
+            self._say(f"past: the older part did not come ({why})")
+        return None
+
+    async def _fold_in(self, recording: Recording, *, more: bool) -> bool:
+        """Fold `recording` and the live polls seen into a fresh pipeline that replaces the
+        collector's; the app's update. False when it holds no poll before now."""
         past = _Decoded(recording, self.live_urls)
         fold = PastFold(fresh_pipeline(self.collector.pipeline), past, live=self._live)
-        while not fold.run(SLICE):  # noqa: ASYNC110 (a turn of the loop between slices of CPU)
+        slice_s = SLICE_S if self._first_in.is_set() else FIRST_SLICE_S
+        while not self._slice(fold, slice_s):  # noqa: ASYNC110 (a turn of the loop between slices)
             await asyncio.sleep(0)
         self.collector.pipeline = fold.pipeline  # no await since the last slice: no poll lost
         self._past = past
-        covered = fold.snapshots[-1].time - fold.snapshots[0].time if fold.snapshots else 0.0
+        if not fold.snapshots:  # history on, but nothing in it yet (a gateway just started)
+            self.state = replace(self.state, loading=False, covered_s=0.0)
+            line = LogEvent(self._clock(), "info", f"past: {self.state.source} holds no poll yet")
+            self._update = PastUpdate(self.state, lines=(line,))
+            return False
+        covered = fold.snapshots[-1].time - fold.snapshots[0].time
         warnings = tuple(recording.warnings)
         if fold.skipped:
             warnings += (f"{fold.skipped} polls of the past out of time order or after now",)
-        self.state = replace(self.state, loading=False, covered_s=covered, warnings=warnings)
-        if not fold.snapshots:  # history on, but nothing in it yet (a gateway just started)
-            line = LogEvent(self._clock(), "info", f"past: {self.state.source} holds no poll yet")
-            self._update = PastUpdate(self.state, lines=(line,))
-            return
+        self.state = replace(self.state, loading=more, covered_s=covered, warnings=warnings)
+        self._first_in.set()
         self._update = PastUpdate(
             self.state,
             tuple(fold.snapshots),
             tuple(fold.live_snapshots),
             tuple(LogEvent(self._clock(), "error", f"past: {w}") for w in warnings),
         )
+        return True
+
+    @staticmethod
+    def _slice(fold: PastFold, seconds: float) -> bool:
+        """Fold for about `seconds`; True once all is folded."""
+        end = time.perf_counter() + seconds
+        while not fold.run(10):
+            if time.perf_counter() >= end:
+                return False
+        return True
+
+    def _done(self) -> None:
+        """Nothing more is coming: the header stops saying loading."""
+        if self.state.loading:
+            self.state = replace(self.state, loading=False)
+            if self._update is not None:
+                self._update = replace(self._update, state=self.state)
+            else:
+                self._update = PastUpdate(self.state)
+
+    def _say(self, text: str) -> None:
+        line = LogEvent(self._clock(), "error", text)
+        if self._update is not None:
+            self._update = replace(self._update, lines=(*self._update.lines, line))
+        else:
+            self._update = PastUpdate(self.state, lines=(line,))
 
     def _failed(self, error: str) -> None:
         self.state = replace(self.state, loading=False, error=error)

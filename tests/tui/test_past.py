@@ -28,7 +28,7 @@ from llmtop.tui.app import LlmtopApp
 from llmtop.tui.past import PastSource
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.header import StatusHeader
-from tests.support import past_story
+from tests.support import past_story, story
 from tests.support.tui import log_texts, until
 
 TOKEN = "s3cret-admin"
@@ -55,8 +55,9 @@ class Live:
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[ServerThread]:
     """/admin/history as the gateway answers it: the run's polls before the opening."""
-    body = past_story.history_bytes(past_story.polls()[: past_story.opened_at()])
-    server = ServerThread(history_app(body, TOKEN)).start()
+    past = past_story.polls()[: past_story.opened_at()]
+    targets = story.recording().header.get("targets") or {}
+    server = ServerThread(history_app(past, targets, TOKEN)).start()
     yield server
     server.stop()
 
@@ -64,11 +65,16 @@ def gateway() -> Iterator[ServerThread]:
 def console(url: str, token: str | None = TOKEN) -> tuple[LlmtopApp, PastSource]:
     engine = past_story.polls()[0].engines[0].url
 
-    async def fetch() -> Recording:
-        return await gateway_history(url, token, 3600.0)
+    async def fetch(since_s: float) -> Recording:
+        return await gateway_history(url, token, since_s)
 
     past = PastSource(
-        Live(past_story.opened_at()), fetch, source="gateway", asked_s=3600.0, live_urls=[engine]
+        Live(past_story.opened_at()),
+        fetch,
+        source="gateway",
+        asked_s=3600.0,
+        live_urls=[engine],
+        wait_s=10.0,  # a loaded box folds slowly: the bound itself is test_past_source.py's
     )
     monitor = MonitorSettings(vllm_urls=(engine,), gateway_url=url, nvml=False)
     return LlmtopApp(past, monitor=monitor, health=HealthSettings(), admin=None, past=past), past

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import functools
 
+import pytest
+
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.past import recording_of
@@ -14,6 +16,7 @@ from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.errors import GatewayReadError
 from llmtop.recording.reader import Recording
 from llmtop.settings import HealthSettings
+from llmtop.tui import past as past_module
 from llmtop.tui.past import PastFetch, PastSource
 from llmtop.tui.view.past import past_label
 from tests.support import story
@@ -57,7 +60,7 @@ def history(delay_s: float = 0.0) -> tuple[asyncio.Event, PastFetch]:
     returned event is set."""
     answered = asyncio.Event()
 
-    async def fetch() -> Recording:
+    async def fetch(since_s: float) -> Recording:
         if delay_s:
             await asyncio.sleep(delay_s)
         else:
@@ -98,7 +101,7 @@ async def test_a_late_past_fills_in_and_the_live_polls_are_refolded() -> None:
 
 
 async def test_a_past_that_fails_is_one_line_and_live_goes_on() -> None:
-    async def refused() -> Recording:
+    async def refused(since_s: float) -> Recording:
         raise GatewayReadError("gateway http://x keeps no history now (503: --no-history)")
 
     src = PastSource(FakeCollector(), refused, source="gateway", asked_s=3600.0)
@@ -142,7 +145,7 @@ async def test_no_source_says_so_at_once() -> None:
 
 
 async def test_a_history_with_nothing_yet_says_so() -> None:
-    async def empty() -> Recording:
+    async def empty(since_s: float) -> Recording:
         return recording_of([], "gateway history", story.recording().header)
 
     src = PastSource(FakeCollector(), empty, source="gateway", asked_s=3600.0)
@@ -151,3 +154,32 @@ async def test_a_history_with_nothing_yet_says_so() -> None:
     assert update is not None
     assert past_label(update.state) == "past: gateway 1h, nothing in it yet"
     assert [e.text for e in update.lines] == ["past: gateway holds no poll yet"]
+
+
+async def test_the_recent_past_first_then_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first frame waits for the last `FIRST_S` only; the older part follows and refolds."""
+    monkeypatch.setattr(past_module, "FIRST_S", 60.0)
+    asked: list[float] = []
+
+    async def fetch(since_s: float) -> Recording:
+        asked.append(since_s)
+        end = polls()[OPENED - 1].time
+        kept = [p for p in polls()[:OPENED] if p.time >= end - since_s]
+        return recording_of(kept, "gateway history", story.recording().header)
+
+    src = PastSource(FakeCollector(), fetch, source="gateway", asked_s=3600.0)
+    await src.poll()
+    first = src.take()
+    assert first is not None
+    assert len(first.snapshots) in (60, 61)
+    assert past_label(first.state) == "past: gateway 59s of 1h, loading…"
+    for _ in range(200):
+        await asyncio.sleep(0)
+        if not src.state.loading:
+            break
+    rest = src.take()
+    assert rest is not None
+    assert asked == [60.0, 3600.0]
+    assert rest.snapshots == watched()[:OPENED]
+    assert past_label(rest.state) == "past: gateway 3m19s of 1h"
+    assert await src.poll() == watched()[OPENED + 1]  # the whole past's pipeline, live on

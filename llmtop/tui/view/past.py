@@ -72,7 +72,7 @@ def past_label(state: PastState | None) -> str:
     if state.source is None:
         return f"past: none — {state.error or 'no gateway or Prometheus to read it from'}"
     asked = span_text(state.asked_s)
-    if state.loading:
+    if state.loading and not state.covered_s:
         return f"past: {state.source} {asked} loading…"
     if state.error is not None:
         return f"past: none — {state.source} history off: {state.error}"
@@ -81,7 +81,8 @@ def past_label(state: PastState | None) -> str:
         return f"past: {state.source} {asked}, nothing in it yet"
     shown = asked if covered >= state.asked_s * 0.95 else f"{span_text(covered)} of {asked}"
     partial = " (partial)" if state.warnings else ""
-    return f"past: {state.source} {shown}{partial}"
+    more = ", loading…" if state.loading else ""
+    return f"past: {state.source} {shown}{partial}{more}"
 
 
 def connected_line(t: float, state: PastState, polls: int) -> LogEvent:
