@@ -13,6 +13,7 @@ from typing import Any
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AdmissionController
 from llmtop.gateway.autopilot.config import AutopilotConfig
+from llmtop.gateway.autopilot.engines import kv_words
 from llmtop.gateway.autopilot.readings import Figures, felt_by_users, overcommit, required
 from llmtop.gateway.autopilot.slots import Slots
 from llmtop.gateway.autopilot.status import autopilot_status, blocks_text
@@ -71,6 +72,10 @@ class Autopilot:
         """Replicas whose /metrics could not be read this tick (left out of the sums)."""
         self.slots = Slots()
         """The cap by slots, for an engine that exports no KV figure (`drive`)."""
+        self.engine: str | None = None
+        """The engine's kind as its /metrics were read (sglang, llamacpp; `drive`'s)."""
+        self.reads = "not read yet"
+        """How it reads that engine (engines.reads), for /admin/stats."""
 
     def reset(self, applied: int | None) -> None:
         """Take over from a limit set by someone else (mode switched to auto)."""
@@ -196,7 +201,10 @@ class Autopilot:
         self._learn_held(sig, cap, in_flight_blocks)
         if self.target is None or self.applied is None:
             self.target = float(cap)
-            return self._apply(round(self.target), f"start at the KV cache: {_blocks(cap)} blocks")
+            pool = kv_words(self.engine) if self.engine not in (None, "vllm") else ""
+            of = f", read from {pool}" if pool else ""
+            start = f"start at the KV cache: {_blocks(cap)} blocks{of}"
+            return self._apply(round(self.target), start)
         figures, unknown = required(sig)
         if figures is None:
             self.last_reason = (

@@ -12,6 +12,7 @@ from typing import Any
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController, Limits
 from llmtop.gateway.autopilot.autopilot import Autopilot
+from llmtop.gateway.autopilot.engines import reads, title, without_preemptions
 from llmtop.gateway.autopilot.status import blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -26,11 +27,16 @@ def drive(
     now: float,
     *,
     unread: str = "no replica",
+    engine: str | None = None,
 ) -> None:
     """One tick: learn the footprint, step the controller, and in auto mode apply its moves
     (in advise mode keep them as a suggestion). `sig` None: no replica's /metrics could be
     read (`unread` says why); the KV budget holds (the prefill budget is the gateway's own
-    count and keeps moving)."""
+    count and keeps moving). `engine`: the dialect the scrape was read in (sglang,
+    llamacpp), named in the reasons; an engine with no KV capacity is capped by its slots,
+    one that counts no preemptions is stepped without them (engines.py)."""
+    if engine is not None:
+        pilot.engine = engine
     lim = ctl.limits
     if lim.mode not in MODES_DRIVEN:
         pilot.reset(None)
@@ -55,9 +61,12 @@ def drive(
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
         _publish(ctl, pilot)
         return
-    if sig.kv_capacity_blocks is None and sig.kv_usage_frac is None:  # llama.cpp, TGI
+    if sig.kv_capacity_blocks is None:  # llama.cpp, TGI, LMDeploy: no KV capacity exported
+        pilot.reads = reads(pilot.engine, by_slots=True)
         _by_slots(ctl, pilot, sig, advise)
         return
+    pilot.reads = reads(pilot.engine, by_slots=False)
+    sig = without_preemptions(pilot.engine, sig)
     if ctl.footprint is not None:
         ctl.footprint.learn(sig.prompt_tokens, sig.output_tokens_hist, sig.kv_block_size)
     lim = ctl.limits
@@ -96,7 +105,8 @@ def _by_slots(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, ad
     """An engine with no KV figure: the cap by its slots and the TTFT measured here
     (`slots.Slots`); the KV budget is not used."""
     c = pilot.config
-    cap = pilot.slots.step(sig, ctl.engine_ttft_s, c.engine_ttft_share * c.ttft_slo_s)
+    budget = c.engine_ttft_share * c.ttft_slo_s
+    cap = pilot.slots.step(sig, ctl.engine_ttft_s, budget, title(pilot.engine))
     pilot.last_reason = pilot.slots.reason
     lim = ctl.limits
     if not advise and cap is not None and cap != lim.max_concurrency:

@@ -22,9 +22,16 @@ class Slots:
     """The cap this step sets (None until the slots are known)."""
     reason: str = "learning the engine's slots: no KV figure in its /metrics"
 
-    def step(self, sig: EngineSignals, engine_ttft_s: float, ttft_budget_s: float) -> int | None:
+    def step(
+        self,
+        sig: EngineSignals,
+        engine_ttft_s: float,
+        ttft_budget_s: float,
+        engine: str = "the engine",
+    ) -> int | None:
         """The cap for this scrape interval, or None to hold (running or waiting unknown, or no
-        request has waited inside the engine yet); `reason` says which and why."""
+        request has waited inside the engine yet); `reason` says which and why, naming the
+        `engine` (its title: llama.cpp)."""
         running, waiting = sig.running, sig.waiting
         if running is None or waiting is None:
             self.reason = "holding: the engine's running and waiting counts are unknown"
@@ -33,7 +40,7 @@ class Slots:
             self.slots = max(self.slots or 0, int(running))
         if self.slots is None:
             self.reason = (
-                "no KV figure in the engine's /metrics: the cap follows its slots once requests "
+                f"no KV figure in {engine}'s /metrics: the cap follows its slots once requests "
                 f"wait inside it ({running:.0f} running, none waiting yet)"
             )
             return None
@@ -46,7 +53,7 @@ class Slots:
         cap = min(cap, self.slots)
         self.cap = cap
         self.reason = (
-            f"cap {cap}: admits by the engine's {self.slots} slots (no KV figure in its "
+            f"cap {cap}: admits by {engine}'s {self.slots} slots (no KV figure in its "
             f"/metrics), engine TTFT {engine_ttft_s:.1f}s measured here "
             f"{'over' if over else 'within'} {ttft_budget_s:.1f}s"
         )

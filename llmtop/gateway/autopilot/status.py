@@ -1,6 +1,6 @@
-"""The autopilot's part of /admin/stats: every budget in force, which one binds the queue's
-head now and why, in words with the arithmetic ("prefill backlog 9,100 tokens, budget 2,400:
-holding new prompts")."""
+"""The autopilot's part of /admin/stats: the engine read and how (its KV figure or its slots),
+every budget in force, which one binds the queue's head now and why, in words with the
+arithmetic ("prefill backlog 9,100 tokens, budget 2,400: holding new prompts")."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class Pilot(Protocol):
     prefill_reason: str
     last_reason: str
     unread: tuple[str, ...]
+    engine: str | None
+    reads: str
 
 
 class Admission(Protocol):
@@ -52,6 +54,8 @@ def autopilot_status(pilot: Pilot, ctl: Admission) -> dict[str, Any]:
     binding = ctl.binding()
     unread = pilot.unread
     return {
+        "engine": pilot.engine,
+        "reads": pilot.reads,
         "budget_blocks": pilot.applied,
         "capacity_blocks": pilot.capacity,
         "budget_requests": round(pilot.applied / per) if per and pilot.applied else None,

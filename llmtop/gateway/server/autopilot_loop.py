@@ -1,8 +1,9 @@
 """The autopilot's IO, one task in the app's lifespan: read every replica's /metrics about once a
 second and drive the controller, only in auto or advise mode or with a KV budget (a plain gateway
 never reads the engine's /metrics). The budget covers every replica in rotation, so they are read
-concurrently (core's vLLM reader) and summed (`fleet_signals`); one whose read fails is left out of
-that tick and named; with none read the budget holds (/admin/stats says why)."""
+concurrently (core's reader, in each engine's dialect) and summed (`fleet_signals`), the engine's
+kind handed on to be named; one whose read fails is left out of that tick and named; with none
+read the budget holds (/admin/stats says why)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from llmtop.errors import ScrapeError
 from llmtop.gateway.admission.footprint import FootprintModel
 from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig
 from llmtop.gateway.autopilot.drive import drive
+from llmtop.gateway.autopilot.engines import engine_named
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.upstreams.balancer import OK
 
@@ -112,7 +114,8 @@ async def run(state: GatewayContext, pilot: Autopilot) -> None:
                 now = time.monotonic()
                 pairs = [(s, prev.get(url)) for url, s in scrapes.items()]
                 pilot.unread = tuple(sorted(failed))
-                drive(ctl, pilot, fleet_signals(pairs, now - prev_t), now)
+                kind = engine_named({s.engine for s in scrapes.values()})
+                drive(ctl, pilot, fleet_signals(pairs, now - prev_t), now, engine=kind)
                 prev, prev_t = scrapes, now
         else:
             prev = {}

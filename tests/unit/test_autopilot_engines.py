@@ -1,0 +1,65 @@
+"""The autopilot names the engine it reads and how, from the engine's own dialect: SGLang's token
+pool, TensorRT-LLM's KV cache without preemptions (stepped, not held for a count it never
+exports), llama.cpp's and LMDeploy's slots (no KV capacity) with the TTFT the gateway measures."""
+
+from __future__ import annotations
+
+from llmtop.gateway.autopilot.autopilot import Autopilot
+from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
+from llmtop.gateway.autopilot.engines import engine_named, reads, without_preemptions
+from tests.support.admission import FakeClock, make
+from tests.support.autopilot import sig
+
+
+def test_each_engine_is_read_in_its_own_words() -> None:
+    assert reads("sglang", by_slots=False) == (
+        "KV budget from SGLang's token pool (sglang:token_usage of sglang:max_total_num_tokens)"
+    )
+    assert reads("vllm", by_slots=False).startswith("KV budget from vLLM's KV cache")
+    trt = reads("trtllm", by_slots=False)
+    assert "TensorRT-LLM's KV cache (trtllm_kv_cache_utilization" in trt
+    assert "no preemption count (trtllm-serve counts no preemptions" in trt
+    llama = reads("llamacpp", by_slots=True)
+    assert (
+        "llama.cpp's slots (llamacpp:requests_processing while llamacpp:requests_deferred" in llama
+    )
+    assert "the TTFT the gateway measures: llama.cpp has exported no KV usage" in llama
+    assert "the engine's slots" in reads(None, by_slots=True)  # a dialect not found: no names
+
+
+def test_the_kind_of_a_fleet_is_each_kind_once() -> None:
+    assert engine_named({"sglang"}) == "sglang"
+    assert engine_named({"vllm", "sglang", None}) == "sglang+vllm"
+    assert engine_named({None}) is None
+
+
+def test_an_engine_that_counts_no_preemptions_is_stepped_not_held() -> None:
+    """TensorRT-LLM: KV utilisation and capacity, no preemption counter; the KV budget moves."""
+    ctl = make(FakeClock(), max_concurrency=8, mode="auto")
+    pilot = Autopilot()
+    trt = sig(kv_capacity_blocks=256, preemptions=None, kv_usage_frac=0.3, running=4.0)
+    assert without_preemptions("trtllm", trt).preemptions == 0.0
+    assert without_preemptions("vllm", trt).preemptions is None  # vLLM's is only not read yet
+    drive(ctl, pilot, trt, 0.0, engine="trtllm")
+    assert ctl.limits.max_inflight_kv_blocks == 256
+    assert "read from TensorRT-LLM's KV cache" in pilot.last_reason
+    drive(ctl, pilot, trt, 1.0, engine="trtllm")
+    assert "unknown" not in pilot.last_reason
+    assert ctl.autopilot is not None
+    assert ctl.autopilot["engine"] == "trtllm"
+    assert "no preemption count" in ctl.autopilot["reads"]
+
+
+def test_an_engine_with_usage_but_no_capacity_is_capped_by_its_slots() -> None:
+    """LMDeploy exports its KV use but not its capacity: no budget can be sized in blocks, so
+    its slots cap admission, as llama.cpp's do."""
+    ctl = make(FakeClock(), max_concurrency=AUTO_MAX_CONCURRENCY, mode="auto")
+    pilot = Autopilot()
+    lmdeploy = sig(kv_capacity_blocks=None, kv_block_size=None, kv_usage_frac=0.9, preemptions=None)
+    drive(ctl, pilot, lmdeploy, 0.0, engine="lmdeploy")
+    drive(ctl, pilot, sig(**{**lmdeploy.__dict__, "running": 4.0, "waiting": 3.0}), 1.0)
+    assert ctl.limits.max_concurrency == 4
+    assert ctl.limits.max_inflight_kv_blocks is None
+    assert "admits by LMDeploy's 4 slots" in pilot.last_reason
+    assert ctl.autopilot is not None
+    assert ctl.autopilot["reads"].startswith("cap by LMDeploy's slots")
