@@ -36,6 +36,8 @@ OWN_FLAGS: tuple[Row, ...] = (
      {"metavar": "DIR"}),
     ("--admin-token-file", "the gateway's admin token file (needed to listen beyond loopback)",
      {"metavar": "F"}),
+    ("--engine-kind", "vllm only: serve starts vLLM (another engine: start it yourself and run "
+     "`llmtop gateway --engine URL --autopilot` in front)", {"metavar": "KIND"}),
     # a test hook: a command standing in for `vllm serve` (the sim, in the integration test)
     ("--engine-cmd", argparse.SUPPRESS, {}),
     *slo_rows(),  # the SLO, for the gateway and the TUI alike
@@ -57,10 +59,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmtop.serve.run import options_from, serve, split_args
+    import os
+    import sys
+
+    from llmtop.serve.run import only_vllm, options_from, serve, split_args
 
     late, vllm_args = own_flags().parse_known_args(split_args(args.vllm_args))
     vars(args).update(vars(late))  # after MODEL as before it, for the TUI (the SLO) too
+    note = only_vllm(vars(args), os.environ)  # another engine asked for: one line, exit 2
+    if note is not None:
+        print(f"llmtop: {note}", file=sys.stderr)
+    args.engine_kind = "vllm"  # the TUI reads the vLLM it starts as vLLM
     return serve(options_from(args.model, vllm_args, vars(args)), say=print, tui=_tui(args))
 
 

@@ -21,6 +21,15 @@ def read_model(model: str) -> tuple[ModelShape, Path]:
     """The shape from MODEL/config.json (MODEL may also name the config.json itself)."""
     path = Path(model).expanduser()
     config = path / "config.json" if path.is_dir() else path
+    gguf = path.suffix.lower() == ".gguf" or (
+        path.is_dir() and not config.is_file() and any(path.glob("*.gguf"))
+    )
+    if gguf:  # llama.cpp's format: not a model this plan can read, nor one serve starts
+        raise UsageError(
+            f"{model}: a GGUF model (llama.cpp's format); llmtop serve plans vLLM from a model "
+            "directory with config.json. For llama.cpp, start llama-server --metrics yourself "
+            "and put `llmtop gateway --engine URL --autopilot` in front of it"
+        )
     if not config.is_file():
         raise UsageError(
             f"{model}: no config.json there; llmtop serve needs a local model directory "

@@ -78,6 +78,51 @@ OPTION_FLAGS = (
 """The flags (argparse's names) that are ServeOptions fields as they are."""
 
 
+OTHER_ENGINES = (
+    ("llama-server", "llama.cpp's llama-server"),
+    ("llama-cli", "llama.cpp"),
+    ("sglang", "SGLang"),
+    ("trtllm-serve", "TensorRT-LLM's trtllm-serve"),
+    ("lmdeploy", "LMDeploy"),
+    ("text-generation-launcher", "TGI"),
+    ("dynamo", "NVIDIA Dynamo"),
+)
+"""An executable's name -> the engine it starts: what `--vllm-bin` must not name."""
+ELSEWHERE = (
+    "llmtop serve starts vLLM only; start {engine} yourself and put"
+    " `llmtop gateway --engine URL --autopilot` in front of it ({why})"
+)
+
+
+def only_vllm(given: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """`llmtop serve` plans and starts vLLM, nothing else: UsageError, in one line, when it is
+    asked for another engine (`--engine-kind sglang`, `--vllm-bin llama-server`); a note when
+    LLMTOP_ENGINE_KIND names another (that setting is the monitor's and the gateway's: serve
+    reads its vLLM as vLLM), else None."""
+    kind = given.get("engine_kind")
+    if kind is not None and str(kind).strip().lower() not in ("vllm", "auto", "off", ""):
+        from llmtop.core.dialects.catalog import dialect_of
+
+        try:
+            engine = dialect_of(str(kind).strip()).title
+        except UsageError as e:
+            raise UsageError(f"--engine-kind: {e}; llmtop serve starts vLLM only") from None
+        raise UsageError(ELSEWHERE.format(engine=engine, why=f"--engine-kind {kind}"))
+    binary = given.get("vllm_bin")
+    if binary:
+        name = Path(str(binary)).name.lower()
+        for exe, engine in OTHER_ENGINES:
+            if name.startswith(exe):
+                why = f"--vllm-bin {binary} starts {engine}, not `vllm serve`"
+                raise UsageError(ELSEWHERE.format(engine=engine, why=why))
+    env = environ.get("LLMTOP_ENGINE_KIND", "").strip()
+    if env.lower() not in ("", "vllm", "auto", "off", "none"):
+        return (
+            f"LLMTOP_ENGINE_KIND={env} not used here: llmtop serve starts vLLM and reads it as vLLM"
+        )
+    return None
+
+
 def options_from(model: str, vllm_args: Sequence[str], given: Mapping[str, Any]) -> ServeOptions:
     """The options of `llmtop serve MODEL` from the flags given (a flag not given keeps its
     default); UsageError names a bad one."""
@@ -154,6 +199,8 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
             *opts.vllm_args,
         )
     mode = ["--autopilot"]  # the preset: footprint admission, deadline queue, mode auto
+    if opts.engine_cmd is None:  # vLLM, whatever LLMTOP_ENGINE_KIND or [gateway] says
+        mode += ["--engine-kind", "vllm"]
     if _priority_scheduling(opts.vllm_args):
         mode.append("--engine-priority")  # the gateway's priorities hold inside vLLM too
     gateway = [
@@ -183,6 +230,7 @@ def commands_for(opts: ServeOptions, plan: Plan, engine_port: int) -> Commands:
 
 def describe(plan: Plan, cmds: Commands) -> str:
     """The arithmetic and the commands, as `--dry-run` prints them and `serve` before starting."""
+    kind = " --engine-kind vllm" if "--engine-kind" in cmds.gateway else ""
     return "\n".join(
         [
             *plan.lines,
@@ -190,7 +238,7 @@ def describe(plan: Plan, cmds: Commands) -> str:
             f"engine   {shlex.join(cmds.engine)}",
             f"gateway  {shlex.join(cmds.gateway)}",
             "         autopilot on (--autopilot: KV budget moved by vLLM's signals)",
-            f"tui      llmtop top --vllm {cmds.engine_url} --gateway {cmds.gateway_url}",
+            f"tui      llmtop top --vllm {cmds.engine_url} --gateway {cmds.gateway_url}{kind}",
         ]
     )
 
