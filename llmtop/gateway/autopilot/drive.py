@@ -106,7 +106,7 @@ def _by_slots(ctl: AdmissionController, pilot: Autopilot, sig: EngineSignals, ad
     (`slots.Slots`); the KV budget is not used."""
     c = pilot.config
     budget = c.engine_ttft_share * c.ttft_slo_s
-    cap = pilot.slots.step(sig, ctl.engine_ttft_s, budget, title(pilot.engine))
+    cap = pilot.slots.step(sig, ctl.engine_ttft_s, budget, title(pilot.engine), ctl.queued)
     pilot.last_reason = pilot.slots.reason
     lim = ctl.limits
     if not advise and cap is not None and cap != lim.max_concurrency:
