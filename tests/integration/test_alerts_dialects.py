@@ -44,7 +44,8 @@ COMPARED: dict[tuple[str, str], dict[str, str]] = {
     ("sglang", INCIDENT): {"LlmtopKvExhausted": "", "LlmtopDegraded200": "", **KIND_CLIFF},
     ("trtllm", INCIDENT): {"LlmtopKvExhausted": "", "LlmtopDegraded200": ""},
     ("lmdeploy", INCIDENT): {"LlmtopKvExhausted": "", "LlmtopDegraded200": "", **KIND_CLIFF},
-    ("dynamo", INCIDENT): {"LlmtopKvExhausted": "", "LlmtopDegraded200": "", **KIND_CLIFF},
+    # a bare frontend exports no KV usage (its workers do): kv-exhausted not judged there
+    ("dynamo", INCIDENT): {"LlmtopDegraded200": "", **KIND_CLIFF},
     ("tgi", INCIDENT): KIND_CLIFF,  # no KV figure, no TTFT: the queue's cliff is what it says
     ("llamacpp", INCIDENT): KIND_CLIFF,
     **{(d.kind, IDLE): {} for d in DIALECTS if d.kind != "vllm"},

@@ -118,6 +118,9 @@ class Burst:
     url: str
     path: str = "/completion"
     n_predict: int = 96
+    model: str = "tinyllama-gguf"
+    """The model named on the OpenAI API (llama-server's alias; Dynamo's is its model dir)."""
+    ignore_eos: bool = True
     ttft: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -134,9 +137,11 @@ class Burst:
         prompt = f"Request {i}: tell me a short story about the number {i}."
         body: dict[str, object] = {"prompt": prompt, "stream": True}
         if self.path == "/completion":  # llama-server's own API
-            body |= {"n_predict": self.n_predict, "ignore_eos": True, "cache_prompt": False}
-        else:  # the OpenAI API, through the gateway
-            body |= {"model": "tinyllama-gguf", "max_tokens": self.n_predict, "ignore_eos": True}
+            body |= {"n_predict": self.n_predict, "cache_prompt": False}
+        else:  # the OpenAI API (through the gateway, or Dynamo's frontend)
+            body |= {"model": self.model, "max_tokens": self.n_predict}
+        if self.ignore_eos:
+            body["ignore_eos"] = True
         t0 = time.monotonic()
         try:
             with (

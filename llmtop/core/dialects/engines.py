@@ -175,6 +175,8 @@ DYNAMO = Dialect(
         # in flight at the frontend, those awaiting their first token included
         "dynamo_frontend_inflight_requests": "vllm:num_requests_running",
         "dynamo_frontend_queued_requests": "vllm:num_requests_waiting",
+        # a worker's, where its figures are re-exported beside the frontend's (not at a bare
+        # frontend: `lacks`)
         "dynamo_component_kvstats_gpu_cache_usage_percent": "vllm:kv_cache_usage_perc",
         "dynamo_frontend_output_tokens_total": "vllm:generation_tokens_total",
         "dynamo_frontend_input_sequence_tokens_sum": "vllm:prompt_tokens_total",
@@ -186,9 +188,10 @@ DYNAMO = Dialect(
         ),
         **histogram("dynamo_frontend_request_duration_seconds", "vllm:e2e_request_latency_seconds"),
     },
-    capacity=("dynamo_component_kvstats_total_blocks", "dynamo_frontend_model_kv_cache_block_size"),
+    capacity=("dynamo_frontend_model_total_kv_blocks", "dynamo_frontend_model_kv_cache_block_size"),
     finished={"dynamo_frontend_requests_total": "stop"},
     lacks={
+        "kv_usage": "Dynamo's frontend exports no KV usage (its workers' /metrics do)",
         "queue_time": "Dynamo's frontend has no queue-time histogram",
         "spec_decode": "Dynamo's frontend exports no speculative decoding counters",
         "preemptions": "Dynamo's frontend counts no preemptions (its workers' own /metrics do)",

@@ -1,0 +1,114 @@
+"""llmtop against a real NVIDIA Dynamo frontend (ai-dynamo 1.4.2) in front of its mock engine
+(`scripts/real-dynamo`: 4 sequences, 64 KV blocks of 16 tokens): `snapshot` of the fresh
+frontend (its request families not yet exported) raises nothing, and under 16 streamed requests
+its `dynamo_frontend_*` families read as the queue, the KV capacity and the latency quantiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmtop.serve.stack import free_port
+from tests.real_engines.conftest import Burst, healthy, report
+
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-dynamo"
+LLMTOP = (sys.executable, "-m", "llmtop")
+ALARMS = ("warning", "critical")
+
+
+def _up(url: str) -> bool:
+    try:
+        return '"id"' in httpx.get(url + "/v1/models", timeout=3.0).text
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def dynamo_url() -> Iterator[str]:
+    """A Dynamo frontend listing the mock model: given, already running, or served here (and
+    stopped at the end). Served here it is fresh: no request has reached it yet."""
+    given = os.environ.get("LLMTOP_REAL_DYNAMO_URL")
+    if given:
+        yield given.rstrip("/")
+        return
+    running = subprocess.run([str(SCRIPT), "url"], capture_output=True, text=True, check=False)
+    if running.returncode == 0 and _up(running.stdout.strip()):
+        yield running.stdout.strip()
+        return
+    started = subprocess.run(
+        [str(SCRIPT), "serve", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=200,
+    )
+    if started.returncode != 0:
+        pytest.fail(f"scripts/real-dynamo serve failed:\n{started.stderr[-3000:]}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(SCRIPT), "stop"], check=False, timeout=60)
+
+
+def snapshot(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
+    args = ["--engine", url, "--gateway", "off", "--window-s", str(window_s), "--json"]
+    done = subprocess.run(
+        [*LLMTOP, "snapshot", *args],
+        capture_output=True,
+        text=True,
+        timeout=window_s + 60,
+        check=False,
+    )
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def alarms(js: dict[str, Any]) -> list[str]:
+    every = [*js["findings"], *js.get("earlier_findings", [])]
+    return [f["id"] for f in every if f["severity"] in ALARMS]
+
+
+def test_dynamo_idle_then_under_load(dynamo_url: str) -> None:
+    assert healthy(dynamo_url) or _up(dynamo_url)
+    code, idle = snapshot(dynamo_url, 2.0)
+    (engine,) = idle["engines"]
+    assert engine["engine"]["kind"] == "dynamo"
+    assert alarms(idle) == []  # a frontend no request reached yet is no blind engine
+    assert engine["kv_capacity_tokens"] == 64 * 16  # model_total_kv_blocks x block size
+    model = httpx.get(dynamo_url + "/v1/models", timeout=5.0).json()["data"][0]["id"]
+
+    burst = Burst(dynamo_url, "/v1/completions", 200, model, ignore_eos=False)
+    burst.start(16, budget_s=120.0)
+    load_code, load = snapshot(dynamo_url, 8.0)
+    burst.join()
+    (e,) = load["engines"]
+    assert e["engine"]["kind"] == "dynamo"
+    assert burst.errors == []
+    assert (e["running"] or 0) + (e["waiting"] or 0) > 0
+    assert e["ttft_p95_s"] is not None
+    report(
+        "dynamo",
+        {
+            "idle_status": idle["status"],
+            "idle_exit": code,
+            "load_status": load["status"],
+            "load_exit": load_code,
+            "running": e["running"],
+            "waiting": e["waiting"],
+            "kv_capacity_tokens": e["kv_capacity_tokens"],
+            "ttft_p95_s": e["ttft_p95_s"],
+            "findings": [f"{f['id']} {f['severity']}" for f in load["findings"]],
+            "client_ttft_p95_s": round(burst.p95(), 2),
+        },
+    )
