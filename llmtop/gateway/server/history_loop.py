@@ -3,12 +3,17 @@
 /admin/stats document, the limit changes since the last poll (with who) and the replicas' moves
 in and out of rotation, and hand the `RawPoll` to the keeper's thread (gateway/history/keeper.py),
 which writes it. Nothing here waits on a disk; a replica that does not answer within
-`SCRAPE_TIMEOUT_S` is kept as its error, as the console records it."""
+`SCRAPE_TIMEOUT_S` is kept as its error, as the console records it.
+
+The history reads /metrics at its own poll rather than keeping the autopilot's reads: those are
+up to a second old at the poll's time (the two loops drift apart), which would jitter every rate
+the report derives; the extra read costs the gateway +0.45 % of a core (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -24,6 +29,8 @@ from llmtop.gateway.history.keeper import HistoryKeeper
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.wire import describe_error
 from llmtop.settings import GatewaySettings
+
+log = logging.getLogger("llmtop.gateway")
 
 INTERVAL_S = 1.0
 SCRAPE_TIMEOUT_S = 0.9
@@ -142,8 +149,15 @@ async def run(state: GatewayContext, keeper: HistoryKeeper, gateway_url: str) ->
     poller = HistoryPoller(state, gateway_url)
     loop = asyncio.get_running_loop()
     deadline = loop.time()
+    failed: str | None = None
     while True:
-        keeper.put(await poller.poll())
+        try:
+            keeper.put(await poller.poll())
+            failed = None
+        except Exception as e:  # a bug here must not end history unsaid, nor the gateway
+            if failed != type(e).__name__:
+                log.warning("llmtop gateway: history: a poll failed: %s: %s", type(e).__name__, e)
+            failed = type(e).__name__
         deadline += INTERVAL_S
         delay = deadline - loop.time()
         if delay < 0:
