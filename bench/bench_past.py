@@ -10,7 +10,7 @@ gzip, as the gateway does. Also timed: until the header says the past is in (`pa
 without `loading`), and in this process the parts of that: reading the hour over HTTP
 (`gateway_history`) and folding it through a pipeline (`PastFold`).
 
-Usage: python bench/bench_past.py [--runs 8] [--size 100x30]
+Usage: python bench/bench_past.py [--runs 8] [--size 120x30]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_first_frame import ROOT, TIMEOUT_S, cpu_seconds, start_sim, tmux
+from bench_first_frame import ROOT, cpu_seconds, start_sim, tmux
 
 from harness.past_history import history_app, history_bytes, lengthen
 from llmtop.asgi.uvicorn_runner import ServerThread
@@ -46,6 +46,8 @@ STORY = ROOT / "tests" / "fixtures" / "demo-story.jsonl.gz"
 LOOP = (160, 220)
 """The story's steady minute after the cap."""
 PAST_IN = re.compile(r"past: gateway 1h(?! loading)")
+TIMEOUT_S = 120.0
+"""A loaded box folds the hour slowly."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def parts(url: str, runs: int = 3) -> tuple[float, float, int]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=8, help="runs of each (default 8)")
-    ap.add_argument("--size", default="100x30", help="terminal WxH (default 100x30)")
+    ap.add_argument("--size", default="120x30", help="terminal WxH (default 120x30)")
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is needed (apt-get install tmux)")

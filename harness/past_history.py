@@ -76,7 +76,7 @@ def history_app(
     past: Sequence[RawPoll],
     targets: Mapping[str, Any],
     token: str | None = None,
-    sinces: Sequence[float] = (900.0, 3600.0),
+    sinces: Sequence[float] = (660.0, 3600.0),
 ) -> Starlette:
     """A stand-in gateway answering GET /admin/history?since=S with `past`'s last S seconds
     (counted back from its last poll, as a gateway counts from now), 401 without `token`;

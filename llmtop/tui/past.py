@@ -36,14 +36,15 @@ WAIT_S = 2.0
 """The most the first frame waits for the past; a later past fills in when it comes."""
 TIMEOUT_S = 30.0
 """The most the past is waited for at all."""
-FIRST_S = 900.0
-"""The recent past the first frame waits for: the charts' 10 minutes and some. An hour folds in
-~4 s of CPU (~1 ms a poll: BENCHMARKS.md), so the older part is read and folded after it."""
-SLICE_S = 0.05
-"""Seconds of folding between two turns of the event loop once the first frame is up: keys and
-frames go on meanwhile, and a busy screen does not starve the fold."""
+FIRST_S = 660.0
+"""The recent past the first frame waits for: the charts' 10 minutes and the onset of an incident
+10 minutes old. An hour folds in seconds of CPU (1-2 ms a poll, most of it the rules' look-backs:
+BENCHMARKS.md), so the older part is read and folded after the first frame."""
+SLICE_S = 0.02
+"""Seconds of folding, then as long a pause, once the first poll waits no more: the screen (its
+first frame, keys) gets half of the loop, and a busy screen does not starve the fold."""
 FIRST_SLICE_S = 0.25
-"""The same before the first frame, which waits for the fold (only `q` could want a turn)."""
+"""Seconds of folding between two turns of the loop while the first poll waits for it."""
 
 
 class _Collector(Protocol):
@@ -134,6 +135,8 @@ class PastSource:
         self._past: Sequence[RawPoll] = ()
         self._task: asyncio.Task[None] | None = None
         self._first_in = asyncio.Event()
+        self._waited = False
+        """The first poll waits no more: the fold leaves the screen half of the loop."""
         """Set once the recent past is in (or failed): what the first poll waits for."""
         self.in_time: bool | None = None
         """Whether the past was in (or had failed) before the first live poll: the first
@@ -153,6 +156,7 @@ class PastSource:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 await asyncio.wait_for(self._first_in.wait(), self.wait_s)
             self.in_time = self._first_in.is_set()
+            self._waited = True
         snap = await self.collector.poll()
         self.last_raw = self.collector.last_raw
         if self.last_raw is not None:
@@ -214,9 +218,8 @@ class PastSource:
         collector's; the app's update. False when it holds no poll before now."""
         past = _Decoded(recording, self.live_urls)
         fold = PastFold(fresh_pipeline(self.collector.pipeline), past, live=self._live)
-        slice_s = SLICE_S if self._first_in.is_set() else FIRST_SLICE_S
-        while not self._slice(fold, slice_s):  # noqa: ASYNC110 (a turn of the loop between slices)
-            await asyncio.sleep(0)
+        while not self._slice(fold, SLICE_S if self._waited else FIRST_SLICE_S):  # noqa: ASYNC110
+            await asyncio.sleep(SLICE_S if self._waited else 0)  # the screen's turn, not a wait
         self.collector.pipeline = fold.pipeline  # no await since the last slice: no poll lost
         self._past = past
         if not fold.snapshots:  # history on, but nothing in it yet (a gateway just started)

@@ -11,6 +11,7 @@ polls to a replay. A gateway without history is one line in the header and the l
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -35,7 +36,7 @@ TOKEN = "s3cret-admin"
 
 
 class Live:
-    """The run's polls from the console's opening on, through the collector's pipeline."""
+    """The run's poll at the console's opening, through the collector's pipeline."""
 
     def __init__(self, first: int) -> None:
         self.pipeline = Pipeline(HealthSettings())
@@ -43,7 +44,10 @@ class Live:
         self.next = first
 
     async def poll(self) -> Snapshot:
-        raw = past_story.polls()[min(self.next, len(past_story.polls()) - 1)]
+        """The first live poll; later ones never come (the first frame stays as it was)."""
+        if self.next > past_story.opened_at():
+            await asyncio.Event().wait()
+        raw = past_story.polls()[self.next]
         self.next += 1
         self.last_raw = raw
         return self.pipeline.update(raw)
@@ -94,7 +98,9 @@ async def test_the_first_frame_shows_the_incident_from_its_onset(gateway: Server
         assert "critical kv-exhausted" in fired  # the finding's first firing
         assert fired["critical kv-exhausted"] - onset < 5
         assert "limits (before you connected): cap 256 -> 9" in lines
-        assert lines[-1].startswith("connected: the lines above are 11m")
+        (connected,) = [i for i, t in enumerate(lines) if t.startswith("connected: ")]
+        assert lines[connected].startswith("connected: the lines above are 11m")
+        assert all("(before you connected" in t for t in lines[:connected])
         assert polls[-1].time - app.history[0].time >= 595  # the charts' 10 minutes, full
         assert app.snapshot is not None
         watching = Pipeline(HealthSettings())
@@ -106,6 +112,7 @@ async def test_the_first_frame_shows_the_incident_from_its_onset(gateway: Server
         shown = app.query_one(EventLog).render().plain
         assert f"{fmt.local_clock(onset)} warning degraded-200 (before you connected" in shown
         assert "cap 256 -> 9" in shown
+        assert await until(pilot, lambda: not past.state.loading, timeout_s=30)  # the hour
         await pilot.press("h")
         await pilot.pause()
     assert app.past_polls is not None

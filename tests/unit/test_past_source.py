@@ -17,7 +17,7 @@ from llmtop.errors import GatewayReadError
 from llmtop.recording.reader import Recording
 from llmtop.settings import HealthSettings
 from llmtop.tui import past as past_module
-from llmtop.tui.past import PastFetch, PastSource
+from llmtop.tui.past import PastFetch, PastSource, PastUpdate
 from llmtop.tui.view.past import past_label
 from tests.support import story
 
@@ -70,6 +70,15 @@ def history(delay_s: float = 0.0) -> tuple[asyncio.Event, PastFetch]:
     return answered, fetch
 
 
+async def taken(src: PastSource, timeout_s: float = 10.0) -> PastUpdate | None:
+    """The source's next update, once the past is in (the fold takes turns with the loop)."""
+    for _ in range(int(timeout_s / 0.01)):
+        if not src.state.loading:
+            break
+        await asyncio.sleep(0.01)
+    return src.take()
+
+
 async def test_the_first_poll_starts_with_the_past() -> None:
     _, fetch = history(delay_s=0.01)
     src = PastSource(FakeCollector(), fetch, source="gateway", asked_s=3600.0)
@@ -91,9 +100,7 @@ async def test_a_late_past_fills_in_and_the_live_polls_are_refolded() -> None:
     assert not cold[0].findings
     assert src.take() is None
     answered.set()
-    for _ in range(50):
-        await asyncio.sleep(0)
-    update = src.take()
+    update = await taken(src)
     assert update is not None
     assert update.live == watched()[OPENED : OPENED + 3]
     assert await src.poll() == watched()[OPENED + 3]  # the collector's pipeline is the new one
@@ -173,11 +180,7 @@ async def test_the_recent_past_first_then_the_rest(monkeypatch: pytest.MonkeyPat
     assert first is not None
     assert len(first.snapshots) in (60, 61)
     assert past_label(first.state) == "past: gateway 59s of 1h, loading…"
-    for _ in range(200):
-        await asyncio.sleep(0)
-        if not src.state.loading:
-            break
-    rest = src.take()
+    rest = await taken(src)
     assert rest is not None
     assert asked == [60.0, 3600.0]
     assert rest.snapshots == watched()[:OPENED]
