@@ -155,6 +155,23 @@ async def test_an_unwritable_history_folder_leaves_the_gateway_serving(
     assert "serving goes on" in text
 
 
+async def test_a_corrupt_history_file_is_moved_aside_and_history_starts_afresh(
+    tmp_path: Path, engine: str
+) -> None:
+    port = free_port()
+    (tmp_path / f"gateway-{port}.sqlite").write_bytes(b"\x00garbage, not SQLite\n" * 64)
+    log = tmp_path / "gateway.log"
+    with gateway(engine, port, "--history-dir", str(tmp_path), log=log) as gw:
+        rec = await until_polled(gw, lambda rec: len(rec) >= 2)
+        async with httpx.AsyncClient(base_url=gw) as c:
+            history = (await c.get("/admin/stats")).json()["history"]
+    assert history["on"] is True
+    assert rec.raw(len(rec) - 1).engines[0].samples
+    (aside,) = [n for n in os.listdir(tmp_path) if n.startswith(f"gateway-{port}.sqlite.corrupt-")]
+    assert (tmp_path / aside).read_bytes().startswith(b"\x00garbage")
+    assert f"moved to {aside}, history starts afresh" in log.read_text()
+
+
 @pytest.mark.slow(20)
 async def test_a_report_from_history_matches_the_report_of_a_recording(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -106,3 +106,10 @@ async def test_no_history_is_a_503_that_says_why() -> None:
         r = await c.get("/admin/history?since=1h")
     assert r.status_code == 503
     assert "keeps no history" in r.json()["error"]["message"]
+
+
+def test_a_bound_that_keeps_nothing_is_one_config_line() -> None:
+    from llmtop.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="must be more than 0"):
+        keeper_of(GatewaySettings(history_max_mb=0), token=None)

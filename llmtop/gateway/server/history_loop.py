@@ -24,7 +24,7 @@ import aiohttp
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.dialects.catalog import detect, sample_names
 from llmtop.core.exposition import promtext
-from llmtop.errors import ScrapeError
+from llmtop.errors import ConfigError, ScrapeError
 from llmtop.gateway.history.keeper import HistoryKeeper
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.wire import describe_error
@@ -49,7 +49,13 @@ def history_path(settings: GatewaySettings) -> Path:
 
 
 def keeper_of(settings: GatewaySettings, token: str | None) -> HistoryKeeper:
-    """The keeper for `settings` (off with --no-history); not started."""
+    """The keeper for `settings` (off with --no-history); not started. ConfigError for a
+    bound that keeps nothing."""
+    if not settings.history_max_age_s > 0 or not settings.history_max_mb > 0:
+        raise ConfigError(
+            "gateway: history_max_age_s and history_max_mb must be more than 0 (--no-history"
+            f" keeps none), got {settings.history_max_age_s:g} and {settings.history_max_mb:g}"
+        )
     host = settings.listen.rpartition(":")[0] or "127.0.0.1"
     targets = {
         "vllm": [u.strip().rstrip("/") for u in settings.upstream.split(",") if u.strip()],
