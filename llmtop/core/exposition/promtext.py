@@ -153,6 +153,8 @@ _BLOCK_PASS = re.compile(
     r"|(.*\n?)"
 )
 _STRAY_NAME = re.compile(_METRIC)
+_BARE_COUNTER = re.compile(rf"# TYPE ({_METRIC}) counter\n?")
+"""A TYPE line the pass leaves to the exact path: a counter family not named *_total."""
 # The labels part of a kept sample line in its plain form: no escapes, no blanks. Anything
 # else (escapes, timestamps, duplicate or reserved labels) is left to the exact path.
 _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
@@ -275,7 +277,12 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
             if family in heads and not keep.read_block(block, out):
                 return None  # else no kept name starts with it: skipped, checked by the pass
         elif bad:
-            return None
+            bare = _BARE_COUNTER.fullmatch(bad)
+            if bare is None or keep(bare.group(1)):
+                return None
+            # a counter typed without _total (TGI's, Dynamo's, llama.cpp's): the exact path
+            # drops the TYPE line of a family it does not keep, and reads the family's sample
+            # lines by their own names, as the pass does
         elif line and line[0] not in "# \t\n":
             sample = _stray(line, keep)
             if sample is None:
