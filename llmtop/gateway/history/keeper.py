@@ -208,6 +208,13 @@ class HistoryKeeper:
             return
         if self.why_off is not None:
             log.info("llmtop gateway: history on again: %s", self.path)
+        elif not self.written:
+            log.info(
+                "llmtop gateway: history in %s (%g h, %g MB at most; --no-history for none)",
+                self.path,
+                self.max_age_s / 3600,
+                self.max_bytes / 1e6,
+            )
         self.why_off = None
 
     def _segment(self) -> None:
