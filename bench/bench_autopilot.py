@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from llmtop.core.derive.percentiles import percentile_linear as percentile  # noqa: E402
 from llmtop.core.derive.signals import signals  # noqa: E402
+from llmtop.core.dialects.catalog import dialect_of  # noqa: E402
 from llmtop.core.vllm.scrape import EngineScrape  # noqa: E402
 from llmtop.gateway.admission.controller import AdmissionController, Limits, Rejected, Ticket  # noqa: E402
 from llmtop.gateway.admission.footprint import FootprintModel, PromptShape  # noqa: E402
@@ -59,6 +60,9 @@ Mix = tuple[tuple[float, Shape], ...]
 PROFILE = ["seed"]
 """The sim profile every run uses (--profile: a name or a JSON file, e.g. one fitted to the
 real vLLM by bench/bench_vllm_serve.py)."""
+DIALECT = ["vllm"]
+"""The engine the sim's /metrics speak to the autopilot (--dialect: sglang, llamacpp, ...; the
+engine underneath is the same sim, bench/bench_autopilot_engines.py)."""
 
 
 def engine() -> Engine:
@@ -376,7 +380,7 @@ async def simulate(w: Workload, policy: Policy) -> Result:
             pilot = Autopilot(AutopilotConfig(ttft_slo_s=TTFT_SLO_S, itl_slo_s=ITL_SLO_S))
         except TypeError:  # a tree whose config has other fields
             pilot = Autopilot()
-        renderer = MetricsRenderer(eng, "llmtop-sim", 0.0)
+        renderer = MetricsRenderer(eng, "llmtop-sim", 0.0, dialect_of(DIALECT[0]))
     pending: dict[Ticket, Rec] = {}
     tickets: dict[int, Ticket] = {}
     trace: list[tuple[float, float, float, float, int]] = []
@@ -421,7 +425,7 @@ async def simulate(w: Workload, policy: Policy) -> Result:
             return
         if pilot is not None and renderer is not None:
             scrape = read_scrape(renderer.render())
-            drive(ctl, pilot, signals(scrape, prev, 1.0), t)
+            drive(ctl, pilot, signals(scrape, prev, 1.0), t, engine=scrape.engine)
             prev = scrape
             cap = eng.config.num_gpu_blocks
             budget = ctl.limits.max_inflight_kv_blocks or 0
@@ -768,8 +772,10 @@ def main() -> None:
     parser.add_argument("--short", action="store_true", help="only the short runs (bursts)")
     parser.add_argument("--profile", default="seed", help="sim profile: a name or a JSON file")
     parser.add_argument("--shape", default="500/350", help="the grid's prompt/output tokens")
+    parser.add_argument("--dialect", default="vllm", help="the engine the sim's /metrics speak")
     args = parser.parse_args()
     PROFILE[0] = args.profile
+    DIALECT[0] = args.dialect
     p_in, _, p_out = args.shape.partition("/")
     GRID_SHAPE[0] = (int(p_in), int(p_out))
     t0 = time.process_time()
