@@ -235,6 +235,8 @@ FAMILIES = [
     _family("vllm:num_requests_running", "gauge", ["4.0"]),
     _family("vllm:prompt_tokens_total", "counter", ["5291.0"]),
     _family("vllm:prompt_tokens_created", "gauge", ["1.7e9"]),
+    _family("vllm:generation_tokens", "counter", ["7.0", "9.0"]),  # typed without _total
+    "# TYPE vllm:generation_tokens counter\nvllm:generation_tokens 3.0\n",  # and no HELP
     _family("vllm:time_to_first_token_seconds", "histogram", ["0.0", "3.0", "7.0"]),
     _family("vllm:request_prompt_tokens", "histogram", ["1.0", "2.0"]),  # a kept name's start
     _family("python_gc_objects_collected_total", "counter", ["14851.0"]),
@@ -265,6 +267,7 @@ def test_fast_path_takes_the_blocks() -> None:
     assert {s.name for s in fast} == {
         "vllm:num_requests_running",
         "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
         "vllm:time_to_first_token_seconds_bucket",
     }
 

@@ -270,23 +270,56 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
         return None
     out: list[Sample] = []
     heads = keep._heads
+    bare = _BareCounter()
     for family, block, line, bad in _BLOCK_PASS.findall(
         text if text.endswith("\n") else text + "\n"
     ):
         if family:
+            if family == bare.name:
+                return None  # "# HELP F" after "# TYPE F counter": one family on the exact path
+            before = len(out)
             if family in heads and not keep.read_block(block, out):
                 return None  # else no kept name starts with it: skipped, checked by the pass
+            if keep(family) or len(out) > before:
+                bare.name = None
         elif bad:
-            bare = _BARE_COUNTER.fullmatch(bad)
-            if bare is None or keep(bare.group(1)):
+            found = _BARE_COUNTER.fullmatch(bad)
+            if found is None:
                 return None
-            # a counter typed without _total (TGI's, Dynamo's, llama.cpp's): the exact path
-            # drops the TYPE line of a family it does not keep, and reads the family's sample
+            if keep(found.group(1)) and not bare.begin(found.group(1), out):
+                return None
+            # else not kept: the exact path drops the TYPE line and reads the family's sample
             # lines by their own names, as the pass does
         elif line and line[0] not in "# \t\n":
             sample = _stray(line, keep)
             if sample is None:
                 return None
             if sample is not _SKIPPED_SAMPLE:
-                out.append(sample)
+                out.append(bare.named(sample))
+        elif line.startswith(("# HELP ", "# TYPE ")) and keep(line.split(" ", 3)[2].rstrip("\n")):
+            if line.split(" ", 3)[2].rstrip("\n") == bare.name:
+                return None
+            bare.name = None
     return tuple(out)
+
+
+class _BareCounter:
+    """A kept counter typed without `_total` (TGI's, Dynamo's, llama.cpp's), as prometheus_client
+    reads it: the sample lines named F right after `# TYPE F counter`, among the kept lines, are
+    F_total; the first other kept line ends the family. Anything less plain (a sample F before
+    its TYPE line, a HELP or TYPE of F inside the family) is left to the exact path."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+    def begin(self, name: str, out: list[Sample]) -> bool:
+        if any(s.name == name for s in out):
+            return False
+        self.name = name
+        return True
+
+    def named(self, sample: Sample) -> Sample:
+        if sample.name == self.name:
+            return Sample(sample.name + "_total", sample.labels, sample.value)
+        self.name = None
+        return sample
