@@ -228,7 +228,8 @@ class PastSource:
             self._update = PastUpdate(self.state, lines=(line,))
             return False
         covered = fold.snapshots[-1].time - fold.snapshots[0].time
-        warnings = tuple(recording.warnings)
+        # how much a source holds is the header's `12m of 1h`, not a fault ("(partial)")
+        warnings = tuple(w for w in recording.warnings if ": it holds " not in w)
         if fold.skipped:
             warnings += (f"{fold.skipped} polls of the past out of time order or after now",)
         self.state = replace(self.state, loading=more, covered_s=covered, warnings=warnings)
