@@ -301,6 +301,12 @@ _GAUGES: tuple[_Row, ...] = (
 )
 
 
+LONGEST_SEQ = (
+    "# HELP llmtop:longest_seq_tokens Largest prompt + generation tokens of a finished request.\n"
+    "# TYPE llmtop:longest_seq_tokens counter\nllmtop:longest_seq_tokens_total {}\n"
+)
+
+
 class MetricsRenderer:
     """Renders one engine's /metrics; holds the constant parts (names, labels, created). With a
     `dialect` other than vLLM's, in that engine's names (`render_vllm` is vLLM's either way)."""
@@ -335,7 +341,10 @@ class MetricsRenderer:
     def render(self) -> str:
         """The whole exposition text for one scrape, in the sim's dialect."""
         text = self.render_vllm()
-        return text if self.spoken is None else self.spoken.render(text)
+        if self.spoken is None:
+            return text
+        longest = self.engine.stats.longest_seq_tokens  # no vLLM family: for dialects that have one
+        return self.spoken.render(text + LONGEST_SEQ.format(longest))
 
     def render_vllm(self) -> str:
         """The whole exposition text for one scrape, in vLLM's names."""

@@ -377,6 +377,7 @@ class Engine:
             st.tpot.observe(decode_s / (seq.num_output - 1))
         st.request_prompt_tokens.observe(seq.prompt_tokens)
         st.request_generation_tokens.observe(seq.num_output)
+        st.longest_seq_tokens = max(st.longest_seq_tokens, seq.prompt_tokens + seq.num_output)
         st.request_max_tokens.observe(seq.max_tokens)
         st.request_prefill_kv_computed.observe(seq.prompt_tokens)
         st.request_preemptions.observe(seq.num_preemptions)

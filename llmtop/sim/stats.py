@@ -108,6 +108,9 @@ class EngineStats:
     compute_s: float = 0.0
     """Virtual seconds of the steps' compute-bound time (FLOPs / FLOP/s)."""
     steps: int = 0
+    longest_seq_tokens: int = 0
+    """The longest finished sequence (prompt + generation): llama.cpp's n_tokens_max, spoken
+    only in dialects that export it (vLLM has no such family)."""
 
     def __post_init__(self) -> None:
         token_buckets = one_two_five_buckets(self.max_model_len)

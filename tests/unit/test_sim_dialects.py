@@ -180,6 +180,18 @@ def test_finished_requests_fold_into_the_engines_counters(engine: Engine) -> Non
     assert f'tgi_request_success{{model_name="m"}} {float(completed)}' in tgi
 
 
+def test_llamacpp_says_its_longest_sequence(engine: Engine) -> None:
+    """n_tokens_max, which llama.cpp's queue-wait estimate reads, has no vLLM family: the sim
+    keeps its longest finished sequence and says it only in the dialects that export one."""
+    longest = engine.stats.longest_seq_tokens
+    assert longest == 750  # the requests that finished: 600 prompt + 150 generated
+    text = spoken(engine, LLAMACPP)[1]
+    assert f"llamacpp:n_tokens_max_total {float(longest)}" in text
+    assert read(text).counters["longest_seq_tokens"] == longest
+    assert "n_tokens_max" not in spoken(engine, SGLANG)[1]
+    assert "longest_seq" not in spoken(engine, SGLANG)[1]
+
+
 def test_vllm_is_spoken_as_it_was(engine: Engine) -> None:
     m = MetricsRenderer(engine, "m", 1.7e9, VLLM)
     assert m.render() == m.render_vllm() == MetricsRenderer(engine, "m", 1.7e9).render()
