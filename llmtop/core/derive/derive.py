@@ -19,6 +19,10 @@ NO_GAUGES = (
     "no running/waiting/KV gauges yet (a vLLM with several API servers exports them only "
     "after its first request)"
 )
+NO_GAUGES_OTHER = (
+    "no running/waiting gauges yet (some engines, Dynamo's frontend among them, export them only "
+    "after the first request)"
+)
 
 
 def counter_values(scrape: EngineScrape) -> dict[Key, float]:
@@ -215,7 +219,11 @@ def derive_engine(
         e2e_p95_s=e2e_p95,
         queue_time_p50_s=queue_p50,
         queue_time_p95_s=queue_p95,
-        error=None if running is not None else NO_GAUGES,
+        error=None
+        if running is not None
+        else NO_GAUGES
+        if scrape.engine in (None, "vllm")
+        else NO_GAUGES_OTHER,
         ttft_mean_s=ttft.mean(),
         queue_time_mean_s=queue.mean(),
         prefill_time_mean_s=prefill.mean(),
