@@ -99,7 +99,8 @@ def main() -> None:
         print(
             "| engine (what the autopilot reads) | capacity | load | goodput straight, median"
             " | autopilot, median | each seed straight -> autopilot | 429s, median |"
-            " of them served in time straight | output / straight, median |"
+            f" of them served in time straight, {args.seeds} seeds summed |"
+            " output / straight, median |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         reasons: list[str] = []
