@@ -394,7 +394,8 @@ class LlmtopApp(App[int]):
         shorter past's: the recent past comes first, the rest of the hour after it)."""
         live_events = list(self.events)[self._past_lines :]
         past = update.snapshots
-        lines = [*past_events(past), connected_line(past[-1].time, update.state, len(past))]
+        connected = connected_line(past[-1].time, update.state, len(past))
+        lines = [*past_events(past, update.who), connected]
         self._past_lines = len(lines)
         self.events.clear()
         self.log_events(*lines, *live_events)

@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, overload
 
 from llmtop.core.base.raw import RawPoll
@@ -66,6 +66,8 @@ class PastUpdate:
     live: tuple[Snapshot, ...] = ()
     lines: tuple[LogEvent, ...] = ()
     """Lines for the log that are not snapshots' diffs: the failure or the warnings."""
+    who: Mapping[float, tuple[str, ...]] = field(default_factory=dict)
+    """Poll time -> who changed a limit then (`PastFold.who`)."""
 
 
 def fresh_pipeline(p: Pipeline) -> Pipeline:
@@ -239,6 +241,7 @@ class PastSource:
             tuple(fold.snapshots),
             tuple(fold.live_snapshots),
             tuple(LogEvent(self._clock(), "error", f"past: {w}") for w in warnings),
+            fold.who,
         )
         return True
 

@@ -97,7 +97,7 @@ async def test_the_first_frame_shows_the_incident_from_its_onset(gateway: Server
         assert fired["warning degraded-200"] == pytest.approx(onset)  # the onset, 10 min ago
         assert "critical kv-exhausted" in fired  # the finding's first firing
         assert fired["critical kv-exhausted"] - onset < 5
-        assert "limits (before you connected): cap 256 -> 9" in lines
+        assert "limits (before you connected): cap 256 -> 9 (by demo)" in lines  # who: the demo
         (connected,) = [i for i, t in enumerate(lines) if t.startswith("connected: ")]
         assert lines[connected].startswith("connected: the lines above are 11m")
         assert all("(before you connected" in t for t in lines[:connected])

@@ -106,7 +106,7 @@ async def test_the_console_opens_with_the_gateways_history(tmp_path: Path) -> No
             header = app.query_one(StatusHeader).render().plain
     assert "past: gateway" in header
     (cap,) = [e for e in app.events if e.text.startswith("limits (before you connected)")]
-    assert cap.text.endswith(" -> 4")  # the gateway's cap, set to 4
+    assert cap.text.endswith(" -> 4 (by carol)")  # the gateway's cap, set to 4, and who did
     assert abs(cap.time - changed_at) <= 1.5  # the poll that saw it
     assert "admission PAUSED (before you connected)" in lines
     assert any(t.startswith("warning gateway-paused (before you connected") for t in lines)

@@ -144,3 +144,11 @@ def test_the_header_says_where_the_past_comes_from() -> None:
     assert past_label(PastState(None, 3600.0, error="no gateway")).startswith("past: none — no")
     line = connected_line(9.0, PastState("gateway", 3600.0, covered_s=600.0), 600)
     assert line.text == "connected: the lines above are 10m of gateway history (600 polls)"
+
+
+def test_a_limit_change_says_who_made_it() -> None:
+    fold = PastFold(Pipeline(HealthSettings()), polls()[:OPENED])
+    fold.run()
+    assert fold.who == {polls()[151].time: ("demo",)}  # the gateway's event: its source
+    (limit,) = [e for e in past_events(fold.snapshots, fold.who) if e.kind == "limit"]
+    assert limit.text == f"limits {BEFORE}: cap 256 -> 9 (by demo)"

@@ -15,11 +15,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from llmtop.core.base.admin_api import LIMITS
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.record.decode import Recording
 from llmtop.core.record.encode import Encoder
+
+_LIMIT_FIELDS = frozenset(spec.field for spec in LIMITS)
+"""The limits a "limits:" line of the log names (a pause is a line of its own)."""
 
 
 def fold(pipeline: Pipeline, raw: RawPoll) -> Snapshot:
@@ -60,6 +64,9 @@ class PastFold:
     past: Sequence[RawPoll]
     live: Sequence[RawPoll] = ()
     snapshots: list[Snapshot] = field(default_factory=list)
+    who: dict[float, tuple[str, ...]] = field(default_factory=dict)
+    """Poll time -> who changed a limit then (the gateway's events' `source`; a pause is a line
+    of its own), for the log."""
     live_snapshots: list[Snapshot] = field(default_factory=list)
     skipped: int = 0
     _i: int = 0
@@ -84,6 +91,13 @@ class PastFold:
                     continue
                 self._last = raw.time
                 self.snapshots.append(fold(self.pipeline, raw))
+                sources = {
+                    str(e["source"])
+                    for e in raw.events
+                    if e.get("source") and e.get("field") in _LIMIT_FIELDS
+                }
+                if sources:
+                    self.who[raw.time] = tuple(sorted(sources))
             else:
                 self.live_snapshots.append(fold(self.pipeline, self.live[i - n_past]))
         return self.done

@@ -7,7 +7,7 @@ an 80-column log that cuts the detail keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from llmtop.core.base.snapshot import Snapshot
@@ -26,10 +26,13 @@ def marked(event: LogEvent, times: int = 1) -> LogEvent:
     return replace(event, text=text)
 
 
-def past_events(snapshots: Sequence[Snapshot]) -> list[LogEvent]:
+def past_events(
+    snapshots: Sequence[Snapshot], who: Mapping[float, Sequence[str]] | None = None
+) -> list[LogEvent]:
     """The past's lines for the event log, each marked: every finding's first firing (with how
-    often it fired again), every limit change, target down and up, restart. A finding that
-    flapped for an hour is one line, so the onset stays on screen."""
+    often it fired again), every limit change (with who made it, from `who`: poll time -> the
+    gateway's events' sources), target down and up, restart. A finding that flapped for an
+    hour is one line, so the onset stays on screen."""
     out: list[LogEvent] = []
     first: dict[str, int] = {}
     fired: dict[str, int] = {}
@@ -38,6 +41,8 @@ def past_events(snapshots: Sequence[Snapshot]) -> list[LogEvent]:
         for e in diff_events(prev, snap):
             if e.kind == "cleared":
                 continue
+            if e.text.startswith("limits: ") and who and who.get(e.time):
+                e = replace(e, text=f"{e.text} (by {', '.join(who[e.time])})")
             if e.kind == "fired":
                 key = e.text.partition(": ")[0].split(" ")[-1]  # "critical kv-exhausted: ..."
                 fired[key] = fired.get(key, 0) + 1
