@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
-from llmtop.gateway.autopilot.engines import engine_named, reads, without_preemptions
+from llmtop.gateway.autopilot.engines import by_slots, engine_named, reads, without_preemptions
 from tests.support.admission import FakeClock, make
 from tests.support.autopilot import sig
 
@@ -63,3 +63,19 @@ def test_an_engine_with_usage_but_no_capacity_is_capped_by_its_slots() -> None:
     assert "admits by LMDeploy's 4 slots" in pilot.last_reason
     assert ctl.autopilot is not None
     assert ctl.autopilot["reads"].startswith("cap by LMDeploy's slots")
+
+
+def test_a_frontend_with_capacity_but_no_kv_use_is_capped_by_its_slots() -> None:
+    """Dynamo's bare frontend exports its workers' KV capacity but not their use: not held for
+    the use forever, but capped by what it runs while requests queue in it."""
+    ctl = make(FakeClock(), max_concurrency=8, mode="auto")
+    pilot = Autopilot()
+    front = sig(kv_capacity_blocks=256, kv_usage_frac=None, preemptions=None)
+    assert by_slots("dynamo", front)
+    assert not by_slots("vllm", front)  # vLLM's use missing for a scrape: the KV budget holds
+    drive(ctl, pilot, front, 0.0, engine="dynamo")
+    drive(ctl, pilot, sig(**{**front.__dict__, "running": 6.0, "waiting": 2.0}), 1.0)
+    assert ctl.limits.max_concurrency == 6
+    assert ctl.limits.max_inflight_kv_blocks is None
+    assert ctl.autopilot is not None
+    assert "Dynamo's frontend exports no KV usage" in ctl.autopilot["reads"]

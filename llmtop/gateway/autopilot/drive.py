@@ -12,7 +12,7 @@ from typing import Any
 from llmtop.core.derive.signals import EngineSignals
 from llmtop.gateway.admission.controller import AUTOPILOT, AdmissionController, Limits
 from llmtop.gateway.autopilot.autopilot import Autopilot
-from llmtop.gateway.autopilot.engines import reads, title, without_preemptions
+from llmtop.gateway.autopilot.engines import by_slots, reads, title, without_preemptions
 from llmtop.gateway.autopilot.status import blocks_text
 
 AUTO_MAX_CONCURRENCY = 1024
@@ -61,7 +61,7 @@ def drive(
         pilot.last_reason = f"upstream /metrics unreadable ({unread}): holding"
         _publish(ctl, pilot)
         return
-    if sig.kv_capacity_blocks is None:  # llama.cpp, TGI, LMDeploy: no KV capacity exported
+    if by_slots(pilot.engine, sig):  # llama.cpp, TGI, LMDeploy, Dynamo's frontend
         pilot.reads = reads(pilot.engine, by_slots=True)
         _by_slots(ctl, pilot, sig, advise)
         return

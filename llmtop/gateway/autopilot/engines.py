@@ -71,6 +71,16 @@ def reads(kind: str | None, *, by_slots: bool) -> str:
     return f"KV budget from {kv}{extra}"
 
 
+def by_slots(kind: str | None, sig: EngineSignals) -> bool:
+    """Whether this engine is capped by its slots rather than budgeted by KV: it exports no KV
+    capacity (llama.cpp, TGI, LMDeploy), or by its nature no KV use (Dynamo's bare frontend:
+    its capacity, but the use only on its workers); a use missing for a scrape holds instead."""
+    if sig.kv_capacity_blocks is None:
+        return True
+    d = _dialect(kind)
+    return sig.kv_usage_frac is None and d is not None and "kv_usage" in d.lacks
+
+
 def without_preemptions(kind: str | None, sig: EngineSignals) -> EngineSignals:
     """The signals an engine that counts no preemptions (TensorRT-LLM, LMDeploy, Dynamo's
     frontend) is stepped with: none counted (0), so the step does not hold forever for a
