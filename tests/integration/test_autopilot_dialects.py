@@ -1,8 +1,8 @@
 """A real `llmtop gateway --autopilot` process in front of a real `llmtop sim --dialect` process
 (SGLang, TensorRT-LLM, llama.cpp), overloaded by a real `llmtop load` for a few seconds: the
 autopilot names the engine it reads and how (SGLang's token pool, TensorRT-LLM's KV cache,
-llama.cpp's slots and the TTFT the gateway measures), and moves its limit past the start, never
-"holding" for a figure the engine does not export (issue 44 item 4).
+llama.cpp's slots, as its /props says, and the TTFT the gateway measures), and moves its limit
+past the start, never "holding" for a figure the engine does not export (issue 44 item 4).
 
 Every wait is on a condition with a deadline; the load is bounded in count and time."""
 
@@ -128,7 +128,7 @@ def test_the_autopilot_reads_and_moves_in_front_of_each_dialect(
     assert "unknown" not in pilot["reason"]
     if case.moved is slots_move:  # no KV figure: the cap follows the slots and measured TTFT
         (cap,) = moved
-        assert "admits by llama.cpp's 2 slots" in cap["reason"]
+        assert "admits by llama.cpp's 2 slots as its info endpoint says" in cap["reason"]
         assert "measured here" in cap["reason"]
         assert s["limits"]["max_concurrency"] == 2
         assert s["limits"]["max_inflight_kv_blocks"] is None

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from llmtop.gateway.autopilot.autopilot import Autopilot
 from llmtop.gateway.autopilot.drive import AUTO_MAX_CONCURRENCY, drive
-from llmtop.gateway.autopilot.engines import by_slots, engine_named, reads, without_preemptions
+from llmtop.gateway.autopilot.engines import (
+    by_slots,
+    engine_named,
+    info_slots,
+    reads,
+    slots_in,
+    without_preemptions,
+)
 from tests.support.admission import FakeClock, make
 from tests.support.autopilot import sig
 
@@ -20,9 +27,7 @@ def test_each_engine_is_read_in_its_own_words() -> None:
     assert "TensorRT-LLM's KV cache (trtllm_kv_cache_utilization" in trt
     assert "no preemption count (trtllm-serve counts no preemptions" in trt
     llama = reads("llamacpp", by_slots=True)
-    assert (
-        "llama.cpp's slots (llamacpp:requests_processing while llamacpp:requests_deferred" in llama
-    )
+    assert "llama.cpp's slots (/props total_slots, else llamacpp:requests_processing while" in llama
     assert "the TTFT the gateway measures: llama.cpp has exported no KV usage" in llama
     assert "the engine's slots" in reads(None, by_slots=True)  # a dialect not found: no names
 
@@ -79,3 +84,20 @@ def test_a_frontend_with_capacity_but_no_kv_use_is_capped_by_its_slots() -> None
     assert ctl.limits.max_inflight_kv_blocks is None
     assert ctl.autopilot is not None
     assert "Dynamo's frontend exports no KV usage" in ctl.autopilot["reads"]
+
+
+def test_the_slots_llama_server_says_are_taken_at_once() -> None:
+    """llama-server's /props says its slots (`total_slots`, its -np): the cap is set there at
+    the first scrape, with nothing lifted or learned; a JSON without a whole count says none."""
+    assert info_slots("llamacpp") == ("/props", "total_slots")
+    assert info_slots("sglang") is None
+    assert slots_in({"total_slots": 4}, "total_slots") == 4
+    bad: list[object] = [{"total_slots": 0}, {"total_slots": True}, {"total_slots": "4"}, [], None]
+    for body in bad:
+        assert slots_in(body, "total_slots") is None
+    ctl = make(FakeClock(), max_concurrency=8, mode="auto")
+    pilot = Autopilot()
+    idle = sig(kv_capacity_blocks=None, kv_usage_frac=None, preemptions=None, running=0.0)
+    drive(ctl, pilot, idle, 0.0, engine="llamacpp", slots_told=4)
+    assert ctl.limits.max_concurrency == 4
+    assert "admits by llama.cpp's 4 slots as its info endpoint says" in pilot.last_reason

@@ -28,15 +28,19 @@ def drive(
     *,
     unread: str = "no replica",
     engine: str | None = None,
+    slots_told: int | None = None,
 ) -> None:
     """One tick: learn the footprint, step the controller, and in auto mode apply its moves
     (in advise mode keep them as a suggestion). `sig` None: no replica's /metrics could be
     read (`unread` says why); the KV budget holds (the prefill budget is the gateway's own
     count and keeps moving). `engine`: the dialect the scrape was read in (sglang,
-    llamacpp), named in the reasons; an engine with no KV capacity is capped by its slots,
-    one that counts no preemptions is stepped without them (engines.py)."""
+    llamacpp), named in the reasons; an engine with no KV capacity is capped by its slots
+    (`slots_told`: those its info endpoint says, every replica added), one that counts no
+    preemptions is stepped without them (engines.py)."""
     if engine is not None:
         pilot.engine = engine
+    if slots_told is not None:
+        pilot.slots.told = slots_told
     lim = ctl.limits
     if lim.mode not in MODES_DRIVEN:
         pilot.reset(None)

@@ -46,16 +46,18 @@ def kv_words(kind: str | None) -> str:
 
 
 def slots_words(kind: str | None) -> str:
-    """How the cap by slots reads an engine with no KV figure: "llama.cpp's slots
-    (llamacpp:requests_processing while llamacpp:requests_deferred > 0) and the TTFT the gateway
-    measures: llama.cpp has exported no KV usage since ..."."""
+    """How the cap by slots reads an engine with no KV figure: "llama.cpp's slots (/props
+    total_slots, else llamacpp:requests_processing while llamacpp:requests_deferred > 0) and the
+    TTFT the gateway measures: llama.cpp has exported no KV usage since ..."."""
     d = _dialect(kind)
     if d is None:
         return "the engine's slots and the TTFT the gateway measures: no KV figure in its /metrics"
     running, waiting = _own(d, RUNNING), _own(d, WAITING)
     lacks = d.lacks.get("kv_usage") or d.lacks.get("kv_capacity") or "no KV figure in its /metrics"
+    field = SLOTS_FIELD.get(d.kind)
+    said = f"{d.info_path} {field}, else " if field else ""
     return (
-        f"{d.title}'s slots ({running} while {waiting} > 0) and the TTFT the gateway"
+        f"{d.title}'s slots ({said}{running} while {waiting} > 0) and the TTFT the gateway"
         f" measures: {lacks}"
     )
 
@@ -69,6 +71,26 @@ def reads(kind: str | None, *, by_slots: bool) -> str:
     why = None if d is None else d.lacks.get("preemptions")
     extra = f"; no preemption count ({why}): trouble read from TTFT and ITL" if why else ""
     return f"KV budget from {kv}{extra}"
+
+
+SLOTS_FIELD = {"llamacpp": "total_slots"}
+"""Kind -> the field of its info endpoint (`Dialect.info_path`) that says its slots:
+llama-server's /props `total_slots` (its -np)."""
+
+
+def info_slots(kind: str | None) -> tuple[str, str] | None:
+    """(the info endpoint's path, its field of slots) for an engine that says its slots there."""
+    d = _dialect(kind)
+    field = SLOTS_FIELD.get(d.kind) if d is not None else None
+    return None if d is None or field is None else (d.info_path, field)
+
+
+def slots_in(body: object, field: str) -> int | None:
+    """The slots an info endpoint's JSON says (a positive whole number), else None."""
+    value = body.get(field) if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
 
 
 def by_slots(kind: str | None, sig: EngineSignals) -> bool:

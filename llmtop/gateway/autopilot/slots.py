@@ -36,6 +36,9 @@ class Slots:
     """The most requests it was seen running, waiting or not (a floor for its slots)."""
     since_probe: int = 0
     """Steps since one more slot than learned was last tried."""
+    told: int | None = None
+    """The slots the engine says it has (llama-server's /props `total_slots`, every replica
+    added), taken at once: no learning, no lifted cap."""
 
     def step(
         self,
@@ -53,6 +56,8 @@ class Slots:
             self.reason = "holding: the engine's running and waiting counts are unknown"
             return None
         self.most = max(self.most, int(running))
+        if self.told is not None and (self.slots is None or self.slots < self.told):
+            self.slots = self.told
         if waiting > 0 and running >= 1:
             self.slots = max(self.slots or 0, self.most)
         elif self.slots is not None and running > self.slots:
@@ -84,8 +89,9 @@ class Slots:
             cap, self.since_probe = self.slots + 1, 0
             tried = "; trying one more"
         self.cap = cap
+        said = " as its info endpoint says" if self.told == self.slots else ""
         self.reason = (
-            f"cap {cap}: admits by {engine}'s {self.slots} slots (no KV figure in its "
+            f"cap {cap}: admits by {engine}'s {self.slots} slots{said} (no KV figure in its "
             f"/metrics){tried}, engine TTFT {engine_ttft_s:.1f}s measured here "
             f"{'over' if over else 'within'} {ttft_budget_s:.1f}s"
         )

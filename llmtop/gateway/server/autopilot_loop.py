@@ -20,7 +20,7 @@ from llmtop.errors import ScrapeError
 from llmtop.gateway.admission.footprint import FootprintModel
 from llmtop.gateway.autopilot.autopilot import Autopilot, AutopilotConfig
 from llmtop.gateway.autopilot.drive import drive
-from llmtop.gateway.autopilot.engines import engine_named
+from llmtop.gateway.autopilot.engines import engine_named, info_slots, slots_in
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.upstreams.balancer import OK
 
@@ -96,11 +96,39 @@ async def _read_all(state: GatewayContext) -> tuple[dict[str, EngineScrape], dic
     return scrapes, failed
 
 
+async def _slots_told(
+    state: GatewayContext, scrapes: dict[str, EngineScrape], told: dict[str, int | None]
+) -> int | None:
+    """The slots the replicas say they have, added up (llama-server's /props `total_slots`),
+    each asked once and remembered in `told`; None unless every replica read says."""
+    for url, scrape in scrapes.items():
+        where = info_slots(scrape.engine)
+        if where is None:
+            return None
+        if url not in told:
+            told[url] = await _ask_slots(state, url + where[0], where[1])
+    said = [told.get(url) for url in scrapes]
+    return None if not said or None in said else sum(n for n in said if n is not None)
+
+
+async def _ask_slots(state: GatewayContext, url: str, field: str) -> int | None:
+    assert state.session is not None
+    timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+    try:
+        async with state.session.get(url, timeout=timeout, allow_redirects=False) as r:
+            if r.status != 200:
+                return None
+            return slots_in(await r.json(content_type=None), field)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeError):
+        return None  # not said: the slots are learned from /metrics
+
+
 async def run(state: GatewayContext, pilot: Autopilot) -> None:
     """Scrape, derive, drive; forever (cancelled by the lifespan)."""
     ctl = state.admission
     prev: dict[str, EngineScrape] = {}
     prev_t = time.monotonic()
+    told: dict[str, int | None] = {}
     while True:
         lim = ctl.limits
         if lim.mode in ("auto", "advise") or lim.max_inflight_kv_blocks is not None:
@@ -115,7 +143,9 @@ async def run(state: GatewayContext, pilot: Autopilot) -> None:
                 pairs = [(s, prev.get(url)) for url, s in scrapes.items()]
                 pilot.unread = tuple(sorted(failed))
                 kind = engine_named({s.engine for s in scrapes.values()})
-                drive(ctl, pilot, fleet_signals(pairs, now - prev_t), now, engine=kind)
+                slots = await _slots_told(state, scrapes, told)
+                sig = fleet_signals(pairs, now - prev_t)
+                drive(ctl, pilot, sig, now, engine=kind, slots_told=slots)
                 prev, prev_t = scrapes, now
         else:
             prev = {}
