@@ -7,8 +7,10 @@ with an earlier level says nothing after a restart until the look-back is the ne
 
 from __future__ import annotations
 
+import bisect
+import operator
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from llmtop.core.alerts.alert import Alert
@@ -16,7 +18,7 @@ from llmtop.core.alerts.figures import P, counter_rate
 from llmtop.core.alerts.spec import AlertSpec, duration, number
 from llmtop.core.alerts.templates import computed, figure, open_replica, replica, value
 from llmtop.core.base import format as fmt
-from llmtop.core.base.snapshot import EngineStats
+from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.findings.definition import Definition, Guide
 from llmtop.core.health.rulebase import Context, Rule, Verdict, up_engines, where
 from llmtop.core.health.slo_policy import heads_up, read_slo
@@ -29,12 +31,12 @@ def _earlier(
     ctx: Context, e: EngineStats, value: Callable[[EngineStats], T | None]
 ) -> Iterator[tuple[float, T]]:
     """(seconds ago, value) of the engine's rows older than a window and within the look-back,
-    none from before its last restart (those describe another process)."""
+    none from before its last restart (those describe another process), oldest first."""
     s = ctx.settings
     since = ctx.time - s.prefix_lookback_s
     if e.restarted_at is not None:
         since = max(since, e.restarted_at)
-    for snap in ctx.history:
+    for snap in _lookback(ctx, since):
         if snap.time < since or ctx.time - snap.time < s.window_s:
             continue
         for row in snap.engines:
@@ -42,6 +44,31 @@ def _earlier(
                 v = value(row)
                 if v is not None:
                     yield ctx.time - snap.time, v
+
+
+_times: tuple[Sequence[Snapshot] | None, list[float], bool] = (None, [], False)
+"""The last history's poll times and whether they rise (`_lookback`'s memo: the three checks
+above ask it of the same history each poll)."""
+
+
+def _lookback(ctx: Context, since: float) -> Sequence[Snapshot]:
+    """The history's snapshots that may lie between `since` and a window ago: a slice found by
+    bisection when the times rise (the pipeline keeps ~10 minutes, the look-back is a minute:
+    a scan of it all was a fifth of a poll's fold), all of it when a clock stepped back. The
+    caller's test still decides, so what is yielded is what a scan of all would yield."""
+    global _times
+    history = ctx.history
+    memo = _times  # one read: a replay in another thread may ask at the same time
+    if memo[0] is not history:
+        times = [snap.time for snap in history]
+        memo = _times = (history, times, all(map(operator.le, times, times[1:])))
+    _, times, rising = memo
+    if not rising:
+        return history
+    now, window = ctx.time, ctx.settings.window_s
+    lo = bisect.bisect_left(times, since)
+    hi = bisect.bisect_left(times, True, lo, key=lambda t: now - t < window)
+    return history[lo:hi] if isinstance(history, tuple) else list(history)[lo:hi]
 
 
 SLO_SEVERITY = "{{ if and (ge $value 0.0) (le $value 1.0) }}info{{ else }}warning{{ end }}"
