@@ -208,7 +208,8 @@ def limit_changes(
         key = (float(t), name, repr(e.get("new")))
         if key not in seen:
             seen.add(key)
-            found.append((float(t), name, e.get("old"), e.get("new"), str(e.get("source", "?"))))
+            who = str(e.get("source") or "unknown")  # Prometheus holds no who
+            found.append((float(t), name, e.get("old"), e.get("new"), who))
     for lo, hi, name, old, new in _observed_changes(snapshots):
         explained = any(lo <= t <= hi and n == name and nv == new for t, n, _, nv, _ in found)
         if not explained:

@@ -8,6 +8,11 @@ with one point: grouping every matrix's points by time gives each step's instant
 the figures and the quantiles at once); a query that fails or times out is named in the
 recording's `warnings` with what it leaves unknown, and the rest is kept; none answering is one
 `TargetError` line. Nothing missing is read as healthy: an unknown figure stays None.
+
+When Prometheus also scrapes an llmtop gateway, a fourth query reads its limit gauges
+(`llmtop_gateway_limit_<field>`, `_paused`): each step where one moved is a limit change on that
+step's poll (`RawPoll.events`, /admin/events' shape), who made it unknown (`source` None). A
+Prometheus without them leaves limit changes unknown: one line in `warnings`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from llmtop.core.base.admin_api import LIMITS, PAUSED
 from llmtop.core.base.raw import PromAnswers, PromRow, RawPoll
 from llmtop.core.pipeline.past import recording_of
 from llmtop.core.pipeline.span import span_text
@@ -47,7 +53,22 @@ _WHAT_IS_LOST = {
     "figures": "running, waiting, KV use and rates unknown",
     "quantiles": "TTFT, ITL, E2E and queue quantiles unknown",
     "engines": "data-parallel engines' own rows missing",
+    "gateway": "limit changes unknown",
 }
+GATEWAY_METRICS = {
+    "llmtop_gateway_limit_"
+    + spec.field.removesuffix("_s")
+    + ("_seconds" if spec.unit == "s" else ""): spec.field
+    for spec in LIMITS
+    if spec.kind != "choice"
+}
+"""The gateway's limit gauges (gateway/server/metrics.py) -> the limit's field; a limit that is
+off has no gauge."""
+_PAUSED_METRIC = "llmtop_gateway_paused"
+_GATEWAY_QUERY = '{__name__=~"' + "|".join(sorted([*GATEWAY_METRICS, _PAUSED_METRIC])) + '"}'
+"""Every gateway's limit gauges, whatever the job (the selector names the engines')."""
+WHO_UNKNOWN = "who: not in Prometheus"
+"""A limit change's `reason` from Prometheus: it holds the values, not who set them."""
 
 
 def choose_step(since_s: float, step_s: float, max_points: int = MAX_POINTS) -> float:
@@ -96,7 +117,13 @@ async def prometheus_history(
             lost("info", str(e))
         reasons = tuple(sorted({r for _, i in infos for r in i.reasons}))
         infos = [(t, replace(i, reasons=reasons)) for t, i in sorted(infos)]
-        answered = await _ask_pair(asker, queries.replicas(reasons), step, ("figures", "quantiles"))
+        gateway_task = asyncio.ensure_future(_gateway_changes(asker, step))
+        try:
+            answered = await _ask_pair(
+                asker, queries.replicas(reasons), step, ("figures", "quantiles")
+            )
+        finally:
+            changes, gateway_error = await gateway_task
         for name, error in answered.failed:
             lost(name, error)
         if not answered.ok:
@@ -115,8 +142,14 @@ async def prometheus_history(
             f"prometheus {url}: no vLLM series in the last {span_text(since_s)}"
             + (f" matching {selector}" if selector else "")
         )
+    if gateway_error is not None:
+        lost("gateway", gateway_error)
     polls = [
-        RawPoll(time=t, prometheus=PromAnswers(url, tuple(r), _bounds(infos, t)))
+        RawPoll(
+            time=t,
+            prometheus=PromAnswers(url, tuple(r), _bounds(infos, t)),
+            events=tuple(changes.get(t, ())),
+        )
         for t, r in sorted(rows.items())
     ]
     if polls[0].time - start > max(step, window_s) * 2:
@@ -178,6 +211,78 @@ class _Asker:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+async def _gateway_changes(
+    asker: _Asker, step: float
+) -> tuple[dict[float, list[dict[str, Any]]], str | None]:
+    """The gateway's limit changes by step, or none and why they are unknown."""
+    try:
+        matrix = await asker.ask(_GATEWAY_QUERY, step)
+    except TargetError as e:
+        return {}, str(e)
+    if not matrix:
+        return {}, "no llmtop gateway series (llmtop_gateway_limit_*) in this Prometheus"
+    return limit_changes(_by_time(matrix)), None
+
+
+def _number(point: object) -> float | None:
+    try:
+        value = float(point[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _limit_value(field: str, value: float | None) -> int | float | None:
+    """A gauge's value as /admin/limits writes that limit: an int for a count."""
+    if value is None:
+        return None
+    spec = next(s for s in LIMITS if s.field == field)
+    return round(value) if spec.kind == "int" else value
+
+
+def limit_changes(
+    steps: Mapping[float, Sequence[Mapping[str, Any]]],
+) -> dict[float, list[dict[str, Any]]]:
+    """Step time -> the limit changes (and pauses) the gateway gauges show there, as
+    /admin/events entries with `source` None (`reason` WHO_UNKNOWN). A gateway is the gauges'
+    labels but the name; a step where it has no `_paused` gauge (not scraped, gone) is
+    unknown and moves nothing; in one it has, a limit without its gauge is off. The same change
+    seen at several gateways (shared limits) is one entry."""
+    last: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    out: dict[float, list[dict[str, Any]]] = {}
+    for t in sorted(steps):
+        now: dict[tuple[tuple[str, str], ...], dict[str, Any]] = defaultdict(dict)
+        for item in steps[t]:
+            metric = item.get("metric")
+            if not isinstance(metric, Mapping):
+                continue
+            name = metric.get("__name__")
+            gateway = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
+            value = _number(item.get("value"))
+            if name == _PAUSED_METRIC and value is not None:
+                now[gateway][PAUSED] = value >= 0.5
+            elif isinstance(name, str) and name in GATEWAY_METRICS:
+                field = GATEWAY_METRICS[name]
+                now[gateway][field] = _limit_value(field, value)
+        seen: set[tuple[str, str, str]] = set()
+        for gateway, state in sorted(now.items()):
+            if PAUSED not in state:
+                continue
+            state = {f: state.get(f) for f in (*GATEWAY_METRICS.values(), PAUSED)}
+            before, last[gateway] = last.get(gateway), state
+            if before is None:
+                continue
+            for field, new in state.items():
+                old = before[field]
+                key = (field, repr(old), repr(new))
+                if new == old or key in seen:
+                    continue
+                seen.add(key)
+                event = {"time": t, "field": field, "old": old, "new": new, "source": None}
+                out.setdefault(t, []).append({**event, "reason": WHO_UNKNOWN})
+    return out
 
 
 class _Pair:

@@ -395,7 +395,7 @@ class LlmtopApp(App[int]):
         live_events = list(self.events)[self._past_lines :]
         past = update.snapshots
         connected = connected_line(past[-1].time, update.state, len(past))
-        lines = [*past_events(past, update.who), connected]
+        lines = [*past_events(past, update.who, update.unseen), connected]
         self._past_lines = len(lines)
         self.events.clear()
         self.log_events(*lines, *live_events)

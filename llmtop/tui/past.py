@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
@@ -68,6 +68,8 @@ class PastUpdate:
     """Lines for the log that are not snapshots' diffs: the failure or the warnings."""
     who: Mapping[float, tuple[str, ...]] = field(default_factory=dict)
     """Poll time -> who changed a limit then (`PastFold.who`)."""
+    unseen: Mapping[float, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    """Poll time -> changes its snapshot cannot show (`PastFold.unseen`: Prometheus')."""
 
 
 def fresh_pipeline(p: Pipeline) -> Pipeline:
@@ -242,6 +244,7 @@ class PastSource:
             tuple(fold.live_snapshots),
             tuple(LogEvent(self._clock(), "error", f"past: {w}") for w in warnings),
             fold.who,
+            fold.unseen,
         )
         return True
 

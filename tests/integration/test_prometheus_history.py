@@ -2,9 +2,10 @@
 load (the live queries over a range decode to the replica's figures), and that also holds the
 demo's incident 10 minutes long, backfilled with `promtool tsdb create-blocks-from openmetrics`
 from the recorded run lengthened in virtual time (tests/support/past_story.py): its past, folded
-as the console folds it, shows the onset and kv-exhausted's first firing. Faults: a query that
-fails, one that is slow, a Prometheus that is not there or not one: named, the rest kept, one
-line, nothing read as healthy.
+as the console folds it, shows the onset, kv-exhausted's first firing and the cap set (from the
+gateway's limit gauges backfilled beside it, out of the story's recorded /admin/stats). Faults:
+a query that fails, one that is slow, a Prometheus that is not there or not one: named, the
+rest kept, one line, nothing read as healthy.
 
 The binaries come from PATH (Debian's prometheus package) or .ci/install-system-tools; else
 the test is skipped, saying why. Bounded: ~20 s.
@@ -17,19 +18,25 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from harness.system_tools import system_binary
+from llmtop.core.base.raw import RawPoll
 from llmtop.core.pipeline.fleet import FleetPipeline
 from llmtop.core.pipeline.past import PastFold
 from llmtop.errors import TargetError
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings
-from llmtop.sources.prometheus_history import RangeFetch, prometheus_history
+from llmtop.sources.prometheus_history import (
+    GATEWAY_METRICS,
+    WHO_UNKNOWN,
+    RangeFetch,
+    prometheus_history,
+)
 from llmtop.tui.view.past import past_events
 from tests.support import past_story
 
@@ -40,6 +47,8 @@ pytestmark = [
 ]
 STORY = "story:8000"
 """The instance label of the backfilled run."""
+GATEWAY = "gateway:9000"
+"""The instance label of its gateway's backfilled gauges."""
 
 
 @dataclass
@@ -49,6 +58,27 @@ class Stack:
     """The sim's instance (host:port) as Prometheus labels it."""
     opened: float
     """The time the console opens on the backfilled run: 10 minutes after its onset."""
+
+
+def _gateway_openmetrics(polls: Sequence[RawPoll]) -> str:
+    """The gateway's limit gauges and `_paused` as its /metrics exposes them (a limit that is
+    off has no gauge), from each poll's recorded /admin/stats, as OpenMetrics with timestamps."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for raw in polls:
+        stats = raw.gateway
+        if stats is None:
+            continue
+        limits = stats.get("limits") or {}
+        series.setdefault("llmtop_gateway_paused", []).append((raw.time, float(stats["paused"])))
+        for name, field in GATEWAY_METRICS.items():
+            if limits.get(field) is not None:
+                series.setdefault(name, []).append((raw.time, float(limits[field])))
+    lines: list[str] = []
+    for name, points in sorted(series.items()):
+        lines.append(f"# TYPE {name} gauge")
+        labels = f'instance="{GATEWAY}",job="gateway"'
+        lines += [f"{name}{{{labels}}} {v!r} {t:.3f}" for t, v in points]
+    return "\n".join(lines) + "\n"
 
 
 def _wait(url: str, deadline_s: float) -> None:
@@ -80,7 +110,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prom")
     polls = past_story.polls()
     opened = past_story.opened_at()
-    (tmp / "story.om").write_text(past_story.openmetrics(polls[:opened], STORY))
+    engines = past_story.openmetrics(polls[:opened], STORY).removesuffix("# EOF\n")
+    (tmp / "story.om").write_text(engines + _gateway_openmetrics(polls[:opened]) + "# EOF\n")
     subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", "story.om", "tsdb"],
         cwd=tmp,
@@ -152,6 +183,9 @@ def test_the_live_queries_over_a_range_read_a_real_sim(stack: Stack) -> None:
     steps = {round(b - a, 3) for a, b in zip(rec.times, rec.times[1:], strict=False)}
     assert steps == {1.0}  # a second apart
     assert rec.header["targets"]["prometheus"] == stack.prometheus
+    unknown = "prometheus history: no llmtop gateway series (llmtop_gateway_limit_*) in this"
+    assert unknown + " Prometheus (limit changes unknown)" in rec.warnings  # it scrapes none
+    assert not any(rec.raw(i).events for i in range(len(rec)))
     last = rec.raw(len(rec) - 1).prometheus
     assert last is not None
     (row,) = last.rows
@@ -172,8 +206,8 @@ def test_the_live_queries_over_a_range_read_a_real_sim(stack: Stack) -> None:
 
 
 def test_the_incident_10_minutes_in_from_prometheus(stack: Stack) -> None:
-    """The target of issue 46 from Prometheus: the past shows the onset and the finding's
-    first firing (Prometheus holds no gateway series: the cap set is the gateway's history's)."""
+    """The target of issue 46 from Prometheus: the past shows the onset, the finding's first
+    firing and the cap set (from the gateway's gauges: who set it is not in Prometheus)."""
     rec = asyncio.run(
         prometheus_history(
             stack.prometheus, 900.0, until=stack.opened, selector='{job="vllm"}', window_s=60.0
@@ -183,13 +217,16 @@ def test_the_incident_10_minutes_in_from_prometheus(stack: Stack) -> None:
     fold = PastFold(FleetPipeline(HealthSettings()), list(rec))
     fold.run()
     assert fold.snapshots[-1].time - fold.snapshots[0].time > 600
-    lines = past_events(fold.snapshots)
+    lines = past_events(fold.snapshots, fold.who, fold.unseen)
     first = {e.text.split(" (")[0].split(" ", 1)[1]: e.time for e in lines if e.kind == "fired"}
     onset = past_story.polls()[past_story.ONSET].time
     assert "kv-exhausted" in first
     assert abs(first["kv-exhausted"] - onset) < 15  # Prometheus' 60 s rates, not a 10 s window
     assert "degraded-200" in first
     assert abs(first["degraded-200"] - onset) < 30
+    (limit,) = [e for e in lines if e.kind == "limit"]
+    assert limit.text == f"limits (before you connected): cap 256 -> 9 ({WHO_UNKNOWN})"
+    assert 0 <= limit.time - past_story.polls()[151].time <= 1.0  # the next 1 s step
 
 
 def _wrapped(fail: str | None = None, slow: str | None = None) -> RangeFetch:

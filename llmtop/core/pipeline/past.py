@@ -67,6 +67,9 @@ class PastFold:
     who: dict[float, tuple[str, ...]] = field(default_factory=dict)
     """Poll time -> who changed a limit then (the gateway's events' `source`; a pause is a line
     of its own), for the log."""
+    unseen: dict[float, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    """Poll time -> the limit changes (and pauses) of a poll without the gateway's stats, which
+    its snapshot cannot show (Prometheus' range), for the log."""
     live_snapshots: list[Snapshot] = field(default_factory=list)
     skipped: int = 0
     _i: int = 0
@@ -98,6 +101,8 @@ class PastFold:
                 }
                 if sources:
                     self.who[raw.time] = tuple(sorted(sources))
+                if raw.gateway is None and raw.events:
+                    self.unseen[raw.time] = raw.events
             else:
                 self.live_snapshots.append(fold(self.pipeline, self.live[i - n_past]))
         return self.done

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
+from llmtop.core.base.admin_api import PAUSED
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.span import span_text
-from llmtop.tui.view.present import LogEvent, diff_events
+from llmtop.tui.view.commands import label_of
+from llmtop.tui.view.present import LogEvent, diff_events, limit_text
 
 BEFORE = "(before you connected)"
 
@@ -26,19 +29,50 @@ def marked(event: LogEvent, times: int = 1) -> LogEvent:
     return replace(event, text=text)
 
 
+def unseen_events(t: float, events: Sequence[Mapping[str, Any]]) -> list[LogEvent]:
+    """The log's lines for changes a poll carried without the gateway's stats (Prometheus'
+    range: `limits: cap 256 -> 9 (who: not in Prometheus)`): who made them, or why unknown."""
+
+    def who(group: Sequence[Mapping[str, Any]]) -> str:
+        names = sorted({str(e["source"]) for e in group if e.get("source")})
+        if names:
+            return f" (by {', '.join(names)})"
+        reasons = sorted({str(e["reason"]) for e in group if e.get("reason")})
+        return f" ({'; '.join(reasons)})" if reasons else ""
+
+    limits = [e for e in events if e.get("field") != PAUSED]
+    pauses = [e for e in events if e.get("field") == PAUSED]
+    out: list[LogEvent] = []
+    if limits:
+        changes = ", ".join(
+            f"{label_of(str(e.get('field')))} {limit_text(str(e.get('field')), e.get('old'))}"
+            f" -> {limit_text(str(e.get('field')), e.get('new'))}"
+            for e in limits
+        )
+        out.append(LogEvent(t, "limit", f"limits: {changes}{who(limits)}"))
+    for e in pauses:
+        text = "admission PAUSED" if e.get("new") else "admission resumed"
+        out.append(LogEvent(t, "limit", text + who([e])))
+    return out
+
+
 def past_events(
-    snapshots: Sequence[Snapshot], who: Mapping[float, Sequence[str]] | None = None
+    snapshots: Sequence[Snapshot],
+    who: Mapping[float, Sequence[str]] | None = None,
+    unseen: Mapping[float, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[LogEvent]:
     """The past's lines for the event log, each marked: every finding's first firing (with how
     often it fired again), every limit change (with who made it, from `who`: poll time -> the
-    gateway's events' sources), target down and up, restart. A finding that flapped for an
-    hour is one line, so the onset stays on screen."""
+    gateway's events' sources; or from `unseen`: poll time -> changes its snapshot cannot show,
+    `PastFold.unseen`), target down and up, restart. A finding that flapped for an hour is one
+    line, so the onset stays on screen."""
     out: list[LogEvent] = []
     first: dict[str, int] = {}
     fired: dict[str, int] = {}
     prev: Snapshot | None = None
     for snap in snapshots:
-        for e in diff_events(prev, snap):
+        extra = unseen_events(snap.time, (unseen or {}).get(snap.time, ()))
+        for e in [*diff_events(prev, snap), *extra]:
             if e.kind == "cleared":
                 continue
             if e.text.startswith("limits: ") and who and who.get(e.time):
