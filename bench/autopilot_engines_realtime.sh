@@ -8,6 +8,7 @@
 #   bench/autopilot_engines_realtime.sh llamacpp "--max-num-seqs 2" 2 2 18301
 #   bench/autopilot_engines_realtime.sh sglang "" 16 2 18311
 set -u
+command -v llmtop >/dev/null || { echo "llmtop is not on PATH (activate the venv)" >&2; exit 2; }
 dialect=$1; flags=$2; conc=$3; load=$4; port=$5
 SHAPE="--prompt-tokens 400 --output-tokens 100 --ttft-slo-s 5 --itl-slo-s 0.1"
 llmtop sim --profile fast --port $port --dialect $dialect $flags > sim_$dialect.log 2>&1 & S=$!
