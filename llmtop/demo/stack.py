@@ -2,6 +2,8 @@
 process, so quitting leaves no orphan and frees every port. The sim and the gateway run each on
 a thread and event loop of its own (`ServerThread`, free ports, printed); the load is a
 `ScenarioDriver`, on a `LoadThread` with a screen, in the headless loop without (demo.headless).
+The gateway keeps its history as `llmtop gateway` does, in a temporary folder removed on the way
+out, so the console's past (its header, the `h` key) comes from it as it would in production.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,11 +46,18 @@ class Stack:
     health: HealthSettings
     dialect: str = "vllm"
     """The engine whose /metrics the sim speaks (`llmtop demo --dialect`)."""
+    history_dir: str | None = None
+    """The gateway's history folder (temporary: removed by `stop`)."""
 
     def stop(self) -> None:
-        """Gateway first (it holds connections to the sim), then the sim."""
-        self.gateway.stop()
-        self.sim.stop()
+        """Gateway first (it holds connections to the sim, and closes its history), then the
+        sim; then the history's folder goes."""
+        try:
+            self.gateway.stop()
+            self.sim.stop()
+        finally:
+            if self.history_dir is not None:
+                shutil.rmtree(self.history_dir, ignore_errors=True)
 
     def banner(self) -> str:
         """What was started where, for the terminal before the TUI takes it."""
@@ -76,14 +87,16 @@ def start_stack(
     dialect: str = "vllm",
 ) -> Stack:
     """Start the sim (the scenario's profile, its /metrics in `dialect`'s names) and an
-    uncapped gateway on free ports."""
+    uncapped gateway keeping its history in a temporary folder, on free ports."""
     from llmtop.gateway.server.app import create_app as gateway_app
+    from llmtop.gateway.server.history_loop import keeper_of
     from llmtop.sim.profiles import get_profile
     from llmtop.sim.server import create_app as sim_app
 
     sim_settings = SimSettings(port=0, dialect=dialect, **scenario.sim)
     max_seqs = sim_settings.max_num_seqs or get_profile(sim_settings.profile).max_num_seqs
     sim = ServerThread(sim_app(sim_settings)).start()
+    history_dir = tempfile.mkdtemp(prefix="llmtop-demo-")
     try:
         gw_settings = GatewaySettings(
             upstream=sim.url,
@@ -92,10 +105,15 @@ def start_stack(
             max_queue=GATEWAY_QUEUE,
             queue_timeout_s=GATEWAY_QUEUE_TIMEOUT_S,
             slo=health.slo,  # the one SLO: what the screen judges is what the gateway admits to
+            history_dir=history_dir,
         )
-        gateway = ServerThread(gateway_app(gw_settings)).start()
+        keeper = keeper_of(gw_settings, None)
+        gateway = ServerThread(gateway_app(gw_settings, history=keeper))
+        keeper.targets["gateway"] = gateway.url  # bound now; its polls start with the server
+        gateway.start()
     except BaseException:
         sim.stop()
+        shutil.rmtree(history_dir, ignore_errors=True)
         raise
     monitor = MonitorSettings(
         vllm_urls=(sim.url,),
@@ -105,7 +123,7 @@ def start_stack(
         record=record,
     )
     health = dataclasses.replace(health, **scenario.health)
-    return Stack(scenario, sim, gateway, max_seqs, monitor, health, dialect)
+    return Stack(scenario, sim, gateway, max_seqs, monitor, health, dialect, history_dir)
 
 
 @contextlib.contextmanager

@@ -156,7 +156,10 @@ def test_bad_usage_is_one_line() -> None:
 
 
 def test_stack_and_load_thread_stop_cleanly() -> None:
-    """What `q` does: the load thread, the gateway and the sim stop; both ports are free."""
+    """What `q` does: the load thread, the gateway and the sim stop; both ports are free, and
+    the gateway's history (kept for the console's past) goes with its temporary folder."""
+    import json
+    import os
     import threading
     import time
 
@@ -178,11 +181,18 @@ def test_stack_and_load_thread_stop_cleanly() -> None:
         while offered() == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert offered() > 0
+        history = httpx.get(f"{stack.gateway.url}/admin/history?since=60")
+        assert history.status_code == 200  # the demo's console has a past
+        head = json.loads(history.text.splitlines()[0])
+        assert head["targets"]["gateway"] == stack.gateway.url
+        assert stack.history_dir is not None
+        assert os.path.isdir(stack.history_dir)
         load.stop()
         assert load.error is None
     finally:
         stack.stop()
     assert port_free(stack.sim.url)
     assert port_free(stack.gateway.url)
+    assert not os.path.exists(stack.history_dir)
     left = {t.name for t in threading.enumerate() if t.is_alive()} - before
     assert not left, left
