@@ -20,6 +20,7 @@ from llmtop.core.alerts.templates import computed, figure, open_replica, replica
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import EngineStats, Snapshot
 from llmtop.core.findings.definition import Definition, Guide
+from llmtop.core.findings.history import RisingHistory
 from llmtop.core.health.rulebase import Context, Rule, Verdict, up_engines, where
 from llmtop.core.health.slo_policy import heads_up, read_slo
 from llmtop.core.vllm.names import COUNTERS
@@ -46,29 +47,21 @@ def _earlier(
                     yield ctx.time - snap.time, v
 
 
-_times: tuple[Sequence[Snapshot] | None, list[float], bool] = (None, [], False)
-"""The last history's poll times and whether they rise (`_lookback`'s memo: the three checks
-above ask it of the same history each poll)."""
-
-
 def _lookback(ctx: Context, since: float) -> Sequence[Snapshot]:
-    """The history's snapshots that may lie between `since` and a window ago: a slice found by
-    bisection when the times rise (the pipeline keeps ~10 minutes, the look-back is a minute:
-    a scan of it all was a fifth of a poll's fold), all of it when a clock stepped back. The
-    caller's test still decides, so what is yielded is what a scan of all would yield."""
-    global _times
+    """The history's snapshots that may lie between `since` and a window ago: the slice found
+    by bisection when the pipeline vouches that their times rise (it keeps ~10 minutes, the
+    look-back is a minute: testing them all was a fifth of a poll's fold), else all of them.
+    The caller's tests still decide, so what is yielded is what a scan of all would yield."""
     history = ctx.history
-    memo = _times  # one read: a replay in another thread may ask at the same time
-    if memo[0] is not history:
-        times = [snap.time for snap in history]
-        memo = _times = (history, times, all(map(operator.le, times, times[1:])))
-    _, times, rising = memo
-    if not rising:
+    if not isinstance(history, RisingHistory):
         return history
     now, window = ctx.time, ctx.settings.window_s
-    lo = bisect.bisect_left(times, since)
-    hi = bisect.bisect_left(times, True, lo, key=lambda t: now - t < window)
-    return history[lo:hi] if isinstance(history, tuple) else list(history)[lo:hi]
+    lo = bisect.bisect_left(history, since, key=_time)
+    hi = bisect.bisect_left(history, True, lo, key=lambda snap: now - snap.time < window)
+    return history[lo:hi]
+
+
+_time = operator.attrgetter("time")
 
 
 SLO_SEVERITY = "{{ if and (ge $value 0.0) (le $value 1.0) }}info{{ else }}warning{{ end }}"

@@ -21,6 +21,7 @@ from llmtop.core.derive.fleet_scrape import restart_values, went_back
 from llmtop.core.derive.series import CounterWindow, Key
 from llmtop.core.dialects import catalog as dialects
 from llmtop.core.findings.catalog import HealthState
+from llmtop.core.findings.history import RisingHistory
 from llmtop.core.health.kv_maxima import KvMaxima
 from llmtop.core.health.rulebase import Context
 from llmtop.core.health.thresholds import HealthSettings
@@ -83,6 +84,9 @@ class Pipeline:
         self._engines: dict[str, EngineTrack] = {}
         self._gateway = CounterWindow(keep_s=HISTORY_S)
         self._snapshots: deque[Snapshot] = deque()
+        self._steps_back = 0
+        """How many kept snapshots are earlier than the one before them (a clock stepped back):
+        none, and the rules get the history as a `RisingHistory` they may bisect."""
         self._kv_maxima = KvMaxima(self.settings.window_s, HISTORY_S)
         """The rules' KV look-backs over `_snapshots`."""
 
@@ -107,7 +111,7 @@ class Pipeline:
             gateway=gateway,
             gpus=raw.gpus,
             settings=self.settings,
-            history=tuple(self._snapshots),
+            history=self._history(),
             last_progress=progress,
             max_num_seqs=self.max_num_seqs,
             kv_maxima=self._kv_maxima,
@@ -149,11 +153,20 @@ class Pipeline:
             )
         return gateway_stats(raw.gateway_url, raw.gateway, raw.time, self._gateway, self.window_s)
 
+    def _history(self) -> tuple[Snapshot, ...]:
+        snaps = self._snapshots
+        return RisingHistory(snaps) if not self._steps_back else tuple(snaps)
+
     def _remember(self, snap: Snapshot) -> None:
-        self._snapshots.append(snap)
+        snaps = self._snapshots
+        if snaps and not snaps[-1].time <= snap.time:  # NaN too: never vouched for
+            self._steps_back += 1
+        snaps.append(snap)
         self._kv_maxima.keep(snap)
-        while self._snapshots and self._snapshots[0].time < snap.time - HISTORY_S:
-            self._snapshots.popleft()
+        while snaps and snaps[0].time < snap.time - HISTORY_S:
+            gone = snaps.popleft()
+            if snaps and not gone.time <= snaps[0].time:
+                self._steps_back -= 1
 
 
 KV, DECODE = ("kv_usage",), ("generation_tokens",)
