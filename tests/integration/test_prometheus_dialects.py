@@ -29,7 +29,7 @@ from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet_collector import FleetCollector
 from llmtop.sources.prometheus import PrometheusSource
-from tests.integration.test_prometheus_real import (
+from tests.support.prometheus import (
     close,
     find_prometheus,
     procs,

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from llmtop.serve.stack import free_port
-from tests.real_engines.conftest import Burst, healthy, report
+from tests.support.real_engines import Burst, healthy, report
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from llmtop.serve.stack import free_port
-from tests.real_engines.conftest import Burst, gauge, report
+from tests.support.real_engines import Burst, gauge, report
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -65,7 +65,7 @@ async def test_the_endpoint_needs_the_token_and_answers_a_recording(tmp_path: Pa
     import httpx
 
     from llmtop.core.record.decode import read_recording_bytes
-    from tests.unit.test_history_store import T0, poll
+    from tests.support.history import T0, poll
 
     settings = GatewaySettings(upstream=UPSTREAMS, admin_token="s3cret")
     keeper = keeper_of(GatewaySettings(history_dir=str(tmp_path)), token="s3cret")
