@@ -222,9 +222,14 @@ async def test_shared_limits_hold_while_the_replicas_come_and_go(
             clients = [httpx.AsyncClient(base_url=g.url, timeout=30) for g in gws]
             streams = [asyncio.ensure_future(stream(clients[i % 2], 80)) for i in range(12)]
             await asyncio.sleep(0.3)
-            kube.delete("llm", "vllm-0")  # one leaves with what it holds, one comes
+            # one leaves with what it holds, one comes. A deleted pod terminates: it is not
+            # Ready and still serves until its containers stop (deleted here once the streams
+            # are done), so a request the gateway sent before it heard is answered, as in a
+            # cluster; a pod gone at once would answer 404 through the API server's proxy.
+            kube.put(pod("vllm-0", ip="10.0.0.0", ready=False))
             kube.put(pod("vllm-3", ip="10.0.0.3"))
             results = await asyncio.gather(*streams)
+            kube.delete("llm", "vllm-0")
             stop = True
             await watcher
             assert results == [(200, 80, True)] * 12
