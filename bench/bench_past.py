@@ -8,9 +8,14 @@ starts until the sim's KV capacity is on screen). GW stands in for a gateway wit
 real run, its steady minute after the cap played again to an hour) in the recording format,
 gzip, as the gateway does. Also timed: until the header says the past is in (`past: gateway 1h`
 without `loading`), and in this process the parts of that: reading the hour over HTTP
-(`gateway_history`) and folding it through a pipeline (`PastFold`).
+(`gateway_history`) and folding it through a pipeline (`PastFold`), and the same for the last 11
+minutes (`tui.past.FIRST_S`), which the first frame waits for: read, decode, fold.
 
-Usage: python bench/bench_past.py [--runs 8] [--size 120x30]
+`--against TREE` adds a third console, `--past 1h` run from another checkout (PYTHONPATH=TREE, an
+`git archive` of the commit before a change), alternating with the two: before and after in one
+sitting, on the same load.
+
+Usage: python bench/bench_past.py [--runs 8] [--size 120x30] [--against TREE]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.recording.reader import read_recording
 from llmtop.settings import HealthSettings
 from llmtop.sources.history import gateway_history
+from llmtop.tui.past import FIRST_S
 
 STORY = ROOT / "tests" / "fixtures" / "demo-story.jsonl.gz"
 LOOP = (160, 220)
@@ -57,11 +63,13 @@ class Run:
     past_in_s: float | None
 
 
-def one_run(command: list[str], figure: str, size: tuple[int, int], env: dict[str, str]) -> Run:
-    """`command` in a fresh pane: seconds until `figure` is on screen (its CPU then), and until
-    the header says the past is in (None: not asked)."""
+def one_run(
+    command: list[str], figure: str, size: tuple[int, int], env: dict[str, str], tree: Path = ROOT
+) -> Run:
+    """`command` in a fresh pane (llmtop from `tree`): seconds until `figure` is on screen (its
+    CPU then), and until the header says the past is in (None: not asked)."""
     socket = f"llmtop-past-{os.getpid()}-{time.monotonic_ns()}"
-    cmd = f"exec env PYTHONPATH={ROOT} " + " ".join(command)
+    cmd = f"exec env PYTHONPATH={tree} " + " ".join(command)
     wants_past = "--no-past" not in command
     t0 = time.monotonic()
     tmux(socket, "new-session", "-d", "-s", "b", "-c", "/", "-x", str(size[0]), "-y",
@@ -95,27 +103,47 @@ def the_hour() -> tuple[list[RawPoll], dict[str, Any]]:
     return list(lengthen(base, LOOP, base[0].time + 3600.0)), rec.header.get("targets") or {}
 
 
-def parts(url: str, runs: int = 3) -> tuple[float, float, int]:
-    """Median seconds to read the hour over HTTP and to fold it, and the polls folded."""
-    reads, folds, n = [], [], 0
+@dataclass(frozen=True)
+class Parts:
+    """Median seconds of the past's parts in this process, for `since_s` of it."""
+
+    polls: int
+    read_s: float
+    """GET /admin/history and its parse (`gateway_history`)."""
+    decode_s: float
+    """Each line to a RawPoll (`Recording.raw`), as the console's fold reads them."""
+    fold_s: float
+    """Through a fresh pipeline (`PastFold`)."""
+
+
+def parts(url: str, since_s: float, runs: int = 3) -> Parts:
+    """The past's parts for the last `since_s`: read, decode, fold (median of `runs`)."""
+    reads, decodes, folds, n = [], [], [], 0
     for _ in range(runs):
         t0 = time.perf_counter()
-        rec = asyncio.run(gateway_history(url, None, 3600.0))
+        rec = asyncio.run(gateway_history(url, None, since_s))
         t1 = time.perf_counter()
-        fold = PastFold(Pipeline(HealthSettings()), list(rec))
-        fold.run()
+        polls = list(rec)
         t2 = time.perf_counter()
+        fold = PastFold(Pipeline(HealthSettings()), polls)
+        fold.run()
+        t3 = time.perf_counter()
         reads.append(t1 - t0)
-        folds.append(t2 - t1)
+        decodes.append(t2 - t1)
+        folds.append(t3 - t2)
         n = len(fold.snapshots)
-    return statistics.median(reads), statistics.median(folds), n
+    med = statistics.median
+    return Parts(n, med(reads), med(decodes), med(folds))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=8, help="runs of each (default 8)")
     ap.add_argument("--size", default="120x30", help="terminal WxH (default 120x30)")
+    ap.add_argument("--against", type=Path, help="another checkout's tree, its --past 1h timed too")
     args = ap.parse_args()
+    if args.against is not None and not (args.against / "llmtop" / "__init__.py").is_file():
+        raise SystemExit(f"--against {args.against}: no llmtop package there")
     if shutil.which("tmux") is None:
         raise SystemExit("tmux is needed (apt-get install tmux)")
     w, h = (int(x) for x in args.size.split("x"))
@@ -132,14 +160,20 @@ def main() -> int:
         llmtop = shutil.which("llmtop")
         ours = [llmtop] if llmtop else [sys.executable, "-m", "llmtop"]
         common = [*ours, "--vllm", url, "--gateway", gateway.url]
-        kinds = {"no past": [*common, "--no-past"], "past 1h": [*common, "--past", "1h"]}
-        for command in kinds.values():  # once untimed: bytecode compiled, caches warm
-            one_run(command, figure, (w, h), env)
+        kinds = {
+            "no past": ([*common, "--no-past"], ROOT),
+            "past 1h": ([*common, "--past", "1h"], ROOT),
+        }
+        if args.against is not None:
+            kinds[f"past 1h, {args.against}"] = ([*common, "--past", "1h"], args.against)
+        for command, tree in kinds.values():  # once untimed: bytecode compiled, caches warm
+            one_run(command, figure, (w, h), env, tree)
         runs: dict[str, list[Run]] = {k: [] for k in kinds}
         for _ in range(args.runs):
-            for name, command in kinds.items():
-                runs[name].append(one_run(command, figure, (w, h), env))
-        read_s, fold_s, folded = parts(gateway.url)
+            for name, (command, tree) in kinds.items():
+                runs[name].append(one_run(command, figure, (w, h), env, tree))
+        first = parts(gateway.url, FIRST_S)
+        hour_parts = parts(gateway.url, 3600.0)
     finally:
         os.killpg(sim.pid, signal.SIGTERM)
         gateway.stop()
@@ -159,9 +193,15 @@ def main() -> int:
         shown = f"{statistics.median(past):.2f} s" if past else "-"
         print(f"| {name} | {ff:.2f} s | {cpu:.2f} s | {ff / none:.2f}x | {shown} |")
     print()
-    print(f"The past's parts, in-process (median of 3): reading the hour over HTTP "
-          f"(`gateway_history`) {read_s:.2f} s, folding its {folded} polls {fold_s:.2f} s "
-          f"({fold_s / max(folded, 1) * 1e3:.2f} ms a poll).")  # fmt: skip
+    print("The past's parts, in-process (median of 3): read (`gateway_history`), decode "
+          "(`Recording.raw`), fold (`PastFold`):")  # fmt: skip
+    print()
+    print("| span | polls | read | decode | fold | fold a poll |")
+    print("|---|---|---|---|---|---|")
+    for label, p in ((f"last {FIRST_S / 60:g} min (the first frame's)", first),
+                     ("the hour", hour_parts)):  # fmt: skip
+        print(f"| {label} | {p.polls} | {p.read_s:.2f} s | {p.decode_s:.2f} s | "
+              f"{p.fold_s:.2f} s | {p.fold_s / max(p.polls, 1) * 1e3:.2f} ms |")  # fmt: skip
     return 0
 
 
