@@ -39,6 +39,7 @@ from llmtop.sources.prometheus_history import (
 )
 from llmtop.tui.view.past import past_events
 from tests.support import past_story
+from tests.support.prometheus import wait_ready
 
 pytestmark = [
     pytest.mark.slow(20),
@@ -81,18 +82,6 @@ def _gateway_openmetrics(polls: Sequence[RawPoll]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _wait(url: str, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} not ready within {deadline_s} s")
-
-
 def _scraped(prom: str, job: str, scrapes: int, deadline_s: float) -> None:
     query = f'count_over_time(up{{job="{job}"}}[1m]) >= {scrapes}'
     end = time.monotonic() + deadline_s
@@ -132,7 +121,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", sim.stdout.readline())
         assert m, "no banner from llmtop sim"
         sim_url = m.group(1)
-        _wait(sim_url + "/metrics", 20)
+        wait_ready(sim_url + "/metrics", 20)
         load = ["--url", sim_url, "--duration-s", "60", "--requests", "5000", "--concurrency", "4"]
         load += ["--output-tokens", "32"]  # requests end and start: first tokens each second
         command = [sys.executable, "-m", "llmtop", "load", *load]
@@ -159,7 +148,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             )
         )
         prom = f"http://127.0.0.1:{port}"
-        _wait(prom + "/-/ready", 30)
+        wait_ready(prom + "/-/ready", 30)
         _scraped(prom, "sim", 3, 30)
         yield Stack(prom, target, polls[opened].time)
     finally:

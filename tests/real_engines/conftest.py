@@ -14,14 +14,12 @@ burst sizes are chosen against it. Everything is on 127.0.0.1 and bounded in tim
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from llmtop.serve.stack import free_port
-from tests.support.real_engines import healthy, wait_idle
+from tests.support.real_engines import healthy, served, wait_idle
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-llamacpp"
 ENABLED = os.environ.get("LLMTOP_REAL_LLAMACPP") == "1"
@@ -59,23 +57,8 @@ def llamacpp_url() -> Iterator[str]:
             pytest.fail(f"LLMTOP_REAL_LLAMACPP_URL={given} does not answer /health")
         yield given.rstrip("/")
         return
-    running = subprocess.run([str(SCRIPT), "url"], capture_output=True, text=True, check=False)
-    if running.returncode == 0 and healthy(running.stdout.strip()):
-        yield running.stdout.strip()  # started by hand: left running
-        return
-    started = subprocess.run(
-        [str(SCRIPT), "serve", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    if started.returncode != 0:
-        pytest.fail(f"scripts/real-llamacpp serve failed:\n{started.stderr[-3000:]}")
-    try:
-        yield started.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run([str(SCRIPT), "stop"], check=False, timeout=60)
+    with served(SCRIPT, healthy, 300) as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtop.serve.stack import free_port
-from tests.support.real_engines import Burst, healthy, report
+from tests.support.real_engines import Burst, healthy, report, served
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,23 +41,8 @@ def dynamo_url() -> Iterator[str]:
     if given:
         yield given.rstrip("/")
         return
-    running = subprocess.run([str(SCRIPT), "url"], capture_output=True, text=True, check=False)
-    if running.returncode == 0 and _up(running.stdout.strip()):
-        yield running.stdout.strip()
-        return
-    started = subprocess.run(
-        [str(SCRIPT), "serve", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=200,
-    )
-    if started.returncode != 0:
-        pytest.fail(f"scripts/real-dynamo serve failed:\n{started.stderr[-3000:]}")
-    try:
-        yield started.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run([str(SCRIPT), "stop"], check=False, timeout=60)
+    with served(SCRIPT, _up, 200) as url:
+        yield url
 
 
 def snapshot(url: str, window_s: float) -> tuple[int, dict[str, Any]]:

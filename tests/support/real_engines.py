@@ -4,11 +4,18 @@ llama-server's gauges read now, a bounded burst of streamed completions, the fig
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
+import pytest
+
+from llmtop.serve.stack import free_port
 
 
 def healthy(url: str) -> bool:
@@ -96,3 +103,26 @@ class Burst:
 def report(name: str, figures: dict[str, object]) -> None:
     """What a test measured, printed (pytest -s shows it) and kept beside the run."""
     print(f"\n{name}: {json.dumps(figures)}")
+
+
+@contextmanager
+def served(script: Path, up: Callable[[str], bool], timeout_s: float) -> Iterator[str]:
+    """The base URL of the engine `script` (scripts/real-*) runs: the one it already started
+    (left running), else one it serves on a free port now and stops at the end."""
+    running = subprocess.run([str(script), "url"], capture_output=True, text=True, check=False)
+    if running.returncode == 0 and up(running.stdout.strip()):
+        yield running.stdout.strip()
+        return
+    started = subprocess.run(
+        [str(script), "serve", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout_s,
+    )
+    if started.returncode != 0:
+        pytest.fail(f"scripts/{script.name} serve failed:\n{started.stderr[-3000:]}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(script), "stop"], check=False, timeout=60)
