@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -33,11 +33,10 @@ from llmtop.tui.past import PastSource, PastUpdate
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.chart_data import CombinedEngines
-from llmtop.tui.view.past import connected_line, past_events, past_label
+from llmtop.tui.view.past import connected_line, past_events, past_label, poll_lines
 from llmtop.tui.view.present import (
     LogEvent,
     View,
-    diff_events,
     is_stale,
 )
 from llmtop.tui.view.source import SnapshotSource, WhatIfSource
@@ -312,9 +311,13 @@ class LlmtopApp(App[int]):
         self._arrived_at = self._clock()
         if not self.history or snap.time > self.history[-1].time:
             self.history.append(snap)
-        self.log_events(*diff_events(prev, snap))
+        self.log_events(*poll_lines(prev, snap, self._events_for(prev, snap)))
         self._render_all(charts=self.charts.due(snap.time) if charts is None else charts)
         self.first_snapshot.set()
+
+    def _events_for(self, prev: Snapshot | None, snap: Snapshot) -> Sequence[Mapping[str, Any]]:
+        """The gateway's /admin/events entries that go with `snap` (who made its changes)."""
+        return ()
 
     def on_poll_failed(self, message: PollFailed) -> None:
         if self.poll_error != message.error:

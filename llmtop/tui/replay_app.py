@@ -6,12 +6,13 @@ event log are rebuilt up to it, so seeking back never shows the future. Keys: do
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from itertools import pairwise
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -21,7 +22,8 @@ from llmtop.recording.replay import SEEK_S, ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui import app as app_module
 from llmtop.tui.app import HISTORY_S, LlmtopApp
-from llmtop.tui.view.present import diff_events
+from llmtop.tui.view.past import poll_lines
+from llmtop.tui.view.present import LogEvent
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.timeline import Timeline
 
@@ -71,6 +73,9 @@ class ReplayApp(LlmtopApp):
         )
         self.replay = source
         self._shown: int | None = None
+        self._feeding: int | None = None
+        """The playhead's poll while `feed` shows it (the live app's `_feed` asks its events)."""
+        self._events: dict[int, tuple[dict[str, Any], ...]] = {}
         self.live_key = live_key
         """`h` goes back to live: the live console opened this replay of its past."""
         self.back_to_live = False
@@ -93,25 +98,46 @@ class ReplayApp(LlmtopApp):
         shown, self._shown = self._shown, index
         if shown is not None and shown <= index <= shown + INCREMENTAL_MAX:
             if index > shown:  # played forward: log what happened between the two moments
-                self.log_events(
-                    *(
-                        e
-                        for j in range(shown + 1, index)
-                        for e in diff_events(replay.snapshot(j - 1), replay.snapshot(j))
-                    )
-                )
+                self.log_events(*(e for j in range(shown + 1, index) for e in self._lines(j)))
                 self.snapshot = replay.snapshot(index - 1)
             else:  # the same moment again (paused): nothing new
                 self.snapshot = replay.snapshot(index)
         else:  # a jump: the log the window before the playhead would have built
             self.events.clear()
             self.query_one(EventLog).events = ()
-            self.log_events(*(e for a, b in pairwise(window[:-1]) for e in diff_events(a, b)))
+            first = index - len(window) + 1
+            self.log_events(*(e for j in range(first + 1, index) for e in self._lines(j)))
             self.snapshot = window[-2] if len(window) > 1 else None
         self.history.clear()
         self.history.extend(window[:-1])
-        super().feed(window[-1])
+        self._feeding = index if index != shown else None  # paused: its lines are in
+        try:
+            super().feed(window[-1])
+        finally:
+            self._feeding = None
         self.query_one(Timeline).playhead = replay.playhead()
+
+    def _lines(self, j: int) -> list[LogEvent]:
+        """Poll `j`'s lines: what changed since poll `j - 1`, with its gateway's events."""
+        prev = self.replay.snapshot(j - 1) if j > 0 else None
+        return poll_lines(prev, self.replay.snapshot(j), self._events_at(j))
+
+    def _events_for(self, prev: Snapshot | None, snap: Snapshot) -> Sequence[Mapping[str, Any]]:
+        """The playhead's poll's events (`feed` shows the playhead's snapshot last)."""
+        return () if self._feeding is None else self._events_at(self._feeding)
+
+    def _events_at(self, j: int) -> tuple[dict[str, Any], ...]:
+        """Poll `j`'s `RawPoll.events` (limit changes: the gateway's, who made them; Prometheus'
+        range, the changes themselves), read once; a line without any is not decoded."""
+        if j not in self._events:
+            line = self.replay.recording.lines[j]
+            events: tuple[dict[str, Any], ...] = ()
+            if b'"events":' in line:
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    found = json.loads(line).get("events") or ()
+                    events = tuple(e for e in found if isinstance(e, dict))
+            self._events[j] = events
+        return self._events[j]
 
     def _moved(self) -> None:
         self.feed(self.replay.current())

@@ -152,3 +152,24 @@ def test_a_limit_change_says_who_made_it() -> None:
     assert fold.who == {polls()[151].time: ("demo",)}  # the gateway's event: its source
     (limit,) = [e for e in past_events(fold.snapshots, fold.who) if e.kind == "limit"]
     assert limit.text == f"limits {BEFORE}: cap 256 -> 9 (by demo)"
+
+
+def test_a_polls_events_say_who_or_are_the_change_never_both() -> None:
+    from llmtop.tui.view.past import poll_lines
+
+    snaps = watched()
+    cap = {"time": polls()[151].time, "field": "max_concurrency", "old": 256, "new": 9}
+    # the gateway's stats show the change: its event only says who
+    with_who = poll_lines(snaps[150], snaps[151], [{**cap, "source": "carol"}])
+    assert [e.text for e in with_who if e.kind == "limit"] == ["limits: cap 256 -> 9 (by carol)"]
+    assert [e.text for e in poll_lines(snaps[150], snaps[151])] == [
+        e.text for e in diff_events(snaps[150], snaps[151])
+    ]
+    # Prometheus' range: no stats, the event is the change, who unknown and why
+    bare = [dataclasses.replace(s, gateway=None) for s in snaps[150:152]]
+    unseen = [{**cap, "source": None, "reason": "who: not in Prometheus"}]
+    lines = poll_lines(bare[0], bare[1], unseen)
+    assert [e.text for e in lines if e.kind == "limit"] == [
+        "limits: cap 256 -> 9 (who: not in Prometheus)"
+    ]
+    assert all(e.time == snaps[151].time for e in lines)

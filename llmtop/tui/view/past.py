@@ -7,11 +7,11 @@ an 80-column log that cuts the detail keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llmtop.core.base.admin_api import PAUSED
+from llmtop.core.base.admin_api import LIMIT_FIELDS, PAUSED
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.span import span_text
 from llmtop.tui.view.commands import label_of
@@ -54,6 +54,45 @@ def unseen_events(t: float, events: Sequence[Mapping[str, Any]]) -> list[LogEven
         text = "admission PAUSED" if e.get("new") else "admission resumed"
         out.append(LogEvent(t, "limit", text + who([e])))
     return out
+
+
+def who_made(lines: Sequence[LogEvent], events: Sequence[Mapping[str, Any]]) -> list[LogEvent]:
+    """One poll's lines (`diff_events`) with who made its limit changes and pauses, from the
+    gateway's /admin/events entries that came with that poll (their `source`): `limits: cap 8
+    -> 6 (by carol)`, `admission PAUSED (by bob)`, as the past's lines say it. The autopilot is
+    not named again on a line that already says `(autopilot: ...)`."""
+
+    def names(fields: Collection[str]) -> list[str]:
+        return sorted(
+            {str(e["source"]) for e in events if e.get("source") and e.get("field") in fields}
+        )
+
+    limits, pauses = names(LIMIT_FIELDS), names((PAUSED,))
+    out: list[LogEvent] = []
+    for line in lines:
+        if line.kind != "limit":
+            who: list[str] = []
+        elif line.text.startswith("limits: "):
+            who = [n for n in limits if n != "autopilot" or "(autopilot: " not in line.text]
+        else:
+            who = pauses
+        out.append(replace(line, text=f"{line.text} (by {', '.join(who)})") if who else line)
+    return out
+
+
+def poll_lines(
+    prev: Snapshot | None, snap: Snapshot, events: Sequence[Mapping[str, Any]] = ()
+) -> list[LogEvent]:
+    """The log's lines for one poll, its gateway's events (`RawPoll.events`) joined: on a poll
+    with the gateway's stats, whose diff shows the change, they only say who made it
+    (`who_made`); on one without (Prometheus' range), they are the change (`unseen_events`).
+    A change is never two lines (as `past_events` and report's `limit_changes`)."""
+    lines = diff_events(prev, snap)
+    if not events:
+        return lines
+    if snap.gateway is not None:
+        return who_made(lines, events)
+    return [*lines, *unseen_events(snap.time, events)]
 
 
 def past_events(
