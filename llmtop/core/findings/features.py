@@ -50,7 +50,7 @@ def _earlier(
 def _lookback(ctx: Context, since: float) -> Sequence[Snapshot]:
     """The history's snapshots that may lie between `since` and a window ago: the slice found
     by bisection when the pipeline vouches that their times rise (it keeps ~10 minutes, the
-    look-back is a minute: testing them all was a fifth of a poll's fold), else all of them.
+    look-back is a minute: testing them all was a sixth of a poll's fold, py-spy), else all.
     The caller's tests still decide, so what is yielded is what a scan of all would yield."""
     history = ctx.history
     if not isinstance(history, RisingHistory):
