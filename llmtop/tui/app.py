@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -20,16 +20,16 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer, Input
+from textual.worker import get_current_worker
 
-from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
 from llmtop.tui.charts import Charts
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
-from llmtop.tui.messages import PollFailed, SnapshotArrived
-from llmtop.tui.past import PastSource, PastUpdate
+from llmtop.tui.messages import PastReplayMade, PollFailed, SnapshotArrived
+from llmtop.tui.past import PastSource, PastUpdate, Stop
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.chart_data import CombinedEngines
@@ -52,6 +52,9 @@ from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel, shown
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
+
+if TYPE_CHECKING:
+    from llmtop.recording.replay import ReplaySource
 
 W = TypeVar("W", bound=Widget)
 
@@ -108,10 +111,12 @@ class LlmtopApp(App[int]):
         super().__init__()
         self.past = past
         """The console's past (the gateway's history, Prometheus'): taken as it comes."""
-        self.past_polls: list[RawPoll] | None = None
+        self.past_replay: ReplaySource | None = None
+        """Set by `h` before the app exits: the past as a replay, ready (launch.py runs it)."""
+        self._opening_past = False
+        """`h` is making the replay (a second `h` meanwhile is ignored)."""
         self._past_lines = 0
         """How many lines atop the log are the past's."""
-        """Set by `h` before the app exits: the polls to replay (launch.py replays them)."""
         self.source = source
         self.monitor = monitor
         self.health = health
@@ -408,13 +413,44 @@ class LlmtopApp(App[int]):
         self._render_all(charts=True)
 
     def action_past(self) -> None:
-        """`h`: the past and what came since as a replay (launch.py runs it, then live again)."""
-        polls = self.past.polls() if self.past is not None else []
-        if len(polls) < 2:
+        """`h`: the past and what came since as a replay (launch.py runs it, then live again).
+        Making it (an hour: seconds of decoding, encoding, folding) is a thread worker's:
+        the live console goes on meanwhile, saying so, and leaves for the replay once it is
+        ready. A second `h` meanwhile is ignored, and said to be."""
+        if self._opening_past:
+            self.notify("still opening the past (h again is ignored)", timeout=2)
+            return
+        if self.past is None or self.past.held < 2:
             why = past_label(self.past.state) if self.past is not None else "past: off"
             self.notify(f"no past to replay ({why})", severity="warning", timeout=3)
             return
-        self.past_polls = polls
+        self._opening_past = True
+        self.notify("opening the past as a replay…", timeout=120)
+        make = self.past.replay_maker(self.health)
+        why = past_label(self.past.state)
+        self.run_worker(
+            partial(self._make_past, make, why), name="past", thread=True, exit_on_error=False
+        )
+
+    def _make_past(self, make: Callable[[Stop], ReplaySource | None], why: str) -> None:
+        """The `h` key's worker, on a thread: the replay made, then posted (never awaited: the
+        app may be quitting, and stops it through the worker's cancel)."""
+        worker = get_current_worker()
+        try:
+            replay = make(lambda: worker.is_cancelled)
+        except Exception as e:  # a bug must not leave `h` dead or reach the terminal
+            replay, why = None, one_line(e)
+        if not worker.is_cancelled:
+            self.post_message(PastReplayMade(replay, why))
+
+    def on_past_replay_made(self, message: PastReplayMade) -> None:
+        """The past's replay is ready: the app exits for it (launch.py runs it)."""
+        self._opening_past = False
+        self.clear_notifications()
+        if message.replay is None:
+            self.notify(f"no past to replay ({message.why})", severity="warning", timeout=3)
+            return
+        self.past_replay = message.replay
         self.exit(0)
 
     def on_resize(self) -> None:

@@ -10,7 +10,6 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmtop.core.base.raw import RawPoll
 from llmtop.core.pipeline.span import span_text
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.settings import HealthSettings, MonitorSettings
@@ -23,6 +22,7 @@ from llmtop.whatif.feed import with_whatif
 
 if TYPE_CHECKING:
     from llmtop.recording.reader import Recording
+    from llmtop.recording.replay import ReplaySource
 
 
 def run_live(
@@ -65,9 +65,9 @@ def run_live(
         recording = recorder.recording
         result = app.run()
         code = int(result or 0) if app.return_code is None else app.return_code
-        if app.past_polls is None or past is None:
+        if app.past_replay is None or past is None:
             return code
-        if not replay_past(app.past_polls, past.state, health):
+        if not replay_past(app.past_replay, past.state, health):
             return 0
         if recording and not recorder.recording:  # the live app's exit closed it: append
             recorder.open()
@@ -116,22 +116,17 @@ def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, 
     return "gateway", from_gateway, None
 
 
-def replay_past(polls: list[RawPoll], state: PastState, health: HealthSettings) -> bool:
-    """The past and what came since as a replay at its end (paused); True when its `h` asks
-    to go back to live, False when it quit."""
-    from llmtop.core.pipeline.past import recording_of
-    from llmtop.core.record.encode import header
-    from llmtop.recording.replay import ReplaySource
+def replay_past(source: ReplaySource, state: PastState, health: HealthSettings) -> bool:
+    """The past and what came since as a replay at its end (paused), made by the live app's
+    `h` (`PastSource.replay`); True when its `h` asks to go back to live, False when it quit."""
     from llmtop.tui.replay_app import ReplayApp
 
-    targets: dict[str, object] = {"vllm": [], "prometheus": None, "gateway": None}
-    recording = recording_of(polls, f"{state.source} history", header(1.0, targets, polls[0].time))
-    source = ReplaySource(recording, health, paused=True)
-    source.seek_end()
     monitor = MonitorSettings(vllm_urls=("history",), gateway_url=None, read_only=True)
-    span = span_text(polls[-1].time - polls[0].time)
-    title = f"llmtop: the last {span} from {state.source} history (h: back to live)"
-    app = ReplayApp(source, monitor=monitor, health=health, title=title, live_key=True)
+    times = source.recording.times
+    title = f"llmtop: the last {span_text(times[-1] - times[0])} from {state.source} history"
+    app = ReplayApp(
+        source, monitor=monitor, health=health, title=f"{title} (h: back to live)", live_key=True
+    )
     app.run()
     return app.back_to_live
 

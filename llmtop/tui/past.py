@@ -16,21 +16,27 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.past import PastFold, onto_live
 from llmtop.core.pipeline.pipeline import Pipeline
+from llmtop.settings import HealthSettings
 from llmtop.tui.view.past import PastState
 from llmtop.tui.view.present import LogEvent
 
 if TYPE_CHECKING:
     from llmtop.recording.reader import Recording
+    from llmtop.recording.replay import ReplaySource
 
 PastFetch = Callable[[float], Awaitable["Recording"]]
 """Read the last so many seconds of the past (`sources.history.gateway_history`,
 `sources.prometheus_history`), bound."""
+
+Stop = Callable[[], bool]
+"""Whether a thread's work is to stop (the app's worker was cancelled: the app quits)."""
 
 WAIT_S = 2.0
 """The most the first frame waits for the past; a later past fills in when it comes."""
@@ -108,6 +114,58 @@ class _Decoded(Sequence[RawPoll]):
         return onto_live((self.recording.raw(i),), self.live_urls)[0]
 
 
+def polls_of(
+    past: Sequence[RawPoll],
+    live: Sequence[RawPoll],
+    asked_s: float,
+    stop: Stop = lambda: False,
+) -> list[RawPoll]:
+    """The past before the first live poll, then the live polls, of the last `asked_s`
+    ([] once `stop()` is true)."""
+    first_live = live[0].time if live else float("inf")
+    polls: list[RawPoll] = []
+    for p in past:
+        if stop():
+            return []
+        if p.time < first_live:
+            polls.append(p)
+    polls += live
+    if not polls:
+        return []
+    since = polls[-1].time - max(asked_s, 0.0)
+    return [p for p in polls if p.time >= since]
+
+
+def replay_of(
+    past: Sequence[RawPoll],
+    live: Sequence[RawPoll],
+    asked_s: float,
+    name: str,
+    health: HealthSettings,
+    stop: Stop,
+) -> ReplaySource | None:
+    """`polls_of` as an in-memory recording's replay, paused at its end with every snapshot
+    computed, so it opens on its last moment at once (a thread's work: `PastSource.replay`).
+    None: fewer than 2 polls, or `stop()` came true (it is asked every few polls)."""
+    from llmtop.core.pipeline.past import recording_of
+    from llmtop.core.record.encode import header
+    from llmtop.recording.replay import ReplaySource
+
+    polls = polls_of(past, live, asked_s, stop)
+    if len(polls) < 2 or stop():
+        return None
+    targets: dict[str, object] = {"vllm": [], "prometheus": None, "gateway": None}
+    recording = recording_of(polls, name, header(1.0, targets, polls[0].time))
+    replay = ReplaySource(recording, health, paused=True)
+    for i in range(0, len(recording), 20):
+        if stop():
+            return None
+        replay.snapshot(i)
+    replay.snapshot(len(recording) - 1)
+    replay.seek_end()
+    return replay
+
+
 class PastSource:
     """A SnapshotSource: `collector`'s polls, its pipeline first fed the past `fetch` reads."""
 
@@ -173,13 +231,20 @@ class PastSource:
         return update
 
     def polls(self) -> list[RawPoll]:
-        """The past and the live polls since, of the last `asked_s` (the replay key's)."""
-        first_live = self._live[0].time if self._live else float("inf")
-        polls = [p for p in self._past if p.time < first_live] + list(self._live)
-        if not polls:
-            return []
-        since = polls[-1].time - max(self.state.asked_s, 0.0)
-        return [p for p in polls if p.time >= since]
+        """The past and the live polls since, of the last `asked_s` (decodes them all)."""
+        return polls_of(self._past, tuple(self._live), self.state.asked_s)
+
+    @property
+    def held(self) -> int:
+        """How many polls the replay key could show at most (the past's and the live ones)."""
+        return len(self._past) + len(self._live)
+
+    def replay_maker(self, health: HealthSettings) -> Callable[[Stop], ReplaySource | None]:
+        """What makes the replay key's replay (`replay_of`), holding what it reads as it is now
+        (the live polls go on arriving): an hour is seconds of decoding, encoding and folding,
+        so the app calls it on a thread, with what says to stop."""
+        name = f"{self.state.source} history"
+        return partial(replay_of, self._past, tuple(self._live), self.state.asked_s, name, health)
 
     async def _load(self, fetch: PastFetch) -> None:
         """The last `FIRST_S` first (what the first frame waits for), then, when there may be

@@ -12,7 +12,10 @@ polls to a replay. A gateway without history is one line in the header and the l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,14 +26,17 @@ from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.record.decode import Recording
+from llmtop.recording.replay import ReplaySource
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.history import gateway_history
+from llmtop.tui import past as tui_past
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.past import PastSource
+from llmtop.tui.screens.help import HelpScreen
 from llmtop.tui.widgets.eventlog import EventLog
 from llmtop.tui.widgets.header import StatusHeader
 from tests.support import past_story, story
-from tests.support.tui import log_texts, until
+from tests.support.tui import log_texts, notes, until
 
 TOKEN = "s3cret-admin"
 
@@ -114,20 +120,71 @@ async def test_the_first_frame_shows_the_incident_from_its_onset(gateway: Server
         assert "cap 256 -> 9" in shown
         assert await until(pilot, lambda: not past.state.loading, timeout_s=30)  # the hour
         await pilot.press("h")
-        await pilot.pause()
-    assert app.past_polls is not None
-    assert app.past_polls[0].time == polls[0].time  # the story from its start, and the live
-    assert app.past_polls[-1].time >= polls[past_story.opened_at()].time
+        assert await until(pilot, lambda: app.past_replay is not None, timeout_s=30)
+    assert app.past_replay is not None
+    times = app.past_replay.recording.times
+    assert times[0] == polls[0].time  # the story from its start, and the live
+    assert times[-1] >= polls[past_story.opened_at()].time
+    assert app.past_replay.computed == len(times)  # ready: the replay opens at once
+    assert app.past_replay.playhead().at_end
     assert past.state.error is None
 
 
-async def test_a_gateway_without_history_says_so_and_live_goes_on(gateway: ServerThread) -> None:
-    app, _ = console(gateway.url + "/off")
+async def test_h_makes_the_replay_off_the_loop_and_keys_go_on_meanwhile(
+    gateway: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    making = threading.Event()
+    replay_of = tui_past.replay_of
+
+    def slow_replay_of(*args: Any) -> ReplaySource | None:
+        making.set()
+        assert gate.wait(30)
+        return replay_of(*args)
+
+    monkeypatch.setattr(tui_past, "replay_of", slow_replay_of)
+    app, past = console(gateway.url)
     async with app.run_test(size=(120, 40)) as pilot:
         assert await until(pilot, app.first_snapshot.is_set, timeout_s=15)
-        assert await until(pilot, lambda: any("past: none" in t for t in log_texts(app)))
-        header = app.query_one(StatusHeader).render().plain
-        assert "past: none — gateway history off:" in header
-        assert "(503" in next(t for t in log_texts(app) if t.startswith("past: none"))
-        assert app.snapshot is not None
-        assert not app.snapshot.findings  # nothing read as known: the windows start empty
+        assert await until(pilot, lambda: not past.state.loading, timeout_s=30)
+        await pilot.press("h")
+        assert await until(pilot, making.is_set)
+        assert "opening the past as a replay…" in notes(app)
+        await pilot.press("h")  # while it is made: ignored, and said
+        assert "still opening the past (h again is ignored)" in notes(app)
+        await pilot.press("question_mark")  # keys go on: the help opens and closes
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        assert app.past_replay is None
+        assert app.is_running
+        gate.set()
+        assert await until(pilot, lambda: app.past_replay is not None, timeout_s=30)
+    assert app.past_replay is not None
+    assert app.past_replay.playhead().at_end
+
+
+async def test_quitting_while_the_replay_is_made_stops_it(
+    gateway: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stops: list[Callable[[], bool]] = []
+    stopped = threading.Event()
+
+    def stuck_replay_of(*args: Any) -> ReplaySource | None:
+        """Never done, but asks whether to stop as `replay_of` does between polls."""
+        stops.append(args[-1])
+        while not args[-1]():
+            time.sleep(0.01)
+        stopped.set()
+        return None
+
+    monkeypatch.setattr(tui_past, "replay_of", stuck_replay_of)
+    app, _ = console(gateway.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await until(pilot, app.first_snapshot.is_set, timeout_s=15)
+        await pilot.press("h")
+        assert await until(pilot, lambda: bool(stops))
+        assert not stops[0]()
+        await pilot.press("q")
+    assert stopped.wait(5)  # the worker's cancel reached the thread: the exit did not hang
+    assert app.past_replay is None
