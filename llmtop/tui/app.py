@@ -22,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
+from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.gateway import AdminClient
@@ -33,7 +34,13 @@ from llmtop.tui.past import PastSource, PastUpdate, Stop
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.chart_data import CombinedEngines
-from llmtop.tui.view.past import connected_line, past_events, past_label, poll_lines
+from llmtop.tui.view.past import (
+    connected_line,
+    past_events,
+    past_label,
+    poll_lines,
+    shown_by,
+)
 from llmtop.tui.view.present import (
     LogEvent,
     View,
@@ -61,6 +68,8 @@ W = TypeVar("W", bound=Widget)
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
 MAX_EVENTS = 500
+WHO_WAIT_S = 10.0
+"""The most a gateway's event waits for the poll whose stats show its change."""
 
 
 class LlmtopApp(App[int]):
@@ -107,8 +116,14 @@ class LlmtopApp(App[int]):
         history: Sequence[Snapshot] = (),
         exit_after_s: float | None = None,
         past: PastSource | None = None,
+        last_raw: Callable[[], RawPoll | None] | None = None,
     ) -> None:
         super().__init__()
+        self._last_raw = last_raw
+        """The last poll's raw inputs (the collector's): its gateway's events say who made a
+        change."""
+        self._who_waiting: list[tuple[float, Mapping[str, Any]]] = []
+        """(poll time, event) of the live polls' gateway events not yet on a line."""
         self.past = past
         """The console's past (the gateway's history, Prometheus'): taken as it comes."""
         self.past_replay: ReplaySource | None = None
@@ -280,6 +295,9 @@ class LlmtopApp(App[int]):
             except Exception as e:  # a failing source is shown, never fatal
                 self.post_message(PollFailed(one_line(e)))
             else:
+                raw = self._last_raw() if self._last_raw is not None else None
+                if raw is not None and raw.events:  # kept here: a snapshot may replace another
+                    self._who_waiting += [(raw.time, e) for e in raw.events]
                 self.post_message(SnapshotArrived(snap))
             deadline += interval
             now = time.monotonic()
@@ -321,8 +339,20 @@ class LlmtopApp(App[int]):
         self.first_snapshot.set()
 
     def _events_for(self, prev: Snapshot | None, snap: Snapshot) -> Sequence[Mapping[str, Any]]:
-        """The gateway's /admin/events entries that go with `snap` (who made its changes)."""
-        return ()
+        """The gateway's /admin/events entries that go with `snap`: those of the live polls up
+        to it whose change it shows (`shown_by`: who made it). The collector reads the stats,
+        then the events: a change between the two comes as an event one poll before the stats
+        show it, so an event waits for its change up to `WHO_WAIT_S`."""
+        if not self._who_waiting:
+            return ()
+        events = [e for t, e in self._who_waiting if t <= snap.time]
+        shown = shown_by(prev, snap, events)
+        self._who_waiting = [
+            (t, e)
+            for t, e in self._who_waiting
+            if t > snap.time - WHO_WAIT_S and not any(e is s for s in shown)
+        ]
+        return shown
 
     def on_poll_failed(self, message: PollFailed) -> None:
         if self.poll_error != message.error:

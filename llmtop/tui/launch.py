@@ -7,6 +7,7 @@ what `top`'s first frame does not show is imported when used (test_import_hygien
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,7 @@ def run_live(
             title=title,
             exit_after_s=exit_after_s,
             past=past,
+            last_raw=partial(getattr, past or collector, "last_raw"),
         )
         recording = recorder.recording
         result = app.run()

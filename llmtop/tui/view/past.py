@@ -80,6 +80,26 @@ def who_made(lines: Sequence[LogEvent], events: Sequence[Mapping[str, Any]]) -> 
     return out
 
 
+def shown_by(
+    prev: Snapshot | None, cur: Snapshot, events: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Those of the gateway's events whose change the gateway's stats show from `prev` to
+    `cur`: a limit that moved to the event's new value, a pause or resume. An event the stats
+    do not show (a change made in this console, shown when made) attaches to no other line."""
+    before = prev.gateway if prev is not None else None
+    now = cur.gateway
+    if before is None or now is None:
+        return []
+    out: list[Mapping[str, Any]] = []
+    for e in events:
+        name = e.get("field")
+        if name in LIMIT_FIELDS or name == PAUSED:
+            old, new = getattr(before, str(name)), getattr(now, str(name))
+            if old != new and new == e.get("new"):
+                out.append(e)
+    return out
+
+
 def poll_lines(
     prev: Snapshot | None, snap: Snapshot, events: Sequence[Mapping[str, Any]] = ()
 ) -> list[LogEvent]:
