@@ -20,7 +20,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer, Input
-from textual.worker import get_current_worker
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
@@ -29,7 +28,7 @@ from llmtop.sources.gateway import AdminClient
 from llmtop.tui.charts import Charts
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
-from llmtop.tui.messages import PastReplayMade, PollFailed, SnapshotArrived
+from llmtop.tui.messages import PollFailed, SnapshotArrived
 from llmtop.tui.past import PastSource, PastUpdate, Stop
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
@@ -59,6 +58,7 @@ from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel, shown
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
+from llmtop.tui.work import start_worker
 
 if TYPE_CHECKING:
     from llmtop.recording.replay import ReplaySource
@@ -444,7 +444,8 @@ class LlmtopApp(App[int]):
 
     def action_past(self) -> None:
         """`h`: the past and what came since as a replay (launch.py runs it, then live again).
-        Making it (an hour: seconds of decoding, encoding, folding) is a thread worker's:
+        Making it (an hour: seconds of decoding, encoding, folding) is a thread's (a worker
+        awaits it):
         the live console goes on meanwhile, saying so, and leaves for the replay once it is
         ready. A second `h` meanwhile is ignored, and said to be."""
         if self._opening_past:
@@ -458,29 +459,29 @@ class LlmtopApp(App[int]):
         self.notify("opening the past as a replay…", timeout=120)
         make = self.past.replay_maker(self.health)
         why = past_label(self.past.state)
-        self.run_worker(
-            partial(self._make_past, make, why), name="past", thread=True, exit_on_error=False
-        )
+        start_worker(self, partial(self._open_past, make, why), name="past", exit_on_error=False)
 
-    def _make_past(self, make: Callable[[Stop], ReplaySource | None], why: str) -> None:
-        """The `h` key's worker, on a thread: the replay made, then posted (never awaited: the
-        app may be quitting, and stops it through the worker's cancel)."""
-        worker = get_current_worker()
+    async def _open_past(self, make: Callable[[Stop], ReplaySource | None], why: str) -> None:
+        """The `h` key's worker: the replay made on a thread (`recording.background`), then
+        the app exits for it (launch.py runs it). Cancelled (the app quits): the thread is told
+        to stop, and nothing waits for it."""
+        from llmtop.recording.background import in_background
+
+        made, stop = in_background(make, name="llmtop-past")
         try:
-            replay = make(lambda: worker.is_cancelled)
+            replay = await made
+        except asyncio.CancelledError:
+            stop()
+            raise
         except Exception as e:  # a bug must not leave `h` dead or reach the terminal
             replay, why = None, one_line(e)
-        if not worker.is_cancelled:
-            self.post_message(PastReplayMade(replay, why))
-
-    def on_past_replay_made(self, message: PastReplayMade) -> None:
-        """The past's replay is ready: the app exits for it (launch.py runs it)."""
-        self._opening_past = False
+        finally:
+            self._opening_past = False
         self.clear_notifications()
-        if message.replay is None:
-            self.notify(f"no past to replay ({message.why})", severity="warning", timeout=3)
+        if replay is None:
+            self.notify(f"no past to replay ({why})", severity="warning", timeout=3)
             return
-        self.past_replay = message.replay
+        self.past_replay = replay
         self.exit(0)
 
     def on_resize(self) -> None:
