@@ -132,7 +132,7 @@ class ReplayApp(LlmtopApp):
         if j not in self._events:
             line = self.replay.recording.lines[j]
             events: tuple[dict[str, Any], ...] = ()
-            if b'"events":' in line:
+            if b'"events"' in line:  # any spacing; nested ones cost a decode only
                 with contextlib.suppress(ValueError, AttributeError, TypeError):
                     found = json.loads(line).get("events") or ()
                     events = tuple(e for e in found if isinstance(e, dict))

@@ -8,12 +8,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from pathlib import Path
 from typing import Any
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.pipeline.past import recording_of
 from llmtop.core.record.encode import header
-from llmtop.recording.replay import ReplaySource
+from llmtop.recording.replay import ReplaySource, open_replay
+from llmtop.recording.writer import save_recording
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.tui.replay_app import ReplayApp
 from tests.support import story
@@ -100,3 +102,19 @@ async def test_where_the_gateways_stats_show_the_change_its_event_says_who_not_t
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         assert limit_lines(app) == ["limits: cap 256 -> 9 (by demo)"]
+
+
+async def test_replay_prometheus_saves_the_past_and_its_file_shows_the_change_too(
+    tmp_path: Path,
+) -> None:
+    """`llmtop replay --prometheus URL --since 30m` replays the past saved as a file."""
+    raws = prometheus_like(CAP_AT - 10, CAP_AT + 10)
+    targets: dict[str, object] = {"vllm": [], "prometheus": None, "gateway": None}
+    recording = recording_of(raws, "prometheus", header(1.0, targets, raws[0].time))
+    path = save_recording(recording, tmp_path, "prometheus")
+    source, monitor, _ = open_replay(str(path), HealthSettings(), paused=True)
+    source.seek_end()
+    app = ReplayApp(source, monitor=monitor, health=HealthSettings(), clock=lambda: 0.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        assert limit_lines(app) == [f"limits: cap 256 -> 9 ({WHO})"]
