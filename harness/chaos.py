@@ -299,11 +299,16 @@ def idle_fds(stack: Stack, gw: Proc) -> int:
     return gw.fds() - sum(n for p, n in gw.sockets_by_peer().items() if p in upstreams)
 
 
+HELD_PER_UPSTREAM = 4
+"""Keep-alive connections a gateway may hold to one upstream when idle: its /health probes, the
+replicas' scrape, the autopilot's and the history's (each /metrics, every second or two)."""
+
+
 def _settled(peers: dict[int, int], upstreams: set[int]) -> bool:
     """No client connection left and no more to the upstreams than probes and scrapes hold."""
     held = sum(n for port, n in peers.items() if port in upstreams)
     clients = sum(n for port, n in peers.items() if port not in upstreams and port != 0)
-    return clients == 0 and held <= 3 * len(upstreams)
+    return clients == 0 and held <= HELD_PER_UPSTREAM * len(upstreams)
 
 
 def check_resources(stack: Stack, run: Run) -> None:
@@ -326,7 +331,7 @@ def check_resources(stack: Stack, run: Run) -> None:
         fds1[g.incarnation] = g.fds() - held
         if clients:
             run.problems.append(f"{g.incarnation}: {clients} client connections left (a leak)")
-        if held > 3 * len(upstreams):
+        if held > HELD_PER_UPSTREAM * len(upstreams):
             run.problems.append(f"{g.incarnation}: {held} upstream connections idle (a leak)")
     rss1 = {g.incarnation: g.rss_kib() for g in stack.gateways}
     run.figures["fds_end_less_upstreams"], run.figures["rss_end_kib"] = fds1, rss1
