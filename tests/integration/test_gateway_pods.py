@@ -263,7 +263,7 @@ async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
 
     from llmtop.gateway.server.app import create_app
     from llmtop.settings import GatewaySettings
-    from llmtop.sources.kube import client
+    from llmtop.sources.kube import credentials
     from llmtop.sources.kube.upstreams import PodUpstreams
 
     ca = trustme.CA()
@@ -287,7 +287,7 @@ async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
         (account / "token").write_text("sa-token", encoding="utf-8")
         (account / "namespace").write_text("llm", encoding="utf-8")
         (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
-        monkeypatch.setattr(client, "SA_DIR", account)
+        monkeypatch.setattr(credentials, "SA_DIR", account)
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
         monkeypatch.delenv("KUBECONFIG", raising=False)

@@ -415,7 +415,7 @@ def test_inside_the_cluster_the_service_account_and_pod_ips(
 ) -> None:
     """No kubeconfig, in a pod: the service account's token, CA and namespace; each pod read
     at its IP (here loopback and the sim's port, by its annotation), not through the proxy."""
-    from llmtop.sources.kube import client
+    from llmtop.sources.kube import credentials
 
     ca = trustme.CA()
     emu = emulator(tls=ca, token="sa-token")
@@ -427,7 +427,7 @@ def test_inside_the_cluster_the_service_account_and_pod_ips(
     (account / "token").write_text("sa-token", encoding="utf-8")
     (account / "namespace").write_text("llm", encoding="utf-8")
     (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
-    monkeypatch.setattr(client, "SA_DIR", account)
+    monkeypatch.setattr(credentials, "SA_DIR", account)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config

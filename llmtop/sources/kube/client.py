@@ -1,7 +1,7 @@
-"""The one module that uses the Kubernetes client (kubernetes_asyncio): credentials from a
-kubeconfig context (token, client certificate, exec plugin) or the pod's service account, and
-pods listed and watched as the API's own JSON; every failure a `KubeError` or `ConfigError` in
-words. Nothing else in llmtop imports the client, so an upstream change breaks this file only.
+"""The Kubernetes client (kubernetes_asyncio) behind one `KubeApi`: pods and an InferencePool
+listed and watched as the API's own JSON, every failure a `KubeError` in words. Only this module
+and `credentials.py` (which API server, as whom) import the client, so an upstream change breaks
+these two files only.
 
 Why kubernetes_asyncio (not lightkube): it rides on aiohttp, the fleet's HTTP stack already
 (lightkube 1.x brings httpx2, a third stack); it is the Kubernetes project's own generated client,
@@ -13,22 +13,21 @@ a 401, a watch that resumes and relists) is done here and in `discovery.py`.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
-import os
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from llmtop.errors import ConfigError, KubeError
+from llmtop.errors import KubeError
+
+if TYPE_CHECKING:
+    from llmtop.sources.kube.credentials import ExecRefresh
 
 logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
 """The client logs what it raises (an exec plugin's failure) to stderr through logging's last
@@ -40,7 +39,6 @@ POOL_GROUP, POOL_VERSION, POOLS = "inference.networking.k8s.io", "v1", "inferenc
 """GAIE's InferencePool, as read here: api/v1/inferencepool_types.go of
 kubernetes-sigs/gateway-api-inference-extension (v1.0 and later): spec.selector.matchLabels,
 spec.targetPorts[0].number."""
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 @dataclass(frozen=True)
@@ -52,7 +50,7 @@ class PodList:
 
 
 class KubeApi:
-    """An authenticated connection to one API server; `connect` builds it."""
+    """An authenticated connection to one API server; `credentials.connect` builds it."""
 
     def __init__(
         self,
@@ -62,7 +60,7 @@ class KubeApi:
         context: str | None,
         namespace: str,
         in_cluster: bool,
-        refresh: _ExecRefresh | None = None,
+        refresh: ExecRefresh | None = None,
     ) -> None:
         self._api = api
         self._core: Any = k8s_client.CoreV1Api(api)
@@ -96,7 +94,7 @@ class KubeApi:
         try:
             token = await self._cfg.get_api_key_with_prefix("BearerToken")
         except (ConfigException, OSError, RuntimeError) as e:
-            raise KubeError(f"credentials of {self.where}: {_one_line(str(e))}") from None
+            raise KubeError(f"credentials of {self.where}: {one_line(str(e))}") from None
         return {"Authorization": str(token)} if token else {}
 
     def token_refused(self) -> None:
@@ -113,7 +111,7 @@ class KubeApi:
         try:
             body = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise KubeError(f"listing pods at {self.where}: {_one_line(str(e))}") from None
+            raise KubeError(f"listing pods at {self.where}: {one_line(str(e))}") from None
         finally:
             resp.release()
         try:
@@ -230,10 +228,10 @@ class KubeApi:
             raise KubeError(f"no answer from the Kubernetes API at {self.where}") from None
         except aiohttp.ClientError as e:
             raise KubeError(
-                f"the Kubernetes API at {self.where}: {type(e).__name__}: {_one_line(str(e))}"
+                f"the Kubernetes API at {self.where}: {type(e).__name__}: {one_line(str(e))}"
             ) from None
         except (ConfigException, OSError, RuntimeError) as e:  # the exec plugin, a cert file
-            raise KubeError(f"credentials of {self.where}: {_one_line(str(e))}") from None
+            raise KubeError(f"credentials of {self.where}: {one_line(str(e))}") from None
         if resp.status < 300:
             return resp
         try:
@@ -317,7 +315,7 @@ class WatchStream:
             try:
                 line = await self._resp.content.readline()
             except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as e:
-                why = _one_line(str(e)) or type(e).__name__
+                why = one_line(str(e)) or type(e).__name__
                 raise KubeError(
                     f"the watch of {self._what} at {self._where} dropped: {why}"
                 ) from None
@@ -340,112 +338,6 @@ class WatchStream:
         self._resp.close()
 
 
-async def connect(*, kubeconfig: str | None = None, context: str | None = None) -> KubeApi:
-    """The API of a kubeconfig context (`kubeconfig`, else $KUBECONFIG, else ~/.kube/config;
-    `context`, else its current one), or of the pod's service account when there is no
-    kubeconfig and the process runs in a cluster. ConfigError for a kubeconfig that cannot be
-    used as asked; nothing is sent to the API here."""
-    chosen = _context_of(kubeconfig, context)
-    if chosen is None:
-        return _in_cluster()
-    path, name, namespace = chosen
-    cfg = k8s_client.Configuration()
-    try:
-        loader = await k8s_config.load_kube_config(
-            config_file=path, context=name, client_configuration=cfg, persist_config=False
-        )
-    except Exception as e:  # the loader's errors, its exec plugin's included
-        why = _one_line(str(e)) or type(e).__name__
-        if why.startswith("exec:") or isinstance(e, OSError | RuntimeError):
-            raise KubeError(  # not a mistake in the file: the login it runs failed
-                f"the credentials of context {name} ({path}): its exec plugin failed: {why}"
-            ) from None
-        raise ConfigError(f"kubeconfig {path}, context {name}: {why}") from None
-    refresh = None
-    if "exec" in (loader._user or {}):
-        refresh = cfg.refresh_api_key_hook = _ExecRefresh(loader)
-    api = k8s_client.ApiClient(configuration=cfg)
-    return KubeApi(api, cfg, context=name, namespace=namespace, in_cluster=False, refresh=refresh)
-
-
-def _context_of(kubeconfig: str | None, context: str | None) -> tuple[str, str, str] | None:
-    """(kubeconfig path, context, its namespace); None for the pod's service account (no
-    kubeconfig named or found, inside a cluster); ConfigError for a missing file, an unknown
-    context or a file that is not a kubeconfig."""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    files = [p for p in path.split(os.pathsep) if p]
-    if not any(Path(p).exists() for p in files):
-        in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists()
-        if kubeconfig is None and in_pod:
-            return None
-        raise ConfigError(
-            f"no kubeconfig at {path} (give --kubeconfig, set KUBECONFIG, or run in a cluster)"
-        )
-    try:
-        contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
-    except ConfigException as e:
-        raise ConfigError(f"kubeconfig {path}: {_one_line(str(e))}") from None
-    except Exception as e:  # YAML that does not parse, or is no kubeconfig: the loader's own
-        why = _one_line(str(e)) or type(e).__name__  # errors (yaml's, TypeError, ...)
-        raise ConfigError(f"kubeconfig {path} is not a kubeconfig llmtop can read: {why}") from None
-    names = [str(c.get("name")) for c in contexts or []]
-    chosen = context or (str(current["name"]) if current else None)
-    if chosen is None:
-        raise ConfigError(f"kubeconfig {path} has no current context: give --k8s-context")
-    if chosen not in names:
-        known = ", ".join(names) or "none"
-        raise ConfigError(f"kubeconfig {path} has no context {chosen!r} (it has: {known})")
-    namespace = next(
-        (str(c["context"].get("namespace") or "default") for c in contexts if c["name"] == chosen),
-        "default",
-    )
-    return path, chosen, namespace
-
-
-def _in_cluster() -> KubeApi:
-    """The pod's service account: its token (re-read as the kubelet rotates it), CA and
-    namespace."""
-    cfg = k8s_client.Configuration()
-    try:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=cfg,
-            token_filename=str(SA_DIR / "token"),  # re-read each minute: the kubelet rotates it
-            cert_filename=str(SA_DIR / "ca.crt"),
-        )
-        namespace = (SA_DIR / "namespace").read_text(encoding="utf-8").strip() or "default"
-    except (ConfigException, OSError) as e:
-        raise ConfigError(f"in-cluster service account: {_one_line(str(e))}") from None
-    api = k8s_client.ApiClient(configuration=cfg)
-    return KubeApi(api, cfg, context=None, namespace=namespace, in_cluster=True)
-
-
-class _ExecRefresh:
-    """The hook the client awaits before each request: the exec plugin run again once its
-    credential's expirationTimestamp is a minute away (or a 401 asked for it); a credential
-    without one holds until a 401 (client-go does the same)."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self.force = False
-
-    async def __call__(self, cfg: Any) -> None:
-        expiry = getattr(self.loader, "exec_plugin_expiry", None)
-        if not self.force:
-            if not isinstance(expiry, datetime.datetime):
-                return
-            if expiry.tzinfo is None:
-                expiry = expiry.replace(tzinfo=datetime.timezone.utc)
-            soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
-            if expiry > soon:
-                return
-        self.force = False
-        if hasattr(self.loader, "exec_plugin_expiry"):
-            del self.loader.exec_plugin_expiry  # else the loader keeps its cached credential
-        await self.loader.load_from_exec_plugin()
-        if getattr(self.loader, "token", None):
-            cfg.api_key["BearerToken"] = self.loader.token
-
-
 def _ssl_context(cfg: Any) -> ssl.SSLContext:
     """The client's TLS settings as a context for aiohttp: the cluster's CA, the client
     certificate, insecure-skip-tls-verify."""
@@ -462,7 +354,7 @@ def _watch_error(status: Any, what: str = "pods") -> KubeError:
     """An ERROR event's Status as KubeError (410: the version is too old, relist)."""
     doc = status if isinstance(status, dict) else {}
     code = doc.get("code")
-    message = _one_line(str(doc.get("message") or doc.get("reason") or "an error event"))
+    message = one_line(str(doc.get("message") or doc.get("reason") or "an error event"))
     return KubeError(
         f"the watch of {what}: {message}", status=code if isinstance(code, int) else None
     )
@@ -473,11 +365,12 @@ def _status_message(body: bytes) -> str:
     try:
         doc = json.loads(body)
         if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-            return _one_line(doc["message"])
+            return one_line(doc["message"])
     except ValueError:
         pass
-    return _one_line(body.decode("utf-8", errors="replace"))[:200]
+    return one_line(body.decode("utf-8", errors="replace"))[:200]
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """`text` on one line, its runs of whitespace one space each."""
     return " ".join(text.split())

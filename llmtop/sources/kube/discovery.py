@@ -30,7 +30,8 @@ from llmtop.core.pipeline.pods import (
 from llmtop.core.pipeline.targets import Target
 from llmtop.errors import ConfigError, KubeError
 from llmtop.settings import MonitorSettings
-from llmtop.sources.kube.client import KubeApi, connect
+from llmtop.sources.kube.client import KubeApi
+from llmtop.sources.kube.credentials import connect
 
 ALL_NAMESPACES = "all"
 
