@@ -53,14 +53,15 @@ def attach(state: GatewayContext) -> Autopilot:
 async def metrics_text(state: GatewayContext, url: str, timeout: aiohttp.ClientTimeout) -> str:
     """An upstream's Prometheus text: at its dialect's path with `--engine-kind` (trtllm-serve's
     /prometheus/metrics), else /metrics, read again at trtllm-serve's path when /metrics
-    answered with its JSON. ScrapeError on a status other than 200."""
+    answered with its JSON. ScrapeError on a status other than 200 (worded as the console's
+    recorder words it: the history keeps it)."""
     assert state.session is not None
     kind = state.settings.engine_kind
     path = dialects.metrics_path(kind) or "/metrics"
     for _ in range(2):
         async with state.session.get(url + path, timeout=timeout, allow_redirects=False) as r:
             if r.status != 200:
-                raise ScrapeError(f"{path} returned {r.status}")
+                raise ScrapeError(f"HTTP {r.status} from {url}{path}")
             text = await r.text()
         other = None if kind is not None else dialects.metrics_path(None, text)
         if other is None or other == path:

@@ -26,6 +26,7 @@ from llmtop.core.dialects.catalog import detect, sample_names
 from llmtop.core.exposition import promtext
 from llmtop.errors import ConfigError, ScrapeError
 from llmtop.gateway.history.keeper import HistoryKeeper
+from llmtop.gateway.server.autopilot_loop import metrics_text
 from llmtop.gateway.server.context import GatewayContext
 from llmtop.gateway.server.wire import describe_error
 from llmtop.settings import GatewaySettings
@@ -85,19 +86,9 @@ class HistoryPoller:
         self._replica_events = state.balancer.events_total
 
     async def _engine(self, url: str) -> RawEngine:
-        session = self.state.session
-        assert session is not None
-        try:
-            async with session.get(
-                url + "/metrics",
-                timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
-                allow_redirects=False,
-                headers={"Accept-Encoding": "identity"},
-            ) as r:
-                if r.status != 200:
-                    raise ScrapeError(f"HTTP {r.status} from {url}/metrics")
-                text = await r.text()
-            samples = promtext.parse(text, KEEP)
+        timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+        try:  # the autopilot's read: the dialect's path (trtllm-serve's), --engine-kind's
+            samples = promtext.parse(await metrics_text(self.state, url, timeout), KEEP)
         except asyncio.TimeoutError:
             error = f"no answer from {url}/metrics within {SCRAPE_TIMEOUT_S:g} s"
             return RawEngine(url, None, error=error, engine=self._kinds.get(url))
