@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_recording import Load  # noqa: E402
+from bench_relay import lifespan_or_body  # noqa: E402
 
 from llmtop.core.base.raw import RawEngine, RawPoll  # noqa: E402
 from llmtop.core.exposition import promtext  # noqa: E402
@@ -256,14 +257,8 @@ BODY = b'{"model": "m", "prompt": "hello", "max_tokens": 64, "stream": true}'
 async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """An engine: /metrics the real capture, /health 200, anything else 64 SSE chunks 16 ms
     apart."""
-    if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            await send({"type": m["type"] + ".complete"})
-            if m["type"] == "lifespan.shutdown":
-                return
-    while (await receive()).get("more_body"):
-        pass
+    if await lifespan_or_body(scope, receive, send):
+        return
     path = scope["path"]
     if path in ("/metrics", "/health"):
         body = CAPTURE.read_bytes() if path == "/metrics" else b""

@@ -45,16 +45,24 @@ CHUNK = b'data: {"choices": [{"text": "token"}]}\n\n'
 BODY = b'{"model": "m", "prompt": "hello", "max_tokens": 4, "stream": true}'
 
 
-async def instant(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """An engine that answers at once: K chunks (?chunks=K, default 4) and [DONE]."""
+async def lifespan_or_body(scope: dict[str, Any], receive: Any, send: Any) -> bool:
+    """A raw ASGI upstream's start: True once it has answered the lifespan (nothing left to
+    do), else False with the request's body read (bench_history's upstream shares it)."""
     if scope["type"] == "lifespan":
         while True:
             m = await receive()
             await send({"type": m["type"] + ".complete"})
             if m["type"] == "lifespan.shutdown":
-                return
+                return True
     while (await receive()).get("more_body"):
         pass
+    return False
+
+
+async def instant(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An engine that answers at once: K chunks (?chunks=K, default 4) and [DONE]."""
+    if await lifespan_or_body(scope, receive, send):
+        return
     args = dict(kv.split("=", 1) for kv in scope["query_string"].decode().split("&") if kv)
     k, gap_s = int(args.get("chunks", 4)), float(args.get("gap_ms", 0)) / 1000
     await send(
