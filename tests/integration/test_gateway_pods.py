@@ -19,7 +19,7 @@ from harness.redis_server import redis_server
 from harness.terminal import Server, clean_env, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.support.gateway_sim import at_engine, engine_of, reached
-from tests.support.kube_api import KubeEmulator, pod, pool
+from tests.support.kube_api import KubeEmulator, in_cluster, pod, pool
 
 Start = Callable[..., ServerThread]
 pytestmark = pytest.mark.filterwarnings(
@@ -263,7 +263,6 @@ async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
 
     from llmtop.gateway.server.app import create_app
     from llmtop.settings import GatewaySettings
-    from llmtop.sources.kube import credentials
     from llmtop.sources.kube.upstreams import PodUpstreams
 
     ca = trustme.CA()
@@ -282,16 +281,7 @@ async def test_in_the_cluster_the_gateway_goes_to_the_pod_ips(
                     ],
                 )
             )
-        account = tmp_path / "serviceaccount"
-        account.mkdir()
-        (account / "token").write_text("sa-token", encoding="utf-8")
-        (account / "namespace").write_text("llm", encoding="utf-8")
-        (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
-        monkeypatch.setattr(credentials, "SA_DIR", account)
-        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
-        monkeypatch.delenv("KUBECONFIG", raising=False)
-        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+        in_cluster(monkeypatch, tmp_path, ca, emu.port)
         feed = PodUpstreams("app=vllm", retry_s=0.05)
         first = await feed.first()
         assert first == (a.url, b.url)  # their IPs and API ports, not the metrics port

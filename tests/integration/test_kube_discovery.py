@@ -6,10 +6,8 @@ drops and resumes; 410 Gone; the pod proxy serving a real `llmtop sim`'s /metric
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
 from llmtop.errors import ConfigError, KubeError
 from llmtop.sources.kube.discovery import PodDiscovery
-from tests.support.kube_api import KubeEmulator, Obj, pod
+from tests.support.kube_api import KubeEmulator, Obj, in_cluster, pod, until
 
 SELECTOR = "app=vllm"
 NEEDS = "the console needs pods get/list/watch and pods/proxy get"
@@ -60,15 +58,6 @@ def api_server(emulator: Callable[..., KubeEmulator], tmp_path: Path) -> tuple[K
     """An API server as a cluster serves it: HTTPS with its own CA, a bearer token."""
     emu = emulator(tls=trustme.CA(), token="s3cret-token")
     return emu, emu.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-async def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    """Wait for `check()` (the watch runs in the background), failing with `what`."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def discovery(kubeconfig: Path, **kwargs: Any) -> PodDiscovery:
@@ -415,22 +404,12 @@ def test_inside_the_cluster_the_service_account_and_pod_ips(
 ) -> None:
     """No kubeconfig, in a pod: the service account's token, CA and namespace; each pod read
     at its IP (here loopback and the sim's port, by its annotation), not through the proxy."""
-    from llmtop.sources.kube import credentials
-
     ca = trustme.CA()
     emu = emulator(tls=ca, token="sa-token")
     sim = start_sim(model_name="in-cluster")
     port = sim.url.rsplit(":", 1)[1]
     emu.put(pod("vllm-0", ip="127.0.0.1", annotations={"prometheus.io/port": port}))
-    account = tmp_path / "serviceaccount"
-    account.mkdir()
-    (account / "token").write_text("sa-token", encoding="utf-8")
-    (account / "namespace").write_text("llm", encoding="utf-8")
-    (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
-    monkeypatch.setattr(credentials, "SA_DIR", account)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(emu.port))
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    in_cluster(monkeypatch, tmp_path, ca, emu.port)
     code, out, err = snapshot_cli(capsys, "--json", "--window-s", "2")
     assert err == ""
     (row,) = json.loads(out)["fleet"]["replicas"]

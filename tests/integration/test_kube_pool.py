@@ -6,22 +6,19 @@ proxy."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
 from llmtop.core.pipeline.pods import read_pool
 from llmtop.errors import ConfigError, KubeError
 from llmtop.sources.kube.discovery import PodDiscovery
-from tests.support.kube_api import KubeEmulator, pod, pool
+from tests.support.kube_api import KubeEmulator, https_api, pod, pool, until
 
 POOL = "vllm-llama"
 TIER_A = {"app": "vllm", "tier": "a"}
@@ -36,17 +33,7 @@ def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def api_server(tmp_path: Path) -> Iterator[tuple[KubeEmulator, Path]]:
-    emu = KubeEmulator(tls=trustme.CA(), token="s3cret-token").start()
-    yield emu, emu.write_kubeconfig(tmp_path / "kubeconfig")
-    emu.stop()
-
-
-async def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+    yield from https_api(tmp_path)
 
 
 def discovery(kubeconfig: Path, **kwargs: Any) -> PodDiscovery:

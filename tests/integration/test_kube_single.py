@@ -11,11 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import trustme
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from tests.support.kube_api import KubeEmulator, pod
+from tests.support.kube_api import KubeEmulator, https_api, pod
 
 
 @pytest.fixture(autouse=True)
@@ -26,9 +25,7 @@ def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def api_server(tmp_path: Path) -> Iterator[tuple[KubeEmulator, Path]]:
-    emu = KubeEmulator(tls=trustme.CA(), token="s3cret-token").start()
-    yield emu, emu.write_kubeconfig(tmp_path / "kubeconfig")
-    emu.stop()
+    yield from https_api(tmp_path)
 
 
 @pytest.mark.slow(6)

@@ -17,12 +17,15 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+import trustme
 from aiohttp import web
 
 Obj = dict[str, Any]
@@ -483,6 +486,40 @@ class KubeEmulator:
 _POOL_GROUP = "inference.networking.k8s.io"
 _PASSED = {"content-type", "accept"}
 """Request headers the proxy passes on (Authorization is the API server's own)."""
+
+
+def https_api(tmp_path: Path) -> Iterator[tuple[KubeEmulator, Path]]:
+    """An API server as a cluster serves it (HTTPS with its own CA, a bearer token) and a
+    kubeconfig for it; stopped after. A fixture's body: `yield from https_api(tmp_path)`."""
+    emu = KubeEmulator(tls=trustme.CA(), token="s3cret-token").start()
+    yield emu, emu.write_kubeconfig(tmp_path / "kubeconfig")
+    emu.stop()
+
+
+async def until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Wait for `check()` (a watch runs in the background), failing with `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def in_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ca: trustme.CA, port: int) -> None:
+    """As in a pod: a service account (token `sa-token`, namespace `llm`, `ca`) at
+    tmp_path/serviceaccount, the API at 127.0.0.1:`port`, and no kubeconfig."""
+    from llmtop.sources.kube import credentials
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("sa-token", encoding="utf-8")
+    (account / "namespace").write_text("llm", encoding="utf-8")
+    (account / "ca.crt").write_bytes(ca.cert_pem.bytes())
+    monkeypatch.setattr(credentials, "SA_DIR", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(port))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
