@@ -57,10 +57,13 @@ def upstream_timeout(settings: GatewaySettings) -> aiohttp.ClientTimeout:
     )
 
 
+DEFAULT_UPSTREAM = "http://127.0.0.1:8000"
+
+
 def upstream_urls(text: str) -> list[str]:
-    """The upstreams of `--upstream` (repeated, or comma-separated), without trailing /."""
-    urls = [u.strip().rstrip("/") for u in text.split(",") if u.strip()]
-    return urls or ["http://127.0.0.1:8000"]
+    """The upstreams of `--upstream` (repeated, or comma-separated), without trailing /; none
+    for an empty one (a feed's first set may be empty: the caller picks the default)."""
+    return [u.strip().rstrip("/") for u in text.split(",") if u.strip()]
 
 
 def limits_of(settings: GatewaySettings) -> Limits:
@@ -136,10 +139,8 @@ class GatewayContext:
 
     def __post_init__(self) -> None:
         s = self.settings
-        urls = upstream_urls(s.upstream)
-        if self.following:
-            urls = [u.strip().rstrip("/") for u in s.upstream.split(",") if u.strip()]
-        self.base_url = urls[0] if urls else "http://127.0.0.1:8000"  # until the feed names one
+        urls = upstream_urls(s.upstream) or ([] if self.following else [DEFAULT_UPSTREAM])
+        self.base_url = urls[0] if urls else DEFAULT_UPSTREAM  # until the feed names one
         self.balancer = Balancer(
             urls,
             eject_s=s.eject_s,

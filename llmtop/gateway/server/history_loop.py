@@ -27,7 +27,7 @@ from llmtop.core.exposition import promtext
 from llmtop.errors import ConfigError, ScrapeError
 from llmtop.gateway.history.keeper import HistoryKeeper
 from llmtop.gateway.server.autopilot_loop import metrics_text
-from llmtop.gateway.server.context import GatewayContext
+from llmtop.gateway.server.context import GatewayContext, upstream_urls
 from llmtop.gateway.server.wire import describe_error
 from llmtop.settings import GatewaySettings
 
@@ -59,7 +59,7 @@ def keeper_of(settings: GatewaySettings, token: str | None) -> HistoryKeeper:
         )
     host = settings.listen.rpartition(":")[0] or "127.0.0.1"
     targets = {
-        "vllm": [u.strip().rstrip("/") for u in settings.upstream.split(",") if u.strip()],
+        "vllm": upstream_urls(settings.upstream),
         "gateway": f"http://{host}:{settings.listen.rpartition(':')[2]}",
         "dcgm": None,
         "source": "gateway history",
