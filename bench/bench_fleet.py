@@ -53,8 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from harness.http_ready import wait_ready
 from llmtop.settings import HealthSettings, MonitorSettings
 from llmtop.sources.fleet_collector import FleetCollector
 
@@ -75,18 +74,6 @@ def wait_file(path: Path, deadline_s: float) -> None:
         if time.monotonic() > end:
             raise SystemExit(f"{path} did not appear within {deadline_s} s")
         time.sleep(0.1)
-
-
-def wait_ready(url: str, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} not ready within {deadline_s} s")
 
 
 async def measure(

@@ -52,7 +52,8 @@ from harness.chaos_ledger import (
     schedule,
     tallies,
 )
-from harness.chaos_stack import MAX_BODY_BYTES, Proc, Stack, wait_for
+from harness.chaos_stack import MAX_BODY_BYTES, Proc, Stack
+from harness.http_ready import wait_ready
 
 WARMUP_S = 6.0
 TAIL_S = 4.0
@@ -406,7 +407,7 @@ def chaos(duration_s: float, out: Path, *, faults: bool = True, load_x: float = 
         run.figures["rss_warm_kib"] = {g.incarnation: g.rss_kib() for g in stack.gateways}
         asyncio.run(load(stack, run, duration_s - TAIL_S, rounds))
         for s in stack.sims:
-            wait_for(s.url + "/health", 30)
+            wait_ready(s.url + "/health", 30)
         at_rest(stack, run)
         status = stack.stop_tui()  # a client of the first gateway: gone before the count
         if tmux and status != 0:

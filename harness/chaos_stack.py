@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from harness.http_ready import wait_ready
 from harness.redis_server import RedisServer
 from harness.terminal import Terminal, clean_env
 from llmtop.serve.stack import free_port
@@ -31,19 +30,6 @@ GATEWAY_FLAGS = [
 longer than the clients' readiness poll (0.25 s), so no client is refused a connection."""
 MAX_BODY_BYTES = 65536
 """The gateways' max_body_bytes (env LLMTOP_MAX_BODY_BYTES): an oversized request is 70 KB."""
-
-
-def wait_for(url: str, timeout_s: float = 30.0, status: int = 200) -> None:
-    """Until GET `url` answers `status`; RuntimeError at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code == status:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} did not answer {status} within {timeout_s:g} s")
 
 
 @dataclass
@@ -73,7 +59,7 @@ class Proc:
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.spawn()
-        wait_for(self.url + self.health, timeout_s)
+        wait_ready(self.url + self.health, timeout_s)
 
     def spawn(self) -> None:
         """Start it, not waiting for it to answer."""
@@ -192,7 +178,7 @@ class Stack:
         for p in procs:
             p.spawn()
         for p in procs:
-            wait_for(p.url + p.health, 60)
+            wait_ready(p.url + p.health, 60)
 
     def stop_gateways(self) -> list[int]:
         """SIGTERM to every gateway at once; their exit codes once drained."""

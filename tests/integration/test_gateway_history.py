@@ -17,12 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from llmtop.core.record.decode import Recording
 from llmtop.recording.postmortem import build_report
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings
 from llmtop.sources.history import gateway_history
-from tests.support.gateway_queue import Burst, Stack, wait_ready, watch_burst
+from tests.support.gateway_queue import Burst, Stack, watch_burst
 
 pytestmark = [pytest.mark.slow(12), pytest.mark.timeout(90)]
 LLMTOP = [sys.executable, "-m", "llmtop"]

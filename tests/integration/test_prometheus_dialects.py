@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from llmtop.core.alerts.spec import AlertSpec
 from llmtop.core.base.snapshot import EngineStats
 from llmtop.core.output.rulesfile import render
@@ -34,7 +35,6 @@ from tests.support.prometheus import (
     find_prometheus,
     procs,
     start,
-    wait_ready,
     wait_scraped,
 )
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from harness.system_tools import system_binary
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.pipeline.fleet import FleetPipeline
@@ -39,7 +40,6 @@ from llmtop.sources.prometheus_history import (
 )
 from llmtop.tui.view.past import past_events
 from tests.support import past_story
-from tests.support.prometheus import wait_ready
 
 pytestmark = [
     pytest.mark.slow(20),

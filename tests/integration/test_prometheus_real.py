@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.http_ready import wait_ready
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import EngineStats, Fleet, FleetSnapshot, Snapshot
 from llmtop.core.pipeline.fleet import FleetPipeline
@@ -38,7 +39,6 @@ from tests.support.prometheus import (
     procs,
     start,
     start_prometheus,
-    wait_ready,
     wait_scraped,
 )
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.http_ready import wait_ready
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.recording.writer import Recorder, RecordingSource
 from llmtop.serve.stack import free_port
@@ -112,20 +113,6 @@ async def watch_burst(
         await admin.aclose()
         await source.aclose()
     return seen
-
-
-def wait_ready(url: str, deadline_s: float = 30.0) -> None:
-    import httpx
-
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} not ready within {deadline_s} s")
 
 
 class Stack:

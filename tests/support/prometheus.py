@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from harness.system_tools import system_binary
 from llmtop.serve.stack import free_port
 
@@ -41,18 +42,6 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
             p.wait()
         if p.stdout is not None:
             p.stdout.close()
-
-
-def wait_ready(url: str, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} not ready within {deadline_s} s")
 
 
 def start_prometheus(

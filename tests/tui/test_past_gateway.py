@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from llmtop.core.record.decode import Recording
 from llmtop.serve.stack import free_port
 from llmtop.settings import HealthSettings, MonitorSettings
@@ -27,7 +28,6 @@ from llmtop.sources.history import gateway_history
 from llmtop.tui.app import LlmtopApp
 from llmtop.tui.past import PastSource
 from llmtop.tui.widgets.header import StatusHeader
-from tests.support.gateway_queue import wait_ready
 from tests.support.tui import log_texts, until
 
 pytestmark = [pytest.mark.slow(20), pytest.mark.timeout(120)]
