@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,13 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.http_ready import wait_ready
 from harness.system_tools import system_binary
 from llmtop.serve.stack import free_port
-from tests.support.gateway_queue import Burst, Stack, load_command, wait_ready
+from tests.support.gateway_queue import Burst, Stack, load_command
+from tests.support.prometheus import procs
 
+__all__ = ["procs"]  # the fixture, used by name
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 SCRAPE_S, EVAL_S, FOR_S, KEEP_S = 1.0, 1.0, 3.0, 10.0
 NOTIFY_SLACK_S = 3.0
@@ -80,23 +83,10 @@ class Hook:
         raise AssertionError(f"no {status} {name} within {deadline_s:g} s; got {seen}")
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.terminate()
-    for p in started:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _start(args: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
-    procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+def _start(args: list[str], procs: list[subprocess.Popen[str]]) -> None:
+    procs.append(
+        subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    )
 
 
 def llmtop(*args: str) -> list[str]:
@@ -167,7 +157,7 @@ def _host(url: str) -> str:
 
 
 def test_the_alerts_reach_alertmanager_and_resolve(
-    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     prometheus = system_binary("prometheus")
     alertmanager = system_binary("prometheus-alertmanager")
