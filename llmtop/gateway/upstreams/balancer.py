@@ -255,8 +255,7 @@ class Balancer:
         r.kv_in_flight -= kv_blocks
         if r.state == DRAINING:
             if error is not None:
-                r.failures += 1
-                r.last_error = error
+                self.fail(r, error)  # counted only: it is leaving anyway
             if r.in_flight <= 0 and self._holds(r):
                 self._remove(r, "drained")
             return
