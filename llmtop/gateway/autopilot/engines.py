@@ -114,10 +114,8 @@ def without_preemptions(kind: str | None, sig: EngineSignals) -> EngineSignals:
 
 
 def _dialect(kind: str | None) -> Dialect | None:
-    if kind is None or "+" in kind:
-        first = None if kind is None else kind.split("+", 1)[0]
-        return BY_KIND.get(first or "")
-    return BY_KIND.get(kind)
+    """The dialect of `kind`; of a mixed fleet's ("a+b"), its first engine's."""
+    return None if kind is None else BY_KIND.get(kind.split("+", 1)[0])
 
 
 def _own(d: Dialect, vllm_name: str) -> str:
