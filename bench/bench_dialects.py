@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from bench_parse import medians_us
 
 from llmtop.core.base.raw import RawEngine, RawPoll
 from llmtop.core.exposition import promtext
@@ -60,20 +60,6 @@ def advanced(text: str, k: int) -> str:
             return m.group(0)
 
     return _COUNTING.sub(step, text)
-
-
-def medians_us(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Median wall time of one call of each, interleaved round by round, in microseconds."""
-    for fn in fns.values():
-        for _ in range(5):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) * 1e6 for name, ts in times.items()}
 
 
 def readers(kind: str, text: str, repeat: int) -> dict[str, Callable[[], object]]:
