@@ -35,6 +35,21 @@ def flags(parser: argparse.ArgumentParser, cls: type[Any], table: Iterable[Flag]
         flag(parser, cls, name, option, help=help, **kwargs)
 
 
+def kube_flags(selector_help: str) -> tuple[Flag, ...]:
+    """--k8s-selector (`selector_help`: what the command does with the pods), --inference-pool
+    and where to find them: the same rows on top, gateway and whatif."""
+    return (
+        ("k8s_selector", "--k8s-selector", selector_help, {"metavar": "LABELS"}),
+        ("inference_pool", "--inference-pool",
+         "instead of --k8s-selector: the pods of this InferencePool (its selector and target "
+         "port)", {"metavar": "NAME"}),
+        ("k8s_namespace", "--k8s-namespace",
+         "the pods' namespace, 'all' for every one (else the context's)", {"metavar": "NS"}),
+        ("k8s_context", "--k8s-context", "the kubeconfig context", {"metavar": "NAME"}),
+        ("kubeconfig", "--kubeconfig", "the kubeconfig file", {"metavar": "F"}),
+    )  # a table: one flag a row, read down its options  # fmt: skip
+
+
 P = TypeVar("P", argparse.ArgumentParser, argparse._ArgumentGroup)
 Row = tuple[str, str, dict[str, Any]]
 """(option, help, argparse keywords): one row of a command's table of flags that no settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmtop.commands._common import Flag, flags, limit_flags, load, slo_flags
+from llmtop.commands._common import Flag, flags, kube_flags, limit_flags, load, slo_flags
 from llmtop.core.pipeline.span import parse_span
 from llmtop.settings import GatewaySettings
 
@@ -38,12 +38,8 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
      "then no new connections; requests in flight get this long before an error ends them",
      {"metavar": "S", "type": float}),
     ("listen", "--listen", "address to listen on", {"metavar": "HOST:PORT"}),
-    ("k8s_selector", "--k8s-selector", "follow the Ready Kubernetes pods with these labels"
-     " as the upstreams (docs/kubernetes.md)", {"metavar": "LABELS"}),
-    ("inference_pool", "--inference-pool", "follow an InferencePool's pods", {"metavar": "NAME"}),
-    ("k8s_namespace", "--k8s-namespace", "the pods' namespace", {"metavar": "NS"}),
-    ("k8s_context", "--k8s-context", "the kubeconfig context", {"metavar": "NAME"}),
-    ("kubeconfig", "--kubeconfig", "the kubeconfig file", {"metavar": "F"}),
+    *kube_flags("follow the Ready Kubernetes pods with these labels as the upstreams"
+                " (docs/kubernetes.md)"),
 )  # a table: one flag a row, read down its options  # fmt: skip
 MODE_FLAGS: tuple[Flag, ...] = (
     ("autopilot", "--autopilot",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Flag, flags, slo_flags
+from llmtop.commands._common import Flag, flags, kube_flags, slo_flags
 from llmtop.core.pipeline.span import parse_span
 from llmtop.settings import MonitorSettings
 
@@ -40,18 +40,8 @@ MONITOR_FLAGS: tuple[Flag, ...] = (
     ("narrow_scrape", "--full-scrape",
      "scrape a fleet's /metrics in full: narrow_scrape off (on, a target that answers "
      "?name[]= sends only the series llmtop reads)", {"action": "store_const", "const": False}),
-    ("k8s_selector", "--k8s-selector",
-     "watch the Kubernetes pods with these labels, each a replica read through the API "
-     "server's pod proxy", {"metavar": "LABELS"}),
-    ("inference_pool", "--inference-pool",
-     "instead of --k8s-selector: the pods of this InferencePool (its selector and target port)",
-     {"metavar": "NAME"}),
-    ("k8s_namespace", "--k8s-namespace",
-     "with --k8s-selector: the pods' namespace, 'all' for every one (else the context's)",
-     {"metavar": "NS"}),
-    ("k8s_context", "--k8s-context", "with --k8s-selector: the kubeconfig context",
-     {"metavar": "NAME"}),
-    ("kubeconfig", "--kubeconfig", "with --k8s-selector: the kubeconfig file", {"metavar": "F"}),
+    *kube_flags("watch the Kubernetes pods with these labels, each a replica read through the "
+                "API server's pod proxy"),
 )  # a table: one flag a row, read down its options  # fmt: skip
 TOP_FLAGS: tuple[Flag, ...] = (
     ("interval_s", "--interval-s", "seconds between polls",

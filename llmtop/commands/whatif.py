@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmtop.commands._common import Row, rows, slo_flags
+from llmtop.commands._common import Row, kube_flags, rows, slo_flags
 from llmtop.settings import HealthSettings
 
 HELP = "predict TTFT, goodput and throughput for candidate caps, from the live /metrics"
@@ -43,14 +43,15 @@ FLAGS: tuple[Row, ...] = (
     ("--seed", "seed of the simulated traffic", {"type": int, "default": 0}),
     ("--json", "print one JSON object", {"action": "store_true"}),
 )  # a table: one flag a row, read down its options  # fmt: skip
-K8S = ("k8s_selector", "inference_pool", "k8s_namespace", "k8s_context", "kubeconfig")
-"""The console's discovery flags (commands/top.py); here they must name one pod."""
+K8S_FLAGS = kube_flags(
+    "the one Ready Kubernetes pod with these labels, read through the API server's pod proxy"
+)
+K8S = tuple(field for field, *_ in K8S_FLAGS)
+"""The console's discovery flags; here they must name one pod."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from llmtop.commands.top import MONITOR_FLAGS
-
-    rows(p, (*FLAGS, *((o, h, {**kw, "dest": f}) for f, o, h, kw in MONITOR_FLAGS if f in K8S)))
+    rows(p, (*FLAGS, *((o, h, {**kw, "dest": f}) for f, o, h, kw in K8S_FLAGS)))
     slo_flags(p)  # goodput: TTFT and mean ITL within them
     p.add_argument("--admin-token-file", metavar="F", help="file with the gateway admin token")
 
