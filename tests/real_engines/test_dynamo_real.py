@@ -6,10 +6,7 @@ its `dynamo_frontend_*` families read as the queue, the KV capacity and the late
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.real_engines import Burst, healthy, report, served
+from tests.support.real_engines import ALARMS, Burst, findings, healthy, report, served, snapshot
 
 pytestmark = pytest.mark.timeout(300)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-dynamo"
-LLMTOP = (sys.executable, "-m", "llmtop")
-ALARMS = ("warning", "critical")
 
 
 def _up(url: str) -> bool:
@@ -45,22 +40,8 @@ def dynamo_url() -> Iterator[str]:
         yield url
 
 
-def snapshot(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
-    args = ["--engine", url, "--gateway", "off", "--window-s", str(window_s), "--json"]
-    done = subprocess.run(
-        [*LLMTOP, "snapshot", *args],
-        capture_output=True,
-        text=True,
-        timeout=window_s + 60,
-        check=False,
-    )
-    assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
 def alarms(js: dict[str, Any]) -> list[str]:
-    every = [*js["findings"], *js.get("earlier_findings", [])]
-    return [f["id"] for f in every if f["severity"] in ALARMS]
+    return [f["id"] for f in findings(js) if f["severity"] in ALARMS]
 
 
 def test_dynamo_idle_then_under_load(dynamo_url: str) -> None:

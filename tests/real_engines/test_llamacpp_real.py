@@ -7,44 +7,20 @@ Each test prints what it measured (pytest -s); docs/engines-sources.md has a run
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from llmtop.serve.stack import free_port
-from tests.support.real_engines import Burst, gauge, report
+from tests.support.real_engines import ALARMS, LLMTOP, Burst, findings, gauge, report, snapshot
 
 pytestmark = pytest.mark.timeout(300)
-
-ALARMS = ("warning", "critical")
-LLMTOP = (sys.executable, "-m", "llmtop")
-
-
-def snapshot(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
-    """`llmtop snapshot --json` against the server: (exit code, its JSON)."""
-    args = ["--engine", url, "--gateway", "off", "--window-s", str(window_s), "--json"]
-    done = subprocess.run(
-        [*LLMTOP, "snapshot", *args],
-        capture_output=True,
-        text=True,
-        timeout=window_s + 60,
-        check=False,
-    )
-    assert done.stdout, done.stderr
-    return done.returncode, json.loads(done.stdout)
-
-
-def findings(js: dict[str, Any]) -> list[dict[str, Any]]:
-    return [*js["findings"], *js.get("earlier_findings", [])]
 
 
 def test_snapshot_of_the_idle_server_names_it_and_raises_nothing(idle_llamacpp: str) -> None:

@@ -1,21 +1,27 @@
 """What the tests against real engines other than vLLM share (tests/real_engines/): /health and
-llama-server's gauges read now, a bounded burst of streamed completions, the figures printed."""
+llama-server's gauges read now, `llmtop snapshot --json` of one, a bounded burst of streamed
+completions, the figures printed."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from llmtop.serve.stack import free_port
+
+LLMTOP = (sys.executable, "-m", "llmtop")
+ALARMS = ("warning", "critical")
 
 
 def healthy(url: str) -> bool:
@@ -39,6 +45,25 @@ def wait_idle(url: str, timeout_s: float = 120.0) -> None:
     while gauge(url, "llamacpp:requests_processing") or gauge(url, "llamacpp:requests_deferred"):
         assert time.monotonic() < deadline, "llama-server did not drain"
         time.sleep(0.5)
+
+
+def snapshot(url: str, window_s: float) -> tuple[int, dict[str, Any]]:
+    """`llmtop snapshot --json` against the engine at `url`: (exit code, its JSON)."""
+    args = ["--engine", url, "--gateway", "off", "--window-s", str(window_s), "--json"]
+    done = subprocess.run(
+        [*LLMTOP, "snapshot", *args],
+        capture_output=True,
+        text=True,
+        timeout=window_s + 60,
+        check=False,
+    )
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def findings(js: dict[str, Any]) -> list[dict[str, Any]]:
+    """A snapshot's findings, those still on and those seen earlier in its window."""
+    return [*js["findings"], *js.get("earlier_findings", [])]
 
 
 @dataclass
