@@ -29,17 +29,12 @@ from llmtop.tui.charts import Charts
 from llmtop.tui.controls import AdminControls, Recorder, one_line
 from llmtop.tui.keys import KeyRouter
 from llmtop.tui.messages import PollFailed, SnapshotArrived
-from llmtop.tui.past import PastSource, PastUpdate, Stop
+from llmtop.tui.past import PastSource
+from llmtop.tui.past_controls import LimitAuthors, PastControls
 from llmtop.tui.replica_nav import ReplicaNavigator
 from llmtop.tui.view.caps import candidate_caps
 from llmtop.tui.view.chart_data import CombinedEngines
-from llmtop.tui.view.past import (
-    connected_line,
-    past_events,
-    past_label,
-    poll_lines,
-    shown_by,
-)
+from llmtop.tui.view.past import poll_lines
 from llmtop.tui.view.present import (
     LogEvent,
     View,
@@ -58,7 +53,6 @@ from llmtop.tui.widgets.latency import LatencyPanel
 from llmtop.tui.widgets.panel import Panel, shown
 from llmtop.tui.widgets.sequences import SequencesPanel
 from llmtop.tui.widgets.throughput import ThroughputPanel
-from llmtop.tui.work import start_worker
 
 if TYPE_CHECKING:
     from llmtop.recording.replay import ReplaySource
@@ -68,8 +62,6 @@ W = TypeVar("W", bound=Widget)
 HISTORY_S = 600.0
 """Seconds of snapshots kept for the charts."""
 MAX_EVENTS = 500
-WHO_WAIT_S = 10.0
-"""The most a gateway's event waits for the poll whose stats show its change."""
 
 
 class LlmtopApp(App[int]):
@@ -119,19 +111,10 @@ class LlmtopApp(App[int]):
         last_raw: Callable[[], RawPoll | None] | None = None,
     ) -> None:
         super().__init__()
-        self._last_raw = last_raw
-        """The last poll's raw inputs (the collector's): its gateway's events say who made a
-        change."""
-        self._who_waiting: list[tuple[float, Mapping[str, Any]]] = []
-        """(poll time, event) of the live polls' gateway events not yet on a line."""
-        self.past = past
-        """The console's past (the gateway's history, Prometheus'): taken as it comes."""
-        self.past_replay: ReplaySource | None = None
-        """Set by `h` before the app exits: the past as a replay, ready (launch.py runs it)."""
-        self._opening_past = False
-        """`h` is making the replay (a second `h` meanwhile is ignored)."""
-        self._past_lines = 0
-        """How many lines atop the log are the past's."""
+        self.authors = LimitAuthors(last_raw)
+        """Who made the live polls' limit changes (`last_raw`: the collector's raw inputs)."""
+        self.pasts = PastControls(self, past)
+        """The console's past (the gateway's history, Prometheus'): taken as it comes; `h`."""
         self.source = source
         self.monitor = monitor
         self.health = health
@@ -210,7 +193,7 @@ class LlmtopApp(App[int]):
         if self._preload:
             self.call_after_refresh(self.charts.render)
         self.query_one(StatusHeader).recording = bool(getattr(self.recorder, "recording", False))
-        self._show_past_label()
+        self.pasts.show_label()
         self.run_worker(self._poll_loop(), name="poll", group="poll", exit_on_error=False)
         self.set_interval(min(1.0, self.monitor.interval_s), self._tick)
         if self._exit_after_s is not None:
@@ -295,9 +278,7 @@ class LlmtopApp(App[int]):
             except Exception as e:  # a failing source is shown, never fatal
                 self.post_message(PollFailed(one_line(e)))
             else:
-                raw = self._last_raw() if self._last_raw is not None else None
-                if raw is not None and raw.events:  # kept here: a snapshot may replace another
-                    self._who_waiting += [(raw.time, e) for e in raw.events]
+                self.authors.polled()
                 self.post_message(SnapshotArrived(snap))
             deadline += interval
             now = time.monotonic()
@@ -306,7 +287,7 @@ class LlmtopApp(App[int]):
             await asyncio.sleep(deadline - now)
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
-        self._take_past()
+        self.pasts.take()
         self.feed(message.snapshot)
         self._check_recorder()
 
@@ -339,20 +320,8 @@ class LlmtopApp(App[int]):
         self.first_snapshot.set()
 
     def _events_for(self, prev: Snapshot | None, snap: Snapshot) -> Sequence[Mapping[str, Any]]:
-        """The gateway's /admin/events entries that go with `snap`: those of the live polls up
-        to it whose change it shows (`shown_by`: who made it). The collector reads the stats,
-        then the events: a change between the two comes as an event one poll before the stats
-        show it, so an event waits for its change up to `WHO_WAIT_S`."""
-        if not self._who_waiting:
-            return ()
-        events = [e for t, e in self._who_waiting if t <= snap.time]
-        shown = shown_by(prev, snap, events)
-        self._who_waiting = [
-            (t, e)
-            for t, e in self._who_waiting
-            if t > snap.time - WHO_WAIT_S and not any(e is s for s in shown)
-        ]
-        return shown
+        """The gateway's events that go with `snap`, who made its changes (a replay's own)."""
+        return self.authors.events_for(prev, snap)
 
     def on_poll_failed(self, message: PollFailed) -> None:
         if self.poll_error != message.error:
@@ -363,7 +332,7 @@ class LlmtopApp(App[int]):
     def _tick(self) -> None:
         """Keep the age and the stale mark true while no poll arrives; a late past fills in."""
         if self.snapshot is not None:
-            self._take_past()
+            self.pasts.take()
         view = self.view()
         if view is None:
             return
@@ -409,80 +378,15 @@ class LlmtopApp(App[int]):
             self.charts.render()
         self.replica_nav.show(view, self.history, charts=charts)
 
-    # -- the past ---------------------------------------------------------------------------
+    # -- the past: its own part (past_controls.py) -------------------------------------------
 
-    def _take_past(self) -> None:
-        """Show what is new of the past: the header's words, and once it is in, its snapshots
-        in the charts, its events marked in the log before the live ones."""
-        update = self.past.take() if self.past is not None else None
-        if update is None:
-            return
-        self._show_past_label()
-        if update.snapshots:
-            self._fill_past(update)
-        self.log_events(*update.lines)
-
-    def _show_past_label(self) -> None:
-        label = past_label(self.past.state) if self.past is not None else ""
-        for header in self._widgets(StatusHeader):
-            header.past = label
-
-    def _fill_past(self, update: PastUpdate) -> None:
-        """The past's snapshots in the charts and its lines atop the log (instead of an earlier,
-        shorter past's: the recent past comes first, the rest of the hour after it)."""
-        live_events = list(self.events)[self._past_lines :]
-        past = update.snapshots
-        connected = connected_line(past[-1].time, update.state, len(past))
-        lines = [*past_events(past, update.who, update.unseen), connected]
-        self._past_lines = len(lines)
-        self.events.clear()
-        self.log_events(*lines, *live_events)
-        self.history.clear()
-        self.history.extend((*past, *update.live))
-        self.snapshot = (update.live or past)[-1]
-        self._render_all(charts=True)
+    @property
+    def past_replay(self) -> ReplaySource | None:
+        """Set by `h` before the app exits: the past as a replay, ready (launch.py runs it)."""
+        return self.pasts.replay
 
     def action_past(self) -> None:
-        """`h`: the past and what came since as a replay (launch.py runs it, then live again).
-        Making it (an hour: seconds of decoding, encoding, folding) is a thread's (a worker
-        awaits it):
-        the live console goes on meanwhile, saying so, and leaves for the replay once it is
-        ready. A second `h` meanwhile is ignored, and said to be."""
-        if self._opening_past:
-            self.notify("still opening the past (h again is ignored)", timeout=2)
-            return
-        if self.past is None or self.past.held < 2:
-            why = past_label(self.past.state) if self.past is not None else "past: off"
-            self.notify(f"no past to replay ({why})", severity="warning", timeout=3)
-            return
-        self._opening_past = True
-        self.notify("opening the past as a replay…", timeout=120)
-        make = self.past.replay_maker(self.health)
-        why = past_label(self.past.state)
-        start_worker(self, partial(self._open_past, make, why), name="past", exit_on_error=False)
-
-    async def _open_past(self, make: Callable[[Stop], ReplaySource | None], why: str) -> None:
-        """The `h` key's worker: the replay made on a thread (`recording.background`), then
-        the app exits for it (launch.py runs it). Cancelled (the app quits): the thread is told
-        to stop, and nothing waits for it."""
-        from llmtop.recording.background import in_background
-
-        made, stop = in_background(make, name="llmtop-past")
-        try:
-            replay = await made
-        except asyncio.CancelledError:
-            stop()
-            raise
-        except Exception as e:  # a bug must not leave `h` dead or reach the terminal
-            replay, why = None, one_line(e)
-        finally:
-            self._opening_past = False
-        self.clear_notifications()
-        if replay is None:
-            self.notify(f"no past to replay ({why})", severity="warning", timeout=3)
-            return
-        self.past_replay = replay
-        self.exit(0)
+        self.pasts.open()
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.charts.render)
