@@ -296,8 +296,10 @@ def _fast(text: str, keep: KeepNames) -> tuple[Sample, ...] | None:
                 return None
             if sample is not _SKIPPED_SAMPLE:
                 out.append(bare.named(sample))
-        elif line.startswith(("# HELP ", "# TYPE ")) and keep(line.split(" ", 3)[2].rstrip("\n")):
-            if line.split(" ", 3)[2].rstrip("\n") == bare.name:
+        elif line.startswith(("# HELP ", "# TYPE ")) and keep(
+            named := line.split(" ", 3)[2].rstrip("\n")
+        ):
+            if named == bare.name:
                 return None
             bare.name = None
     return tuple(out)
