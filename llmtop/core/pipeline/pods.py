@@ -124,15 +124,23 @@ def pod_target(pod: Pod, *, api_server: str | None, name: str | None = None) -> 
     """The pod as a fleet target: its base URL through the API server's pod proxy
     (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy`, whose /metrics the scraper reads) when
     `api_server` is given (from outside the cluster), else its IP (from inside)."""
-    if api_server is not None:
-        ns, pod_name = quote(pod.namespace, safe=""), quote(pod.name, safe="")
-        url = f"{api_server.rstrip('/')}/api/v1/namespaces/{ns}/pods/{pod_name}:{pod.port}/proxy"
-    else:
-        if pod.ip is None:
-            raise ValueError(f"pod {pod.key} has no IP yet")
-        host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
-        url = f"http://{host}:{pod.port}"
+    url = pod_url(pod, pod.port, api_server=api_server)
+    if url is None:
+        raise ValueError(f"pod {pod.key} has no IP yet")
     return Target(url, name or pod.name)
+
+
+def pod_url(pod: Pod, port: int, *, api_server: str | None) -> str | None:
+    """`pod`'s base URL at `port`: through the pod proxy of `api_server` (the API server, or
+    `kubectl proxy`) when given, `.../api/v1/namespaces/NS/pods/NAME:PORT/proxy`; else at its
+    IP, `http://IP:PORT`; None when it has no IP yet."""
+    if api_server is not None:
+        ns, name = quote(pod.namespace, safe=""), quote(pod.name, safe="")
+        return f"{api_server.rstrip('/')}/api/v1/namespaces/{ns}/pods/{name}:{port}/proxy"
+    if pod.ip is None:
+        return None
+    host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+    return f"http://{host}:{port}"
 
 
 def serving_targets(
@@ -154,19 +162,9 @@ def upstream_urls(pods: Mapping[str, Pod], *, kubectl_proxy: str | None) -> tupl
     (`http://IP:PORT`: inside the cluster, or wherever the pod network is routed), or through
     `kubectl proxy` at `kubectl_proxy` (`.../pods/NAME:PORT/proxy`), which adds the
     credentials itself: the way to try the gateway from a laptop, not a production path."""
-    out: list[str] = []
-    for key in sorted(pods):
-        pod = pods[key]
-        if not pod.serving:
-            continue
-        if kubectl_proxy is not None:
-            ns, name = quote(pod.namespace, safe=""), quote(pod.name, safe="")
-            base = kubectl_proxy.rstrip("/")
-            out.append(f"{base}/api/v1/namespaces/{ns}/pods/{name}:{pod.api_port}/proxy")
-        elif pod.ip is not None:
-            host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
-            out.append(f"http://{host}:{pod.api_port}")
-    return tuple(out)
+    serving = (pods[key] for key in sorted(pods) if pods[key].serving)
+    urls = (pod_url(pod, pod.api_port, api_server=kubectl_proxy) for pod in serving)
+    return tuple(url for url in urls if url is not None)
 
 
 @dataclass(frozen=True)
