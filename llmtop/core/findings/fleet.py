@@ -18,12 +18,11 @@ from llmtop.core.alerts.spec import AlertSpec, number
 from llmtop.core.alerts.templates import open_fleet, replica, value
 from llmtop.core.base import format as fmt
 from llmtop.core.base.snapshot import Bottleneck, EngineStats, Replica
-from llmtop.core.dialects.engines import DIALECTS
+from llmtop.core.dialects.engines import BY_KIND
 from llmtop.core.findings.definition import Definition, Guide
 from llmtop.core.health.rulebase import FleetView, Rule, Verdict
 from llmtop.core.health.thresholds import FleetRules
 
-_ENGINE_TITLES = {d.kind: d.title for d in DIALECTS}
 SHOWN = 4
 """Replicas named in one finding before "and N more"."""
 
@@ -128,7 +127,8 @@ def _where(group: Sequence[Replica], mixed: bool) -> str:
     if not mixed:
         return ""
     s = group[0].stats
-    what = " ".join(x for x in (s.model, _ENGINE_TITLES.get(s.engine or "", s.engine)) if x)
+    d = BY_KIND.get(s.engine or "")
+    what = " ".join(x for x in (s.model, d.title if d else s.engine) if x)
     return f" ({what})" if what else ""
 
 
