@@ -36,10 +36,15 @@ def estimated_wait_s(e: EngineStats) -> float | None:
     histogram, which degraded-200 reads, or lacks a figure the estimate needs)."""
     if lacking(e.engine, ("ttft",)) is None or not e.waiting or not e.longest_seq_tokens:
         return None
-    tok_per_s = (e.prompt_tok_per_s or 0.0) + (e.decode_tok_per_s or 0.0)
+    tok_per_s = _tok_per_s(e)
     if tok_per_s <= 0:
         return None
     return e.waiting * e.longest_seq_tokens / tok_per_s
+
+
+def _tok_per_s(e: EngineStats) -> float:
+    """What the slots work through: prompt and generated tokens per second."""
+    return (e.prompt_tok_per_s or 0.0) + (e.decode_tok_per_s or 0.0)
 
 
 def queue_wait_estimated(ctx: Context) -> Verdict | None:
@@ -48,7 +53,7 @@ def queue_wait_estimated(ctx: Context) -> Verdict | None:
         wait = estimated_wait_s(e)
         if wait is None or wait <= s.slo.ttft_s:
             continue
-        tok_per_s = (e.prompt_tok_per_s or 0.0) + (e.decode_tok_per_s or 0.0)
+        tok_per_s = _tok_per_s(e)
         per_s = tok_per_s / (e.longest_seq_tokens or 1.0)
         summary = (
             f"{where(ctx, e)}estimated queue wait ~{fmt.seconds(wait)} (TTFT SLO "
