@@ -62,38 +62,32 @@ def _label_number(spec: AlertSpec, label: str) -> str:
     )
 
 
-def _capacity(spec: AlertSpec) -> tuple[str, str]:
-    """The KV capacity in tokens and what it is read from: vLLM's cache_config_info, or the
-    engine's own gauges (SGLang's token pool, TensorRT-LLM's blocks x tokens per block)."""
+def _kv_rows(spec: AlertSpec) -> list[tuple[str, str, str]]:
+    """The KV capacity in tokens and the tokens per KV block, as recorded rows: from vLLM's
+    cache_config_info, or the engine's own gauges as the fleet's queries read them
+    (`Queries.capacity`: SGLang's token pool, TensorRT-LLM's blocks x tokens per block; one
+    token per block where the capacity is counted in tokens, SGLang's pages as llmtop reads
+    them)."""
     r = spec.r
     own = reverse(spec.dialect).capacity if spec.dialect != "vllm" else None
     if own is None:
-        return (
+        capacity = (
             f"sum by ({r}) ({_label_number(spec, 'num_gpu_blocks')} * on ({r}, engine) "
-            f"{_label_number(spec, 'block_size')})",
-            "KV tokens: num_gpu_blocks x block_size of cache_config_info, summed over engines",
+            f"{_label_number(spec, 'block_size')})"
         )
-    blocks, per_block = own
-    total = f"sum by ({r}) ({spec.vllm(blocks)})"
-    if per_block is None:
-        return total, f"KV tokens: {blocks}, summed over its ranks"
-    return (
-        f"{total} * on ({r}) max by ({r}) ({spec.vllm(per_block)})",
-        f"KV tokens: {blocks} x {per_block}",
-    )
-
-
-def _block_size(spec: AlertSpec) -> str:
-    """Tokens per KV block: cache_config_info's, the engine's own gauge, or 1 where its
-    capacity is counted in tokens (SGLang's pages of one token, as llmtop reads it)."""
-    r = spec.r
-    own = reverse(spec.dialect).capacity if spec.dialect != "vllm" else None
-    if own is None:
-        return f"max by ({r}) ({_label_number(spec, 'block_size')})"
-    blocks, per_block = own
-    if per_block is None:
-        return f"max by ({r}) ({spec.vllm(blocks)}) * 0 + 1"
-    return f"max by ({r}) ({spec.vllm(per_block)})"
+        doc = "KV tokens: num_gpu_blocks x block_size of cache_config_info, summed over engines"
+        size = f"max by ({r}) ({_label_number(spec, 'block_size')})"
+    else:
+        blocks, per_block = own
+        q = spec.queries.capacity()
+        capacity = q["kv_capacity"]
+        if per_block is None:
+            doc = f"KV tokens: {blocks}, summed over its ranks"
+            size = f"max by ({r}) ({spec.vllm(blocks)}) * 0 + 1"
+        else:
+            doc = f"KV tokens: {blocks} x {per_block}"
+            size = q["kv_block_size"]
+    return [("kv_capacity_tokens", capacity, doc), ("kv_block_size", size, "tokens per KV block")]
 
 
 def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
@@ -155,12 +149,7 @@ def figures(spec: AlertSpec) -> tuple[Recorded, ...]:
             "vLLM's own 503s per second (--max-num-queued-reqs, 0.32+)",
         ),
         ("tokens_total", tokens, "tokens made since start: its moving is the engine's progress"),
-        ("kv_capacity_tokens", *_capacity(spec)),
-        (
-            "kv_block_size",
-            _block_size(spec),
-            "tokens per KV block",
-        ),
+        *_kv_rows(spec),
         (
             "kv_held_tokens_per_seq",
             f"{p}kv_usage_frac * {on} {p}kv_capacity_tokens / {on} ({p}running > 0)",

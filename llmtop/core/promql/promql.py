@@ -302,7 +302,7 @@ class Queries:
         }
         if self.dialect != VLLM_KIND:
             del figures["engines"]  # a server's ranks are one engine (vLLM's alone split)
-            figures.update(self._capacity())
+            figures.update(self.capacity())
             figures = {k: v for k, v in figures.items() if LACKS not in v}
         base = f"max by ({r}) ({self.series('up')})"
         if among:
@@ -321,9 +321,10 @@ class Queries:
             return tuple(known)
         return tuple(dict.fromkeys(reverse(self.dialect).finished.values()))
 
-    def _capacity(self) -> dict[str, str]:
+    def capacity(self) -> dict[str, str]:
         """The KV capacity of an engine that says it in gauges of its own (no cache_config_info):
-        tokens, and tokens per block where it says one."""
+        tokens, and tokens per block where it says one (the fleet's figures and the recorded
+        rules, `alerts.figures`, both)."""
         own = reverse(self.dialect).capacity
         if own is None:
             return {}
