@@ -88,6 +88,9 @@ OTHER_ENGINES = (
     ("dynamo", "NVIDIA Dynamo"),
 )
 """An executable's name -> the engine it starts: what `--vllm-bin` must not name."""
+AS_VLLM = ("", "vllm", "auto", "off", "none")
+"""`--engine-kind` / LLMTOP_ENGINE_KIND words serve takes as its vLLM: vLLM's, or detection's
+(settings' off/none/auto)."""
 ELSEWHERE = (
     "llmtop serve starts vLLM only; start {engine} yourself and put"
     " `llmtop gateway --engine URL --autopilot` in front of it ({why})"
@@ -100,7 +103,7 @@ def only_vllm(given: Mapping[str, Any], environ: Mapping[str, str]) -> str | Non
     LLMTOP_ENGINE_KIND names another (that setting is the monitor's and the gateway's: serve
     reads its vLLM as vLLM), else None."""
     kind = given.get("engine_kind")
-    if kind is not None and str(kind).strip().lower() not in ("vllm", "auto", "off", ""):
+    if kind is not None and str(kind).strip().lower() not in AS_VLLM:
         from llmtop.core.dialects.catalog import dialect_of
 
         try:
@@ -116,7 +119,7 @@ def only_vllm(given: Mapping[str, Any], environ: Mapping[str, str]) -> str | Non
                 why = f"--vllm-bin {binary} starts {engine}, not `vllm serve`"
                 raise UsageError(ELSEWHERE.format(engine=engine, why=why))
     env = environ.get("LLMTOP_ENGINE_KIND", "").strip()
-    if env.lower() not in ("", "vllm", "auto", "off", "none"):
+    if env.lower() not in AS_VLLM:
         return (
             f"LLMTOP_ENGINE_KIND={env} not used here: llmtop serve starts vLLM and reads it as vLLM"
         )
