@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from llmtop.core.dialects.dialect import PREFIX_QUERIES
 from llmtop.core.dialects.engines import BY_KIND, VLLM
-from llmtop.core.dialects.speak import COMPLETED, Speaker, speaker
-from llmtop.core.vllm import names as vllm
+from llmtop.core.dialects.speak import COMPLETED, Speaker, figure_of, speaker
 
 
 @dataclass(frozen=True)
@@ -96,29 +95,12 @@ def _build(s: Speaker) -> Reverse:
     )
 
 
-def _figure_of(name: str) -> str | None:
-    """The figure (`dialect.FIGURES`) a vLLM sample name is, where it is one a dialect maps."""
-    base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
-    for key, alternatives in vllm.HISTOGRAMS.items():
-        if base in alternatives:
-            return key
-    for table in (vllm.GAUGES, vllm.COUNTERS):
-        for key, alternatives in table.items():
-            if name in alternatives:
-                return (
-                    "prefix_cache"
-                    if key.startswith("prefix_")
-                    else ("spec_decode" if key.startswith("spec_") else key)
-                )
-    return {vllm.FINISHED: "finished", vllm.CACHE_CONFIG: "kv_capacity"}.get(name)
-
-
 def why_lacks(kind: str, names: list[str]) -> str:
     """Why an engine has none of these vLLM series: its dialect's own reason where the
     figure is one it says it lacks, else that the family is vLLM's own."""
     d = BY_KIND[kind]
     for name in names:
-        figure = _figure_of(name)
+        figure = figure_of(name)
         if figure is not None and figure in d.lacks:
             return d.lacks[figure]
     listed = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")

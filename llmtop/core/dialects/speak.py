@@ -70,6 +70,13 @@ def _vllm_names() -> dict[str, tuple[str, str, str, str]]:
 _VLLM = _vllm_names()
 
 
+def figure_of(name: str) -> str | None:
+    """The figure (`dialect.FIGURES`) a vLLM sample name llmtop reads is (a histogram's by its
+    family's name too), or None for another name."""
+    found = _VLLM.get(name) or _VLLM.get(name + "_count")
+    return None if found is None else found[3]
+
+
 class Speaker:
     """One dialect's inversion, built and checked once (`speaker`); `speak` applies it."""
 
