@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from llmtop.core.base.raw import PromAnswers, PromRow
@@ -31,6 +32,43 @@ Fetch = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 MAX_ANSWER_BYTES = 256 << 20
 """An answer larger than this is refused, not read: a selector matching far more than vLLM
 (a few thousand replicas answer a few tens of MB)."""
+
+
+class Unreachable(TargetError):
+    """A Prometheus that cannot be connected to: any other query would fail the same way."""
+
+
+async def ask_api(
+    endpoint: str, send: Callable[[], Awaitable[tuple[int, bytes]]], timeout_s: float
+) -> list[dict[str, Any]]:
+    """One query's result (an instant vector, a range matrix): `send` POSTs it to `endpoint`
+    and gets (HTTP status, body) within `timeout_s`; TargetError in the user's words otherwise
+    (`Unreachable` when the connection fails). The live source's and the history's one path."""
+    try:
+        status, raw = await asyncio.wait_for(send(), timeout_s)
+    except (TimeoutError, asyncio.TimeoutError):
+        raise TargetError(f"no answer from {endpoint} within {timeout_s:.1f} s") from None
+    except CannotConnect as e:
+        raise Unreachable(f"cannot connect to {endpoint} ({e.reason})") from None
+    except OSError as e:  # an injected fetch's own
+        reason = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+        raise Unreachable(f"cannot connect to {endpoint} ({reason})") from None
+    except HttpError as e:
+        raise TargetError(f"{endpoint}: {e}") from None
+    except Exception as e:
+        detail = f": {e}" if str(e) else ""
+        raise TargetError(f"{endpoint}: {type(e).__name__}{detail}") from None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise TargetError(
+            f"{endpoint} did not answer with JSON (HTTP {status}; not a Prometheus API?)"
+        ) from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error") if isinstance(body, dict) else None
+        raise TargetError(f"{endpoint}: HTTP {status}: {error or 'query failed'}")
+    result = body.get("data", {}).get("result", [])
+    return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
 
 
 class PrometheusSource:
@@ -75,33 +113,9 @@ class PrometheusSource:
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """One instant query's result vector; TargetError in the user's words otherwise."""
-        endpoint = self.url + "/api/v1/query"
         self.queries_sent += 1
-        try:
-            status, raw = await asyncio.wait_for(self._fetch(endpoint, expr), self.timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
-            raise TargetError(f"no answer from {endpoint} within {self.timeout_s:.1f} s") from None
-        except CannotConnect as e:
-            raise TargetError(f"cannot connect to {endpoint} ({e.reason})") from None
-        except OSError as e:  # an injected fetch's own
-            reason = "connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
-            raise TargetError(f"cannot connect to {endpoint} ({reason})") from None
-        except HttpError as e:
-            raise TargetError(f"{endpoint}: {e}") from None
-        except Exception as e:
-            detail = f": {e}" if str(e) else ""
-            raise TargetError(f"{endpoint}: {type(e).__name__}{detail}") from None
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise TargetError(
-                f"{endpoint} did not answer with JSON (HTTP {status}; not a Prometheus API?)"
-            ) from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
-            raise TargetError(f"{endpoint}: HTTP {status}: {error or 'query failed'}")
-        result = body.get("data", {}).get("result", [])
-        return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
+        endpoint = self.url + "/api/v1/query"
+        return await ask_api(endpoint, partial(self._fetch, endpoint, expr), self.timeout_s)
 
     async def _read_info(self) -> Info:
         q = self.queries

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import math
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from llmtop.core.base.admin_api import LIMITS, PAUSED
@@ -35,7 +35,8 @@ from llmtop.core.promql import promql, promql_answers
 from llmtop.core.record.decode import Recording
 from llmtop.core.record.encode import header
 from llmtop.errors import LlmtopError, TargetError
-from llmtop.sources.http.scrape_client import CannotConnect, HttpError, ScrapeClient
+from llmtop.sources.http.scrape_client import ScrapeClient
+from llmtop.sources.prometheus import Unreachable, ask_api
 
 RangeFetch = Callable[[str, dict[str, str]], Awaitable[tuple[int, bytes]]]
 """POST one range query's form to an endpoint: (HTTP status, body). Injected by tests."""
@@ -182,30 +183,13 @@ class _Asker:
         """One range query's matrix; TargetError in the user's words."""
         form = {"query": expr, "start": f"{self.start:.3f}", "end": f"{self.end:.3f}"}
         form["step"] = f"{step:g}"
-        where = self.endpoint
         try:
-            status, raw = await asyncio.wait_for(self._fetch(where, form), self.timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
-            raise TargetError(f"no answer from {where} within {self.timeout_s:.1f} s") from None
-        except CannotConnect as e:
+            return await ask_api(
+                self.endpoint, partial(self._fetch, self.endpoint, form), self.timeout_s
+            )
+        except Unreachable:
             self.unreachable = True
-            raise TargetError(f"cannot connect to {where} ({e.reason})") from None
-        except OSError as e:
-            self.unreachable = True
-            raise TargetError(f"cannot connect to {where} ({e.strerror or e})") from None
-        except HttpError as e:
-            raise TargetError(f"{where}: {e}") from None
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise TargetError(
-                f"{where} did not answer with JSON (HTTP {status}; not a Prometheus API?)"
-            ) from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
-            raise TargetError(f"{where}: HTTP {status}: {error or 'query failed'}")
-        result = body.get("data", {}).get("result", [])
-        return [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
+            raise
 
     async def aclose(self) -> None:
         if self._http is not None:
