@@ -15,15 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmtop.core.base.admin_api import LIMITS
+from llmtop.core.base.admin_api import LIMIT_FIELDS
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
 from llmtop.core.pipeline.pipeline import Pipeline
 from llmtop.core.record.decode import Recording
 from llmtop.core.record.encode import Encoder
-
-_LIMIT_FIELDS = frozenset(spec.field for spec in LIMITS)
-"""The limits a "limits:" line of the log names (a pause is a line of its own)."""
 
 
 def fold(pipeline: Pipeline, raw: RawPoll) -> Snapshot:
@@ -97,7 +94,8 @@ class PastFold:
                 sources = {
                     str(e["source"])
                     for e in raw.events
-                    if e.get("source") and e.get("field") in _LIMIT_FIELDS
+                    if e.get("source")
+                    and e.get("field") in LIMIT_FIELDS  # a pause is a line of its own
                 }
                 if sources:
                     self.who[raw.time] = tuple(sorted(sources))
