@@ -197,9 +197,9 @@ class PastSource:
         self._past: Sequence[RawPoll] = ()
         self._task: asyncio.Task[None] | None = None
         self._first_in = asyncio.Event()
+        """Set once the recent past is in (or failed): what the first poll waits for."""
         self._waited = False
         """The first poll waits no more: the fold leaves the screen half of the loop."""
-        """Set once the recent past is in (or failed): what the first poll waits for."""
         self.in_time: bool | None = None
         """Whether the past was in (or had failed) before the first live poll: the first
         frame shows it; None before that poll."""
