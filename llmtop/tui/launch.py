@@ -106,10 +106,8 @@ def past_fetch(monitor: MonitorSettings) -> tuple[str | None, PastFetch | None, 
         return "prometheus", from_prometheus, None
     if not monitor.gateway_url:
         return None, None, "no gateway or --prometheus to read it from"
-    try:
-        from llmtop.sources.history import gateway_history
-    except ImportError:  # a checkout from before the gateway kept history
-        return "gateway", None, "this llmtop reads no gateway history"
+    from llmtop.sources.history import gateway_history
+
     gateway, token = monitor.gateway_url, monitor.admin_token
 
     def from_gateway(since: float) -> Awaitable[Recording]:
