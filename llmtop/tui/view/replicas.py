@@ -145,18 +145,8 @@ def widths(replicas: Sequence[Replica], width: int) -> tuple[int, ...]:
         model = 0
     # an empty column gives the finding its space and its separator
     finding = max(flex - name - model - engine + (model == 0) + (engine == 0), 0)
-    return tuple(
-        name
-        if i == NAME
-        else model
-        if i == MODEL
-        else engine
-        if i == ENGINE
-        else finding
-        if i == FINDING
-        else c.width
-        for i, c in enumerate(COLUMNS)
-    )
+    flexed = {NAME: name, MODEL: model, ENGINE: engine, FINDING: finding}
+    return tuple(flexed.get(i, c.width) for i, c in enumerate(COLUMNS))
 
 
 def clip(text: str, width: int, *, keep_end: bool = False) -> str:
