@@ -170,3 +170,16 @@ def test_snapshot_says_a_missing_pool_in_one_line(
         err
         == "llmtop: no InferencePool nope in namespace llm (kubectl -n llm get inferencepools)\n"
     )
+
+
+def test_a_selector_and_a_pool_are_one_line_on_the_console_too(
+    api_server: tuple[KubeEmulator, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not the pool silently over the selector: the same line as the gateway's and whatif's."""
+    emu, kubeconfig = api_server
+    code = main(["snapshot", "--gateway", "off", "--k8s-selector", "app=vllm",
+                 "--inference-pool", POOL, "--kubeconfig", str(kubeconfig)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert (code, out) == (64, "")  # snapshot's bad usage (EX_USAGE)
+    assert err == "llmtop: give --k8s-selector or --inference-pool, not both\n"
+    assert emu.seen == []  # refused before any request

@@ -28,7 +28,7 @@ from llmtop.core.pipeline.pods import (
     upstream_urls,
 )
 from llmtop.core.pipeline.targets import Target
-from llmtop.errors import ConfigError, KubeError
+from llmtop.errors import ConfigError, KubeError, UsageError
 from llmtop.settings import MonitorSettings
 from llmtop.sources.kube.client import KubeApi
 from llmtop.sources.kube.credentials import connect
@@ -37,7 +37,8 @@ ALL_NAMESPACES = "all"
 
 
 class PodDiscovery:
-    """`start()` connects and lists; a task then watches. `pods`, `targets()`, `events()`."""
+    """`start()` connects and lists; a task then watches. `pods`, `targets()`, `events()`.
+    UsageError for both a selector and a pool: every command that follows pods says so."""
 
     def __init__(
         self,
@@ -52,6 +53,8 @@ class PodDiscovery:
         retry_s: float = 1.0,
         watch_timeout_s: int = 300,
     ) -> None:
+        if selector and pool:
+            raise UsageError("give --k8s-selector or --inference-pool, not both")
         self.selector = selector
         """The label selector listed (an InferencePool's, read at `start`, when `pool`)."""
         self.pool = pool

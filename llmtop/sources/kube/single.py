@@ -77,8 +77,6 @@ def one_pod(
     none or several are serving (naming them), KubeError or ConfigError as discovery's."""
     from llmtop.sources.kube.discovery import PodDiscovery  # the client: ~1.5 s to import
 
-    if selector and pool:
-        raise UsageError("give --k8s-selector or --inference-pool, not both")
     d = PodDiscovery(selector or "", pool=pool, namespace=namespace, context=context,
                      kubeconfig=kubeconfig)  # fmt: skip
 

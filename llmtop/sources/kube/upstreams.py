@@ -30,8 +30,6 @@ def follow_pods(settings: GatewaySettings) -> tuple[GatewaySettings, PodUpstream
     without those flags (the Kubernetes client is then not even imported)."""
     if not (settings.k8s_selector or settings.inference_pool):
         return settings, None
-    if settings.k8s_selector and settings.inference_pool:
-        raise UsageError("give --k8s-selector or --inference-pool, not both")
     if settings.upstream != GatewaySettings.upstream:
         raise UsageError("give --vllm (LLMTOP_UPSTREAM) or the Kubernetes pods to follow, not both")
     feed = PodUpstreams(
