@@ -134,13 +134,7 @@ class KubeApi:
             call,
             *args,
             label_selector=selector,
-            watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _request_timeout=aiohttp.ClientTimeout(
-                connect=10, sock_connect=10, sock_read=timeout_s + 30
-            ),
+            **_watch_query(resource_version, timeout_s),
         )
         return WatchStream(resp, self.where)
 
@@ -184,13 +178,7 @@ class KubeApi:
             namespace,
             POOLS,
             field_selector=f"metadata.name={name}",
-            watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _request_timeout=aiohttp.ClientTimeout(
-                connect=10, sock_connect=10, sock_read=timeout_s + 30
-            ),
+            **_watch_query(resource_version, timeout_s),
             resource=POOLS,
             name=name,
         )
@@ -348,6 +336,20 @@ def _ssl_context(cfg: Any) -> ssl.SSLContext:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+def _watch_query(resource_version: str, timeout_s: int) -> dict[str, Any]:
+    """A watch's keywords: from `resource_version`, with bookmarks, ended by the server after
+    `timeout_s`; the read timeout 30 s past that (a silent connection is a dropped one)."""
+    return {
+        "watch": True,
+        "resource_version": resource_version,
+        "allow_watch_bookmarks": True,
+        "timeout_seconds": timeout_s,
+        "_request_timeout": aiohttp.ClientTimeout(
+            connect=10, sock_connect=10, sock_read=timeout_s + 30
+        ),
+    }
 
 
 def _watch_error(status: Any, what: str = "pods") -> KubeError:
