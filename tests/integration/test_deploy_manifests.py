@@ -39,16 +39,12 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from harness.terminal import Server, clean_env, wait_until
+from tests.support.kube_api import LEFTOVER_SOCKETS
 from tests.support.paths import ROOT
 
 pytestmark = [
     pytest.mark.xdist_group("deploy-manifests"),
-    # the Kubernetes API emulator (the follow-pods test) may leave a cut connection's socket to
-    # the garbage collector, which can report it during a later test of the module
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
+    LEFTOVER_SOCKETS,  # the follow-pods test runs the Kubernetes API emulator
 ]
 
 DEPLOY = ROOT / "deploy"

@@ -19,15 +19,10 @@ from harness.redis_server import redis_server
 from harness.terminal import Server, clean_env, wait_until
 from llmtop.asgi.uvicorn_runner import ServerThread
 from tests.support.gateway_sim import at_engine, engine_of, reached
-from tests.support.kube_api import KubeEmulator, in_cluster, pod, pool
+from tests.support.kube_api import LEFTOVER_SOCKETS, KubeEmulator, in_cluster, pod, pool
 
 Start = Callable[..., ServerThread]
-pytestmark = pytest.mark.filterwarnings(
-    # the emulator's watch and proxy connections, cut when the gateway process goes, may leave
-    # their sockets to the garbage collector (as in test_kube_discovery.py)
-    "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
-    ":pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEFTOVER_SOCKETS
 BODY = {"model": "llmtop-sim", "prompt": "hello", "max_tokens": 4}
 
 

@@ -19,17 +19,12 @@ from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
 from llmtop.errors import ConfigError, KubeError
 from llmtop.sources.kube.discovery import PodDiscovery
-from tests.support.kube_api import KubeEmulator, Obj, in_cluster, pod, until
+from tests.support.kube_api import LEFTOVER_SOCKETS, KubeEmulator, Obj, in_cluster, pod, until
 
 SELECTOR = "app=vllm"
 NEEDS = "the console needs pods get/list/watch and pods/proxy get"
 
-pytestmark = pytest.mark.filterwarnings(
-    # a watch the emulator cuts mid-stream on purpose (its transport aborted) may leave its
-    # socket to the garbage collector, which can report it during a later test of the module
-    "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
-    ":pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = LEFTOVER_SOCKETS
 
 
 @pytest.fixture(autouse=True)

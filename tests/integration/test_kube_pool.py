@@ -18,7 +18,9 @@ from llmtop.cli import main
 from llmtop.core.pipeline.pods import read_pool
 from llmtop.errors import ConfigError, KubeError
 from llmtop.sources.kube.discovery import PodDiscovery
-from tests.support.kube_api import KubeEmulator, https_api, pod, pool, until
+from tests.support.kube_api import LEFTOVER_SOCKETS, KubeEmulator, https_api, pod, pool, until
+
+pytestmark = LEFTOVER_SOCKETS
 
 POOL = "vllm-llama"
 TIER_A = {"app": "vllm", "tier": "a"}

@@ -14,7 +14,9 @@ import pytest
 
 from llmtop.asgi.uvicorn_runner import ServerThread
 from llmtop.cli import main
-from tests.support.kube_api import KubeEmulator, https_api, pod
+from tests.support.kube_api import LEFTOVER_SOCKETS, KubeEmulator, https_api, pod
+
+pytestmark = LEFTOVER_SOCKETS
 
 
 @pytest.fixture(autouse=True)

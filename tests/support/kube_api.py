@@ -30,6 +30,15 @@ from aiohttp import web
 
 Obj = dict[str, Any]
 
+LEFTOVER_SOCKETS = pytest.mark.filterwarnings(
+    # a watch or proxy connection the emulator cuts (its transport aborted, or the client process
+    # gone) may leave its socket to the garbage collector, which can report it during any later
+    # test of the module: the emulator's, not the code under test's
+    "ignore:Exception ignored in.*(_SelectorTransport|socket.socket)"
+    ":pytest.PytestUnraisableExceptionWarning"
+)
+"""The mark of every module that runs the emulator."""
+
 
 @dataclass
 class Seen:
