@@ -113,7 +113,7 @@ class LlmtopApp(App[int]):
         super().__init__()
         self.authors = LimitAuthors(last_raw)
         """Who made the live polls' limit changes (`last_raw`: the collector's raw inputs)."""
-        self.pasts = PastControls(self, past)
+        self.pasts = PastControls(self, self, past)
         """The console's past (the gateway's history, Prometheus'): taken as it comes; `h`."""
         self.source = source
         self.monitor = monitor

@@ -8,21 +8,44 @@ live polls, kept until the poll whose stats show their change, so its line says 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from textual.app import App
+from textual.widget import Widget
 
 from llmtop.core.base.raw import RawPoll
 from llmtop.core.base.snapshot import Snapshot
+from llmtop.settings import HealthSettings
 from llmtop.tui.controls import one_line
 from llmtop.tui.past import PastSource, PastUpdate, Stop
 from llmtop.tui.view.past import connected_line, past_events, past_label, shown_by
+from llmtop.tui.view.present import LogEvent
 from llmtop.tui.widgets.header import StatusHeader
 from llmtop.tui.work import start_worker
 
 if TYPE_CHECKING:
     from llmtop.recording.replay import ReplaySource
-    from llmtop.tui.app import LlmtopApp
+
+W = TypeVar("W", bound=Widget)
+
+
+class Console(Protocol):
+    """What of the app the past fills (the app itself: typed so, this module imports no app)."""
+
+    health: HealthSettings
+    history: deque[Snapshot]
+    events: deque[LogEvent]
+    snapshot: Snapshot | None
+
+    def log_events(self, *events: LogEvent) -> None: ...
+
+    def _widgets(self, selector: type[W] | str) -> list[W]: ...
+
+    def _render_all(self, *, charts: bool) -> None: ...
+
 
 WHO_WAIT_S = 10.0
 """The most a gateway's event waits for the poll whose stats show its change."""
@@ -63,8 +86,10 @@ class LimitAuthors:
 class PastControls:
     """The console's past (the gateway's history, Prometheus'), taken as it comes, and `h`."""
 
-    def __init__(self, app: LlmtopApp, past: PastSource | None) -> None:
+    def __init__(self, app: App[Any], console: Console, past: PastSource | None) -> None:
         self.app = app
+        self.console = console
+        """The same app, as what the past fills."""
         self.past = past
         self.replay: ReplaySource | None = None
         """Set by `h` before the app exits: the past as a replay, ready (launch.py runs it)."""
@@ -82,17 +107,17 @@ class PastControls:
         self.show_label()
         if update.snapshots:
             self._fill(update)
-        self.app.log_events(*update.lines)
+        self.console.log_events(*update.lines)
 
     def show_label(self) -> None:
         label = past_label(self.past.state) if self.past is not None else ""
-        for header in self.app._widgets(StatusHeader):
+        for header in self.console._widgets(StatusHeader):
             header.past = label
 
     def _fill(self, update: PastUpdate) -> None:
         """The past's snapshots in the charts and its lines atop the log (instead of an earlier,
         shorter past's: the recent past comes first, the rest of the hour after it)."""
-        app = self.app
+        app = self.console
         live_events = list(app.events)[self._lines :]
         past = update.snapshots
         connected = connected_line(past[-1].time, update.state, len(past))
@@ -120,7 +145,7 @@ class PastControls:
             return
         self._opening = True
         app.notify("opening the past as a replay…", timeout=120)
-        make = self.past.replay_maker(app.health)
+        make = self.past.replay_maker(self.console.health)
         why = past_label(self.past.state)
         start_worker(app, partial(self._open, make, why), name="past", exit_on_error=False)
 

@@ -18,7 +18,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
@@ -26,8 +26,12 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from llmtop.errors import KubeError
 
-if TYPE_CHECKING:
-    from llmtop.sources.kube.credentials import ExecRefresh
+
+class Refresh(Protocol):
+    """An exec plugin's credential refresh (credentials.ExecRefresh): `force` runs it again."""
+
+    force: bool
+
 
 logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
 """The client logs what it raises (an exec plugin's failure) to stderr through logging's last
@@ -60,7 +64,7 @@ class KubeApi:
         context: str | None,
         namespace: str,
         in_cluster: bool,
-        refresh: ExecRefresh | None = None,
+        refresh: Refresh | None = None,
     ) -> None:
         self._api = api
         self._core: Any = k8s_client.CoreV1Api(api)
