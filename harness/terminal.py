@@ -38,11 +38,12 @@ def llmtop_command() -> list[str]:
 
 def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
     """This process's environment (PYTHONPATH included) without LLMTOP_* settings or NO_COLOR,
-    a config home of its own (no config file of the user's), plus `extra`."""
+    a config home and a state home of its own (no config file of the user's; a gateway's
+    history starts empty, not with an earlier run's on a reused port), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTOP_") and k != "NO_COLOR"}
-    config = tmp / "config"
-    config.mkdir(exist_ok=True)
-    env["XDG_CONFIG_HOME"] = str(config)
+    for name, folder in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state")):
+        (tmp / folder).mkdir(exist_ok=True)
+        env[name] = str(tmp / folder)
     env.update(extra)
     return env
 
